@@ -1,0 +1,114 @@
+// The node agent: starts, signals and observes fp8-worker processes on one node, and reports
+// the node's slots. It decides no policy (that is daemon/core). LocalAgent (local_agent.cc)
+// runs in-process for the local machine; a remote AgentService client can implement the same
+// interface later.
+//
+// Threading: Launch/Adopt/Signal may be called from any thread. The agent calls its listener
+// from its own observer thread; the listener must not block (the manager posts to its strand).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace fp8d::agent {
+
+using fp8::Status;
+using fp8::StatusOr;
+
+struct Slot {
+  std::string node;  // hostname
+  int gpu = -1;      // GPU index, or -1 for a CPU slot
+};
+
+struct LaunchRequest {
+  std::string job_id;          // "<id>" (without "jobs/")
+  int attempt = 1;
+  std::string kind;            // "train" | "calibrate": the worker subcommand
+  std::string spec_json;       // written to <attempt_dir>/spec.json
+  std::string attempt_dir;     // <data dir>/jobs/<id>/attempt-<n>, created by the agent
+  std::vector<Slot> slots;     // slot of rank r = slots[r]; world size = slots.size()
+  std::string checkpoint_dir;  // FP8D_CHECKPOINT_DIR
+  std::string resume_from;     // FP8D_RESUME_FROM (empty: fresh start)
+  std::vector<std::string> worker_argv_prefix;  // e.g. {"/path/fp8-worker"}; tests use a test worker
+  std::map<std::string, std::string> extra_env;
+};
+
+struct RankProcess {
+  int rank = 0;
+  int64_t pid = 0;            // also the process group id (each rank is its own group leader)
+  uint64_t start_time = 0;    // /proc/<pid>/stat starttime, to detect pid reuse
+  int64_t events_offset = 0;  // where to continue reading rank-<r>.events
+};
+
+// One NDJSON line from rank-<r>.events. `garbage` is set (and `event` null) for a line that is
+// not a JSON object with a string "type".
+struct WorkerEvent {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  nlohmann::json event;
+  bool garbage = false;
+  std::string raw;            // the line, for logs
+  int64_t offset_after = 0;   // byte offset just past this line (persist for re-adoption)
+};
+
+struct WorkerExit {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  // For children of this agent: the exit code, or -1 when killed by `signal`. For re-adopted
+  // processes (not our children) the status is unknowable: exit_code = -1, signal = 0,
+  // adopted = true; the manager decides from the events seen (a `done` event means success).
+  int exit_code = -1;
+  int signal = 0;
+  bool adopted = false;
+};
+
+class AgentListener {
+ public:
+  virtual ~AgentListener() = default;
+  virtual void OnWorkerEvent(WorkerEvent event) = 0;
+  // Delivered after every event line the rank wrote before exiting has been delivered.
+  virtual void OnWorkerExit(WorkerExit exit) = 0;
+};
+
+class Agent {
+ public:
+  virtual ~Agent() = default;
+  virtual std::vector<Slot> Slots() const = 0;
+  // Starts one process per slot, each in its own process group, stdout → rank-<r>.events,
+  // stderr → rank-<r>.log, with the environment of design §4. Returns once all are started.
+  virtual StatusOr<std::vector<RankProcess>> Launch(const LaunchRequest& request) = 0;
+  // Re-adopts ranks that survived a controller restart. NOT_FOUND if any pid is gone or its
+  // start time differs (pid reused); then nothing is adopted.
+  virtual Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                       const std::vector<RankProcess>& ranks) = 0;
+  // Sends `sig` to the process group of every live rank of the attempt.
+  virtual void Signal(const std::string& job_id, int attempt, int sig) = 0;
+  // Stops observing (the daemon's SIGTERM path): workers keep running.
+  virtual void Stop() = 0;
+};
+
+struct LocalAgentOptions {
+  std::string node_name;             // default: hostname
+  int cpu_slots = 0;                 // used when there are no GPUs; 0 = number of cores
+  std::vector<int> gpus;             // empty = detect (nvidia-smi -L), none found = CPU slots
+  bool detect_gpus = true;
+  int poll_interval_ms = 20;         // event file / child polling period
+};
+
+std::unique_ptr<Agent> NewLocalAgent(LocalAgentOptions options, AgentListener* listener);
+
+// True when `pid` is alive and its /proc start time equals `start_time`.
+bool ProcessMatches(int64_t pid, uint64_t start_time);
+uint64_t ProcessStartTime(int64_t pid);  // 0 when the process does not exist
+
+}  // namespace fp8d::agent

@@ -1,0 +1,79 @@
+// JobManager: the controller's brain. It owns the in-memory view of active jobs, runs the
+// state machine (job_lifecycle.h), the scheduler (scheduler.h) and the supervisor (timers,
+// retries, cancellation), persists every transition through the store BEFORE acting on it or
+// acknowledging it, and drives the agent.
+//
+// Threading: single-threaded. Every public method must be called on `io` (post to it); every
+// callback is invoked on `io`. Store calls run on a separate store thread and post their
+// completion back, so no handler on `io` blocks on disk. Agent callbacks arrive on the
+// agent's thread and are posted to `io`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "common/status.h"
+#include "daemon/agent/agent.h"
+#include "daemon/core/clock.h"
+#include "daemon/store/job_store.h"
+#include "fp8d/v1/job_service.pb.h"
+
+namespace fp8d::core {
+
+using fp8::Status;
+using fp8::StatusOr;
+
+struct ManagerOptions {
+  std::string data_dir;                          // <data dir>/jobs/<id>/attempt-<n>/
+  std::vector<std::string> worker_argv_prefix;   // how to run fp8-worker (tests: the test worker)
+  int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
+  int64_t tick_ms = 50;                          // supervisor timer resolution
+  int64_t create_batch_max = 512;                // group-commit batch size
+};
+
+class JobManager {
+ public:
+  virtual ~JobManager() = default;
+
+  // Start-up recovery (design §3, issue: before SERVING): loads active jobs, re-adopts live
+  // workers, requeues attempts whose workers died while the daemon was down (not counted
+  // against max_attempts), then starts scheduling. `done` runs once recovery is finished.
+  virtual void Start(std::function<void(Status)> done) = 0;
+  // Stops timers and the agent's observation; leaves workers running; flushes the store.
+  virtual void Shutdown(std::function<void()> done) = 0;
+
+  // `job` already validated by daemon/api/validation.h.
+  virtual void CreateJob(fp8d::v1::CreateJobRequest request,
+                         std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
+  virtual void GetJob(fp8d::v1::GetJobRequest request,
+                      std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
+  virtual void ListJobs(fp8d::v1::ListJobsRequest request,
+                        std::function<void(StatusOr<fp8d::v1::ListJobsResponse>)> done) = 0;
+  virtual void CancelJob(fp8d::v1::CancelJobRequest request,
+                         std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
+
+  // Calls on_update with the snapshot (when newer than since_version), then with every later
+  // version, in order; on_end once the job is terminal and sent, or with NOT_FOUND. Returns a
+  // subscription id for Unwatch (e.g. when the client goes away).
+  virtual int64_t Watch(const std::string& name, int64_t since_version,
+                        std::function<void(const fp8d::v1::Job&)> on_update,
+                        std::function<void(Status)> on_end) = 0;
+  virtual void Unwatch(int64_t subscription) = 0;
+
+  // Path of a rank's log for GetJobLogs (attempt 0 = current), NOT_FOUND if none yet.
+  virtual void LogPath(const std::string& name, int rank, int attempt,
+                       std::function<void(StatusOr<std::string>, bool job_terminal)> done) = 0;
+};
+
+// The manager is the agent's listener, so it builds the agent itself through `make_agent`.
+using AgentFactory = std::function<std::unique_ptr<agent::Agent>(agent::AgentListener*)>;
+
+std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
+                                          std::unique_ptr<store::JobStore> store,
+                                          AgentFactory make_agent, const Clock* clock);
+
+}  // namespace fp8d::core

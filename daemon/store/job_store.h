@@ -1,0 +1,100 @@
+// The job store: the only part of fp8d that speaks SQL (sqlite_job_store.cc). Everything else
+// sees this interface; tests/store/job_store_conformance_test.cc runs one suite against every
+// implementation (SQLite on disk, in memory).
+//
+// Thread-compatibility: an instance is used by one thread at a time (the manager's store
+// thread). Every mutating call is one transaction (BEGIN IMMEDIATE ... COMMIT) and is durable
+// (synchronous=FULL) when it returns OK.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "fp8d/v1/job.pb.h"
+
+namespace fp8d::store {
+
+using fp8::Status;
+using fp8::StatusOr;
+
+struct CreateRequest {
+  fp8d::v1::Job job;        // validated; state QUEUED; name empty (the store assigns jobs/<id>)
+  std::string request_id;   // may be empty
+  std::string request_hash; // hash of the request body, compared when request_id repeats
+};
+
+struct CreateResult {
+  Status status;            // OK, or INVALID_ARGUMENT when request_id repeats with another body
+  fp8d::v1::Job job;        // the stored job (the existing one when deduplicated)
+  bool created = false;     // false when an existing job was returned for request_id
+};
+
+struct ListFilter {
+  fp8d::v1::JobState state = fp8d::v1::JOB_STATE_UNSPECIFIED;
+  fp8d::v1::JobKind kind = fp8d::v1::JOB_KIND_UNSPECIFIED;
+  int page_size = 50;
+  std::string page_token;   // opaque; from ListResult::next_page_token
+};
+
+struct ListResult {
+  std::vector<fp8d::v1::Job> jobs;  // newest first (by creation sequence), stable under inserts
+  std::string next_page_token;      // empty on the last page
+};
+
+// What the controller must remember about a running rank to re-adopt it after a restart.
+struct RankRuntime {
+  int32_t rank = 0;
+  int64_t pid = 0;
+  uint64_t start_time = 0;     // /proc/<pid>/stat field 22, to tell a reused pid apart
+  int64_t events_offset = 0;   // bytes of rank-<r>.events already consumed
+};
+
+struct AttemptRecord {
+  fp8d::v1::Attempt attempt;           // number, placements, times, failure, resumed_from
+  std::vector<RankRuntime> runtime;    // per rank, for re-adoption
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Inserts each job with its creation event, all in ONE transaction (group commit: the
+  // manager batches concurrent creates). Per-item results; a failed item does not fail the
+  // others. Assigns name `jobs/<id>`, create_time, update_time and version 1.
+  virtual StatusOr<std::vector<CreateResult>> CreateJobs(std::vector<CreateRequest> requests) = 0;
+
+  virtual StatusOr<fp8d::v1::Job> GetJob(const std::string& name) = 0;  // NOT_FOUND if absent
+  virtual StatusOr<ListResult> ListJobs(const ListFilter& filter) = 0;   // INVALID_ARGUMENT on a bad token
+  // Jobs whose state is not terminal, oldest first (recovery at start-up).
+  virtual StatusOr<std::vector<fp8d::v1::Job>> ListActiveJobs() = 0;
+
+  // Writes the whole job row and, when `event` is given, appends it to the job's events, in
+  // one transaction. This is how every state transition is persisted before it is acted on.
+  virtual Status UpdateJob(const fp8d::v1::Job& job, const fp8d::v1::JobEvent* event) = 0;
+  // Several updates in one transaction (progress batches).
+  virtual Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) = 0;
+
+  // Inserts or replaces attempt `record.attempt.number` of the job.
+  virtual Status PutAttempt(const std::string& job_name, const AttemptRecord& record) = 0;
+  virtual StatusOr<std::vector<AttemptRecord>> ListAttempts(const std::string& job_name) = 0;
+  virtual StatusOr<std::vector<fp8d::v1::JobEvent>> ListEvents(const std::string& job_name) = 0;
+
+  // Records a checkpoint a worker reported complete; the job's newest is also in Job.checkpoint.
+  virtual Status PutCheckpoint(const std::string& job_name, const fp8d::v1::Checkpoint& ckpt) = 0;
+  virtual StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& job_name) = 0;
+
+  // PRAGMA integrity_check (SQLite) or the equivalent; OK when the store is consistent.
+  virtual Status IntegrityCheck() = 0;
+  virtual int64_t CountJobs() = 0;
+};
+
+// SQLite in WAL mode, synchronous=FULL, busy timeout, BEGIN IMMEDIATE for writes, schema
+// migrations keyed on PRAGMA user_version. Creates the file if missing.
+StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path);
+// Same semantics, nothing on disk (deterministic tests).
+std::unique_ptr<JobStore> NewMemoryJobStore();
+
+}  // namespace fp8d::store

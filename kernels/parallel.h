@@ -1,0 +1,14 @@
+// A minimal thread pool for the CPU reference: ParallelFor over [0, n) in contiguous chunks.
+// Threads = FP8_NUM_THREADS or hardware_concurrency.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace fp8::kernels {
+
+int NumThreads();
+// Calls fn(begin, end) on disjoint chunks covering [0, n); runs inline when n is small.
+void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace fp8::kernels
