@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Quick start: installs what is missing, builds, starts fp8d on loopback, submits a real tiny
+# FP8 (blockwise) training job on the shipped corpus, watches it to the end, shows it, and
+# stops the daemon (workers are never left behind: the job has finished by then).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+bash scripts/install-deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target fp8d fp8ctl fp8-worker
+
+FP8D="$BUILD_DIR/bin/fp8d"
+FP8CTL="$BUILD_DIR/bin/fp8ctl"
+WORKER="$BUILD_DIR/bin/fp8-worker"
+RUN_DIR="$ROOT/demo-run"
+ADDR=${FP8D_ADDR:-127.0.0.1:50151}
+export FP8D_ADDR=$ADDR
+mkdir -p "$RUN_DIR"
+
+# Byte-level token shards from the corpus shipped in data/ (vocab 256).
+"$WORKER" prepare-data --text data/corpus.txt --out "$RUN_DIR/data"
+
+"$FP8D" --listen "$ADDR" --data-dir "$RUN_DIR/fp8d-data" --worker "$WORKER" \
+  >"$RUN_DIR/fp8d.log" 2>&1 &
+DAEMON=$!
+trap 'kill -TERM $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  "$FP8CTL" list >/dev/null 2>&1 && break
+  kill -0 $DAEMON 2>/dev/null || { cat "$RUN_DIR/fp8d.log"; exit 1; }
+  sleep 0.1
+done
+
+JOB=$("$FP8CTL" submit -f examples/demo.yaml -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
+echo "submitted $JOB"
+"$FP8CTL" watch "$JOB"
+status=$?
+"$FP8CTL" describe "$JOB"
+exit $status
