@@ -22,15 +22,21 @@ constexpr float kE5M2Max = 57344.0f;
 constexpr float Fp8Max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kE4M3Max : kE5M2Max; }
 const char* Fp8FormatName(Fp8Format f);
 
-// Round to nearest even.
+// Round to nearest even. NaN → 0x7F in both formats (CUDA canonicalizes to +NaN); ±Inf →
+// ±max with kSatFinite, NaN (E4M3) / ±Inf (E5M2) with kNoSat; -0 keeps its sign.
 uint8_t FloatToFp8(float x, Fp8Format fmt, Saturation sat = Saturation::kSatFinite);
+// Exact decode (table lookup). NaN codes decode to +NaN 0x7FFFFFFF, like cuda_fp8.h's
+// __nv_cvt_fp8_to_halfraw followed by __half2float.
 float Fp8ToFloat(uint8_t v, Fp8Format fmt);
+// The 256-entry decode table behind Fp8ToFloat, for hot loops: Fp8DecodeTable(f)[byte].
+const float* Fp8DecodeTable(Fp8Format fmt);
 
-// BF16: round to nearest even; NaN stays NaN (quiet).
+// BF16: round to nearest even; any NaN becomes 0x7FFF (as cuda_bf16.h's host __float2bfloat16).
 uint16_t FloatToBf16(float x);
 float Bf16ToFloat(uint16_t v);
 
 // IEEE binary16, used by the exhaustive tests (every fp16 value) and by readers of F16 tensors.
+// RNE, overflow → ±Inf, NaN → 0x7FFF; HalfToFloat maps NaN to 0x7FFFFFFF (cuda_fp16.h host).
 uint16_t FloatToHalf(float x);
 float HalfToFloat(uint16_t v);
 

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "kernels/quantize.h"
+
 namespace fp8::kernels {
 
 struct QuantStats {
@@ -15,9 +17,14 @@ struct QuantStats {
   double scale_inv_max = 0;
 };
 
-// `x` original, `x_hat` its round trip, `scaled_abs_max_exceeded` counted by the caller or via
-// ComputeQuantStats below.
+// `x` original, `x_hat` its round trip, `n_saturated` counted by the caller (CountSaturated
+// below), scale_inv the scales used (min/max reported; may be null).
 QuantStats ComputeQuantStats(const float* x, const float* x_hat, int64_t n,
                              int64_t n_saturated, const float* scale_inv, int64_t n_scales);
+
+// Elements whose scaled magnitude |x / scale_inv| exceeds the format's max (they were clamped),
+// with scale_inv in the layout of `g` (see quantize.h; one value for kTensor).
+int64_t CountSaturated(const float* x, int64_t rows, int64_t cols, Granularity g, Fp8Format fmt,
+                       const float* scale_inv);
 
 }  // namespace fp8::kernels

@@ -1,0 +1,303 @@
+// FP32 GEMM for the CPU trainer: BLIS-style blocking (KC x MC block of op(A) packed into
+// MR-row micro-panels, KC x NC block of op(B) packed into NR-column micro-panels, an MR x NR
+// register-blocked micro-kernel). Two micro-kernels: a portable one (GCC vector extensions,
+// SSE-width) and an AVX2+FMA one picked at run time with __builtin_cpu_supports, so the
+// library is built for a portable baseline ISA and still uses FMA where the machine has it.
+//
+// Determinism: threads split C into disjoint blocks and every element's K reduction runs in
+// the same order whatever the thread count, so results do not depend on FP8_NUM_THREADS.
+// They do depend on the micro-kernel (FMA rounds once), i.e. on the machine's ISA.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kernels/gemm.h"
+#include "kernels/parallel.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FP8_HAVE_X86 1
+#endif
+
+namespace fp8::kernels {
+namespace {
+
+constexpr int kMR = 6;
+constexpr int64_t kKC = 256;   // packed B micro-panel (KC x 16 floats = 16 KiB) stays in L1
+constexpr int64_t kMC = 144;   // packed A block (144 x 256 floats = 144 KiB) stays in L2
+constexpr int64_t kNC = 3072;  // packed B block (3 MiB) in L3
+
+// ab[MR][NR] = Σ_k a_pack[k][MR] ⊗ b_pack[k][NR]
+using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, float* ab);
+
+typedef float V4 __attribute__((vector_size(16)));
+
+V4 LoadV4(const float* p) {
+  V4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+void StoreV4(float* p, V4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Portable kernel: MR=6, NR=8, 12 four-wide accumulators (fits the 16 SSE registers).
+void MicroKernelGeneric(int64_t kc, const float* a, const float* b, float* ab) {
+  V4 c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {};
+  V4 c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
+  for (int64_t k = 0; k < kc; ++k, a += kMR, b += 8) {
+    const V4 b0 = LoadV4(b), b1 = LoadV4(b + 4);
+    V4 av;
+    av = V4{} + a[0]; c00 += av * b0; c01 += av * b1;
+    av = V4{} + a[1]; c10 += av * b0; c11 += av * b1;
+    av = V4{} + a[2]; c20 += av * b0; c21 += av * b1;
+    av = V4{} + a[3]; c30 += av * b0; c31 += av * b1;
+    av = V4{} + a[4]; c40 += av * b0; c41 += av * b1;
+    av = V4{} + a[5]; c50 += av * b0; c51 += av * b1;
+  }
+  StoreV4(ab + 0, c00); StoreV4(ab + 4, c01);
+  StoreV4(ab + 8, c10); StoreV4(ab + 12, c11);
+  StoreV4(ab + 16, c20); StoreV4(ab + 20, c21);
+  StoreV4(ab + 24, c30); StoreV4(ab + 28, c31);
+  StoreV4(ab + 32, c40); StoreV4(ab + 36, c41);
+  StoreV4(ab + 40, c50); StoreV4(ab + 44, c51);
+}
+
+#ifdef FP8_HAVE_X86
+// AVX2+FMA kernel: MR=6, NR=16, 12 eight-wide accumulators.
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a,
+                                                         const float* b, float* ab) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, a += kMR, b += 16) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 av;
+    av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+    av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+    av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+    av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+    av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+    av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+  }
+  _mm256_storeu_ps(ab + 0, c00); _mm256_storeu_ps(ab + 8, c01);
+  _mm256_storeu_ps(ab + 16, c10); _mm256_storeu_ps(ab + 24, c11);
+  _mm256_storeu_ps(ab + 32, c20); _mm256_storeu_ps(ab + 40, c21);
+  _mm256_storeu_ps(ab + 48, c30); _mm256_storeu_ps(ab + 56, c31);
+  _mm256_storeu_ps(ab + 64, c40); _mm256_storeu_ps(ab + 72, c41);
+  _mm256_storeu_ps(ab + 80, c50); _mm256_storeu_ps(ab + 88, c51);
+}
+#endif
+
+struct KernelChoice {
+  MicroKernelFn fn;
+  int nr;
+  const char* name;
+};
+
+constexpr KernelChoice kGeneric{MicroKernelGeneric, 8, "generic-sse"};
+#ifdef FP8_HAVE_X86
+constexpr KernelChoice kAvx2{MicroKernelAvx2, 16, "avx2-fma"};
+#endif
+
+bool CpuHasAvx2Fma() {
+#ifdef FP8_HAVE_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+KernelChoice Resolve(SgemmKernel requested) {
+#ifdef FP8_HAVE_X86
+  if (requested == SgemmKernel::kAuto) {
+    if (const char* env = std::getenv("FP8_SGEMM_KERNEL"); env != nullptr) {
+      if (std::string(env) == "generic") requested = SgemmKernel::kGeneric;
+      if (std::string(env) == "avx2") requested = SgemmKernel::kAvx2;
+    }
+  }
+  if (requested != SgemmKernel::kGeneric && CpuHasAvx2Fma()) return kAvx2;
+#else
+  (void)requested;
+#endif
+  return kGeneric;
+}
+
+std::atomic<int> g_requested{static_cast<int>(SgemmKernel::kAuto)};
+
+KernelChoice Current() {
+  static const KernelChoice auto_choice = Resolve(SgemmKernel::kAuto);
+  const auto requested = static_cast<SgemmKernel>(g_requested.load(std::memory_order_relaxed));
+  return requested == SgemmKernel::kAuto ? auto_choice : Resolve(requested);
+}
+
+// 64-byte aligned scratch, reused per thread (the trainer calls Sgemm thousands of times).
+float* Scratch(int slot, size_t floats) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    size_t size = 0;
+  };
+  thread_local Buffer buffers[2];
+  Buffer& buf = buffers[slot];
+  if (buf.size < floats) {
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buf.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    FP8_CHECK(buf.data != nullptr);
+    buf.size = floats;
+  }
+  return buf.data.get();
+}
+
+struct Problem {
+  bool trans_a, trans_b;
+  float alpha, beta;
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+};
+
+// op(A)[i0:i0+mc, p0:p0+kc] → MR-row micro-panels, zero-padded to a multiple of MR rows.
+void PackA(const Problem& p, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
+  for (int64_t ip = 0; ip < mc; ip += kMR) {
+    const int64_t rows = std::min<int64_t>(kMR, mc - ip);
+    float* dst = out + ip * kc;
+    if (!p.trans_a) {
+      for (int64_t r = 0; r < kMR; ++r) {
+        if (r < rows) {
+          const float* src = p.a + (i0 + ip + r) * p.lda + p0;
+          for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = 0.0f;
+        }
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = p.a + (p0 + k) * p.lda + i0 + ip;
+        for (int64_t r = 0; r < kMR; ++r) dst[k * kMR + r] = r < rows ? src[r] : 0.0f;
+      }
+    }
+  }
+}
+
+// op(B)[p0:p0+kc, j0:j0+nc] → NR-column micro-panels, zero-padded.
+void PackB(const Problem& p, int nr, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* out) {
+  for (int64_t jp = 0; jp < nc; jp += nr) {
+    const int64_t cols = std::min<int64_t>(nr, nc - jp);
+    float* dst = out + jp * kc;
+    if (!p.trans_b) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = p.b + (p0 + k) * p.ldb + j0 + jp;
+        float* d = dst + k * nr;
+        if (cols == nr) {
+          std::memcpy(d, src, sizeof(float) * nr);
+        } else {
+          for (int64_t j = 0; j < nr; ++j) d[j] = j < cols ? src[j] : 0.0f;
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < nr; ++j) {
+        if (j < cols) {
+          const float* src = p.b + (j0 + jp + j) * p.ldb + p0;
+          for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// C tile = alpha·ab + (first K block ? beta·C : C); beta == 0 never reads C (BLAS rule).
+void StoreTile(const float* ab, int nr, int64_t rows, int64_t cols, float alpha, float beta,
+               bool first_k_block, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* ci = c + i * ldc;
+    const float* abi = ab + i * nr;
+    if (!first_k_block) {
+      for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * abi[j];
+    } else if (beta == 0.0f) {
+      for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * abi[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * abi[j] + beta * ci[j];
+    }
+  }
+}
+
+// Single-threaded blocked GEMM on C[i_begin:i_end, j_begin:j_end].
+void GemmBlock(const Problem& p, const KernelChoice& kern, int64_t k, int64_t i_begin,
+               int64_t i_end, int64_t j_begin, int64_t j_end) {
+  const int nr = kern.nr;
+  const int64_t nc_max = std::min<int64_t>(kNC, (j_end - j_begin + nr - 1) / nr * nr);
+  const int64_t mc_max = std::min<int64_t>(kMC, (i_end - i_begin + kMR - 1) / kMR * kMR);
+  const int64_t kc_max = std::min<int64_t>(kKC, k);
+  float* b_pack = Scratch(0, static_cast<size_t>(nc_max * kc_max));
+  float* a_pack = Scratch(1, static_cast<size_t>(mc_max * kc_max));
+  alignas(64) float ab[kMR * 16];
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kNC) {
+    const int64_t nc = std::min<int64_t>(kNC, j_end - j0);
+    for (int64_t p0 = 0; p0 < k; p0 += kKC) {
+      const int64_t kc = std::min<int64_t>(kKC, k - p0);
+      PackB(p, nr, p0, kc, j0, nc, b_pack);
+      for (int64_t i0 = i_begin; i0 < i_end; i0 += kMC) {
+        const int64_t mc = std::min<int64_t>(kMC, i_end - i0);
+        PackA(p, i0, mc, p0, kc, a_pack);
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          for (int64_t ir = 0; ir < mc; ir += kMR) {
+            kern.fn(kc, a_pack + ir * kc, b_pack + jr * kc, ab);
+            StoreTile(ab, nr, std::min<int64_t>(kMR, mc - ir), std::min<int64_t>(nr, nc - jr),
+                      p.alpha, p.beta, p0 == 0, p.c + (i0 + ir) * p.ldc + j0 + jr, p.ldc);
+          }
+        }
+      }
+    }
+  }
+}
+
+void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+  }
+}
+
+}  // namespace
+
+void SetSgemmKernel(SgemmKernel kernel) { g_requested.store(static_cast<int>(kernel)); }
+const char* SgemmKernelName() { return Current().name; }
+
+void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0 || alpha == 0.0f) {
+    ScaleC(m, n, beta, c, ldc);
+    return;
+  }
+  const Problem p{trans_a, trans_b, alpha, beta, a, lda, b, ldb, c, ldc};
+  const KernelChoice kern = Current();
+  // Split C along its longer side into one strip per thread, aligned to the micro-tile so no
+  // strip gets a ragged edge it does not need. Small products stay on the caller's thread.
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int threads = flops < 2e6 ? 1 : NumThreads();
+  if (m >= n) {
+    const int64_t units = (m + kMR - 1) / kMR;
+    ParallelFor(units, std::max<int64_t>(1, units / threads), [&](int64_t u0, int64_t u1) {
+      GemmBlock(p, kern, k, u0 * kMR, std::min(m, u1 * kMR), 0, n);
+    });
+  } else {
+    const int64_t units = (n + kern.nr - 1) / kern.nr;
+    ParallelFor(units, std::max<int64_t>(1, units / threads), [&](int64_t u0, int64_t u1) {
+      GemmBlock(p, kern, k, 0, m, u0 * kern.nr, std::min(n, u1 * kern.nr));
+    });
+  }
+}
+
+}  // namespace fp8::kernels
