@@ -1,0 +1,110 @@
+#include "daemon/agent/event_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace fp8d::agent {
+
+EventFileReader::EventFileReader(std::string path, int64_t offset)
+    : path_(std::move(path)), read_offset_(offset) {}
+
+EventFileReader::~EventFileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+fp8::Status EventFileReader::Open() {
+  if (fd_ >= 0) return fp8::OkStatus();
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    std::string msg = "events file " + path_ + ": " + std::strerror(err);
+    return err == ENOENT ? fp8::NotFoundError(msg) : fp8::InternalError(msg);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size < read_offset_) {
+    ::close(fd);
+    return fp8::DataLossError("events file " + path_ + " has " + std::to_string(st.st_size) +
+                              " bytes, fewer than the saved offset " +
+                              std::to_string(read_offset_));
+  }
+  fd_ = fd;
+  return fp8::OkStatus();
+}
+
+fp8::StatusOr<std::vector<EventLine>> EventFileReader::ReadAvailable() {
+  FP8_RETURN_IF_ERROR(Open());
+  std::vector<EventLine> lines;
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::pread(fd_, buf, sizeof(buf), read_offset_);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fp8::InternalError("reading events file " + path_ + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    // Offset of buf[0] in the file, used to give each line its end offset.
+    int64_t base = read_offset_;
+    read_offset_ += n;
+    size_t start = 0;
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      if (buf[i] != '\n') continue;
+      if (skipping_) {
+        // The rest of an oversized line whose head was already reported.
+        skipping_ = false;
+        skipped_ = 0;
+        start = i + 1;
+        continue;
+      }
+      partial_.append(buf + start, i - start);
+      start = i + 1;
+      if (!partial_.empty() && partial_.back() == '\r') partial_.pop_back();
+      EventLine line;
+      line.text = std::move(partial_);
+      line.offset_after = base + static_cast<int64_t>(i) + 1;
+      partial_.clear();
+      lines.push_back(std::move(line));
+    }
+    size_t rest = static_cast<size_t>(n) - start;
+    if (skipping_) {
+      skipped_ += static_cast<int64_t>(rest);
+    } else {
+      partial_.append(buf + start, rest);
+      if (partial_.size() > kMaxLineBytes) {
+        EventLine line;
+        line.text = partial_.substr(0, 256);
+        line.oversized = true;
+        // The line is consumed as far as it has been read; the remainder up to its '\n' is
+        // dropped as it arrives.
+        line.offset_after = read_offset_;
+        lines.push_back(std::move(line));
+        partial_.clear();
+        skipping_ = true;
+        skipped_ = 0;
+      }
+    }
+  }
+  return lines;
+}
+
+std::optional<EventLine> EventFileReader::TakeUnterminatedTail() {
+  if (partial_.empty()) return std::nullopt;
+  EventLine line;
+  line.text = std::move(partial_);
+  partial_.clear();
+  line.offset_after = read_offset_;
+  return line;
+}
+
+std::optional<nlohmann::json> ParseEventLine(const std::string& line) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto it = j.find("type");
+  if (it == j.end() || !it->is_string()) return std::nullopt;
+  return j;
+}
+
+}  // namespace fp8d::agent

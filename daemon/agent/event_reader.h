@@ -1,0 +1,59 @@
+// Incremental reader of a rank's NDJSON events file. The worker appends a line at a time; the
+// agent reads whatever has been appended since the last call and hands out only complete
+// lines, so a line caught half-written is kept until its '\n' arrives. Offsets are byte
+// offsets into the file, so a restarted controller can continue exactly after the last line
+// it handled.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace fp8d::agent {
+
+struct EventLine {
+  std::string text;          // without the trailing '\n' (and '\r')
+  int64_t offset_after = 0;  // byte offset just past the line's '\n'
+  bool oversized = false;    // longer than the limit: `text` holds only its beginning
+};
+
+class EventFileReader {
+ public:
+  // A line longer than this is not an event (a worker printing a tensor to stdout, say); it is
+  // reported as garbage with its head only, instead of growing the buffer without bound.
+  static constexpr size_t kMaxLineBytes = 1 << 20;
+
+  EventFileReader(std::string path, int64_t offset);
+  ~EventFileReader();
+  EventFileReader(const EventFileReader&) = delete;
+  EventFileReader& operator=(const EventFileReader&) = delete;
+
+  // Opens the file (NOT_FOUND naming it if missing; DATA_LOSS if shorter than the offset).
+  fp8::Status Open();
+  // Complete lines appended since the last call, in file order.
+  fp8::StatusOr<std::vector<EventLine>> ReadAvailable();
+  // Once the writer is gone: an unterminated last line, if any, as a final line.
+  std::optional<EventLine> TakeUnterminatedTail();
+
+  // Offset just past the last complete line handed out.
+  int64_t consumed_offset() const { return read_offset_ - static_cast<int64_t>(partial_.size()) - skipped_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t read_offset_;  // bytes of the file read so far
+  std::string partial_;  // bytes read after the last '\n'
+  int64_t skipped_ = 0;  // bytes of an oversized line dropped after its head was reported
+  bool skipping_ = false;
+};
+
+// The event in a line: an object with a string "type", else nullopt (garbage).
+std::optional<nlohmann::json> ParseEventLine(const std::string& line);
+
+}  // namespace fp8d::agent

@@ -1,0 +1,442 @@
+// LocalAgent: the in-process agent for the machine the daemon runs on.
+//
+// One observer thread does all the watching: every poll it reaps exited children (only the
+// pids it started: the daemon may have other children), checks adopted pids through /proc,
+// reads new lines from every rank's events file and calls the listener. Because one thread
+// delivers everything, a rank's events arrive in file order and its exit strictly after its
+// last event. The listener is called without the agent's lock held, so it may call Signal.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "daemon/agent/agent.h"
+#include "daemon/agent/event_reader.h"
+#include "daemon/agent/process.h"
+#include "daemon/agent/slots.h"
+
+extern char** environ;
+
+namespace fp8d::agent {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string RankFile(const std::string& attempt_dir, int rank, const char* suffix) {
+  return attempt_dir + "/rank-" + std::to_string(rank) + suffix;
+}
+
+Status ErrnoStatus(const std::string& what, int err) {
+  return fp8::InternalError(what + ": " + std::strerror(err));
+}
+
+// Creates (or empties) a file the child will open for appending.
+Status CreateEmptyFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("creating " + path, errno);
+  ::close(fd);
+  return fp8::OkStatus();
+}
+
+Status FsyncPath(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening " + path, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoStatus("fsync " + path, err);
+  return fp8::OkStatus();
+}
+
+// spec.json appears whole or not at all: a worker (or an operator) never reads half of it.
+Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("creating " + tmp, errno);
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus("writing " + tmp, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoStatus("fsync " + tmp, err);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("renaming " + tmp, errno);
+  return FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
+struct RankState {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int64_t pid = 0;
+  uint64_t start_time = 0;
+  bool our_child = false;  // started by this agent: reap it; else watch /proc
+  std::unique_ptr<EventFileReader> reader;
+  // Guarded by LocalAgent::mu_: set once the process is gone (reaped, or seen gone).
+  bool gone = false;
+  WorkerExit exit;
+};
+
+using AttemptKey = std::pair<std::string, int>;
+
+class LocalAgent final : public Agent {
+ public:
+  LocalAgent(LocalAgentOptions options, AgentListener* listener)
+      : options_(std::move(options)), listener_(listener), slots_(ComputeSlots(options_)) {
+    if (options_.poll_interval_ms <= 0) options_.poll_interval_ms = 20;
+    observer_ = std::thread([this] { ObserveLoop(); });
+  }
+
+  ~LocalAgent() override { Stop(); }
+
+  std::vector<Slot> Slots() const override { return slots_; }
+
+  StatusOr<std::vector<RankProcess>> Launch(const LaunchRequest& request) override;
+  Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
+               const std::vector<RankProcess>& ranks) override;
+  void Signal(const std::string& job_id, int attempt, int sig) override;
+  void Stop() override;
+
+ private:
+  Status ValidateLaunch(const LaunchRequest& request) const;
+  std::map<std::string, std::string> RankEnvironment(const LaunchRequest& request, int rank) const;
+  void ObserveLoop();
+  void PollOnce();
+  // Under mu_: updates rank.gone / rank.exit.
+  void CheckGoneLocked(RankState& rank);
+  void Deliver(RankState& rank, const EventLine& line);
+
+  LocalAgentOptions options_;
+  AgentListener* listener_;
+  const std::vector<Slot> slots_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::map<AttemptKey, std::vector<std::shared_ptr<RankState>>> attempts_;
+  std::thread observer_;
+  std::once_flag stop_once_;
+};
+
+Status LocalAgent::ValidateLaunch(const LaunchRequest& request) const {
+  if (request.job_id.empty()) return fp8::InvalidArgumentError("job_id: must not be empty");
+  if (request.attempt < 1) return fp8::InvalidArgumentError("attempt: must be >= 1");
+  if (request.kind.empty()) return fp8::InvalidArgumentError("kind: must not be empty");
+  if (request.attempt_dir.empty()) return fp8::InvalidArgumentError("attempt_dir: must not be empty");
+  if (request.slots.empty()) return fp8::InvalidArgumentError("slots: at least one rank is needed");
+  if (request.worker_argv_prefix.empty() || request.worker_argv_prefix[0].empty()) {
+    return fp8::InvalidArgumentError("worker_argv_prefix: must name the worker program");
+  }
+  std::string node = slots_.empty() ? LocalHostname() : slots_.front().node;
+  for (size_t r = 0; r < request.slots.size(); ++r) {
+    const std::string& n = request.slots[r].node;
+    if (!n.empty() && n != node) {
+      return fp8::InvalidArgumentError("slots[" + std::to_string(r) + "].node: '" + n +
+                                       "' is not this node ('" + node + "')");
+    }
+  }
+  return fp8::OkStatus();
+}
+
+std::map<std::string, std::string> LocalAgent::RankEnvironment(const LaunchRequest& request,
+                                                               int rank) const {
+  const Slot& slot = request.slots[rank];
+  int local_rank = 0, local_world = 0;
+  for (size_t r = 0; r < request.slots.size(); ++r) {
+    if (request.slots[r].node != slot.node) continue;
+    if (static_cast<int>(r) < rank) ++local_rank;
+    ++local_world;
+  }
+  std::map<std::string, std::string> env = {
+      {"FP8D_JOB", request.job_id},
+      {"FP8D_ATTEMPT", std::to_string(request.attempt)},
+      {"FP8D_RANK", std::to_string(rank)},
+      {"FP8D_WORLD_SIZE", std::to_string(request.slots.size())},
+      {"FP8D_LOCAL_RANK", std::to_string(local_rank)},
+      {"FP8D_LOCAL_WORLD_SIZE", std::to_string(local_world)},
+      // Empty for a CPU slot: hides every GPU, so a CPU rank never grabs one by accident.
+      {"CUDA_VISIBLE_DEVICES", slot.gpu >= 0 ? std::to_string(slot.gpu) : std::string()},
+      {"FP8D_RENDEZVOUS_DIR", request.attempt_dir + "/rendezvous"},
+      {"FP8D_CHECKPOINT_DIR", request.checkpoint_dir},
+      {"FP8D_RESUME_FROM", request.resume_from},
+  };
+  // Last, so a caller (tests, the integration harness) can add or override anything.
+  for (const auto& [k, v] : request.extra_env) env[k] = v;
+  return env;
+}
+
+StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& request) {
+  FP8_RETURN_IF_ERROR(ValidateLaunch(request));
+  const AttemptKey key{request.job_id, request.attempt};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return fp8::FailedPreconditionError("agent is stopped");
+    if (attempts_.count(key)) {
+      return fp8::AlreadyExistsError("job " + request.job_id + " attempt " +
+                                     std::to_string(request.attempt) + " is already running");
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(request.attempt_dir + "/rendezvous", ec);
+  if (ec) return fp8::InternalError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
+  const std::string spec_path = request.attempt_dir + "/spec.json";
+  FP8_RETURN_IF_ERROR(WriteFileAtomically(spec_path, request.spec_json));
+
+  std::vector<std::shared_ptr<RankState>> started;
+  auto kill_started = [&started] {
+    // A gang starts whole or not at all: a half-started attempt would only wait for ranks
+    // that never come. These are our children, so reaping them is ours to do.
+    for (auto& r : started) ::kill(-static_cast<pid_t>(r->pid), SIGKILL);
+    for (auto& r : started) {
+      int st;
+      while (::waitpid(static_cast<pid_t>(r->pid), &st, 0) < 0 && errno == EINTR) {
+      }
+    }
+  };
+  for (int rank = 0; rank < static_cast<int>(request.slots.size()); ++rank) {
+    SpawnRequest spawn;
+    spawn.argv = request.worker_argv_prefix;
+    spawn.argv.push_back(request.kind);
+    spawn.argv.push_back("--spec");
+    spawn.argv.push_back(spec_path);
+    spawn.env = MergeEnvironment(environ, RankEnvironment(request, rank));
+    spawn.stdout_path = RankFile(request.attempt_dir, rank, ".events");
+    spawn.stderr_path = RankFile(request.attempt_dir, rank, ".log");
+    Status st = CreateEmptyFile(spawn.stdout_path);
+    if (st.ok()) st = CreateEmptyFile(spawn.stderr_path);
+    StatusOr<int64_t> pid = st.ok() ? SpawnInOwnSession(spawn) : StatusOr<int64_t>(st);
+    if (!pid.ok()) {
+      kill_started();
+      return fp8::Status(pid.status().code(),
+                         "rank " + std::to_string(rank) + ": " + pid.status().message());
+    }
+    auto state = std::make_shared<RankState>();
+    state->job_id = request.job_id;
+    state->attempt = request.attempt;
+    state->rank = rank;
+    state->pid = *pid;
+    // The child exists from the moment posix_spawn returns (it is ours and unreaped), so its
+    // /proc entry is there to read even if it has exited already.
+    state->start_time = ProcessStartTime(*pid);
+    state->our_child = true;
+    state->reader = std::make_unique<EventFileReader>(spawn.stdout_path, 0);
+    started.push_back(std::move(state));
+  }
+  std::vector<RankProcess> out;
+  for (auto& r : started) {
+    Status st = r->reader->Open();
+    if (!st.ok()) {
+      kill_started();
+      return st;
+    }
+    out.push_back(RankProcess{r->rank, r->pid, r->start_time, 0});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attempts_[key] = std::move(started);
+  }
+  return out;
+}
+
+Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                         const std::vector<RankProcess>& ranks) {
+  if (ranks.empty()) return fp8::InvalidArgumentError("ranks: nothing to adopt");
+  const AttemptKey key{job_id, attempt};
+  std::vector<std::shared_ptr<RankState>> adopted;
+  for (const RankProcess& rp : ranks) {
+    if (!ProcessMatches(rp.pid, rp.start_time)) {
+      ProcStat now = ReadProcStat(rp.pid);
+      std::string why = !now.exists ? "is gone"
+                        : now.zombie ? "has exited"
+                                     : "belongs to another process now (start time " +
+                                           std::to_string(now.start_time) + ", expected " +
+                                           std::to_string(rp.start_time) + ")";
+      return fp8::NotFoundError("job " + job_id + " attempt " + std::to_string(attempt) +
+                                " rank " + std::to_string(rp.rank) + ": pid " +
+                                std::to_string(rp.pid) + " " + why);
+    }
+    auto state = std::make_shared<RankState>();
+    state->job_id = job_id;
+    state->attempt = attempt;
+    state->rank = rp.rank;
+    state->pid = rp.pid;
+    state->start_time = rp.start_time;
+    state->our_child = false;
+    state->reader = std::make_unique<EventFileReader>(RankFile(attempt_dir, rp.rank, ".events"),
+                                                      rp.events_offset);
+    FP8_RETURN_IF_ERROR(state->reader->Open());
+    adopted.push_back(std::move(state));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return fp8::FailedPreconditionError("agent is stopped");
+  if (attempts_.count(key)) {
+    return fp8::AlreadyExistsError("job " + job_id + " attempt " + std::to_string(attempt) +
+                                   " is already observed");
+  }
+  attempts_[key] = std::move(adopted);
+  return fp8::OkStatus();
+}
+
+void LocalAgent::Signal(const std::string& job_id, int attempt, int sig) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = attempts_.find({job_id, attempt});
+  if (it == attempts_.end()) return;
+  for (auto& r : it->second) {
+    if (r->gone) continue;
+    // An unreaped child's pid cannot be reused, so signalling its group is safe. An adopted
+    // pid could have been reused since the last poll: check it right before the kill.
+    if (!r->our_child && !ProcessMatches(r->pid, r->start_time)) continue;
+    ::kill(-static_cast<pid_t>(r->pid), sig);
+  }
+}
+
+void LocalAgent::Stop() {
+  std::call_once(stop_once_, [this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (observer_.joinable()) observer_.join();
+  });
+}
+
+void LocalAgent::ObserveLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_interval_ms),
+                 [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    PollOnce();
+    lock.lock();
+  }
+}
+
+void LocalAgent::CheckGoneLocked(RankState& r) {
+  if (r.gone) return;
+  r.exit.job_id = r.job_id;
+  r.exit.attempt = r.attempt;
+  r.exit.rank = r.rank;
+  if (!r.our_child) {
+    if (ProcessMatches(r.pid, r.start_time)) return;
+    r.gone = true;
+    r.exit.exit_code = -1;
+    r.exit.signal = 0;
+    r.exit.adopted = true;
+    return;
+  }
+  const pid_t pid = static_cast<pid_t>(r.pid);
+  siginfo_t info{};
+  // Look without reaping first: while the leader is an unreaped zombie its pid (= the group
+  // id) cannot be reused, so this is the one moment the rest of its group can be killed
+  // safely. A rank's helpers (data loaders, a forked compiler) must not outlive it and hold
+  // its GPU or files.
+  int rc = ::waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT);
+  if (rc == 0 && info.si_pid == 0) return;  // still running
+  if (rc == 0) ::kill(-pid, SIGKILL);
+  int status = 0;
+  pid_t got;
+  do {
+    got = ::waitpid(pid, &status, WNOHANG);
+  } while (got < 0 && errno == EINTR);
+  if (got == 0) return;  // raced with nothing: still running
+  r.gone = true;
+  if (got < 0) {
+    // ECHILD: someone else in the daemon reaped it (e.g. a waitpid(-1)); the status is lost.
+    r.exit.exit_code = -1;
+    r.exit.signal = 0;
+  } else if (WIFEXITED(status)) {
+    r.exit.exit_code = WEXITSTATUS(status);
+    r.exit.signal = 0;
+  } else if (WIFSIGNALED(status)) {
+    r.exit.exit_code = -1;
+    r.exit.signal = WTERMSIG(status);
+  }
+}
+
+void LocalAgent::Deliver(RankState& r, const EventLine& line) {
+  // Blank lines carry nothing; they are skipped (their bytes are covered by the next offset).
+  if (!line.oversized &&
+      line.text.find_first_not_of(" \t\r") == std::string::npos) {
+    return;
+  }
+  WorkerEvent ev;
+  ev.job_id = r.job_id;
+  ev.attempt = r.attempt;
+  ev.rank = r.rank;
+  ev.raw = line.text;
+  ev.offset_after = line.offset_after;
+  std::optional<nlohmann::json> parsed;
+  if (!line.oversized) parsed = ParseEventLine(line.text);
+  if (parsed) {
+    ev.event = std::move(*parsed);
+  } else {
+    ev.garbage = true;
+  }
+  if (listener_ != nullptr) listener_->OnWorkerEvent(std::move(ev));
+}
+
+void LocalAgent::PollOnce() {
+  std::vector<std::shared_ptr<RankState>> ranks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, rs] : attempts_) ranks.insert(ranks.end(), rs.begin(), rs.end());
+  }
+  for (auto& r : ranks) {
+    bool gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      CheckGoneLocked(*r);
+      gone = r->gone;
+    }
+    // Read after the exit check: everything the rank wrote before exiting is in the file by
+    // now, so its exit is delivered after its last event.
+    auto lines = r->reader->ReadAvailable();
+    if (lines.ok()) {
+      for (const EventLine& line : *lines) Deliver(*r, line);
+    }
+    if (!gone) continue;
+    if (auto tail = r->reader->TakeUnterminatedTail()) Deliver(*r, *tail);
+    if (listener_ != nullptr) listener_->OnWorkerExit(r->exit);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = attempts_.find({r->job_id, r->attempt});
+    if (it != attempts_.end()) {
+      auto& v = it->second;
+      v.erase(std::remove(v.begin(), v.end(), r), v.end());
+      if (v.empty()) attempts_.erase(it);
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Agent> NewLocalAgent(LocalAgentOptions options, AgentListener* listener) {
+  return std::make_unique<LocalAgent>(std::move(options), listener);
+}
+
+}  // namespace fp8d::agent

@@ -1,0 +1,124 @@
+#include "daemon/agent/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/agent/agent.h"
+
+namespace fp8d::agent {
+
+namespace {
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// RAII for the posix_spawn attribute objects, so every early return cleans up.
+struct SpawnAttrs {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  SpawnAttrs() {
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+  }
+  ~SpawnAttrs() {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+  }
+};
+
+}  // namespace
+
+fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request) {
+  if (request.argv.empty() || request.argv[0].empty()) {
+    return fp8::InvalidArgumentError("worker_argv_prefix: empty program");
+  }
+  SpawnAttrs s;
+  int rc = 0;
+  // The child opens its own stdio, so the parent never holds fds that another thread's
+  // fork could leak.
+  rc |= posix_spawn_file_actions_addopen(&s.actions, 0, "/dev/null", O_RDONLY, 0);
+  rc |= posix_spawn_file_actions_addopen(&s.actions, 1, request.stdout_path.c_str(),
+                                         O_WRONLY | O_APPEND, 0);
+  rc |= posix_spawn_file_actions_addopen(&s.actions, 2, request.stderr_path.c_str(),
+                                         O_WRONLY | O_APPEND, 0);
+  // Belt and braces on top of O_CLOEXEC: libraries in the daemon (gRPC, SQLite) may open fds
+  // without it, and a worker holding the daemon's listening socket or database would be a bug.
+  rc |= posix_spawn_file_actions_addclosefrom_np(&s.actions, 3);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  rc |= posix_spawnattr_setsigdefault(&s.attr, &all);
+  rc |= posix_spawnattr_setsigmask(&s.attr, &none);
+  rc |= posix_spawnattr_setflags(&s.attr,
+                                 POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  if (rc != 0) return fp8::InternalError("posix_spawn attributes could not be set up");
+
+  std::vector<char*> argv;
+  for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  pid_t pid = 0;
+  int err = posix_spawnp(&pid, argv[0], &s.actions, &s.attr, argv.data(), envp.data());
+  if (err != 0) {
+    return fp8::Status(err == ENOENT || err == EACCES ? fp8::StatusCode::kFailedPrecondition
+                                                      : fp8::StatusCode::kInternal,
+                       "starting '" + request.argv[0] + "': " + ErrnoText(err));
+  }
+  return static_cast<int64_t>(pid);
+}
+
+std::vector<std::string> MergeEnvironment(char** base,
+                                          const std::map<std::string, std::string>& overrides) {
+  std::map<std::string, std::string> env;
+  for (char** e = base; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  for (const auto& [k, v] : overrides) env[k] = v;
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+ProcStat ReadProcStat(int64_t pid) {
+  ProcStat st;
+  if (pid <= 0) return st;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return st;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return st;
+  std::istringstream fields(text.substr(close + 1));
+  std::string field;
+  // After ')': field 3 (state) is index 0, field 22 (starttime) is index 19.
+  for (int i = 0; i <= 19 && fields >> field; ++i) {
+    if (i == 0) st.zombie = (field == "Z" || field == "X" || field == "x");
+    if (i == 19) {
+      st.exists = true;
+      st.start_time = std::strtoull(field.c_str(), nullptr, 10);
+    }
+  }
+  return st;
+}
+
+uint64_t ProcessStartTime(int64_t pid) { return ReadProcStat(pid).start_time; }
+
+bool ProcessMatches(int64_t pid, uint64_t start_time) {
+  ProcStat st = ReadProcStat(pid);
+  return st.exists && !st.zombie && st.start_time == start_time;
+}
+
+}  // namespace fp8d::agent
