@@ -1,0 +1,129 @@
+#include "daemon/api/job_service.h"
+
+#include <boost/asio/post.hpp>
+
+#include "daemon/api/status_mapping.h"
+#include "daemon/api/stream_reactors.h"
+#include "daemon/api/validation.h"
+
+namespace fp8d::api {
+
+using fp8d::v1::Job;
+
+namespace {
+
+// Finishes a unary call from the manager's callback: copy the value into gRPC's response
+// object (alive until Finish) or map the error 1:1.
+template <typename T>
+auto Responder(grpc::ServerUnaryReactor* reactor, T* response) {
+  return [reactor, response](fp8::StatusOr<T> result) {
+    if (!result.ok()) {
+      reactor->Finish(ToGrpcStatus(result.status()));
+      return;
+    }
+    *response = std::move(result).value();
+    reactor->Finish(grpc::Status::OK);
+  };
+}
+
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8::Status& status) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+JobServiceImpl::JobServiceImpl(boost::asio::io_context& io, core::JobManager* manager,
+                               std::shared_ptr<const AuthPolicy> auth, JobServiceOptions options)
+    : io_(io), manager_(manager), auth_(std::move(auth)), options_(options),
+      readers_(std::make_shared<boost::asio::thread_pool>(options.log_reader_threads)) {}
+
+JobServiceImpl::~JobServiceImpl() { Stop(); }
+
+void JobServiceImpl::Stop() {
+  readers_->stop();
+  readers_->join();
+}
+
+fp8::Status JobServiceImpl::Admit(const grpc::CallbackServerContext& context, const char* method,
+                                  const fp8::Status& validation) const {
+  FP8_RETURN_IF_ERROR(auth_->Authorize(context, method));
+  if (!ready_.load()) return fp8::UnavailableError("fp8d is recovering its jobs; retry shortly");
+  return validation;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
+                                                    const fp8d::v1::CreateJobRequest* request,
+                                                    Job* response) {
+  fp8::Status admitted = Admit(*context, "CreateJob", ValidateCreateJobRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted);
+  auto* reactor = context->DefaultReactor();
+  fp8d::v1::CreateJobRequest normalized = *request;
+  NormalizeCreateJobRequest(normalized);
+  boost::asio::post(io_, [this, reactor, response, req = std::move(normalized)]() mutable {
+    manager_->CreateJob(std::move(req), Responder(reactor, response));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
+                                                 const fp8d::v1::GetJobRequest* request,
+                                                 Job* response) {
+  fp8::Status admitted = Admit(*context, "GetJob", ValidateGetJobRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted);
+  auto* reactor = context->DefaultReactor();
+  boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
+    manager_->GetJob(std::move(req), Responder(reactor, response));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
+                                                   const fp8d::v1::ListJobsRequest* request,
+                                                   fp8d::v1::ListJobsResponse* response) {
+  fp8::Status admitted = Admit(*context, "ListJobs", ValidateListJobsRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted);
+  auto* reactor = context->DefaultReactor();
+  fp8d::v1::ListJobsRequest req = *request;
+  if (req.page_size() == 0) req.set_page_size(50);
+  boost::asio::post(io_, [this, reactor, response, req = std::move(req)]() mutable {
+    manager_->ListJobs(std::move(req), Responder(reactor, response));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
+                                                    const fp8d::v1::CancelJobRequest* request,
+                                                    Job* response) {
+  fp8::Status admitted = Admit(*context, "CancelJob", ValidateCancelJobRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted);
+  auto* reactor = context->DefaultReactor();
+  boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
+    manager_->CancelJob(std::move(req), Responder(reactor, response));
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const fp8d::v1::WatchJobRequest* request) {
+  fp8::Status admitted = Admit(*context, "WatchJob", ValidateWatchJobRequest(*request));
+  if (!admitted.ok()) {
+    return new FinishedWriteReactor<fp8d::v1::WatchJobResponse>(ToGrpcStatus(admitted));
+  }
+  return NewWatchReactor(io_, manager_, *request, options_.watch_queue_limit);
+}
+
+grpc::ServerWriteReactor<fp8d::v1::LogChunk>* JobServiceImpl::GetJobLogs(
+    grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) {
+  fp8::Status admitted = Admit(*context, "GetJobLogs", ValidateGetJobLogsRequest(*request));
+  if (!admitted.ok()) {
+    return new FinishedWriteReactor<fp8d::v1::LogChunk>(ToGrpcStatus(admitted));
+  }
+  LogStreamOptions log_options;
+  log_options.chunk_bytes = options_.log_chunk_bytes;
+  log_options.poll_ms = options_.log_poll_ms;
+  return NewLogReactor(io_, manager_, readers_, *request, log_options);
+}
+
+}  // namespace fp8d::api

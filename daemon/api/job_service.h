@@ -1,0 +1,69 @@
+// fp8d.v1.JobService on gRPC's callback API. A handler authorizes, validates, then posts one
+// command to the manager's io_context and returns its reactor; the reactor finishes from the
+// callback the manager posts back. No handler blocks a gRPC thread or the io thread: log files
+// are read on a small reader pool, and waits are io timers.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "daemon/api/auth_policy.h"
+#include "daemon/core/job_manager.h"
+#include "fp8d/v1/job_service.grpc.pb.h"
+
+namespace fp8d::api {
+
+struct JobServiceOptions {
+  // Updates queued for one slow WatchJob client before progress-only updates are coalesced
+  // (state changes are never dropped, and nothing is reordered).
+  size_t watch_queue_limit = 64;
+  size_t log_chunk_bytes = 64 * 1024;
+  int log_poll_ms = 200;         // how often GetJobLogs(follow) looks for new bytes
+  int log_reader_threads = 2;
+};
+
+class JobServiceImpl final : public fp8d::v1::JobService::CallbackService {
+ public:
+  JobServiceImpl(boost::asio::io_context& io, core::JobManager* manager,
+                 std::shared_ptr<const AuthPolicy> auth, JobServiceOptions options = {});
+  ~JobServiceImpl() override;
+
+  // Until the manager has finished recovery, every call is answered UNAVAILABLE.
+  void SetReady(bool ready) { ready_.store(ready); }
+  // Stops the log reader pool. Call after the gRPC server has shut down.
+  void Stop();
+
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* context,
+                                      const fp8d::v1::CreateJobRequest* request,
+                                      fp8d::v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const fp8d::v1::GetJobRequest* request,
+                                   fp8d::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const fp8d::v1::ListJobsRequest* request,
+                                     fp8d::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const fp8d::v1::CancelJobRequest* request,
+                                      fp8d::v1::Job* response) override;
+  grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* WatchJob(
+      grpc::CallbackServerContext* context, const fp8d::v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<fp8d::v1::LogChunk>* GetJobLogs(
+      grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) override;
+
+ private:
+  // Auth + readiness + validation; OK means the call may be posted to the manager.
+  fp8::Status Admit(const grpc::CallbackServerContext& context, const char* method,
+                    const fp8::Status& validation) const;
+
+  boost::asio::io_context& io_;
+  core::JobManager* manager_;
+  std::shared_ptr<const AuthPolicy> auth_;
+  JobServiceOptions options_;
+  std::atomic<bool> ready_{false};
+  std::shared_ptr<boost::asio::thread_pool> readers_;
+};
+
+}  // namespace fp8d::api

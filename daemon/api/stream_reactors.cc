@@ -1,0 +1,414 @@
+#include "daemon/api/stream_reactors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "daemon/api/status_mapping.h"
+
+namespace fp8d::api {
+
+bool IsTerminalState(fp8d::v1::JobState state) {
+  return state == fp8d::v1::SUCCEEDED || state == fp8d::v1::FAILED ||
+         state == fp8d::v1::CANCELLED;
+}
+
+namespace {
+
+using fp8d::v1::Job;
+using fp8d::v1::LogChunk;
+using fp8d::v1::WatchJobResponse;
+
+// Shared write discipline for both streams: one write in flight, Finish only when idle,
+// and nothing after OnDone. Every decision is taken under `mu`; the gRPC call that follows is
+// made outside it (a reactor method may run callbacks inline).
+template <typename Msg>
+class StreamGate {
+ public:
+  explicit StreamGate(grpc::ServerWriteReactor<Msg>* reactor) : reactor_(reactor) {}
+
+  // Starts writing `msg` if no write is in flight; returns false if busy or finishing.
+  bool TryWrite(Msg msg) {
+    grpc::ServerWriteReactor<Msg>* r;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_ || finishing_ || reactor_ == nullptr) return false;
+      writing_ = true;
+      in_flight_ = std::move(msg);
+      r = reactor_;
+    }
+    r->StartWrite(&in_flight_);
+    return true;
+  }
+  // Finishes now if idle, else when the write in flight completes.
+  void FinishWhenIdle(grpc::Status status) {
+    grpc::ServerWriteReactor<Msg>* r = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finishing_ || reactor_ == nullptr) return;
+      if (!pending_finish_) pending_finish_ = std::move(status);
+      if (writing_) return;
+      finishing_ = true;
+      r = reactor_;
+    }
+    r->Finish(*pending_finish_);
+  }
+  // Called from OnWriteDone. Returns true when the caller may write the next message; false when
+  // the stream is finishing (a pending Finish was issued here) or broke.
+  bool WriteDone(bool ok) {
+    grpc::ServerWriteReactor<Msg>* r = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok && !pending_finish_) pending_finish_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream broken");
+      if (!pending_finish_) return true;
+      if (finishing_) return false;
+      finishing_ = true;
+      r = reactor_;
+    }
+    r->Finish(*pending_finish_);
+    return false;
+  }
+  bool Closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finishing_ || pending_finish_.has_value() || reactor_ == nullptr;
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reactor_ = nullptr;
+  }
+  std::mutex& mu() { return mu_; }
+
+ private:
+  std::mutex mu_;
+  grpc::ServerWriteReactor<Msg>* reactor_;
+  Msg in_flight_;  // must outlive the write; only replaced when no write is in flight
+  bool writing_ = false;
+  bool finishing_ = false;
+  std::optional<grpc::Status> pending_finish_;
+};
+
+// ---------------------------------------------------------------------------------- WatchJob
+
+class WatchSession : public std::enable_shared_from_this<WatchSession> {
+ public:
+  WatchSession(boost::asio::io_context& io, core::JobManager* manager,
+               fp8d::v1::WatchJobRequest request, size_t queue_limit,
+               grpc::ServerWriteReactor<WatchJobResponse>* reactor)
+      : io_(io), manager_(manager), request_(std::move(request)), queue_limit_(queue_limit),
+        gate_(reactor) {}
+
+  void Begin() {
+    auto self = shared_from_this();
+    boost::asio::post(io_, [self] {
+      if (self->gate_.Closed()) return;
+      self->subscription_ = self->manager_->Watch(
+          self->request_.name(), self->request_.since_version(),
+          [self](const Job& job) { self->OnUpdate(job); },
+          [self](fp8::Status status) { self->OnEnd(std::move(status)); });
+    });
+  }
+
+  // Runs on io.
+  void OnUpdate(const Job& job) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (!queue_.empty() || writing_) {
+        // Slow client: coalesce consecutive progress-only updates at the tail once the queue is
+        // long, never a state change, so the client still sees every state in order.
+        if (queue_.size() >= queue_limit_ && queue_.back().state() == job.state()) {
+          queue_.back() = job;
+        } else {
+          queue_.push_back(job);
+        }
+        return;
+      }
+      writing_ = true;
+    }
+    WatchJobResponse msg;
+    *msg.mutable_job() = job;
+    if (!gate_.TryWrite(std::move(msg))) {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      writing_ = false;
+    }
+  }
+
+  // Runs on io.
+  void OnEnd(fp8::Status status) {
+    ended_ = true;
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    end_ = ToGrpcStatus(status);
+    if (!writing_ && queue_.empty()) gate_.FinishWhenIdle(*end_);
+  }
+
+  // gRPC thread.
+  void OnWriteDone(bool ok) {
+    if (!gate_.WriteDone(ok)) {
+      Unwatch();
+      return;
+    }
+    WatchJobResponse msg;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (queue_.empty()) {
+        writing_ = false;
+        if (end_) gate_.FinishWhenIdle(*end_);
+        return;
+      }
+      *msg.mutable_job() = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (!gate_.TryWrite(std::move(msg))) {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      writing_ = false;
+    }
+  }
+
+  void OnCancel() {
+    gate_.FinishWhenIdle(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled"));
+    Unwatch();
+  }
+
+  void OnDone() {
+    gate_.Detach();
+    Unwatch();
+  }
+
+ private:
+  void Unwatch() {
+    auto self = shared_from_this();
+    boost::asio::post(io_, [self] {
+      if (self->subscription_ >= 0 && !self->ended_ && !self->unwatched_) {
+        self->unwatched_ = true;
+        self->manager_->Unwatch(self->subscription_);
+      }
+    });
+  }
+
+  boost::asio::io_context& io_;
+  core::JobManager* manager_;
+  const fp8d::v1::WatchJobRequest request_;
+  const size_t queue_limit_;
+  StreamGate<WatchJobResponse> gate_;
+  // io-thread only.
+  int64_t subscription_ = -1;
+  bool ended_ = false;
+  bool unwatched_ = false;
+  // Updates waiting for the write in flight.
+  std::mutex queue_mu_;
+  std::deque<Job> queue_;
+  bool writing_ = false;
+  std::optional<grpc::Status> end_;
+};
+
+class WatchReactor final : public grpc::ServerWriteReactor<WatchJobResponse> {
+ public:
+  WatchReactor(boost::asio::io_context& io, core::JobManager* manager,
+               fp8d::v1::WatchJobRequest request, size_t queue_limit)
+      : session_(std::make_shared<WatchSession>(io, manager, std::move(request), queue_limit, this)) {
+    session_->Begin();
+  }
+  void OnWriteDone(bool ok) override { session_->OnWriteDone(ok); }
+  void OnCancel() override { session_->OnCancel(); }
+  void OnDone() override {
+    session_->OnDone();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<WatchSession> session_;
+};
+
+// --------------------------------------------------------------------------------- GetJobLogs
+
+// Reads the rank's log in chunks on the reader pool. With follow, at EOF it asks the manager
+// (on io) whether the job is terminal and which file is current, waits poll_ms on an io timer
+// and reads on; it ends after a read that reached EOF *following* a check that saw the job
+// terminal, so every byte written before the workers exited is sent.
+class LogSession : public std::enable_shared_from_this<LogSession> {
+ public:
+  LogSession(boost::asio::io_context& io, core::JobManager* manager,
+             std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
+             LogStreamOptions options, grpc::ServerWriteReactor<LogChunk>* reactor)
+      : io_(io), manager_(manager), readers_(std::move(readers)), request_(std::move(request)),
+        options_(options), gate_(reactor), timer_(io) {}
+
+  ~LogSession() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void Begin() { Check(); }
+
+  void OnWriteDone(bool ok) {
+    if (!gate_.WriteDone(ok)) return;
+    ScheduleRead();
+  }
+  void OnCancel() {
+    gate_.FinishWhenIdle(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled"));
+  }
+  void OnDone() { gate_.Detach(); }
+
+ private:
+  // On io: where is the log, and is the job over?
+  void Check() {
+    auto self = shared_from_this();
+    boost::asio::post(io_, [self] {
+      if (self->gate_.Closed()) return;
+      self->manager_->LogPath(
+          self->request_.name(), self->request_.rank(), self->request_.attempt(),
+          [self](fp8::StatusOr<std::string> path, bool terminal) {
+            self->OnChecked(std::move(path), terminal);
+          });
+    });
+  }
+
+  void OnChecked(fp8::StatusOr<std::string> path, bool terminal) {
+    if (!path.ok()) {
+      if (path.status().code() != fp8::StatusCode::kNotFound || !request_.follow() || !path_.empty()) {
+        if (!path_.empty() && path.status().code() == fp8::StatusCode::kNotFound) {
+          gate_.FinishWhenIdle(grpc::Status::OK);  // had a file; nothing newer
+        } else {
+          gate_.FinishWhenIdle(ToGrpcStatus(path.status()));
+        }
+        return;
+      }
+      // follow, no log yet: the job may not have started. Ask whether it exists at all.
+      auto self = shared_from_this();
+      fp8d::v1::GetJobRequest get;
+      get.set_name(request_.name());
+      manager_->GetJob(get, [self](fp8::StatusOr<Job> job) {
+        if (!job.ok()) {
+          self->gate_.FinishWhenIdle(ToGrpcStatus(job.status()));
+        } else if (IsTerminalState(job->state())) {
+          self->gate_.FinishWhenIdle(grpc::Status::OK);
+        } else {
+          self->WaitThenCheck();
+        }
+      });
+      return;
+    }
+    std::lock_guard<std::mutex> lock(read_mu_);
+    terminal_seen_ = terminal;
+    if (*path != path_) {
+      // A new attempt started: the old file was read to EOF before this check.
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+      path_ = *path;
+    }
+    ScheduleRead();
+  }
+
+  void WaitThenCheck() {
+    auto self = shared_from_this();
+    timer_.expires_after(std::chrono::milliseconds(options_.poll_ms));
+    timer_.async_wait([self](const boost::system::error_code&) { self->Check(); });
+  }
+
+  void ScheduleRead() {
+    auto self = shared_from_this();
+    boost::asio::post(*readers_, [self] { self->ReadStep(); });
+  }
+
+  // On the reader pool. Only one step runs at a time: the next is scheduled by OnWriteDone or
+  // by a check, never both.
+  void ReadStep() {
+    if (gate_.Closed()) return;
+    std::string buf;
+    bool terminal;
+    {
+      std::lock_guard<std::mutex> lock(read_mu_);
+      terminal = terminal_seen_;
+      if (fd_ < 0) {
+        fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0 && errno != ENOENT) {
+          gate_.FinishWhenIdle(grpc::Status(grpc::StatusCode::INTERNAL,
+                                            "open " + path_ + ": " + std::strerror(errno)));
+          return;
+        }
+      }
+      if (fd_ >= 0) {
+        buf.resize(options_.chunk_bytes);
+        ssize_t n;
+        do {
+          n = ::read(fd_, buf.data(), buf.size());
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) {
+          gate_.FinishWhenIdle(grpc::Status(grpc::StatusCode::INTERNAL,
+                                            "read " + path_ + ": " + std::strerror(errno)));
+          return;
+        }
+        buf.resize(static_cast<size_t>(n));
+      }
+    }
+    if (!buf.empty()) {
+      LogChunk chunk;
+      chunk.set_data(std::move(buf));
+      gate_.TryWrite(std::move(chunk));  // OnWriteDone schedules the next read
+      return;
+    }
+    if (!request_.follow() || terminal) {
+      gate_.FinishWhenIdle(grpc::Status::OK);
+      return;
+    }
+    auto self = shared_from_this();
+    boost::asio::post(io_, [self] { self->WaitThenCheck(); });
+  }
+
+  boost::asio::io_context& io_;
+  core::JobManager* manager_;
+  std::shared_ptr<boost::asio::thread_pool> readers_;
+  const fp8d::v1::GetJobLogsRequest request_;
+  const LogStreamOptions options_;
+  StreamGate<LogChunk> gate_;
+  boost::asio::steady_timer timer_;  // io only
+  std::mutex read_mu_;
+  std::string path_;
+  int fd_ = -1;
+  bool terminal_seen_ = false;
+};
+
+class LogReactor final : public grpc::ServerWriteReactor<LogChunk> {
+ public:
+  LogReactor(boost::asio::io_context& io, core::JobManager* manager,
+             std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
+             LogStreamOptions options)
+      : session_(std::make_shared<LogSession>(io, manager, std::move(readers), std::move(request),
+                                              options, this)) {
+    session_->Begin();
+  }
+  void OnWriteDone(bool ok) override { session_->OnWriteDone(ok); }
+  void OnCancel() override { session_->OnCancel(); }
+  void OnDone() override {
+    session_->OnDone();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<LogSession> session_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* NewWatchReactor(
+    boost::asio::io_context& io, core::JobManager* manager, fp8d::v1::WatchJobRequest request,
+    size_t queue_limit) {
+  return new WatchReactor(io, manager, std::move(request), queue_limit);
+}
+
+grpc::ServerWriteReactor<fp8d::v1::LogChunk>* NewLogReactor(
+    boost::asio::io_context& io, core::JobManager* manager,
+    std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
+    LogStreamOptions options) {
+  return new LogReactor(io, manager, std::move(readers), std::move(request), options);
+}
+
+}  // namespace fp8d::api

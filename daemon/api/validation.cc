@@ -1,0 +1,346 @@
+#include "daemon/api/validation.h"
+
+#include <cmath>
+#include <initializer_list>
+
+namespace fp8d::api {
+namespace {
+
+using fp8::InvalidArgumentError;
+using fp8::OkStatus;
+using fp8::Status;
+
+std::string Join(std::string_view a, std::string_view b) {
+  std::string out(a);
+  out += '.';
+  out += b;
+  return out;
+}
+
+Status Bad(std::string_view field, std::string_view why) {
+  return InvalidArgumentError(std::string(field) + ": " + std::string(why));
+}
+
+// One of the listed values; the empty string is allowed only when `allow_empty` (it means
+// "the default" in the proto).
+Status OneOf(std::string_view field, const std::string& value,
+             std::initializer_list<std::string_view> allowed, bool allow_empty) {
+  if (value.empty() && allow_empty) return OkStatus();
+  for (std::string_view a : allowed) {
+    if (value == a) return OkStatus();
+  }
+  std::string list;
+  for (std::string_view a : allowed) {
+    if (!list.empty()) list += ", ";
+    list += a;
+  }
+  return Bad(field, "must be one of " + list + (value.empty() ? " (got empty)" : " (got \"" + value + "\")"));
+}
+
+Status NonNegative(std::string_view field, int64_t v) {
+  return v < 0 ? Bad(field, "must be >= 0") : OkStatus();
+}
+
+Status NonNegativeFinite(std::string_view field, double v) {
+  if (!std::isfinite(v)) return Bad(field, "must be finite");
+  return v < 0 ? Bad(field, "must be >= 0") : OkStatus();
+}
+
+Status InRange(std::string_view field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return Bad(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+  return OkStatus();
+}
+
+bool HasControlChars(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+Status Path(std::string_view field, const std::string& p, bool required) {
+  if (p.empty()) return required ? Bad(field, "must not be empty") : OkStatus();
+  if (p.size() > kMaxPathLength) {
+    return Bad(field, "must be at most " + std::to_string(kMaxPathLength) + " characters");
+  }
+  if (HasControlChars(p)) return Bad(field, "must not contain control characters");
+  return OkStatus();
+}
+
+Status ValidDuration(std::string_view field, const google::protobuf::Duration& d) {
+  // google.protobuf.Duration: |seconds| ≤ 315576000000, |nanos| < 1e9, same sign.
+  if (d.seconds() < 0 || d.nanos() < 0) return Bad(field, "must be non-negative");
+  if (d.nanos() >= 1000000000) return Bad(field, "nanos must be < 1e9");
+  if (d.seconds() > 315576000000LL) return Bad(field, "is too large");
+  return OkStatus();
+}
+
+int64_t DurationNanos(const google::protobuf::Duration& d) {
+  return d.seconds() * 1000000000LL + d.nanos();
+}
+
+Status ValidateModel(std::string_view f, const fp8d::v1::ModelSpec& m) {
+  FP8_RETURN_IF_ERROR(
+      OneOf(Join(f, "preset"), m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b"}, true));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "n_layer"), m.n_layer(), 0, 1024));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "n_head"), m.n_head(), 0, 1024));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "d_model"), m.d_model(), 0, 65536));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "seq_len"), m.seq_len(), 0, 1 << 20));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "vocab_size"), m.vocab_size(), 0, 1 << 24));
+  if (m.preset().empty()) {
+    // Without a preset every dimension must be given explicitly.
+    if (m.n_layer() == 0) return Bad(Join(f, "n_layer"), "must be > 0 when no preset is set");
+    if (m.n_head() == 0) return Bad(Join(f, "n_head"), "must be > 0 when no preset is set");
+    if (m.d_model() == 0) return Bad(Join(f, "d_model"), "must be > 0 when no preset is set");
+    if (m.seq_len() == 0) return Bad(Join(f, "seq_len"), "must be > 0 when no preset is set");
+    if (m.vocab_size() == 0) return Bad(Join(f, "vocab_size"), "must be > 0 when no preset is set");
+  }
+  if (m.n_head() > 0 && m.d_model() > 0 && m.d_model() % m.n_head() != 0) {
+    return Bad(Join(f, "d_model"), "must be a multiple of n_head");
+  }
+  return OkStatus();
+}
+
+Status ValidatePrecision(std::string_view f, const fp8d::v1::PrecisionSpec& p) {
+  FP8_RETURN_IF_ERROR(
+      OneOf(Join(f, "recipe"), p.recipe(), {"bf16", "fp8-tensorwise", "fp8-blockwise"}, false));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "amax_history_len"), p.amax_history_len(), 0, 1024));
+  FP8_RETURN_IF_ERROR(InRange(Join(f, "margin"), p.margin(), 0, 64));
+  FP8_RETURN_IF_ERROR(OneOf(Join(f, "scale_format"), p.scale_format(), {"fp32", "ue8m0"}, true));
+  FP8_RETURN_IF_ERROR(
+      OneOf(Join(f, "amax_compute_algo"), p.amax_compute_algo(), {"max", "most_recent"}, true));
+  return OkStatus();
+}
+
+Status ValidateTraining(std::string_view f, const fp8d::v1::TrainingArgs& t) {
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "max_steps"), t.max_steps()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "per_device_train_batch_size"), t.per_device_train_batch_size()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "gradient_accumulation_steps"), t.gradient_accumulation_steps()));
+  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "learning_rate"), t.learning_rate()));
+  FP8_RETURN_IF_ERROR(
+      OneOf(Join(f, "lr_scheduler_type"), t.lr_scheduler_type(), {"cosine", "linear", "constant"}, true));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "warmup_steps"), t.warmup_steps()));
+  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "weight_decay"), t.weight_decay()));
+  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "adam_beta1"), t.adam_beta1()));
+  if (t.adam_beta1() >= 1) return Bad(Join(f, "adam_beta1"), "must be < 1");
+  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "adam_beta2"), t.adam_beta2()));
+  if (t.adam_beta2() >= 1) return Bad(Join(f, "adam_beta2"), "must be < 1");
+  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "adam_epsilon"), t.adam_epsilon()));
+  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "max_grad_norm"), t.max_grad_norm()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "seed"), t.seed()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "logging_steps"), t.logging_steps()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "eval_steps"), t.eval_steps()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_steps"), t.save_steps()));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_total_limit"), t.save_total_limit()));
+  if (t.max_steps() > 0 && t.warmup_steps() > t.max_steps()) {
+    return Bad(Join(f, "warmup_steps"), "must be <= max_steps");
+  }
+  return OkStatus();
+}
+
+Status ValidateTrain(std::string_view f, const fp8d::v1::TrainSpec& s) {
+  FP8_RETURN_IF_ERROR(ValidateModel(Join(f, "model"), s.model()));
+  FP8_RETURN_IF_ERROR(Path(Join(f, "data.train"), s.data().train(), true));
+  FP8_RETURN_IF_ERROR(Path(Join(f, "data.val"), s.data().val(), false));
+  FP8_RETURN_IF_ERROR(ValidatePrecision(Join(f, "precision"), s.precision()));
+  FP8_RETURN_IF_ERROR(ValidateTraining(Join(f, "training"), s.training()));
+  FP8_RETURN_IF_ERROR(Path(Join(f, "output_dir"), s.output_dir(), true));
+  FP8_RETURN_IF_ERROR(OneOf(Join(f, "backend"), s.backend(), {"auto", "cpu", "cuda"}, true));
+  return OkStatus();
+}
+
+Status ValidateCalibrate(std::string_view f, const fp8d::v1::CalibrateSpec& s) {
+  FP8_RETURN_IF_ERROR(Path(Join(f, "input"), s.input(), true));
+  FP8_RETURN_IF_ERROR(Path(Join(f, "output_dir"), s.output_dir(), true));
+  const std::string w = Join(f, "weights");
+  FP8_RETURN_IF_ERROR(
+      OneOf(Join(w, "granularity"), s.weights().granularity(), {"block", "channel", "tensor"}, true));
+  FP8_RETURN_IF_ERROR(OneOf(Join(w, "fmt"), s.weights().fmt(), {"e4m3"}, true));
+  FP8_RETURN_IF_ERROR(OneOf(Join(w, "scale_format"), s.weights().scale_format(), {"fp32", "ue8m0"}, true));
+  for (int i = 0; i < s.weights().include_size(); ++i) {
+    FP8_RETURN_IF_ERROR(Path(Join(w, "include[" + std::to_string(i) + "]"), s.weights().include(i), true));
+  }
+  for (int i = 0; i < s.weights().exclude_size(); ++i) {
+    FP8_RETURN_IF_ERROR(Path(Join(w, "exclude[" + std::to_string(i) + "]"), s.weights().exclude(i), true));
+  }
+  const std::string a = Join(f, "activations");
+  FP8_RETURN_IF_ERROR(Path(Join(a, "data"), s.activations().data(), false));
+  FP8_RETURN_IF_ERROR(NonNegative(Join(a, "num_samples"), s.activations().num_samples()));
+  FP8_RETURN_IF_ERROR(OneOf(Join(a, "method"), s.activations().method(), {"max", "percentile", "mse"}, true));
+  const double pct = s.activations().percentile();
+  if (!std::isfinite(pct) || pct < 0 || pct > 100) {
+    return Bad(Join(a, "percentile"), "must be between 0 and 100");
+  }
+  if (s.activations().method() == "percentile" && pct == 0) {
+    return Bad(Join(a, "percentile"), "must be > 0 when method is percentile");
+  }
+  FP8_RETURN_IF_ERROR(OneOf(Join(f, "direction"), s.direction(), {"quantize", "dequantize"}, true));
+  FP8_RETURN_IF_ERROR(OneOf(Join(f, "backend"), s.backend(), {"auto", "cpu", "cuda"}, true));
+  return OkStatus();
+}
+
+bool IsLabelKeyChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.' ||
+         c == '/';
+}
+
+Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > static_cast<size_t>(kMaxLabels)) {
+    return Bad("job.labels", "at most " + std::to_string(kMaxLabels) + " labels");
+  }
+  for (const auto& [key, value] : labels) {
+    const std::string field = "job.labels[\"" + key.substr(0, 64) + "\"]";
+    if (key.empty()) return Bad("job.labels", "keys must not be empty");
+    if (key.size() > kMaxLabelKeyLength) {
+      return Bad(field, "key must be at most " + std::to_string(kMaxLabelKeyLength) + " characters");
+    }
+    if (!(key[0] >= 'a' && key[0] <= 'z')) return Bad(field, "key must start with a lowercase letter");
+    for (char c : key) {
+      if (!IsLabelKeyChar(c)) return Bad(field, "key may only contain [a-z0-9_./-]");
+    }
+    if (value.size() > kMaxLabelValueLength) {
+      return Bad(field, "value must be at most " + std::to_string(kMaxLabelValueLength) + " characters");
+    }
+    if (HasControlChars(value)) return Bad(field, "value must not contain control characters");
+  }
+  return OkStatus();
+}
+
+Status ValidateRetry(const fp8d::v1::RetryPolicy& r) {
+  FP8_RETURN_IF_ERROR(InRange("job.retry.max_attempts", r.max_attempts(), 0, kMaxAttempts));
+  FP8_RETURN_IF_ERROR(ValidDuration("job.retry.initial_backoff", r.initial_backoff()));
+  FP8_RETURN_IF_ERROR(ValidDuration("job.retry.max_backoff", r.max_backoff()));
+  if (r.has_initial_backoff() && r.has_max_backoff() &&
+      DurationNanos(r.max_backoff()) > 0 &&
+      DurationNanos(r.max_backoff()) < DurationNanos(r.initial_backoff())) {
+    return Bad("job.retry.max_backoff", "must be >= initial_backoff");
+  }
+  if (!std::isfinite(r.multiplier()) || (r.multiplier() != 0 && r.multiplier() < 1) ||
+      r.multiplier() > 100) {
+    return Bad("job.retry.multiplier", "must be 0 (default) or between 1 and 100");
+  }
+  if (!std::isfinite(r.jitter()) || r.jitter() < 0 || r.jitter() > 1) {
+    return Bad("job.retry.jitter", "must be between 0 and 1");
+  }
+  return OkStatus();
+}
+
+Status ValidateTimeouts(const fp8d::v1::Timeouts& t) {
+  FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.attempt_deadline", t.attempt_deadline()));
+  FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.heartbeat_timeout", t.heartbeat_timeout()));
+  FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.progress_timeout", t.progress_timeout()));
+  return OkStatus();
+}
+
+bool IsIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.';
+}
+
+}  // namespace
+
+Status ValidateJobName(std::string_view name, std::string_view field) {
+  constexpr std::string_view kPrefix = "jobs/";
+  if (name.empty()) return Bad(field, "must not be empty (expected jobs/<id>)");
+  if (name.substr(0, kPrefix.size()) != kPrefix || name.size() == kPrefix.size() ||
+      name.size() > kPrefix.size() + 128) {
+    return Bad(field, "must have the form jobs/<id>");
+  }
+  for (char c : name.substr(kPrefix.size())) {
+    if (!IsIdChar(c)) return Bad(field, "must have the form jobs/<id> with id of [A-Za-z0-9._-]");
+  }
+  return OkStatus();
+}
+
+Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
+  if (request.request_id().size() > kMaxRequestIdLength) {
+    return Bad("request_id", "must be at most " + std::to_string(kMaxRequestIdLength) + " characters");
+  }
+  if (HasControlChars(request.request_id())) return Bad("request_id", "must not contain control characters");
+  if (!request.has_job()) return Bad("job", "must be set");
+  const fp8d::v1::Job& job = request.job();
+  if (job.display_name().size() > kMaxDisplayNameLength) {
+    return Bad("job.display_name",
+               "must be at most " + std::to_string(kMaxDisplayNameLength) + " characters");
+  }
+  if (HasControlChars(job.display_name())) {
+    return Bad("job.display_name", "must not contain control characters");
+  }
+  switch (job.spec_case()) {
+    case fp8d::v1::Job::kTrain:
+      FP8_RETURN_IF_ERROR(ValidateTrain("job.train", job.train()));
+      break;
+    case fp8d::v1::Job::kCalibrate:
+      FP8_RETURN_IF_ERROR(ValidateCalibrate("job.calibrate", job.calibrate()));
+      break;
+    case fp8d::v1::Job::SPEC_NOT_SET:
+      return Bad("job", "exactly one of train or calibrate must be set");
+  }
+  // kind is output only but a client may echo it back; it must then agree with the spec.
+  if (job.kind() != fp8d::v1::JOB_KIND_UNSPECIFIED) {
+    const auto expected = job.has_train() ? fp8d::v1::TRAIN : fp8d::v1::CALIBRATE;
+    if (job.kind() != expected) return Bad("job.kind", "does not match the spec that is set");
+  }
+  // 0 means the default (1 rank).
+  if (job.resources().ranks() != 0) {
+    FP8_RETURN_IF_ERROR(InRange("job.resources.ranks", job.resources().ranks(), 1, kMaxRanks));
+  }
+  FP8_RETURN_IF_ERROR(InRange("job.priority", job.priority(), kMinPriority, kMaxPriority));
+  FP8_RETURN_IF_ERROR(ValidateLabels(job.labels()));
+  FP8_RETURN_IF_ERROR(ValidateRetry(job.retry()));
+  FP8_RETURN_IF_ERROR(ValidateTimeouts(job.timeouts()));
+  return OkStatus();
+}
+
+void NormalizeCreateJobRequest(fp8d::v1::CreateJobRequest& request) {
+  fp8d::v1::Job& job = *request.mutable_job();
+  job.clear_name();
+  job.set_kind(job.has_train() ? fp8d::v1::TRAIN : fp8d::v1::CALIBRATE);
+  if (job.resources().ranks() == 0) job.mutable_resources()->set_ranks(1);
+  job.clear_state();
+  job.clear_attempt();
+  job.clear_progress();
+  job.clear_checkpoint();
+  job.clear_result();
+  job.clear_error();
+  job.clear_create_time();
+  job.clear_start_time();
+  job.clear_end_time();
+  job.clear_update_time();
+  job.clear_version();
+  job.clear_attempts();
+  job.clear_events();
+}
+
+Status ValidateGetJobRequest(const fp8d::v1::GetJobRequest& request) {
+  FP8_RETURN_IF_ERROR(ValidateJobName(request.name(), "name"));
+  if (!fp8d::v1::JobView_IsValid(request.view())) return Bad("view", "unknown value");
+  return OkStatus();
+}
+
+Status ValidateListJobsRequest(const fp8d::v1::ListJobsRequest& request) {
+  if (!fp8d::v1::JobState_IsValid(request.state())) return Bad("state", "unknown value");
+  if (!fp8d::v1::JobKind_IsValid(request.kind())) return Bad("kind", "unknown value");
+  FP8_RETURN_IF_ERROR(InRange("page_size", request.page_size(), 0, kMaxPageSize));
+  if (request.page_token().size() > 1024) return Bad("page_token", "is not a token this server issued");
+  return OkStatus();
+}
+
+Status ValidateWatchJobRequest(const fp8d::v1::WatchJobRequest& request) {
+  FP8_RETURN_IF_ERROR(ValidateJobName(request.name(), "name"));
+  return NonNegative("since_version", request.since_version());
+}
+
+Status ValidateCancelJobRequest(const fp8d::v1::CancelJobRequest& request) {
+  return ValidateJobName(request.name(), "name");
+}
+
+Status ValidateGetJobLogsRequest(const fp8d::v1::GetJobLogsRequest& request) {
+  FP8_RETURN_IF_ERROR(ValidateJobName(request.name(), "name"));
+  FP8_RETURN_IF_ERROR(InRange("rank", request.rank(), 0, kMaxRanks - 1));
+  return NonNegative("attempt", request.attempt());
+}
+
+}  // namespace fp8d::api

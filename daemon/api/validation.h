@@ -1,0 +1,43 @@
+// Request validation for the public JobService (design §3). Every check names the offending
+// field with its full path ("job.train.training.learning_rate: must be >= 0") so a client can
+// point at the line of its job file. Validation is pure: no I/O, callable from any thread, so
+// the gRPC reactors run it before posting anything to the manager.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "fp8d/v1/job_service.pb.h"
+
+namespace fp8d::api {
+
+// Limits shared with fp8ctl and the tests (they name the bounds in their messages).
+inline constexpr int kMaxRanks = 1024;
+inline constexpr size_t kMaxRequestIdLength = 128;
+inline constexpr size_t kMaxDisplayNameLength = 256;
+inline constexpr int kMaxLabels = 64;
+inline constexpr size_t kMaxLabelKeyLength = 63;
+inline constexpr size_t kMaxLabelValueLength = 256;
+inline constexpr size_t kMaxPathLength = 4096;
+inline constexpr int kMaxPageSize = 1000;
+inline constexpr int kMaxAttempts = 100;
+inline constexpr int kMinPriority = -1000;
+inline constexpr int kMaxPriority = 1000;
+
+// CreateJob: the job body and request_id. Output-only fields are ignored (see Normalize...).
+fp8::Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request);
+// Clears output-only fields, derives `kind` from the spec set and defaults resources.ranks to 1,
+// so two bodies that differ only in ignored fields hash the same for request_id dedup.
+void NormalizeCreateJobRequest(fp8d::v1::CreateJobRequest& request);
+
+fp8::Status ValidateGetJobRequest(const fp8d::v1::GetJobRequest& request);
+fp8::Status ValidateListJobsRequest(const fp8d::v1::ListJobsRequest& request);
+fp8::Status ValidateWatchJobRequest(const fp8d::v1::WatchJobRequest& request);
+fp8::Status ValidateCancelJobRequest(const fp8d::v1::CancelJobRequest& request);
+fp8::Status ValidateGetJobLogsRequest(const fp8d::v1::GetJobLogsRequest& request);
+
+// `jobs/<id>` where id is 1..128 of [A-Za-z0-9._-]. `field` names the field in the message.
+fp8::Status ValidateJobName(std::string_view name, std::string_view field);
+
+}  // namespace fp8d::api
