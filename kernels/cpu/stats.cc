@@ -43,7 +43,6 @@ QuantStats ComputeQuantStats(const float* x, const float* x_hat, int64_t n,
 
 int64_t CountSaturated(const float* x, int64_t rows, int64_t cols, Granularity g, Fp8Format fmt,
                        const float* scale_inv) {
-  const double max = Fp8Max(fmt);
   const int64_t col_tiles = CeilDiv(cols, kTile);
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -55,8 +54,10 @@ int64_t CountSaturated(const float* x, int64_t rows, int64_t cols, Granularity g
         case Granularity::k128x1: s = scale_inv[(r / kTile) * cols + c]; break;
         case Granularity::k128x128: s = scale_inv[(r / kTile) * col_tiles + c / kTile]; break;
       }
-      // The same FP32 division the cast uses; NaN never counts.
-      if (std::fabs(static_cast<double>(x[r * cols + c] / s)) > max) ++count;
+      // Saturated = the clamp changed the result: the satfinite and the non-saturating casts of
+      // the same FP32 quotient differ (so 448.00003, which rounds to 448 anyway, does not count).
+      const float v = x[r * cols + c] / s;
+      count += FloatToFp8(v, fmt, Saturation::kSatFinite) != FloatToFp8(v, fmt, Saturation::kNoSat);
     }
   }
   return count;
