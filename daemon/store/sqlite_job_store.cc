@@ -1,0 +1,355 @@
+// The SQLite JobStore (design §5): WAL, synchronous=FULL (a write is on disk when the call
+// returns OK), a busy timeout, BEGIN IMMEDIATE for every write, cached prepared statements,
+// schema migrations on user_version (sqlite_schema.cc). Start-up cost does not grow with the
+// number of finished jobs: opening reads only the greatest id, and ListActiveJobs reads the
+// state index.
+#include "daemon/store/sqlite_job_store.h"
+
+#include "daemon/store/sqlite_db.h"
+#include "daemon/store/sqlite_schema.h"
+#include "daemon/store/store_util.h"
+
+namespace fp8d::store {
+namespace {
+
+using internal::Db;
+using internal::Stmt;
+using internal::WriteTxn;
+
+constexpr int kBusyTimeoutMs = 5000;
+
+class SqliteJobStore final : public JobStore {
+ public:
+  SqliteJobStore(std::unique_ptr<Db> db, SqliteStoreOptions options)
+      : db_(std::move(db)), options_(std::move(options)) {}
+
+  Status Init() {
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT max(id) FROM jobs"));
+    FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (row && !stmt.ColumnIsNull(0)) ids_.SeedAfter(stmt.ColumnText(0));
+    return fp8::OkStatus();
+  }
+
+  StatusOr<std::vector<CreateResult>> CreateJobs(std::vector<CreateRequest> requests) override {
+    std::vector<CreateResult> results;
+    results.reserve(requests.size());
+    const int64_t now_ms = internal::NowMs();
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    for (CreateRequest& req : requests) {
+      CreateResult res;
+      if (!req.request_id.empty()) {
+        // Also sees rows inserted earlier in this transaction: duplicates within one batch
+        // resolve the same way as across batches.
+        FP8_ASSIGN_OR_RETURN(Stmt find, db_->Prepare(
+            "SELECT request_hash, job FROM jobs WHERE request_id = ?1"));
+        find.Bind(1, req.request_id);
+        FP8_ASSIGN_OR_RETURN(bool found, find.Step());
+        if (found) {
+          FP8_ASSIGN_OR_RETURN(res.job, ParseJob(find.ColumnBlob(1), "request_id " + req.request_id));
+          if (find.ColumnText(0) != req.request_hash) {
+            res.status = internal::RequestIdConflict(req.request_id, res.job.name());
+            res.job.Clear();
+          }
+          results.push_back(std::move(res));
+          continue;
+        }
+      }
+      const std::string id = ids_.Next(now_ms);
+      res.job = std::move(req.job);
+      internal::PrepareNewJob(&res.job, id, now_ms);
+      FP8_ASSIGN_OR_RETURN(Stmt insert, db_->Prepare(
+          "INSERT INTO jobs (id, state, kind, priority, create_time, request_id, request_hash, job)"
+          " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+      insert.Bind(1, id)
+          .Bind(2, int64_t{res.job.state()})
+          .Bind(3, int64_t{res.job.kind()})
+          .Bind(4, int64_t{res.job.priority()})
+          .Bind(5, now_ms)
+          .BindBlob(8, res.job.SerializeAsString());
+      if (req.request_id.empty()) {
+        insert.BindNull(6).BindNull(7);
+      } else {
+        insert.Bind(6, req.request_id).Bind(7, req.request_hash);
+      }
+      FP8_RETURN_IF_ERROR(insert.Run());
+      FP8_RETURN_IF_ERROR(InsertEvent(id, internal::CreationEvent(res.job)));
+      res.created = true;
+      results.push_back(std::move(res));
+    }
+    FP8_RETURN_IF_ERROR(Commit(txn.get()));
+    return results;
+  }
+
+  StatusOr<fp8d::v1::Job> GetJob(const std::string& name) override {
+    FP8_ASSIGN_OR_RETURN(std::string id, internal::IdFromName(name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT job FROM jobs WHERE id = ?1"));
+    stmt.Bind(1, id);
+    FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return NotFound(name);
+    return ParseJob(stmt.ColumnBlob(0), name);
+  }
+
+  StatusOr<ListResult> ListJobs(const ListFilter& filter) override {
+    int64_t below = INT64_MAX;
+    if (!filter.page_token.empty()) {
+      FP8_ASSIGN_OR_RETURN(below, internal::DecodePageToken(filter.page_token, filter));
+    }
+    const int page_size = internal::EffectivePageSize(filter.page_size);
+    const bool by_state = filter.state != fp8d::v1::JOB_STATE_UNSPECIFIED;
+    const bool by_kind = filter.kind != fp8d::v1::JOB_KIND_UNSPECIFIED;
+    // One SQL text per filter shape, so each is prepared once and uses its own index.
+    std::string sql = "SELECT seq, job FROM jobs WHERE seq < ?1";
+    if (by_state) sql += " AND state = ?2";
+    if (by_kind) sql += " AND kind = ?3";
+    sql += " ORDER BY seq DESC LIMIT ?4";
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(sql));
+    stmt.Bind(1, below).Bind(4, int64_t{page_size} + 1);  // one extra: is there a next page?
+    if (by_state) stmt.Bind(2, int64_t{filter.state});
+    if (by_kind) stmt.Bind(3, int64_t{filter.kind});
+    ListResult out;
+    int64_t last_seq = 0;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      if (static_cast<int>(out.jobs.size()) == page_size) {
+        out.next_page_token = internal::EncodePageToken(last_seq, filter);
+        break;
+      }
+      last_seq = stmt.ColumnInt(0);
+      FP8_ASSIGN_OR_RETURN(fp8d::v1::Job job, ParseJob(stmt.ColumnBlob(1), "seq " + std::to_string(last_seq)));
+      out.jobs.push_back(std::move(job));
+    }
+    return out;
+  }
+
+  StatusOr<std::vector<fp8d::v1::Job>> ListActiveJobs() override {
+    std::string in;
+    for (auto s : internal::kActiveStates) in += (in.empty() ? "" : ", ") + std::to_string(s);
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT seq, job FROM jobs WHERE state IN (" + in +
+                                                 ") ORDER BY seq"));
+    std::vector<fp8d::v1::Job> out;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      FP8_ASSIGN_OR_RETURN(fp8d::v1::Job job,
+                           ParseJob(stmt.ColumnBlob(1), "seq " + std::to_string(stmt.ColumnInt(0))));
+      out.push_back(std::move(job));
+    }
+    return out;
+  }
+
+  Status UpdateJob(const fp8d::v1::Job& job, const fp8d::v1::JobEvent* event) override {
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    FP8_ASSIGN_OR_RETURN(std::string id, WriteJobRow(job));
+    if (event != nullptr) FP8_RETURN_IF_ERROR(InsertEvent(id, *event));
+    return Commit(txn.get());
+  }
+
+  Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) override {
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    for (const fp8d::v1::Job& job : jobs) {
+      FP8_ASSIGN_OR_RETURN(std::string id, WriteJobRow(job));
+    }
+    return Commit(txn.get());
+  }
+
+  Status PutAttempt(const std::string& job_name, const AttemptRecord& record) override {
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "INSERT OR REPLACE INTO attempts (job_id, number, record, runtime) VALUES (?1, ?2, ?3, ?4)"));
+    stmt.Bind(1, id)
+        .Bind(2, int64_t{record.attempt.number()})
+        .BindBlob(3, record.attempt.SerializeAsString())
+        .Bind(4, internal::EncodeRuntime(record.runtime));
+    FP8_RETURN_IF_ERROR(stmt.Run());
+    return Commit(txn.get());
+  }
+
+  StatusOr<std::vector<AttemptRecord>> ListAttempts(const std::string& job_name) override {
+    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "SELECT record, runtime FROM attempts WHERE job_id = ?1 ORDER BY number"));
+    stmt.Bind(1, id);
+    std::vector<AttemptRecord> out;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      AttemptRecord rec;
+      if (!rec.attempt.ParseFromString(stmt.ColumnBlob(0))) {
+        return fp8::DataLossError("attempts.record of " + job_name + " is not a valid fp8d.v1.Attempt");
+      }
+      FP8_ASSIGN_OR_RETURN(rec.runtime, internal::DecodeRuntime(stmt.ColumnText(1)));
+      out.push_back(std::move(rec));
+    }
+    return out;
+  }
+
+  StatusOr<std::vector<fp8d::v1::JobEvent>> ListEvents(const std::string& job_name) override {
+    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "SELECT version, time, from_state, to_state, message FROM events WHERE job_id = ?1"
+        " ORDER BY rowid"));
+    stmt.Bind(1, id);
+    std::vector<fp8d::v1::JobEvent> out;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      fp8d::v1::JobEvent ev;
+      ev.set_version(stmt.ColumnInt(0));
+      internal::SetTimestampMs(ev.mutable_time(), stmt.ColumnInt(1));
+      ev.set_from_state(static_cast<fp8d::v1::JobState>(stmt.ColumnInt(2)));
+      ev.set_to_state(static_cast<fp8d::v1::JobState>(stmt.ColumnInt(3)));
+      ev.set_message(stmt.ColumnText(4));
+      out.push_back(std::move(ev));
+    }
+    return out;
+  }
+
+  Status PutCheckpoint(const std::string& job_name, const fp8d::v1::Checkpoint& ckpt) override {
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, checksum, time)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+    stmt.Bind(1, id)
+        .Bind(2, ckpt.step())
+        .Bind(3, int64_t{ckpt.attempt()})
+        .Bind(4, ckpt.path())
+        .Bind(5, ckpt.checksum())
+        .Bind(6, ckpt.has_create_time() ? internal::TimestampMs(ckpt.create_time()) : internal::NowMs());
+    FP8_RETURN_IF_ERROR(stmt.Run());
+    return Commit(txn.get());
+  }
+
+  StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& job_name) override {
+    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "SELECT step, attempt, path, checksum, time FROM checkpoints WHERE job_id = ?1"
+        " ORDER BY step"));
+    stmt.Bind(1, id);
+    std::vector<fp8d::v1::Checkpoint> out;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      fp8d::v1::Checkpoint c;
+      c.set_step(stmt.ColumnInt(0));
+      c.set_attempt(static_cast<int32_t>(stmt.ColumnInt(1)));
+      c.set_path(stmt.ColumnText(2));
+      c.set_checksum(stmt.ColumnText(3));
+      internal::SetTimestampMs(c.mutable_create_time(), stmt.ColumnInt(4));
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  Status IntegrityCheck() override {
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("PRAGMA integrity_check"));
+    std::string problems;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      const std::string line = stmt.ColumnText(0);
+      if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+    }
+    if (!problems.empty()) return fp8::DataLossError("integrity_check: " + problems);
+    return fp8::OkStatus();
+  }
+
+  int64_t CountJobs() override {
+    StatusOr<Stmt> stmt = db_->Prepare("SELECT count(*) FROM jobs");
+    if (!stmt.ok()) return -1;
+    StatusOr<bool> row = stmt->Step();
+    return row.ok() && *row ? stmt->ColumnInt(0) : -1;
+  }
+
+ private:
+  static Status NotFound(const std::string& name) {
+    return fp8::NotFoundError("job " + name + " not found");
+  }
+
+  static StatusOr<fp8d::v1::Job> ParseJob(const std::string& blob, const std::string& where) {
+    fp8d::v1::Job job;
+    if (!job.ParseFromString(blob)) {
+      return fp8::DataLossError("jobs.job (" + where + ") is not a valid fp8d.v1.Job");
+    }
+    return job;
+  }
+
+  StatusOr<std::string> ExistingId(const std::string& name) {
+    FP8_ASSIGN_OR_RETURN(std::string id, internal::IdFromName(name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT 1 FROM jobs WHERE id = ?1"));
+    stmt.Bind(1, id);
+    FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return NotFound(name);
+    return id;
+  }
+
+  // Rewrites the row of an existing job; NOT_FOUND when there is none.
+  StatusOr<std::string> WriteJobRow(const fp8d::v1::Job& job) {
+    FP8_ASSIGN_OR_RETURN(std::string id, internal::IdFromName(job.name()));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "UPDATE jobs SET state = ?2, kind = ?3, priority = ?4, job = ?5 WHERE id = ?1"));
+    stmt.Bind(1, id)
+        .Bind(2, int64_t{job.state()})
+        .Bind(3, int64_t{job.kind()})
+        .Bind(4, int64_t{job.priority()})
+        .BindBlob(5, job.SerializeAsString());
+    FP8_RETURN_IF_ERROR(stmt.Run());
+    if (db_->Changes() == 0) return NotFound(job.name());
+    return id;
+  }
+
+  Status InsertEvent(const std::string& id, const fp8d::v1::JobEvent& ev) {
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "INSERT INTO events (job_id, version, time, from_state, to_state, message)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+    stmt.Bind(1, id)
+        .Bind(2, ev.version())
+        .Bind(3, ev.has_time() ? internal::TimestampMs(ev.time()) : internal::NowMs())
+        .Bind(4, int64_t{ev.from_state()})
+        .Bind(5, int64_t{ev.to_state()})
+        .Bind(6, ev.message());
+    return stmt.Run();
+  }
+
+  Status Commit(WriteTxn* txn) {
+    if (options_.before_commit_for_testing) options_.before_commit_for_testing();
+    return txn->Commit();
+  }
+
+  std::unique_ptr<Db> db_;
+  SqliteStoreOptions options_;
+  internal::IdGenerator ids_;
+};
+
+}  // namespace
+
+int SqliteSchemaVersion() { return internal::LatestSchemaVersion(); }
+
+StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path,
+                                                       const SqliteStoreOptions& options) {
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<Db> db, Db::Open(path));
+  FP8_RETURN_IF_ERROR(db->Exec("PRAGMA busy_timeout = " + std::to_string(kBusyTimeoutMs)));
+  // WAL: readers never block the writer and a commit is one append + one fsync.
+  {
+    FP8_ASSIGN_OR_RETURN(Stmt wal, db->Prepare("PRAGMA journal_mode = WAL"));
+    FP8_ASSIGN_OR_RETURN(bool row, wal.Step());
+    if (!row || wal.ColumnText(0) != "wal") {  // e.g. a file system without shared memory
+      return fp8::FailedPreconditionError(path + ": cannot use WAL journal mode (got \"" +
+                                          (row ? wal.ColumnText(0) : "") + "\")");
+    }
+  }
+  // FULL: the WAL is fsynced at every commit, so an acknowledged write survives power loss.
+  FP8_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous = FULL"));
+  FP8_RETURN_IF_ERROR(internal::Migrate(db.get(), path));
+  auto store = std::make_unique<SqliteJobStore>(std::move(db), options);
+  FP8_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<JobStore>(std::move(store));
+}
+
+StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path) {
+  return OpenSqliteJobStore(path, SqliteStoreOptions{});
+}
+
+}  // namespace fp8d::store
