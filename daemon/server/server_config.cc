@@ -1,0 +1,185 @@
+#include "daemon/server/server_config.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <yaml-cpp/yaml.h>
+
+namespace fp8d::server {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Applies a YAML key to `target` unless the flag was given on the command line.
+template <typename T>
+fp8::Status FromYaml(const YAML::Node& root, const char* key, CLI::Option* flag, T* target) {
+  const YAML::Node node = root[key];
+  if (!node || (flag != nullptr && flag->count() > 0)) return fp8::OkStatus();
+  try {
+    *target = node.as<T>();
+  } catch (const YAML::Exception& e) {
+    return fp8::InvalidArgumentError(std::string("config key ") + key + ": " + e.what());
+  }
+  return fp8::OkStatus();
+}
+
+fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, CLI::Option*>& flags,
+                           ServerConfig* config) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return fp8::InvalidArgumentError("--config " + path + ": " + e.what());
+  }
+  if (root.IsNull()) return fp8::OkStatus();
+  if (!root.IsMap()) return fp8::InvalidArgumentError("--config " + path + ": must be a mapping");
+  static const char* kKeys[] = {"listen",   "data_dir",        "worker",  "cpu_slots",
+                                "gpus",     "cancel_grace_ms", "tick_ms", "max_message_bytes",
+                                "addr_file", "worker_env",     "log_level"};
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    bool known = false;
+    for (const char* k : kKeys) known = known || key == k;
+    if (!known) return fp8::InvalidArgumentError("config key " + key + ": unknown");
+  }
+  auto flag = [&](const char* name) -> CLI::Option* {
+    auto it = flags.find(name);
+    return it == flags.end() ? nullptr : it->second;
+  };
+  FP8_RETURN_IF_ERROR(FromYaml(root, "listen", flag("listen"), &config->listen));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "data_dir", flag("data_dir"), &config->data_dir));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "cpu_slots", flag("cpu_slots"), &config->cpu_slots));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "gpus", flag("gpus"), &config->gpus));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "cancel_grace_ms", flag("cancel_grace_ms"), &config->cancel_grace_ms));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "tick_ms", flag("tick_ms"), &config->tick_ms));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "max_message_bytes", flag("max_message_bytes"), &config->max_message_bytes));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "addr_file", flag("addr_file"), &config->addr_file));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "log_level", flag("log_level"), &config->log_level));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "worker_env", nullptr, &config->worker_env));
+  if (root["worker"] && flag("worker")->count() == 0) {
+    const YAML::Node w = root["worker"];
+    try {
+      if (w.IsSequence()) {
+        config->worker = w.as<std::vector<std::string>>();
+      } else {
+        config->worker = {w.as<std::string>()};
+      }
+    } catch (const YAML::Exception& e) {
+      return fp8::InvalidArgumentError(std::string("config key worker: ") + e.what());
+    }
+  }
+  return fp8::OkStatus();
+}
+
+}  // namespace
+
+fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_code) {
+  ServerConfig config;
+  std::string config_path;
+  std::string worker;
+  std::vector<std::string> worker_args;
+  std::vector<std::string> worker_env;
+  CLI::App app{"fp8d: the FP8 training and calibration job controller"};
+  std::map<std::string, CLI::Option*> flags;
+  flags["listen"] = app.add_option("--listen", config.listen, "gRPC address (loopback only)");
+  flags["data_dir"] = app.add_option("--data-dir", config.data_dir,
+                                     "SQLite store and job folders (default $STATE_DIRECTORY or ./fp8d-data)");
+  app.add_option("--config", config_path, "YAML file with the same keys as the flags (data_dir, ...)");
+  flags["worker"] = app.add_option("--worker", worker, "path of fp8-worker (default: beside fp8d)");
+  app.add_option("--worker-arg", worker_args, "extra argument placed after the worker path");
+  app.add_option("--worker-env", worker_env, "KEY=VALUE set in the workers' environment");
+  flags["cpu_slots"] = app.add_option("--cpu-slots", config.cpu_slots, "CPU slots when there are no GPUs (0 = cores)");
+  flags["gpus"] = app.add_option("--gpus", config.gpus, "auto | none | comma-separated GPU indices");
+  flags["cancel_grace_ms"] = app.add_option("--cancel-grace-ms", config.cancel_grace_ms, "SIGTERM to SIGKILL grace");
+  flags["tick_ms"] = app.add_option("--tick-ms", config.tick_ms, "supervisor timer resolution");
+  flags["max_message_bytes"] = app.add_option("--max-message-bytes", config.max_message_bytes, "largest request accepted");
+  flags["addr_file"] = app.add_option("--addr-file", config.addr_file, "write the bound address to this file");
+  flags["log_level"] = app.add_option("--log-level", config.log_level, "trace|debug|info|warn|error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return fp8::InvalidArgumentError(e.what());
+  }
+  if (!config_path.empty()) {
+    FP8_RETURN_IF_ERROR(LoadConfigFile(config_path, flags, &config));
+  }
+  if (!worker.empty()) {
+    config.worker = {worker};
+  }
+  for (const auto& a : worker_args) config.worker.push_back(a);
+  for (const auto& kv : worker_env) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fp8::InvalidArgumentError("--worker-env " + kv + ": expected KEY=VALUE");
+    }
+    config.worker_env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (config.data_dir.empty()) {
+    const char* state = std::getenv("STATE_DIRECTORY");  // systemd StateDirectory=
+    config.data_dir = (state != nullptr && state[0] != '\0') ? std::string(state) : "./fp8d-data";
+    // systemd may pass several directories separated by ':'; the first is ours.
+    config.data_dir = config.data_dir.substr(0, config.data_dir.find(':'));
+  }
+  if (config.cpu_slots < 0) return fp8::InvalidArgumentError("--cpu-slots: must be >= 0");
+  if (config.max_message_bytes <= 0) return fp8::InvalidArgumentError("--max-message-bytes: must be > 0");
+  if (config.tick_ms <= 0) return fp8::InvalidArgumentError("--tick-ms: must be > 0");
+  return config;
+}
+
+fp8::Status CheckLoopback(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0) return fp8::OkStatus();
+  std::string host;
+  if (!listen.empty() && listen[0] == '[') {
+    const size_t close = listen.find(']');
+    if (close == std::string::npos) return fp8::InvalidArgumentError("--listen " + listen + ": bad address");
+    host = listen.substr(1, close - 1);
+  } else {
+    const size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) return fp8::InvalidArgumentError("--listen " + listen + ": expected HOST:PORT");
+    host = listen.substr(0, colon);
+  }
+  if (host == "localhost") return fp8::OkStatus();
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    if ((ntohl(v4.s_addr) >> 24) == 127) return fp8::OkStatus();
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6)) {
+    return fp8::OkStatus();
+  }
+  return fp8::FailedPreconditionError(
+      "--listen " + listen +
+      ": refusing a non-loopback address because fp8d has no authentication yet; listen on "
+      "127.0.0.1 (or a unix: socket) and reach it through an SSH tunnel or a proxy that "
+      "authenticates");
+}
+
+std::vector<std::string> ResolveWorker(const std::vector<std::string>& configured) {
+  if (!configured.empty()) return configured;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path dir = self.parent_path();
+    for (const fs::path& candidate :
+         {dir / "fp8-worker", dir / ".." / ".." / "worker" / "fp8-worker"}) {
+      if (access(candidate.c_str(), X_OK) == 0) return {fs::weakly_canonical(candidate).string()};
+    }
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      const fs::path candidate = fs::path(dir.empty() ? "." : dir) / "fp8-worker";
+      if (access(candidate.c_str(), X_OK) == 0) return {candidate.string()};
+    }
+  }
+  return {"fp8-worker"};  // launches will fail with a clear error naming it
+}
+
+}  // namespace fp8d::server

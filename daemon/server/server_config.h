@@ -1,0 +1,39 @@
+// fp8d's configuration: command-line flags, an optional YAML file with the same keys, and the
+// defaults of design §7. Precedence: flag > config file > default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fp8d::server {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string data_dir;                 // default: $STATE_DIRECTORY, else ./fp8d-data
+  std::vector<std::string> worker;      // argv prefix of the worker; default: see ResolveWorker
+  int cpu_slots = 0;                    // 0 = number of cores (used when there are no GPUs)
+  std::string gpus = "auto";            // auto (detect) | none | comma-separated indices
+  int64_t cancel_grace_ms = 10000;      // SIGTERM → SIGKILL for cancelled / timed-out workers
+  int64_t tick_ms = 50;                 // supervisor timer resolution
+  int max_message_bytes = 4 << 20;      // larger requests get RESOURCE_EXHAUSTED
+  std::string addr_file;                // write the bound address here (port 0 → chosen port)
+  std::map<std::string, std::string> worker_env;  // set in fp8d's environment, so workers inherit it
+  std::string log_level = "info";
+};
+
+// Parses argv (CLI11) and the --config file. Returns INVALID_ARGUMENT naming the flag or key.
+// `exit_code` is set (and the config unusable) when CLI11 handled --help or a usage error.
+fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_code);
+
+// OK for loopback addresses and unix sockets; FAILED_PRECONDITION otherwise (no auth yet).
+fp8::Status CheckLoopback(const std::string& listen);
+
+// The worker argv when --worker was not given: fp8-worker beside the fp8d binary, then
+// ../../worker/fp8-worker relative to it (the build tree), then PATH.
+std::vector<std::string> ResolveWorker(const std::vector<std::string>& configured);
+
+}  // namespace fp8d::server
