@@ -403,6 +403,9 @@ int Run(const std::string& kind, const std::string& spec_path) {
     // Before any thread exists, so fork is safe. The child stays in our process group.
     pid_t child = ::fork();
     if (child == 0) {
+      // A plain helper: default dispositions, so the group's SIGTERM ends it.
+      ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGINT, SIG_DFL);
       for (int i = 0; i < 1200; ++i) ::usleep(100 * 1000);
       std::_Exit(0);
     }
