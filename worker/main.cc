@@ -1,0 +1,43 @@
+// fp8-worker: the compute program (design §4). One process per rank; NDJSON events on stdout,
+// the human log on stderr.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "worker/common/events.h"
+#include "worker/train/train_main.h"
+#ifdef FP8_HAVE_CALIBRATE
+#include "worker/calibrate/calibrate_main.h"
+#endif
+
+namespace {
+void Usage() {
+  std::fprintf(stderr,
+               "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
+               "       fp8-worker prepare-data --text FILE --out DIR\n"
+#ifdef FP8_HAVE_CALIBRATE
+               "       fp8-worker calibrate --spec SPEC\n"
+#endif
+  );
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage();
+    return fp8::worker::kExitInvalidSpec;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2);
+  if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
+#ifdef FP8_HAVE_CALIBRATE
+  if (cmd == "calibrate") return fp8::calibrate::CalibrateMain(argc - 2, argv + 2);
+#endif
+  if (cmd == "-h" || cmd == "--help") {
+    Usage();
+    return 0;
+  }
+  std::fprintf(stderr, "fp8-worker: unknown subcommand '%s'\n", cmd.c_str());
+  Usage();
+  return fp8::worker::kExitInvalidSpec;
+}

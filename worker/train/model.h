@@ -1,0 +1,87 @@
+// GPT-2 style decoder on the CPU: token + position embeddings, pre-LayerNorm blocks (causal
+// self-attention, GELU MLP), final LayerNorm, head tied to the token embedding. The four linear
+// layers of each block run through LinearPrecision (the recipe); embeddings, norms, softmax and
+// the head stay FP32. Parameters and gradients each live in one flat FP32 buffer, so the
+// optimizer, the all-reduce and the checkpoint see a single array.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "worker/train/precision.h"
+#include "worker/train/spec.h"
+
+namespace fp8::train {
+
+struct ParamTensor {
+  std::string name;             // Hugging Face GPT-2 names: "h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;
+  int64_t offset = 0;           // into params()/grads()
+  int64_t numel = 0;
+  bool weight_decay = false;    // 2-D tensors only, as in GPT-2/llm.c
+};
+
+class GptModel {
+ public:
+  GptModel(const ModelConfig& cfg, const PrecisionConfig& precision);
+
+  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2·n_layer)),
+  // LayerNorm weight 1, biases 0. A pure function of the seed.
+  void InitWeights(uint64_t seed);
+
+  // Runs the model on `batch` sequences of seq_len tokens; returns the mean cross-entropy.
+  // `training` false (evaluation) leaves the FP8 delayed-scaling state untouched.
+  double Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training = true);
+  // Accumulates d(loss_scale · loss)/dθ of the last Forward into grads().
+  void Backward(float loss_scale);
+  void ZeroGrad();
+
+  std::vector<float>& params() { return params_; }
+  std::vector<float>& grads() { return grads_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  const ModelConfig& config() const { return cfg_; }
+  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+
+  // Delayed-scaling state of every linear layer (fp8-tensorwise), for trainer_state.json.
+  nlohmann::json PrecisionState() const;
+  Status RestorePrecisionState(const nlohmann::json& state);
+
+ private:
+  struct Linear {
+    int64_t w = 0, b = 0;  // offsets of weight [out, in] and bias [out]
+    int64_t in = 0, out = 0;
+    LinearPrecision precision;
+    std::vector<float> xq, wq;  // the forward GEMM's operands, kept for backward
+  };
+  struct Block {
+    int64_t ln1_w, ln1_b, ln2_w, ln2_b;
+    Linear qkv, proj, fc, fc_proj;
+    // activations of the last Forward
+    std::vector<float> x_in, ln1_out, ln1_mean, ln1_rstd, qkv_out, att, att_y, res_mid, ln2_out,
+        ln2_mean, ln2_rstd, fc_out, gelu_out;
+  };
+
+  int64_t AddTensor(const std::string& name, std::vector<int64_t> shape, bool decay);
+  void Resize(int batch);
+  void LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training);
+  void LinearBwd(Linear& l, const float* dy, const float* x, int64_t m, float* dx);
+
+  ModelConfig cfg_;
+  PrecisionConfig precision_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<float> params_, grads_;
+  int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
+  std::vector<Block> blocks_;
+
+  int batch_ = 0;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<float> res_final_, lnf_out_, lnf_mean_, lnf_rstd_, probs_;
+  // scratch for backward
+  std::vector<float> dres_, dtmp_, dbig_, dbig2_, gq_, gw_, xw_;
+};
+
+}  // namespace fp8::train

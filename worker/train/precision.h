@@ -1,0 +1,52 @@
+// How a recipe turns the operands of one linear layer's three GEMMs into what the GEMM sees
+// (design §6). On the CPU an FP8 GEMM is FakeQuantize (FP8 cast, scales) + FP32 Sgemm: the same
+// numbers an FP8 tensor-core GEMM with FP32 accumulation produces, up to summation order.
+//
+//   forward   y  = x·Wᵀ      x: E4M3 (tensor | 1x128)   W: E4M3 (tensor | 128x128)
+//   backward  dx = dy·W      dy: E5M2 tensor | E4M3 1x128 along N;  W as forward
+//             dW = dyᵀ·x     dy: E5M2 tensor | E4M3 128x1 along M;  x: forward cast | E4M3 128x1
+// bf16 rounds every operand to bf16; fp32 (tests only) passes them through.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "kernels/scaling.h"
+#include "worker/train/spec.h"
+
+namespace fp8::train {
+
+class LinearPrecision {
+ public:
+  LinearPrecision() = default;
+  explicit LinearPrecision(const PrecisionConfig& cfg);
+
+  // Each writes the GEMM operand into `out` (same shape as the input). The *Fwd calls must
+  // come before the backward calls of the same micro-step (tensorwise reuses their scales).
+  void InputFwd(const float* x, int64_t m, int64_t k, float* out);
+  void WeightFwd(const float* w, int64_t n, int64_t k, float* out);
+  void GradForDx(const float* dy, int64_t m, int64_t n, float* out);
+  // Only for recipes where dW's operands differ from the dx/forward ones (NeedsSeparateDw()).
+  void GradForDw(const float* dy, int64_t m, int64_t n, float* out);
+  void InputForDw(const float* x, int64_t m, int64_t k, float* out);
+  bool NeedsSeparateDw() const { return cfg_.recipe == Recipe::kFp8Blockwise; }
+
+  // Delayed-scaling state (tensorwise), for checkpoints.
+  nlohmann::json State() const;
+  Status Restore(const nlohmann::json& state);
+
+ private:
+  void Tensorwise(kernels::DelayedScaling& ds, const float* x, int64_t n, float* out);
+  void Blockwise(const float* x, int64_t rows, int64_t cols, int granularity, float* out);
+
+  PrecisionConfig cfg_;
+  kernels::DelayedScaling x_scale_, w_scale_, dy_scale_;
+};
+
+// Round to bf16 and back (round to nearest even), elementwise.
+void RoundToBf16(const float* x, int64_t n, float* out);
+
+}  // namespace fp8::train

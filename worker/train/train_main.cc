@@ -1,0 +1,137 @@
+#include "worker/train/train_main.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "worker/common/events.h"
+#include "worker/data/shards.h"
+#include "worker/train/collective.h"
+#include "worker/train/spec.h"
+#include "worker/train/trainer.h"
+
+namespace fp8::train {
+namespace {
+
+using worker::EventWriter;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+bool ParseIntEnv(const char* name, int* out, std::string* error) {
+  const std::string v = Env(name);
+  if (v.empty()) return true;
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (*end != '\0' || x < 0 || x > 1 << 20) {
+    *error = std::string(name) + ": not a non-negative integer: '" + v + "'";
+    return false;
+  }
+  *out = static_cast<int>(x);
+  return true;
+}
+
+int InvalidSpec(EventWriter& ev, const std::string& msg) {
+  std::fprintf(stderr, "fp8-worker: invalid spec: %s\n", msg.c_str());
+  ev.Emit("error", {{"class", "INVALID_SPEC"}, {"message", msg}});
+  return worker::kExitInvalidSpec;
+}
+
+}  // namespace
+
+int TrainMain(int argc, char** argv) {
+  EventWriter events;
+  std::string spec_path, resume_from = Env("FP8D_RESUME_FROM");
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--spec" || a == "--resume-from") && i + 1 < argc) {
+      (a == "--spec" ? spec_path : resume_from) = argv[++i];
+    } else if (a.starts_with("--spec=")) {
+      spec_path = a.substr(7);
+    } else if (a.starts_with("--resume-from=")) {
+      resume_from = a.substr(14);
+    } else if (a == "-h" || a == "--help") {
+      std::fprintf(stderr, "usage: fp8-worker train --spec SPEC.json|.yaml [--resume-from DIR]\n");
+      return 0;
+    } else {
+      return InvalidSpec(events, "unknown argument '" + a + "' (usage: fp8-worker train --spec FILE [--resume-from DIR])");
+    }
+  }
+  if (spec_path.empty()) return InvalidSpec(events, "--spec: required");
+  auto spec = LoadTrainSpec(spec_path);
+  if (!spec.ok()) return InvalidSpec(events, spec.status().message());
+  if (spec->backend == Backend::kCuda)
+    return InvalidSpec(events, "backend: cuda is not available in this build of fp8-worker (use auto or cpu)");
+
+  int rank = 0, world = 1, heartbeat_ms = 2000, timeout_s = 300;
+  std::string env_error;
+  if (!ParseIntEnv("FP8D_RANK", &rank, &env_error) || !ParseIntEnv("FP8D_WORLD_SIZE", &world, &env_error) ||
+      !ParseIntEnv("FP8D_HEARTBEAT_MS", &heartbeat_ms, &env_error) ||
+      !ParseIntEnv("FP8D_COLLECTIVE_TIMEOUT_S", &timeout_s, &env_error))
+    return InvalidSpec(events, env_error);
+  if (world < 1) world = 1;
+  if (rank >= world) return InvalidSpec(events, "FP8D_RANK: must be < FP8D_WORLD_SIZE");
+
+  worker::InstallStopSignalHandlers();
+  std::unique_ptr<Collective> coll;
+  if (world == 1) {
+    coll = MakeSingleProcessCollective();
+  } else {
+    // Heartbeats during the rendezvous too: peers may take a while to start.
+    if (heartbeat_ms > 0) events.StartHeartbeat(heartbeat_ms);
+    auto g = MakeGlooCollective(rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s));
+    events.StopHeartbeat();
+    if (!g.ok()) {
+      std::fprintf(stderr, "fp8-worker: %s\n", g.status().message().c_str());
+      events.Emit("error", {{"class", "INTERNAL_ERROR"}, {"message", g.status().message()}});
+      return worker::kExitTemporary;
+    }
+    coll = std::move(g).value();
+  }
+
+  TrainOptions opts;
+  opts.checkpoint_dir = Env("FP8D_CHECKPOINT_DIR");
+  opts.resume_from = resume_from;
+  opts.heartbeat_ms = heartbeat_ms;
+  opts.tty_progress = ::isatty(STDERR_FILENO) != 0;
+  TrainResult r = RunTraining(*spec, opts, *coll, events);
+  return r.exit_code;
+}
+
+int PrepareDataMain(int argc, char** argv) {
+  std::string text, out;
+  double val_fraction = 0.1;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--text" && i + 1 < argc) text = argv[++i];
+    else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else if (a == "--val-fraction" && i + 1 < argc) val_fraction = std::atof(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: fp8-worker prepare-data --text FILE --out DIR [--val-fraction 0.1]\n");
+      return worker::kExitInvalidSpec;
+    }
+  }
+  if (text.empty() || out.empty() || !(val_fraction > 0 && val_fraction < 0.9)) {
+    std::fprintf(stderr, "usage: fp8-worker prepare-data --text FILE --out DIR [--val-fraction 0.1]\n");
+    return worker::kExitInvalidSpec;
+  }
+  auto r = data::PrepareByteData(text, out, val_fraction);
+  if (!r.ok()) {
+    std::fprintf(stderr, "fp8-worker prepare-data: %s\n", r.status().message().c_str());
+    return r.status().code() == StatusCode::kDataLoss || r.status().code() == StatusCode::kNotFound
+               ? worker::kExitBadData
+               : worker::kExitInternal;
+  }
+  std::fprintf(stderr, "fp8-worker prepare-data: %lld train tokens → %s, %lld val tokens → %s (vocab 256)\n",
+               static_cast<long long>(r->train_tokens), r->train_path.c_str(), static_cast<long long>(r->val_tokens),
+               r->val_path.c_str());
+  return 0;
+}
+
+}  // namespace fp8::train

@@ -1,0 +1,38 @@
+// The training loop (design §4): data-parallel over a Collective, events on an EventWriter,
+// checkpoints on rank 0, SIGTERM handled at step boundaries. A run is a pure function of the
+// spec (and the checkpoint it resumed from): batches come from (seed, global sample index),
+// reductions run in a fixed order, so a resumed run repeats the uninterrupted one bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/common/events.h"
+#include "worker/train/collective.h"
+#include "worker/train/spec.h"
+
+namespace fp8::train {
+
+struct TrainOptions {
+  std::string checkpoint_dir;   // default <output_dir>/checkpoints
+  std::string resume_from;      // a step-N dir or a checkpoints dir; empty: fresh start
+  int heartbeat_ms = 2000;      // 0: no heartbeat thread
+  // Tests: behave as if SIGTERM arrived right after this step completed (0: never).
+  int64_t stop_after_step = 0;
+  bool tty_progress = false;    // a live progress line on stderr
+};
+
+struct TrainResult {
+  int exit_code = 0;
+  int64_t start_step = 0, steps_done = 0;
+  std::vector<double> losses;  // per step run in this process, in order
+  double eval_loss = -1;       // last evaluation (-1: none)
+  bool interrupted = false;
+  std::string last_checkpoint;
+};
+
+TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
+                        fp8::worker::EventWriter& events);
+
+}  // namespace fp8::train
