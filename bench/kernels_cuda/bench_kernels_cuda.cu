@@ -1,0 +1,231 @@
+// bench_kernels_cuda: bandwidth of the sm_90 quantization kernels next to a device-to-device
+// copy measured in the same run, and TFLOPS of the cuBLASLt FP8 blockwise and BF16 GEMMs.
+// Timing: CUDA events around each repetition after a warm-up, median of the repetitions; GEMM
+// operands rotate over enough copies that the working set exceeds the L2 cache several times.
+// Prints markdown tables (docs/performance.md, "CUDA kernels (H200)").
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_fp8_dequantize.h"
+#include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "kernels/cuda/sm90_fp8_quantize.h"
+#include "kernels/cuda/sm90_fp8_quantize_transpose.h"
+#include "kernels/cuda/sm90_fp8_tensor_quantize.h"
+
+namespace fp8::kernels::cuda {
+namespace {
+
+// Deterministic pseudo-random bf16 in about [-4, 4), never all zero (zeros time optimistically).
+__global__ void FillRandomBf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint64_t h = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    x[i] = __float2bfloat16((u - 0.5f) * 8.0f);
+  }
+}
+__global__ void Bf16ToF32(const __nv_bfloat16* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __bfloat162float(x[i]);
+}
+
+template <typename T>
+T* Alloc(size_t n) {
+  void* p = nullptr;
+  FP8_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+void FillBf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  FillRandomBf16<<<4096, 256>>>(x, n, seed);
+  FP8_CUDA_CHECK(cudaGetLastError());
+}
+
+// Median milliseconds of `reps` timed calls of fn(rep) after `warmup` untimed ones.
+double MedianMs(const std::function<void(int)>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) FP8_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    FP8_CUDA_CHECK(cudaEventRecord(ev[2 * i]));
+    fn(warmup + i);
+    FP8_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  FP8_CUDA_CHECK(cudaDeviceSynchronize());
+  FP8_CUDA_CHECK(cudaGetLastError());
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    FP8_CUDA_CHECK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
+    ms[i] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+struct MemRow {
+  std::string name;
+  double bytes;
+  double ms;
+};
+
+void BenchMemoryBound() {
+  const int64_t rows = 16384, cols = 7168, n = rows * cols, g = cols / 128;
+  const int kSets = 2;  // each input (235 MB bf16) is already ~4x the L2; alternate two anyway
+  __nv_bfloat16* x[kSets];
+  float* xf[kSets];
+  for (int s = 0; s < kSets; ++s) {
+    x[s] = Alloc<__nv_bfloat16>(n);
+    xf[s] = Alloc<float>(n);
+    FillBf16(x[s], n, 1234 + s);
+    Bf16ToF32<<<4096, 256>>>(x[s], xf[s], n);
+    FP8_CUDA_CHECK(cudaGetLastError());
+  }
+  __nv_bfloat16* copy_dst = Alloc<__nv_bfloat16>(n);
+  __nv_bfloat16* deq = Alloc<__nv_bfloat16>(n);
+  uint8_t* q = Alloc<uint8_t>(n);
+  uint8_t* qt = Alloc<uint8_t>(n);
+  float* s = Alloc<float>(rows * g);
+  float* st = Alloc<float>(cols * (rows / 128));
+  float* sw = Alloc<float>((rows / 128) * g);
+  float* tensor_scale = Alloc<float>(1);
+  float* amax = Alloc<float>(1);
+  const float one_over = 4.0f / 448.0f;
+  FP8_CUDA_CHECK(cudaMemcpy(tensor_scale, &one_over, 4, cudaMemcpyHostToDevice));
+  const auto e4 = Fp8Format::kE4M3;
+  const auto f32s = ScaleFormat::kFp32;
+  const int warm = 5, reps = 30;
+  const double N = static_cast<double>(n);
+
+  std::vector<MemRow> out;
+  out.push_back({"D2D copy (cudaMemcpyAsync), bf16 16384x7168", 4 * N, MedianMs([&](int i) {
+                   FP8_CUDA_CHECK(cudaMemcpyAsync(copy_dst, x[i % kSets], n * 2, cudaMemcpyDeviceToDevice));
+                 }, warm, reps)});
+  out.push_back({"1x128 quant bf16 -> e4m3, row-major scales", 3 * N + 4 * N / 128, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, nullptr));
+                 }, warm, reps)});
+  out.push_back({"1x128 quant bf16 -> e4m3, MN-major scales", 3 * N + 4 * N / 128, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kMnMajor, q, s, nullptr));
+                 }, warm, reps)});
+  out.push_back({"1x128 quant bf16 -> e4m3, ue8m0 scales", 3 * N + 4 * N / 128, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128(x[i % kSets], rows, cols, e4, ScaleFormat::kUe8m0, Sm90ScaleLayout::kRowMajor, q, s, nullptr));
+                 }, warm, reps)});
+  out.push_back({"1x128 quant fp32 -> e4m3", 5 * N + 4 * N / 128, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128(xf[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, nullptr));
+                 }, warm, reps)});
+  out.push_back({"1x128 quant X and X^T fused, bf16", 4 * N + 8 * N / 128, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, qt, st, nullptr));
+                 }, warm, reps)});
+  out.push_back({"128x128 weight quant bf16 -> e4m3", 3 * N + 4 * N / 16384, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize128x128(x[i % kSets], rows, cols, e4, f32s, q, sw, g, nullptr));
+                 }, warm, reps)});
+  out.push_back({"128x128 dequant e4m3 -> bf16", 3 * N + 4 * N / 16384, MedianMs([&](int) {
+                   FP8_CHECK_OK(Sm90Fp8Dequantize128x128(q, sw, g, rows, cols, e4, deq, nullptr));
+                 }, warm, reps)});
+  out.push_back({"1x128 dequant e4m3 -> bf16", 3 * N + 4 * N / 128, MedianMs([&](int) {
+                   FP8_CHECK_OK(Sm90Fp8Dequantize1x128(q, s, Sm90ScaleLayout::kRowMajor, rows, cols, e4, deq, nullptr));
+                 }, warm, reps)});
+  out.push_back({"per-tensor cast + amax bf16 -> e4m3", 3 * N, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8QuantizeTensor(x[i % kSets], n, tensor_scale, e4, q, amax, nullptr));
+                 }, warm, reps)});
+
+  const double copy_tbps = out[0].bytes / (out[0].ms * 1e-3) / 1e12;
+  std::printf("\n### Memory-bound kernels, 16384x7168 (bytes = each input read once + each output written once)\n\n");
+  std::printf("| kernel | time (us) | TB/s | vs D2D copy |\n|---|---:|---:|---:|\n");
+  for (const auto& r : out) {
+    const double tbps = r.bytes / (r.ms * 1e-3) / 1e12;
+    std::printf("| %s | %.1f | %.2f | %.0f%% |\n", r.name.c_str(), r.ms * 1e3, tbps, 100.0 * tbps / copy_tbps);
+  }
+  for (int k = 0; k < kSets; ++k) {
+    cudaFree(x[k]);
+    cudaFree(xf[k]);
+  }
+  for (void* p : std::initializer_list<void*>{copy_dst, deq, q, qt, s, st, sw, tensor_scale, amax}) cudaFree(p);
+}
+
+void BenchGemms() {
+  auto ctx_or = Sm90CublasLtContext::Create();
+  FP8_CHECK_OK(ctx_or.status());
+  auto& ctx = *ctx_or.value();
+  cudaDeviceProp prop{};
+  FP8_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double l2 = prop.l2CacheSize;
+  struct Shape { int64_t n, k; };
+  const Shape shapes[] = {{7168, 16384}, {4096, 7168}, {7168, 2048}, {24576, 1536}};
+  std::printf("\n### GEMMs, C[M,N] = A[M,K] * B[N,K]^T, BF16 output (cuBLASLt)\n\n");
+  std::printf("| M | N | K | FP8 blockwise 1x128/128x128 TFLOPS | BF16 TFLOPS | FP8 / BF16 |\n|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t m : {128, 4096}) {
+    for (const Shape& sh : shapes) {
+      const int64_t n = sh.n, k = sh.k;
+      const double set_bytes = double(m * k + n * k) * 2 + double(m * n) * 2;
+      const int sets = static_cast<int>(std::clamp(3.0 * l2 / set_bytes + 1.0, 1.0, 8.0));
+      std::vector<__nv_bfloat16*> a(sets), b(sets), c(sets);
+      std::vector<uint8_t*> qa(sets), qb(sets);
+      std::vector<float*> sa(sets), sb(sets);
+      const int64_t ld = Sm90BlockScaleLd(k);
+      for (int s = 0; s < sets; ++s) {
+        a[s] = Alloc<__nv_bfloat16>(m * k);
+        b[s] = Alloc<__nv_bfloat16>(n * k);
+        c[s] = Alloc<__nv_bfloat16>(m * n);
+        qa[s] = Alloc<uint8_t>(m * k);
+        qb[s] = Alloc<uint8_t>(n * k);
+        sa[s] = Alloc<float>(m * (k / 128));
+        sb[s] = Alloc<float>((n / 128) * ld);
+        FillBf16(a[s], m * k, 77 + 2 * s);
+        FillBf16(b[s], n * k, 78 + 2 * s);
+        FP8_CHECK_OK(Sm90Fp8Quantize1x128(a[s], m, k, Fp8Format::kE4M3, ScaleFormat::kFp32, Sm90ScaleLayout::kMnMajor, qa[s], sa[s], nullptr));
+        FP8_CHECK_OK(Sm90Fp8Quantize128x128(b[s], n, k, Fp8Format::kE4M3, ScaleFormat::kFp32, qb[s], sb[s], ld, nullptr));
+      }
+      const double flops = 2.0 * m * n * k;
+      const double fp8_ms = MedianMs([&](int i) {
+        const int s = i % sets;
+        FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(ctx, qa[s], Fp8Format::kE4M3, sa[s], qb[s], Fp8Format::kE4M3, sb[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr));
+      }, 5, 30);
+      const double bf16_ms = MedianMs([&](int i) {
+        const int s = i % sets;
+        FP8_CHECK_OK(Sm90GemmBf16CublasLt(ctx, a[s], b[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr));
+      }, 5, 30);
+      const double fp8_tf = flops / (fp8_ms * 1e-3) / 1e12, bf16_tf = flops / (bf16_ms * 1e-3) / 1e12;
+      std::printf("| %lld | %lld | %lld | %.0f | %.0f | %.2f |\n", static_cast<long long>(m),
+                  static_cast<long long>(n), static_cast<long long>(k), fp8_tf, bf16_tf, fp8_tf / bf16_tf);
+      std::fflush(stdout);
+      for (int s = 0; s < sets; ++s) {
+        for (void* p : std::initializer_list<void*>{a[s], b[s], c[s], qa[s], qb[s], sa[s], sb[s]}) cudaFree(p);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp8::kernels::cuda
+
+int main() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_kernels_cuda: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  FP8_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::printf("device: %s, %d SMs, L2 %.0f MB, sm_%d%d, driver %d, runtime %d\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, prop.major, prop.minor, driver, runtime);
+  fp8::kernels::cuda::BenchMemoryBound();
+  fp8::kernels::cuda::BenchGemms();
+  return 0;
+}

@@ -1,0 +1,105 @@
+// Launchers of the 1x128 and 128x128 quantization kernels (sm90_fp8_quantize.cuh).
+#include "kernels/cuda/sm90_fp8_quantize.h"
+
+#include <string>
+
+#include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_fp8_quantize.cuh"
+
+namespace fp8::kernels::cuda {
+
+Status Sm90ValidateQuantShape(int64_t rows, int64_t cols, const void* in, const void* out,
+                              const void* scale_inv) {
+  if (rows < 1) return InvalidArgumentError("rows must be ≥ 1, got " + std::to_string(rows));
+  if (cols < 1 || cols % 16 != 0)
+    return InvalidArgumentError("cols must be a positive multiple of 16 (16-byte rows), got " +
+                                std::to_string(cols));
+  // Group/tile indices are 32-bit inside the kernels.
+  if (rows >= (int64_t{1} << 31) || rows * ((cols + 127) / 128) >= (int64_t{1} << 31))
+    return InvalidArgumentError("tensor too large: rows=" + std::to_string(rows) +
+                                " cols=" + std::to_string(cols));
+  if (in == nullptr) return InvalidArgumentError("input pointer is null");
+  if (out == nullptr) return InvalidArgumentError("output pointer is null");
+  if (scale_inv == nullptr) return InvalidArgumentError("scale_inv pointer is null");
+  if (reinterpret_cast<uintptr_t>(in) % 16 != 0)
+    return InvalidArgumentError("input pointer must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(out) % 16 != 0)
+    return InvalidArgumentError("output pointer must be 16-byte aligned");
+  return OkStatus();
+}
+
+namespace {
+
+constexpr int kUnroll1x128 = 4;
+
+template <typename T, Fp8Format F>
+Status Launch1x128(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90ScaleLayout layout,
+                   uint8_t* q, float* scale_inv, cudaStream_t stream) {
+  constexpr int kTeamsPerBlock = kSm90QuantThreads / (128 / InVec<T>::kElems);
+  const uint32_t groups_per_row = static_cast<uint32_t>((cols + 127) / 128);
+  const uint32_t num_groups = static_cast<uint32_t>(rows) * groups_per_row;
+  const uint32_t groups_per_block = kTeamsPerBlock * kUnroll1x128;
+  const uint32_t blocks = (num_groups + groups_per_block - 1) / groups_per_block;
+  Sm90Fp8Quantize1x128Kernel<T, F, kUnroll1x128><<<blocks, kSm90QuantThreads, 0, stream>>>(
+      x, rows, cols, groups_per_row, num_groups, layout == Sm90ScaleLayout::kMnMajor, ue8m0, q,
+      scale_inv);
+  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return OkStatus();
+}
+
+template <typename T>
+Status Quantize1x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
+                     Sm90ScaleLayout layout, uint8_t* q, float* scale_inv, cudaStream_t stream) {
+  FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
+  const bool ue8m0 = sf == ScaleFormat::kUe8m0;
+  return fmt == Fp8Format::kE4M3
+             ? Launch1x128<T, Fp8Format::kE4M3>(x, rows, cols, ue8m0, layout, q, scale_inv, stream)
+             : Launch1x128<T, Fp8Format::kE5M2>(x, rows, cols, ue8m0, layout, q, scale_inv, stream);
+}
+
+template <typename T>
+Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
+                       uint8_t* q, float* scale_inv, int64_t scale_ld, cudaStream_t stream) {
+  FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
+  if (scale_ld < (cols + 127) / 128)
+    return InvalidArgumentError("scale_ld must be ≥ ceil(cols/128) = " +
+                                std::to_string((cols + 127) / 128) + ", got " +
+                                std::to_string(scale_ld));
+  const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>((rows + 127) / 128));
+  if (grid.y > 65535) return InvalidArgumentError("rows too large: " + std::to_string(rows));
+  const bool ue8m0 = sf == ScaleFormat::kUe8m0;
+  if (fmt == Fp8Format::kE4M3) {
+    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3>
+        <<<grid, kSm90QuantThreads, 0, stream>>>(x, rows, cols, ue8m0, q, scale_inv, scale_ld);
+  } else {
+    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2>
+        <<<grid, kSm90QuantThreads, 0, stream>>>(x, rows, cols, ue8m0, q, scale_inv, scale_ld);
+  }
+  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return OkStatus();
+}
+
+}  // namespace
+
+Status Sm90Fp8Quantize1x128(const __nv_bfloat16* x, int64_t rows, int64_t cols, Fp8Format fmt,
+                            ScaleFormat sf, Sm90ScaleLayout layout, uint8_t* q, float* scale_inv,
+                            cudaStream_t stream) {
+  return Quantize1x128(x, rows, cols, fmt, sf, layout, q, scale_inv, stream);
+}
+Status Sm90Fp8Quantize1x128(const float* x, int64_t rows, int64_t cols, Fp8Format fmt,
+                            ScaleFormat sf, Sm90ScaleLayout layout, uint8_t* q, float* scale_inv,
+                            cudaStream_t stream) {
+  return Quantize1x128(x, rows, cols, fmt, sf, layout, q, scale_inv, stream);
+}
+Status Sm90Fp8Quantize128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols, Fp8Format fmt,
+                              ScaleFormat sf, uint8_t* q, float* scale_inv, int64_t scale_ld,
+                              cudaStream_t stream) {
+  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, stream);
+}
+Status Sm90Fp8Quantize128x128(const float* x, int64_t rows, int64_t cols, Fp8Format fmt,
+                              ScaleFormat sf, uint8_t* q, float* scale_inv, int64_t scale_ld,
+                              cudaStream_t stream) {
+  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, stream);
+}
+
+}  // namespace fp8::kernels::cuda
