@@ -30,6 +30,7 @@ struct Fp8Traits<Fp8Format::kE4M3> {
   static constexpr uint32_t kMaxNorm = 0x7Eu;
   static constexpr uint32_t kNoSatOverflow = 0x7Fu;  // no Inf in E4M3fn: NaN
   static constexpr float kSubnormMagic = 16384.0f;   // 2^23 · 2^-9
+  static constexpr float kMinSubnormal = 0x1p-9f;
 };
 
 template <>
@@ -42,6 +43,7 @@ struct Fp8Traits<Fp8Format::kE5M2> {
   static constexpr uint32_t kMaxNorm = 0x7Bu;
   static constexpr uint32_t kNoSatOverflow = 0x7Cu;  // Inf
   static constexpr float kSubnormMagic = 128.0f;     // 2^23 · 2^-16
+  static constexpr float kMinSubnormal = 0x1p-16f;
 };
 
 template <Fp8Format kFmt, bool kSaturate>
@@ -65,6 +67,28 @@ inline uint8_t EncodeFp8(float x) {
   // NaN: CUDA canonicalizes the input to +NaN first, so both formats give 0x7F.
   code = abs_bits > 0x7F800000u ? 0x7Fu : code;
   return static_cast<uint8_t>(code);
+}
+
+// Arithmetic decode, equal bit for bit to Fp8DecodeTable (tested for all 256 codes) but built
+// from shifts, an int→float conversion and selects, so decode loops vectorize (a table lookup
+// is a gather, which SSE does not have). NaN codes give the canonical +NaN 0x7FFFFFFF.
+template <Fp8Format kFmt>
+inline float DecodeFp8(uint32_t code) {
+  using T = Fp8Traits<kFmt>;
+  constexpr int kShift = 23 - T::kMantBits;
+  const uint32_t mag = code & 0x7Fu;
+  const uint32_t sign = (code & 0x80u) << 24;
+  // Exponent field 0: mantissa · min_subnormal (exact); otherwise re-bias the exponent.
+  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(mag)) * T::kMinSubnormal);
+  const uint32_t normal = (mag << kShift) + (uint32_t(127 - T::kBias) << 23);
+  uint32_t bits = (mag < (1u << T::kMantBits) ? subnormal : normal) | sign;
+  if constexpr (kFmt == Fp8Format::kE5M2) {
+    bits = mag == 0x7Cu ? (0x7F800000u | sign) : bits;  // ±Inf
+    bits = mag > 0x7Cu ? 0x7FFFFFFFu : bits;
+  } else {
+    bits = mag == 0x7Fu ? 0x7FFFFFFFu : bits;
+  }
+  return std::bit_cast<float>(bits);
 }
 
 }  // namespace fp8::kernels::internal

@@ -62,49 +62,48 @@ void WalkRowTiles(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, Sca
   });
 }
 
-// 128x1 tiles: one scale per column per 128-row block. emit_block(rb, r0, r1, scales[cols]).
-template <typename EmitBlock>
+// Column strip width for the 128-row walkers: a 128 x 256 FP32 strip (128 KiB) stays in L2
+// between the amax pass and the cast pass. A multiple of kTile, so 128x128 tiles never straddle.
+constexpr int64_t kStrip = 2 * kTile;
+
+// 128x1 tiles: one scale per column per 128-row block, walked in (row block, column strip)
+// units. emit(b, r0, r1, c0, c1, s) with s[c - c0] the scale of column c in block b.
+template <typename Emit>
 void WalkColumnTiles(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
-                     float* scale_inv, EmitBlock&& emit_block) {
+                     float* scale_inv, Emit&& emit) {
   const int64_t blocks = CeilDiv(rows, kTile);
-  ParallelFor(blocks, std::max<int64_t>(1, MinRowsPerChunk(cols) / kTile), [&](int64_t b0, int64_t b1) {
-    std::vector<uint32_t> amax(static_cast<size_t>(cols));
-    std::vector<float> scales(static_cast<size_t>(cols));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * kTile, r1 = std::min(rows, r0 + kTile);
-      std::fill(amax.begin(), amax.end(), 0u);
-      for (int64_t r = r0; r < r1; ++r) AbsMaxBitsInto(x + r * cols, cols, amax.data());
-      for (int64_t c = 0; c < cols; ++c) scales[c] = ScaleInvFromAmax(BitsToFloat(amax[c]), fmt, sf);
-      if (scale_inv != nullptr) std::copy(scales.begin(), scales.end(), scale_inv + b * cols);
-      emit_block(b, r0, r1, scales.data());
+  const int64_t strips = CeilDiv(cols, kStrip);
+  ParallelFor(blocks * strips, std::max<int64_t>(1, kMinElementsPerChunk / (kTile * kStrip)), [&](int64_t u0, int64_t u1) {
+    uint32_t amax[kStrip];
+    float scales[kStrip];
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / strips, c0 = (u % strips) * kStrip;
+      const int64_t r0 = b * kTile, r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kStrip);
+      std::fill(amax, amax + (c1 - c0), 0u);
+      for (int64_t r = r0; r < r1; ++r) AbsMaxBitsInto(x + r * cols + c0, c1 - c0, amax);
+      for (int64_t c = 0; c < c1 - c0; ++c) scales[c] = ScaleInvFromAmax(BitsToFloat(amax[c]), fmt, sf);
+      if (scale_inv != nullptr) std::copy(scales, scales + (c1 - c0), scale_inv + b * cols + c0);
+      emit(b, r0, r1, c0, c1, static_cast<const float*>(scales));
     }
   });
 }
 
-// 128x128 tiles. emit(row, col0, n, scale_inv).
+// 128x128 tiles, one (row block, 128-column tile) unit at a time. emit(row, col0, n, scale_inv).
 template <typename Emit>
 void WalkBlockTiles(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
                     float* scale_inv, Emit&& emit) {
   const int64_t blocks = CeilDiv(rows, kTile);
   const int64_t tiles = CeilDiv(cols, kTile);
-  ParallelFor(blocks, std::max<int64_t>(1, MinRowsPerChunk(cols) / kTile), [&](int64_t b0, int64_t b1) {
-    std::vector<float> scales(static_cast<size_t>(tiles));
-    for (int64_t b = b0; b < b1; ++b) {
+  ParallelFor(blocks * tiles, std::max<int64_t>(1, kMinElementsPerChunk / (kTile * kTile)), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / tiles, t = u % tiles;
       const int64_t r0 = b * kTile, r1 = std::min(rows, r0 + kTile);
-      for (int64_t t = 0; t < tiles; ++t) {
-        const int64_t c0 = t * kTile;
-        const int64_t n = std::min(kTile, cols - c0);
-        uint32_t m = 0;
-        for (int64_t r = r0; r < r1; ++r) m = AbsMaxBits(x + r * cols + c0, n, m);
-        scales[t] = ScaleInvFromAmax(BitsToFloat(m), fmt, sf);
-        if (scale_inv != nullptr) scale_inv[b * tiles + t] = scales[t];
-      }
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t t = 0; t < tiles; ++t) {
-          const int64_t c0 = t * kTile;
-          emit(r, c0, std::min(kTile, cols - c0), scales[t]);
-        }
-      }
+      const int64_t c0 = t * kTile, n = std::min(kTile, cols - c0);
+      uint32_t m = 0;
+      for (int64_t r = r0; r < r1; ++r) m = AbsMaxBits(x + r * cols + c0, n, m);
+      const float s = ScaleInvFromAmax(BitsToFloat(m), fmt, sf);
+      if (scale_inv != nullptr) scale_inv[b * tiles + t] = s;
+      for (int64_t r = r0; r < r1; ++r) emit(r, c0, n, s);
     }
   });
 }
@@ -134,9 +133,11 @@ Status Quantize128x1(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, 
                      uint8_t* q, float* scale_inv) {
   FP8_RETURN_IF_ERROR(CheckQuantizeArgs("Quantize128x1", x, rows, cols, q, scale_inv));
   WithFormat(fmt, [&]<Fp8Format F>() {
-    WalkColumnTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t, int64_t r0, int64_t r1, const float* s) {
-      for (int64_t r = r0; r < r1; ++r) internal::CastSpanScales<F>(x + r * cols, cols, s, q + r * cols);
-    });
+    WalkColumnTiles(x, rows, cols, fmt, sf, scale_inv,
+                    [&](int64_t, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* s) {
+                      for (int64_t r = r0; r < r1; ++r)
+                        internal::CastSpanScales<F>(x + r * cols + c0, c1 - c0, s, q + r * cols + c0);
+                    });
   });
   return OkStatus();
 }
@@ -166,16 +167,17 @@ Status Quantize1x128WithTranspose(const float* x, int64_t rows, int64_t cols, Fp
     WalkRowTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t r, int64_t c0, int64_t n, float s) {
       internal::CastSpan<F>(x + r * cols + c0, n, s, q + r * cols + c0);
     });
-    WalkColumnTiles(x, rows, cols, fmt, sf, nullptr, [&](int64_t b, int64_t r0, int64_t r1, const float* s) {
-      for (int64_t c = 0; c < cols; ++c) scale_inv_t[c * blocks + b] = s[c];
-      // Column strips keep the strided byte writes within a few dozen cache lines.
-      constexpr int64_t kStrip = 64;
-      for (int64_t cs = 0; cs < cols; cs += kStrip) {
-        const int64_t ce = std::min(cols, cs + kStrip);
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* xr = x + r * cols;
-          for (int64_t c = cs; c < ce; ++c) qt[c * rows + r] = internal::EncodeFp8<F, true>(xr[c] / s[c]);
-        }
+    WalkColumnTiles(x, rows, cols, fmt, sf, nullptr,
+                    [&](int64_t b, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* s) {
+      for (int64_t c = c0; c < c1; ++c) scale_inv_t[c * blocks + b] = s[c - c0];
+      // Cast row-wise (vectorized) into a block-local buffer, then scatter it transposed: the
+      // strided byte writes then touch only c1 - c0 cache lines per pass.
+      uint8_t buf[kTile * kStrip];
+      const int64_t width = c1 - c0;
+      for (int64_t r = r0; r < r1; ++r) internal::CastSpanScales<F>(x + r * cols + c0, width, s, buf + (r - r0) * width);
+      for (int64_t c = 0; c < width; ++c) {
+        uint8_t* dst = qt + (c0 + c) * rows + r0;
+        for (int64_t r = 0; r < r1 - r0; ++r) dst[r] = buf[r * width + c];
       }
     });
   });
@@ -232,12 +234,17 @@ Status CheckDequantizeArgs(const char* op, const uint8_t* q, const float* scale_
 Status Dequantize1x128(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                        Fp8Format fmt, float* x) {
   FP8_RETURN_IF_ERROR(CheckDequantizeArgs("Dequantize1x128", q, scale_inv, rows, cols, x));
-  const float* table = Fp8DecodeTable(fmt);
   const int64_t tiles = CeilDiv(cols, kTile);
-  ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = table[q[r * cols + c]] * scale_inv[r * tiles + c / kTile];
-    }
+  WithFormat(fmt, [&]<Fp8Format F>() {
+    ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t c0 = t * kTile;
+          internal::DequantSpan<F>(q + r * cols + c0, std::min(kTile, cols - c0), scale_inv[r * tiles + t],
+                                   x + r * cols + c0);
+        }
+      }
+    });
   });
   return OkStatus();
 }
@@ -245,12 +252,12 @@ Status Dequantize1x128(const uint8_t* q, const float* scale_inv, int64_t rows, i
 Status Dequantize128x1(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                        Fp8Format fmt, float* x) {
   FP8_RETURN_IF_ERROR(CheckDequantizeArgs("Dequantize128x1", q, scale_inv, rows, cols, x));
-  const float* table = Fp8DecodeTable(fmt);
-  ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* s = scale_inv + (r / kTile) * cols;
-      for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = table[q[r * cols + c]] * s[c];
-    }
+  WithFormat(fmt, [&]<Fp8Format F>() {
+    ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        internal::DequantSpanScales<F>(q + r * cols, cols, scale_inv + (r / kTile) * cols, x + r * cols);
+      }
+    });
   });
   return OkStatus();
 }
@@ -258,21 +265,26 @@ Status Dequantize128x1(const uint8_t* q, const float* scale_inv, int64_t rows, i
 Status Dequantize128x128(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                          Fp8Format fmt, float* x) {
   FP8_RETURN_IF_ERROR(CheckDequantizeArgs("Dequantize128x128", q, scale_inv, rows, cols, x));
-  const float* table = Fp8DecodeTable(fmt);
   const int64_t tiles = CeilDiv(cols, kTile);
-  ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* s = scale_inv + (r / kTile) * tiles;
-      for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = table[q[r * cols + c]] * s[c / kTile];
-    }
+  WithFormat(fmt, [&]<Fp8Format F>() {
+    ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t c0 = t * kTile;
+          internal::DequantSpan<F>(q + r * cols + c0, std::min(kTile, cols - c0),
+                                   scale_inv[(r / kTile) * tiles + t], x + r * cols + c0);
+        }
+      }
+    });
   });
   return OkStatus();
 }
 
 void DequantizeTensor(const uint8_t* q, int64_t n, float scale_inv, Fp8Format fmt, float* x) {
-  const float* table = Fp8DecodeTable(fmt);
-  ParallelFor(n, kMinElementsPerChunk, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) x[i] = table[q[i]] * scale_inv;
+  WithFormat(fmt, [&]<Fp8Format F>() {
+    ParallelFor(n, kMinElementsPerChunk, [&](int64_t b, int64_t e) {
+      internal::DequantSpan<F>(q + b, e - b, scale_inv, x + b);
+    });
   });
 }
 
@@ -282,7 +294,6 @@ Status FakeQuantize(const float* x, int64_t rows, int64_t cols, Granularity g, F
   FP8_RETURN_IF_ERROR(CheckShape(kOp, rows, cols));
   FP8_RETURN_IF_ERROR(CheckPointer(kOp, "x", x, rows * cols));
   FP8_RETURN_IF_ERROR(CheckPointer(kOp, "y", y, rows * cols));
-  const float* table = Fp8DecodeTable(fmt);
   switch (g) {
     case Granularity::kTensor: {
       if (!(tensor_scale_inv > 0.0f) || !std::isfinite(tensor_scale_inv)) {
@@ -293,7 +304,7 @@ Status FakeQuantize(const float* x, int64_t rows, int64_t cols, Granularity g, F
       const int64_t n = rows * cols;
       WithFormat(fmt, [&]<Fp8Format F>() {
         ParallelFor(n, kMinElementsPerChunk, [&](int64_t b, int64_t e) {
-          internal::FakeSpan<F>(x + b, e - b, tensor_scale_inv, table, y + b);
+          internal::FakeSpan<F>(x + b, e - b, tensor_scale_inv, y + b);
         });
       });
       return OkStatus();
@@ -301,21 +312,23 @@ Status FakeQuantize(const float* x, int64_t rows, int64_t cols, Granularity g, F
     case Granularity::k1x128:
       WithFormat(fmt, [&]<Fp8Format F>() {
         WalkRowTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t r, int64_t c0, int64_t n, float s) {
-          internal::FakeSpan<F>(x + r * cols + c0, n, s, table, y + r * cols + c0);
+          internal::FakeSpan<F>(x + r * cols + c0, n, s, y + r * cols + c0);
         });
       });
       return OkStatus();
     case Granularity::k128x1:
       WithFormat(fmt, [&]<Fp8Format F>() {
-        WalkColumnTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t, int64_t r0, int64_t r1, const float* s) {
-          for (int64_t r = r0; r < r1; ++r) internal::FakeSpanScales<F>(x + r * cols, cols, s, table, y + r * cols);
-        });
+        WalkColumnTiles(x, rows, cols, fmt, sf, scale_inv,
+                        [&](int64_t, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* s) {
+                          for (int64_t r = r0; r < r1; ++r)
+                            internal::FakeSpanScales<F>(x + r * cols + c0, c1 - c0, s, y + r * cols + c0);
+                        });
       });
       return OkStatus();
     case Granularity::k128x128:
       WithFormat(fmt, [&]<Fp8Format F>() {
         WalkBlockTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t r, int64_t c0, int64_t n, float s) {
-          internal::FakeSpan<F>(x + r * cols + c0, n, s, table, y + r * cols + c0);
+          internal::FakeSpan<F>(x + r * cols + c0, n, s, y + r * cols + c0);
         });
       });
       return OkStatus();

@@ -49,13 +49,15 @@ void MicroKernelGeneric(int64_t kc, const float* a, const float* b, float* ab) {
   V4 c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
   for (int64_t k = 0; k < kc; ++k, a += kMR, b += 8) {
     const V4 b0 = LoadV4(b), b1 = LoadV4(b + 4);
+    // Broadcast by initializer (not V4{} + a: adding +0 is not an identity for -0, so the
+    // compiler would have to keep the add).
     V4 av;
-    av = V4{} + a[0]; c00 += av * b0; c01 += av * b1;
-    av = V4{} + a[1]; c10 += av * b0; c11 += av * b1;
-    av = V4{} + a[2]; c20 += av * b0; c21 += av * b1;
-    av = V4{} + a[3]; c30 += av * b0; c31 += av * b1;
-    av = V4{} + a[4]; c40 += av * b0; c41 += av * b1;
-    av = V4{} + a[5]; c50 += av * b0; c51 += av * b1;
+    av = V4{a[0], a[0], a[0], a[0]}; c00 += av * b0; c01 += av * b1;
+    av = V4{a[1], a[1], a[1], a[1]}; c10 += av * b0; c11 += av * b1;
+    av = V4{a[2], a[2], a[2], a[2]}; c20 += av * b0; c21 += av * b1;
+    av = V4{a[3], a[3], a[3], a[3]}; c30 += av * b0; c31 += av * b1;
+    av = V4{a[4], a[4], a[4], a[4]}; c40 += av * b0; c41 += av * b1;
+    av = V4{a[5], a[5], a[5], a[5]}; c50 += av * b0; c51 += av * b1;
   }
   StoreV4(ab + 0, c00); StoreV4(ab + 4, c01);
   StoreV4(ab + 8, c10); StoreV4(ab + 12, c11);

@@ -3,6 +3,8 @@
 // own _Float16 conversions.
 #include "kernels/fp8_format.h"
 
+#include "kernels/cpu/fp8_encode_inl.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -46,6 +48,16 @@ TEST(Fp8Format, EveryFiniteCodeRoundTrips) {
       EXPECT_EQ(FloatToFp8(v, fmt, Saturation::kSatFinite), b) << Fp8FormatName(fmt) << " " << b;
       EXPECT_EQ(FloatToFp8(v, fmt, Saturation::kNoSat), b) << Fp8FormatName(fmt) << " " << b;
     }
+  }
+}
+
+TEST(Fp8Format, ArithmeticDecodeEqualsTheTable) {
+  // The vectorized loops decode with shifts and selects instead of the table.
+  for (int b = 0; b < 256; ++b) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(internal::DecodeFp8<Fp8Format::kE4M3>(b)),
+              std::bit_cast<uint32_t>(Fp8DecodeTable(Fp8Format::kE4M3)[b])) << b;
+    EXPECT_EQ(std::bit_cast<uint32_t>(internal::DecodeFp8<Fp8Format::kE5M2>(b)),
+              std::bit_cast<uint32_t>(Fp8DecodeTable(Fp8Format::kE5M2)[b])) << b;
   }
 }
 
