@@ -2,11 +2,16 @@
 //
 // One observer thread does all the watching: every poll it reaps exited children (only the
 // pids it started: the daemon may have other children), checks adopted pids through /proc,
-// reads new lines from every rank's events file and calls the listener. Because one thread
+// reads new lines from every rank's events file and calls the listener. Between polls it
+// sleeps in poll(2) on a pidfd per rank, so a worker's death wakes it at once instead of at
+// the next tick (without pidfds, e.g. under a seccomp filter, it simply polls). Because one thread
 // delivers everything, a rank's events arrive in file order and its exit strictly after its
 // last event. The listener is called without the agent's lock held, so it may call Signal.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -88,7 +93,22 @@ Status WriteFileAtomically(const std::string& path, const std::string& content) 
   return FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
 }
 
+// A pidfd for `pid`, or -1 where the kernel (or a seccomp filter) does not offer them.
+int OpenPidFd(int64_t pid) {
+#ifdef SYS_pidfd_open
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  return fd >= 0 ? fd : -1;  // pidfds are always close-on-exec
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
 struct RankState {
+  ~RankState() {
+    if (pidfd >= 0) ::close(pidfd);
+  }
+
   std::string job_id;
   int attempt = 0;
   int rank = 0;
@@ -96,6 +116,10 @@ struct RankState {
   uint64_t start_time = 0;
   bool our_child = false;  // started by this agent: reap it; else watch /proc
   std::unique_ptr<EventFileReader> reader;
+  // Readable once the process has exited. Only the observer thread touches it after the
+  // rank is registered; `pidfd_fired` keeps a readable one out of later poll sets.
+  int pidfd = -1;
+  bool pidfd_fired = false;
   // Guarded by LocalAgent::mu_: set once the process is gone (reaped, or seen gone).
   bool gone = false;
   WorkerExit exit;
@@ -108,10 +132,14 @@ class LocalAgent final : public Agent {
   LocalAgent(LocalAgentOptions options, AgentListener* listener)
       : options_(std::move(options)), listener_(listener), slots_(ComputeSlots(options_)) {
     if (options_.poll_interval_ms <= 0) options_.poll_interval_ms = 20;
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     observer_ = std::thread([this] { ObserveLoop(); });
   }
 
-  ~LocalAgent() override { Stop(); }
+  ~LocalAgent() override {
+    Stop();
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
 
   std::vector<Slot> Slots() const override { return slots_; }
 
@@ -129,6 +157,10 @@ class LocalAgent final : public Agent {
   // Under mu_: updates rank.gone / rank.exit.
   void CheckGoneLocked(RankState& rank);
   void Deliver(RankState& rank, const EventLine& line);
+  // Interrupts the observer's sleep (stop, or a new rank whose pidfd must join the poll set).
+  void Wake();
+  // Sleeps up to one poll interval, less if a watched process exits or Wake() is called.
+  void SleepUntilSomethingHappens();
 
   LocalAgentOptions options_;
   AgentListener* listener_;
@@ -140,6 +172,7 @@ class LocalAgent final : public Agent {
   std::map<AttemptKey, std::vector<std::shared_ptr<RankState>>> attempts_;
   std::thread observer_;
   std::once_flag stop_once_;
+  int wake_fd_ = -1;
 };
 
 Status LocalAgent::ValidateLaunch(const LaunchRequest& request) const {
@@ -243,6 +276,7 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& reque
     // /proc entry is there to read even if it has exited already.
     state->start_time = ProcessStartTime(*pid);
     state->our_child = true;
+    state->pidfd = OpenPidFd(*pid);  // an unreaped child: the pid is surely still this process
     state->reader = std::make_unique<EventFileReader>(spawn.stdout_path, 0);
     started.push_back(std::move(state));
   }
@@ -259,6 +293,7 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& reque
     std::lock_guard<std::mutex> lock(mu_);
     attempts_[key] = std::move(started);
   }
+  Wake();
   return out;
 }
 
@@ -268,7 +303,11 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   const AttemptKey key{job_id, attempt};
   std::vector<std::shared_ptr<RankState>> adopted;
   for (const RankProcess& rp : ranks) {
+    // Opened before the start-time check: if the check passes, the pidfd names that process
+    // and not a later holder of the pid.
+    int pidfd = OpenPidFd(rp.pid);
     if (!ProcessMatches(rp.pid, rp.start_time)) {
+      if (pidfd >= 0) ::close(pidfd);
       ProcStat now = ReadProcStat(rp.pid);
       std::string why = !now.exists ? "is gone"
                         : now.zombie ? "has exited"
@@ -286,6 +325,7 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
     state->pid = rp.pid;
     state->start_time = rp.start_time;
     state->our_child = false;
+    state->pidfd = pidfd;
     state->reader = std::make_unique<EventFileReader>(RankFile(attempt_dir, rp.rank, ".events"),
                                                       rp.events_offset);
     FP8_RETURN_IF_ERROR(state->reader->Open());
@@ -298,6 +338,7 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
                                    " is already observed");
   }
   attempts_[key] = std::move(adopted);
+  Wake();
   return fp8::OkStatus();
 }
 
@@ -320,20 +361,63 @@ void LocalAgent::Stop() {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
+    Wake();
     if (observer_.joinable()) observer_.join();
   });
 }
 
-void LocalAgent::ObserveLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
+void LocalAgent::Wake() {
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  }
+  cv_.notify_all();
+}
+
+void LocalAgent::SleepUntilSomethingHappens() {
+  if (wake_fd_ < 0) {
+    // No eventfd: a plain timed wait that Stop() can still cut short.
+    std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_interval_ms),
                  [this] { return stopping_; });
-    if (stopping_) break;
-    lock.unlock();
+    return;
+  }
+  std::vector<pollfd> fds;
+  std::vector<std::shared_ptr<RankState>> watched;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+    for (auto& [key, ranks] : attempts_) {
+      for (auto& r : ranks) {
+        if (r->pidfd < 0 || r->pidfd_fired || r->gone) continue;
+        fds.push_back(pollfd{r->pidfd, POLLIN, 0});
+        watched.push_back(r);
+      }
+    }
+  }
+  int n = ::poll(fds.data(), fds.size(), options_.poll_interval_ms);
+  if (n <= 0) return;
+  if (fds[0].revents != 0) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t got = ::read(wake_fd_, &count, sizeof(count));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 1; i < fds.size(); ++i) {
+    // Readable stays readable: keep it out of later poll sets (the exit is picked up by this
+    // poll, or by the next tick should /proc lag behind).
+    if (fds[i].revents != 0) watched[i - 1]->pidfd_fired = true;
+  }
+}
+
+void LocalAgent::ObserveLoop() {
+  for (;;) {
+    SleepUntilSomethingHappens();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
     PollOnce();
-    lock.lock();
   }
 }
 

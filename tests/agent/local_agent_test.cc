@@ -2,6 +2,7 @@
 // exit codes and signals, process groups, garbage and partial lines.
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -167,6 +168,26 @@ TEST_F(AgentTest, ExitCodesAndSignalsAreReported) {
   auto esegv = listener_.Exit("job-segv", 0);
   EXPECT_EQ(esegv->exit_code, -1);
   EXPECT_EQ(esegv->signal, SIGSEGV);
+}
+
+// With a poll interval far beyond the wait, only the pidfd wake-up can deliver the exit.
+TEST_F(AgentTest, ExitWakesTheObserverWithoutWaitingForTheTick) {
+  int probe = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+  if (probe < 0) GTEST_SKIP() << "no pidfd_open here: the agent falls back to polling";
+  ::close(probe);
+  auto agent = NewAgent(&listener_, /*poll_ms=*/600000);
+  auto ranks = LaunchTracked(*agent, Request("job-wake", 1, {{"FP8_TEST_MODE", "hang_after_start"}}));
+  ASSERT_TRUE(ranks.ok()) << ranks.status().ToString();
+  // The observer only looks at the events file when woken; make sure the worker is up
+  // (its `started` line is in the file) before killing it.
+  std::string path = Request("job-wake", 1).attempt_dir + "/rank-0.events";
+  ASSERT_TRUE(PollUntil([&] { return ReadFile(path).find("\"started\"") != std::string::npos; }));
+  ::kill(static_cast<pid_t>((*ranks)[0].pid), SIGKILL);
+  ASSERT_TRUE(listener_.WaitForExit("job-wake", 1, 0));
+  EXPECT_EQ(listener_.Exit("job-wake", 0)->signal, SIGKILL);
+  // The lines written before the death were drained first.
+  ASSERT_FALSE(listener_.Events("job-wake", 0).empty());
+  EXPECT_EQ(Type(listener_.Events("job-wake", 0).front()), "started");
 }
 
 TEST_F(AgentTest, EachRankLeadsItsOwnSessionAndGroup) {
