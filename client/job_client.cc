@@ -1,0 +1,152 @@
+#include "client/job_client.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+namespace fp8d::client {
+
+Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return fp8::OkStatus();
+  return Status(static_cast<fp8::StatusCode>(static_cast<int>(status.error_code())),
+                status.error_message());
+}
+
+std::string NormalizeJobName(const std::string& job) {
+  if (job.rfind("jobs/", 0) == 0) return job;
+  return "jobs/" + job;
+}
+
+JobClient::JobClient(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  // Each JobClient gets its own connection (benchmarks run many clients in one process).
+  args.SetInt("grpc.use_local_subchannel_pool", 1);
+  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  stub_ = fp8d::v1::JobService::NewStub(channel_);
+}
+
+void JobClient::SetDeadline(grpc::ClientContext* context) const {
+  context->set_deadline(std::chrono::system_clock::now() + deadline_);
+}
+
+StatusOr<fp8d::v1::Job> JobClient::CreateJob(const fp8d::v1::Job& job, const std::string& request_id) {
+  fp8d::v1::CreateJobRequest request;
+  *request.mutable_job() = job;
+  request.set_request_id(request_id);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  fp8d::v1::Job response;
+  grpc::Status st = stub_->CreateJob(&context, request, &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+StatusOr<fp8d::v1::Job> JobClient::GetJob(const std::string& name, fp8d::v1::JobView view) {
+  fp8d::v1::GetJobRequest request;
+  request.set_name(name);
+  request.set_view(view);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  fp8d::v1::Job response;
+  grpc::Status st = stub_->GetJob(&context, request, &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+StatusOr<fp8d::v1::ListJobsResponse> JobClient::ListJobs(const fp8d::v1::ListJobsRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  fp8d::v1::ListJobsResponse response;
+  grpc::Status st = stub_->ListJobs(&context, request, &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+StatusOr<fp8d::v1::Job> JobClient::CancelJob(const std::string& name) {
+  fp8d::v1::CancelJobRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  fp8d::v1::Job response;
+  grpc::Status st = stub_->CancelJob(&context, request, &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+Status JobClient::WatchJob(const std::string& name, int64_t since_version,
+                           const std::function<bool(const fp8d::v1::Job&)>& on_update) {
+  fp8d::v1::WatchJobRequest request;
+  request.set_name(name);
+  request.set_since_version(since_version);
+  grpc::ClientContext context;
+  auto reader = stub_->WatchJob(&context, request);
+  fp8d::v1::WatchJobResponse response;
+  bool stopped = false;
+  while (reader->Read(&response)) {
+    if (!on_update(response.job())) {
+      stopped = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (stopped) return Status(fp8::StatusCode::kCancelled, "stopped by the caller");
+  return FromGrpc(st);
+}
+
+Status JobClient::GetJobLogs(const fp8d::v1::GetJobLogsRequest& request,
+                             const std::function<void(const std::string&)>& on_data) {
+  grpc::ClientContext context;
+  auto reader = stub_->GetJobLogs(&context, request);
+  fp8d::v1::LogChunk chunk;
+  while (reader->Read(&chunk)) on_data(chunk.data());
+  return FromGrpc(reader->Finish());
+}
+
+StatusOr<bool> JobClient::IsServing(std::chrono::milliseconds timeout) {
+  // grpc.health.v1.Health/Check through the generic stub: HealthCheckRequest{service: ""} is
+  // empty on the wire; the response is field 1 (status) as a varint, SERVING = 1.
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::ByteBuffer request_buffer;  // empty message
+  grpc::Slice empty("", 0);
+  request_buffer = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer response_buffer;
+  grpc::Status result;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request_buffer,
+                    &response_buffer, [&](grpc::Status st) {
+                      std::lock_guard<std::mutex> lock(mu);
+                      result = st;
+                      done = true;
+                      cv.notify_one();
+                    });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!result.ok()) return FromGrpc(result);
+  std::vector<grpc::Slice> slices;
+  (void)response_buffer.Dump(&slices);
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes.size() >= 2 && bytes[0] == 0x08 && bytes[1] == 0x01;
+}
+
+bool JobClient::WaitForServing(std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    auto serving = IsServing(std::chrono::milliseconds(1000));
+    if (serving.ok() && *serving) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace fp8d::client

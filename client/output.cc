@@ -1,0 +1,234 @@
+#include "client/output.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/time_util.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+namespace fp8d::client {
+namespace {
+
+using fp8d::v1::Job;
+using nlohmann::json;
+
+void EmitYaml(YAML::Emitter& out, const json& j) {
+  if (j.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& [k, v] : j.items()) {
+      out << YAML::Key << k << YAML::Value;
+      EmitYaml(out, v);
+    }
+    out << YAML::EndMap;
+  } else if (j.is_array()) {
+    out << YAML::BeginSeq;
+    for (const auto& v : j) EmitYaml(out, v);
+    out << YAML::EndSeq;
+  } else if (j.is_string()) {
+    out << j.get<std::string>();
+  } else if (j.is_null()) {
+    out << YAML::Null;
+  } else {
+    out << j.dump();
+  }
+}
+
+std::string Time(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  std::time_t secs = static_cast<std::time_t>(t.seconds());
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string Age(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0) return "-";
+  const double now = static_cast<double>(std::time(nullptr));
+  return HumanDuration(std::max(0.0, now - static_cast<double>(t.seconds())));
+}
+
+std::string StepText(const Job& job) {
+  if (!job.has_progress() || (job.progress().step() == 0 && job.progress().total_steps() == 0)) return "-";
+  return std::to_string(job.progress().step()) + "/" + std::to_string(job.progress().total_steps());
+}
+
+std::string Fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+std::string Rate(double tokens_per_second) {
+  if (tokens_per_second >= 1e6) return Fixed(tokens_per_second / 1e6, 2) + "M";
+  if (tokens_per_second >= 1e3) return Fixed(tokens_per_second / 1e3, 1) + "k";
+  return Fixed(tokens_per_second, 0);
+}
+
+void Row(std::ostream& out, const std::vector<std::string>& cells, const std::vector<size_t>& widths) {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    out << cells[i];
+    if (i + 1 < cells.size()) out << std::string(widths[i] + 2 - std::min(widths[i], cells[i].size()), ' ');
+  }
+  out << "\n";
+}
+
+void Table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  if (rows.empty()) return;
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) widths[i] = std::max(widths[i], r[i].size());
+  for (const auto& r : rows) Row(out, r, widths);
+}
+
+std::string ErrorText(const Job& job) {
+  if (!job.has_error()) return "";
+  std::string s = fp8d::v1::FailureClass_Name(job.error().failure_class());
+  if (!job.error().message().empty()) s += ": " + job.error().message();
+  return s;
+}
+
+}  // namespace
+
+std::string MessageToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string MessageToYaml(const google::protobuf::Message& message) {
+  YAML::Emitter out;
+  EmitYaml(out, json::parse(MessageToJson(message)));
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string HumanDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lds", s);
+  }
+  return buf;
+}
+
+void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
+  if (format == OutputFormat::kJson) {
+    out << MessageToJson(job);
+    return;
+  }
+  if (format == OutputFormat::kYaml) {
+    out << MessageToYaml(job);
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"Name:", job.name()},
+      {"Display name:", job.display_name()},
+      {"Kind:", fp8d::v1::JobKind_Name(job.kind())},
+      {"State:", fp8d::v1::JobState_Name(job.state())},
+      {"Attempt:", std::to_string(job.attempt())},
+      {"Progress:", StepText(job)},
+      {"Created:", Time(job.create_time())},
+      {"Started:", Time(job.start_time())},
+      {"Ended:", Time(job.end_time())},
+      {"Version:", std::to_string(job.version())},
+  };
+  if (job.has_progress() && job.progress().step() > 0) {
+    rows.push_back({"Loss:", Fixed(job.progress().loss(), 4)});
+    rows.push_back({"Tokens/s:", Rate(job.progress().tokens_per_second())});
+  }
+  if (job.has_checkpoint()) {
+    rows.push_back({"Checkpoint:", job.checkpoint().path() + " (step " + std::to_string(job.checkpoint().step()) + ")"});
+  }
+  if (job.has_error()) rows.push_back({"Error:", ErrorText(job)});
+  Table(out, rows);
+}
+
+void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& out) {
+  if (format != OutputFormat::kTable) {
+    fp8d::v1::ListJobsResponse all;
+    for (const auto& j : jobs) *all.add_jobs() = j;
+    if (format == OutputFormat::kJson) {
+      out << MessageToJson(all);
+    } else {
+      out << MessageToYaml(all);
+    }
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "DISPLAY NAME", "KIND", "STATE", "ATTEMPT", "STEP", "AGE"}};
+  for (const auto& j : jobs) {
+    rows.push_back({j.name(), j.display_name().empty() ? "-" : j.display_name(),
+                    fp8d::v1::JobKind_Name(j.kind()), fp8d::v1::JobState_Name(j.state()),
+                    std::to_string(j.attempt()), StepText(j), Age(j.create_time())});
+  }
+  Table(out, rows);
+}
+
+void PrintDescribe(const Job& job, OutputFormat format, std::ostream& out) {
+  PrintJob(job, format, out);
+  if (format != OutputFormat::kTable) return;
+  out << "\nAttempts:\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"  #", "STARTED", "ENDED", "RANKS (node/gpu/pid/exit)", "FAILURE", "RESUMED FROM"}};
+  for (const auto& a : job.attempts()) {
+    std::string ranks;
+    for (const auto& r : a.ranks()) {
+      if (!ranks.empty()) ranks += " ";
+      ranks += std::to_string(r.rank()) + ":" + r.node() + "/" +
+               (r.gpu() < 0 ? std::string("cpu") : std::to_string(r.gpu())) + "/" +
+               std::to_string(r.pid()) + "/" + (r.exit_status() < 0 ? "-" : std::to_string(r.exit_status()));
+    }
+    std::string failure = a.failure_class() == fp8d::v1::FAILURE_CLASS_UNSPECIFIED
+                              ? "-"
+                              : fp8d::v1::FailureClass_Name(a.failure_class());
+    if (!a.failure_message().empty()) failure += ": " + a.failure_message();
+    rows.push_back({"  " + std::to_string(a.number()), Time(a.start_time()), Time(a.end_time()),
+                    ranks.empty() ? "-" : ranks, failure,
+                    a.resumed_from().empty() ? "-" : a.resumed_from()});
+  }
+  Table(out, rows);
+  out << "\nEvents:\n";
+  rows = {{"  VERSION", "TIME", "FROM", "TO", "MESSAGE"}};
+  for (const auto& e : job.events()) {
+    rows.push_back({"  " + std::to_string(e.version()), Time(e.time()),
+                    fp8d::v1::JobState_Name(e.from_state()), fp8d::v1::JobState_Name(e.to_state()),
+                    e.message()});
+  }
+  Table(out, rows);
+}
+
+std::string ProgressLine(const Job& job, int bar_width) {
+  std::ostringstream s;
+  s << job.name() << " " << fp8d::v1::JobState_Name(job.state());
+  if (job.attempt() > 1) s << " (attempt " << job.attempt() << ")";
+  const auto& p = job.progress();
+  if (p.total_steps() > 0 || p.step() > 0) {
+    if (bar_width > 0 && p.total_steps() > 0) {
+      const double frac = std::clamp(static_cast<double>(p.step()) / p.total_steps(), 0.0, 1.0);
+      const int filled = static_cast<int>(frac * bar_width);
+      s << " [" << std::string(filled, '#') << std::string(bar_width - filled, '.') << "]";
+    }
+    s << " step " << p.step() << "/" << p.total_steps();
+    s << " loss " << Fixed(p.loss(), 4);
+    if (p.tokens_per_second() > 0) s << " " << Rate(p.tokens_per_second()) << " tok/s";
+    if (p.eta_seconds() > 0 && job.state() == fp8d::v1::RUNNING) s << " ETA " << HumanDuration(p.eta_seconds());
+  }
+  if (job.has_error()) s << " " << ErrorText(job);
+  return s.str();
+}
+
+}  // namespace fp8d::client
