@@ -103,7 +103,11 @@ class MemoryJobStore final : public JobStore {
     std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(StoredJob * stored, Find(job.name()));
     stored->job = job;
-    if (event != nullptr) stored->events.push_back(*event);
+    if (event != nullptr) {
+      fp8d::v1::JobEvent copy = *event;
+      StoreTimeAsSqliteDoes(copy.mutable_time());
+      stored->events.push_back(std::move(copy));
+    }
     return fp8::OkStatus();
   }
 
@@ -144,7 +148,7 @@ class MemoryJobStore final : public JobStore {
     std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(StoredJob * stored, Find(job_name));
     fp8d::v1::Checkpoint copy = ckpt;
-    if (!copy.has_create_time()) *copy.mutable_create_time() = Now();
+    StoreTimeAsSqliteDoes(copy.mutable_create_time());
     stored->checkpoints[ckpt.step()] = copy;
     return fp8::OkStatus();
   }
@@ -181,10 +185,9 @@ class MemoryJobStore final : public JobStore {
     std::string hash;
   };
 
-  static google::protobuf::Timestamp Now() {
-    google::protobuf::Timestamp ts;
-    internal::SetTimestampMs(&ts, internal::NowMs());
-    return ts;
+  // Event and checkpoint times are columns in milliseconds in SQLite; an unset time is "now".
+  static void StoreTimeAsSqliteDoes(google::protobuf::Timestamp* ts) {
+    internal::SetTimestampMs(ts, internal::StoredTimeMs(*ts));
   }
 
   StatusOr<StoredJob*> Find(const std::string& name) {

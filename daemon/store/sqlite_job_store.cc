@@ -5,6 +5,8 @@
 // state index.
 #include "daemon/store/sqlite_job_store.h"
 
+#include <mutex>
+
 #include "daemon/store/sqlite_db.h"
 #include "daemon/store/sqlite_schema.h"
 #include "daemon/store/store_util.h"
@@ -31,6 +33,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   StatusOr<std::vector<CreateResult>> CreateJobs(std::vector<CreateRequest> requests) override {
+    std::lock_guard lock(mu_);
     std::vector<CreateResult> results;
     results.reserve(requests.size());
     const int64_t now_ms = internal::NowMs();
@@ -81,6 +84,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   StatusOr<fp8d::v1::Job> GetJob(const std::string& name) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(std::string id, internal::IdFromName(name));
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT job FROM jobs WHERE id = ?1"));
     stmt.Bind(1, id);
@@ -90,6 +94,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   StatusOr<ListResult> ListJobs(const ListFilter& filter) override {
+    std::lock_guard lock(mu_);
     int64_t below = INT64_MAX;
     if (!filter.page_token.empty()) {
       FP8_ASSIGN_OR_RETURN(below, internal::DecodePageToken(filter.page_token, filter));
@@ -123,6 +128,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   StatusOr<std::vector<fp8d::v1::Job>> ListActiveJobs() override {
+    std::lock_guard lock(mu_);
     std::string in;
     for (auto s : internal::kActiveStates) in += (in.empty() ? "" : ", ") + std::to_string(s);
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT seq, job FROM jobs WHERE state IN (" + in +
@@ -139,6 +145,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   Status UpdateJob(const fp8d::v1::Job& job, const fp8d::v1::JobEvent* event) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
     FP8_ASSIGN_OR_RETURN(std::string id, WriteJobRow(job));
     if (event != nullptr) FP8_RETURN_IF_ERROR(InsertEvent(id, *event));
@@ -146,6 +153,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
     for (const fp8d::v1::Job& job : jobs) {
       FP8_ASSIGN_OR_RETURN(std::string id, WriteJobRow(job));
@@ -154,6 +162,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   Status PutAttempt(const std::string& job_name, const AttemptRecord& record) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
     FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
@@ -167,6 +176,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   StatusOr<std::vector<AttemptRecord>> ListAttempts(const std::string& job_name) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
         "SELECT record, runtime FROM attempts WHERE job_id = ?1 ORDER BY number"));
@@ -186,6 +196,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   StatusOr<std::vector<fp8d::v1::JobEvent>> ListEvents(const std::string& job_name) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
         "SELECT version, time, from_state, to_state, message FROM events WHERE job_id = ?1"
@@ -207,6 +218,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   Status PutCheckpoint(const std::string& job_name, const fp8d::v1::Checkpoint& ckpt) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
     FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
@@ -217,12 +229,13 @@ class SqliteJobStore final : public JobStore {
         .Bind(3, int64_t{ckpt.attempt()})
         .Bind(4, ckpt.path())
         .Bind(5, ckpt.checksum())
-        .Bind(6, ckpt.has_create_time() ? internal::TimestampMs(ckpt.create_time()) : internal::NowMs());
+        .Bind(6, internal::StoredTimeMs(ckpt.create_time()));
     FP8_RETURN_IF_ERROR(stmt.Run());
     return Commit(txn.get());
   }
 
   StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& job_name) override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
         "SELECT step, attempt, path, checksum, time FROM checkpoints WHERE job_id = ?1"
@@ -244,6 +257,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   Status IntegrityCheck() override {
+    std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("PRAGMA integrity_check"));
     std::string problems;
     while (true) {
@@ -257,6 +271,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   int64_t CountJobs() override {
+    std::lock_guard lock(mu_);
     StatusOr<Stmt> stmt = db_->Prepare("SELECT count(*) FROM jobs");
     if (!stmt.ok()) return -1;
     StatusOr<bool> row = stmt->Step();
@@ -306,7 +321,7 @@ class SqliteJobStore final : public JobStore {
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
     stmt.Bind(1, id)
         .Bind(2, ev.version())
-        .Bind(3, ev.has_time() ? internal::TimestampMs(ev.time()) : internal::NowMs())
+        .Bind(3, internal::StoredTimeMs(ev.time()))
         .Bind(4, int64_t{ev.from_state()})
         .Bind(5, int64_t{ev.to_state()})
         .Bind(6, ev.message());
@@ -318,6 +333,9 @@ class SqliteJobStore final : public JobStore {
     return txn->Commit();
   }
 
+  // The interface asks for one thread at a time; the lock makes a second thread safe rather
+  // than undefined (the connection is opened without SQLite's own mutex).
+  std::mutex mu_;
   std::unique_ptr<Db> db_;
   SqliteStoreOptions options_;
   internal::IdGenerator ids_;

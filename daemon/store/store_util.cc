@@ -151,6 +151,10 @@ int64_t TimestampMs(const google::protobuf::Timestamp& ts) {
   return ts.seconds() * 1000 + ts.nanos() / 1000000;
 }
 
+int64_t StoredTimeMs(const google::protobuf::Timestamp& ts) {
+  return ts.seconds() == 0 && ts.nanos() == 0 ? NowMs() : TimestampMs(ts);
+}
+
 void PrepareNewJob(fp8d::v1::Job* job, const std::string& id, int64_t now_ms) {
   job->set_name(NameForId(id));
   if (job->state() == fp8d::v1::JOB_STATE_UNSPECIFIED) job->set_state(fp8d::v1::QUEUED);

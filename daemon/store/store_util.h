@@ -54,6 +54,8 @@ inline constexpr fp8d::v1::JobState kActiveStates[] = {
 int64_t NowMs();
 void SetTimestampMs(google::protobuf::Timestamp* ts, int64_t ms);
 int64_t TimestampMs(const google::protobuf::Timestamp& ts);
+// How event and checkpoint times are stored: milliseconds, and an unset (zero) time is now.
+int64_t StoredTimeMs(const google::protobuf::Timestamp& ts);
 
 // Fills what the store assigns on create: name, state QUEUED (if unset), kind from the spec
 // (if unset), create/update time, version 1; clears output-only history fields.

@@ -394,6 +394,29 @@ TEST_P(JobStoreConformance, UpdateJobWritesRowAndEventTogether) {
   EXPECT_EQ(got2.progress().step(), 43);
 }
 
+TEST_P(JobStoreConformance, EventTimesAreMillisecondsAndDefaultToNow) {
+  Job job = Create();
+  fp8d::v1::JobEvent timed;
+  timed.set_version(2);
+  timed.mutable_time()->set_seconds(1700000000);
+  timed.mutable_time()->set_nanos(123456789);
+  timed.set_from_state(fp8d::v1::QUEUED);
+  timed.set_to_state(fp8d::v1::CANCELLED);
+  job.set_state(fp8d::v1::CANCELLED);
+  job.set_version(2);
+  ASSERT_OK(store_->UpdateJob(job, &timed));
+  fp8d::v1::JobEvent untimed;  // no time: the store stamps it
+  untimed.set_version(3);
+  job.set_version(3);
+  ASSERT_OK(store_->UpdateJob(job, &untimed));
+  ASSERT_OK_AND_ASSIGN(auto events, store_->ListEvents(job.name()));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[1].time().seconds(), 1700000000);
+  EXPECT_EQ(events[1].time().nanos(), 123000000);
+  EXPECT_GT(events[2].time().seconds(), 1700000000);
+  EXPECT_EQ(events[2].time().nanos() % 1000000, 0);
+}
+
 TEST_P(JobStoreConformance, UpdateJobsIsAllOrNothing) {
   std::vector<Job> jobs = CreateMany(3);
   jobs[0].mutable_progress()->set_step(1);
