@@ -31,80 +31,111 @@ constexpr int64_t kKC = 256;   // packed B micro-panel (KC x 16 floats = 16 KiB)
 constexpr int64_t kMC = 144;   // packed A block (144 x 256 floats = 144 KiB) stays in L2
 constexpr int64_t kNC = 3072;  // packed B block (3 MiB) in L3
 
-// ab[MR][NR] = Σ_k a_pack[k][MR] ⊗ b_pack[k][NR]
-using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, float* ab);
+// What a micro-kernel does with its MR x NR accumulator tile T:
+//   first K block: C = alpha·T + beta·C (beta == 0: C = alpha·T, C never read — BLAS rule)
+//   later blocks:  C = C + alpha·T
+// Always a multiply then an add, never fused, in the vector and the scalar (edge) paths alike:
+// an element's result must not depend on whether the thread split put it in an edge tile.
+struct Epilogue {
+  float alpha;
+  float beta;
+  bool first;
+};
+// Writing T itself to a scratch tile (alpha = 1 is exact).
+constexpr Epilogue kRawTile{1.0f, 0.0f, true};
 
 typedef float V4 __attribute__((vector_size(16)));
 
-V4 LoadV4(const float* p) {
+inline V4 LoadV4(const float* p) {
   V4 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-void StoreV4(float* p, V4 v) { std::memcpy(p, &v, sizeof(v)); }
+inline void StoreV4(float* p, V4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+inline void EpilogueV4(float* c, V4 t, const Epilogue& e) {
+  const V4 alpha = {e.alpha, e.alpha, e.alpha, e.alpha};
+  if (!e.first) {
+    StoreV4(c, LoadV4(c) + alpha * t);
+  } else if (e.beta == 0.0f) {
+    StoreV4(c, alpha * t);
+  } else {
+    const V4 beta = {e.beta, e.beta, e.beta, e.beta};
+    StoreV4(c, alpha * t + beta * LoadV4(c));
+  }
+}
 
 // Portable kernel: MR=6, NR=8, 12 four-wide accumulators (fits the 16 SSE registers).
-void MicroKernelGeneric(int64_t kc, const float* a, const float* b, float* ab) {
-  V4 c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {};
-  V4 c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
-  for (int64_t k = 0; k < kc; ++k, a += kMR, b += 8) {
-    const V4 b0 = LoadV4(b), b1 = LoadV4(b + 4);
-    // Broadcast by initializer (not V4{} + a: adding +0 is not an identity for -0, so the
-    // compiler would have to keep the add).
-    V4 av;
-    av = V4{a[0], a[0], a[0], a[0]}; c00 += av * b0; c01 += av * b1;
-    av = V4{a[1], a[1], a[1], a[1]}; c10 += av * b0; c11 += av * b1;
-    av = V4{a[2], a[2], a[2], a[2]}; c20 += av * b0; c21 += av * b1;
-    av = V4{a[3], a[3], a[3], a[3]}; c30 += av * b0; c31 += av * b1;
-    av = V4{a[4], a[4], a[4], a[4]}; c40 += av * b0; c41 += av * b1;
-    av = V4{a[5], a[5], a[5], a[5]}; c50 += av * b0; c51 += av * b1;
+struct GenericKernel {
+  static constexpr int kNR = 8;
+  static constexpr const char* kName = "generic-sse";
+  static void Run(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, const Epilogue& e) {
+    V4 c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {};
+    V4 c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
+    for (int64_t k = 0; k < kc; ++k, a += kMR, b += kNR) {
+      const V4 b0 = LoadV4(b), b1 = LoadV4(b + 4);
+      // Broadcast by initializer (not V4{} + a: adding +0 is not an identity for -0, so the
+      // compiler would have to keep the add).
+      V4 av;
+      av = V4{a[0], a[0], a[0], a[0]}; c00 += av * b0; c01 += av * b1;
+      av = V4{a[1], a[1], a[1], a[1]}; c10 += av * b0; c11 += av * b1;
+      av = V4{a[2], a[2], a[2], a[2]}; c20 += av * b0; c21 += av * b1;
+      av = V4{a[3], a[3], a[3], a[3]}; c30 += av * b0; c31 += av * b1;
+      av = V4{a[4], a[4], a[4], a[4]}; c40 += av * b0; c41 += av * b1;
+      av = V4{a[5], a[5], a[5], a[5]}; c50 += av * b0; c51 += av * b1;
+    }
+    EpilogueV4(c + 0 * ldc, c00, e); EpilogueV4(c + 0 * ldc + 4, c01, e);
+    EpilogueV4(c + 1 * ldc, c10, e); EpilogueV4(c + 1 * ldc + 4, c11, e);
+    EpilogueV4(c + 2 * ldc, c20, e); EpilogueV4(c + 2 * ldc + 4, c21, e);
+    EpilogueV4(c + 3 * ldc, c30, e); EpilogueV4(c + 3 * ldc + 4, c31, e);
+    EpilogueV4(c + 4 * ldc, c40, e); EpilogueV4(c + 4 * ldc + 4, c41, e);
+    EpilogueV4(c + 5 * ldc, c50, e); EpilogueV4(c + 5 * ldc + 4, c51, e);
   }
-  StoreV4(ab + 0, c00); StoreV4(ab + 4, c01);
-  StoreV4(ab + 8, c10); StoreV4(ab + 12, c11);
-  StoreV4(ab + 16, c20); StoreV4(ab + 20, c21);
-  StoreV4(ab + 24, c30); StoreV4(ab + 28, c31);
-  StoreV4(ab + 32, c40); StoreV4(ab + 36, c41);
-  StoreV4(ab + 40, c50); StoreV4(ab + 44, c51);
-}
-
-#ifdef FP8_HAVE_X86
-// AVX2+FMA kernel: MR=6, NR=16, 12 eight-wide accumulators.
-__attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a,
-                                                         const float* b, float* ab) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k, a += kMR, b += 16) {
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    __m256 av;
-    av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
-    av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
-    av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
-    av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
-    av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
-    av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
-  }
-  _mm256_storeu_ps(ab + 0, c00); _mm256_storeu_ps(ab + 8, c01);
-  _mm256_storeu_ps(ab + 16, c10); _mm256_storeu_ps(ab + 24, c11);
-  _mm256_storeu_ps(ab + 32, c20); _mm256_storeu_ps(ab + 40, c21);
-  _mm256_storeu_ps(ab + 48, c30); _mm256_storeu_ps(ab + 56, c31);
-  _mm256_storeu_ps(ab + 64, c40); _mm256_storeu_ps(ab + 72, c41);
-  _mm256_storeu_ps(ab + 80, c50); _mm256_storeu_ps(ab + 88, c51);
-}
-#endif
-
-struct KernelChoice {
-  MicroKernelFn fn;
-  int nr;
-  const char* name;
 };
 
-constexpr KernelChoice kGeneric{MicroKernelGeneric, 8, "generic-sse"};
 #ifdef FP8_HAVE_X86
-constexpr KernelChoice kAvx2{MicroKernelAvx2, 16, "avx2-fma"};
+__attribute__((target("avx2,fma"), always_inline)) inline void EpilogueAvx(float* c, __m256 t, const Epilogue& e) {
+  const __m256 at = _mm256_mul_ps(_mm256_set1_ps(e.alpha), t);
+  if (!e.first) {
+    _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), at));
+  } else if (e.beta == 0.0f) {
+    _mm256_storeu_ps(c, at);
+  } else {
+    _mm256_storeu_ps(c, _mm256_add_ps(at, _mm256_mul_ps(_mm256_set1_ps(e.beta), _mm256_loadu_ps(c))));
+  }
+}
+
+// AVX2+FMA kernel: MR=6, NR=16, 12 eight-wide accumulators.
+struct Avx2Kernel {
+  static constexpr int kNR = 16;
+  static constexpr const char* kName = "avx2-fma";
+  __attribute__((target("avx2,fma"))) static void Run(int64_t kc, const float* a, const float* b, float* c,
+                                                      int64_t ldc, const Epilogue& e) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; ++k, a += kMR, b += kNR) {
+      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+      __m256 av;
+      av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+      av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+      av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+      av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+      av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+      av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+    }
+    EpilogueAvx(c + 0 * ldc, c00, e); EpilogueAvx(c + 0 * ldc + 8, c01, e);
+    EpilogueAvx(c + 1 * ldc, c10, e); EpilogueAvx(c + 1 * ldc + 8, c11, e);
+    EpilogueAvx(c + 2 * ldc, c20, e); EpilogueAvx(c + 2 * ldc + 8, c21, e);
+    EpilogueAvx(c + 3 * ldc, c30, e); EpilogueAvx(c + 3 * ldc + 8, c31, e);
+    EpilogueAvx(c + 4 * ldc, c40, e); EpilogueAvx(c + 4 * ldc + 8, c41, e);
+    EpilogueAvx(c + 5 * ldc, c50, e); EpilogueAvx(c + 5 * ldc + 8, c51, e);
+  }
+};
 #endif
 
 bool CpuHasAvx2Fma() {
@@ -116,25 +147,20 @@ bool CpuHasAvx2Fma() {
 #endif
 }
 
-KernelChoice Resolve(SgemmKernel requested) {
-#ifdef FP8_HAVE_X86
+SgemmKernel Resolve(SgemmKernel requested) {
   if (requested == SgemmKernel::kAuto) {
-    if (const char* env = std::getenv("FP8_SGEMM_KERNEL"); env != nullptr) {
-      if (std::string(env) == "generic") requested = SgemmKernel::kGeneric;
-      if (std::string(env) == "avx2") requested = SgemmKernel::kAvx2;
+    requested = SgemmKernel::kAvx2;
+    if (const char* env = std::getenv("FP8_SGEMM_KERNEL"); env != nullptr && std::string(env) == "generic") {
+      requested = SgemmKernel::kGeneric;
     }
   }
-  if (requested != SgemmKernel::kGeneric && CpuHasAvx2Fma()) return kAvx2;
-#else
-  (void)requested;
-#endif
-  return kGeneric;
+  return requested == SgemmKernel::kAvx2 && CpuHasAvx2Fma() ? SgemmKernel::kAvx2 : SgemmKernel::kGeneric;
 }
 
 std::atomic<int> g_requested{static_cast<int>(SgemmKernel::kAuto)};
 
-KernelChoice Current() {
-  static const KernelChoice auto_choice = Resolve(SgemmKernel::kAuto);
+SgemmKernel Current() {
+  static const SgemmKernel auto_choice = Resolve(SgemmKernel::kAuto);
   const auto requested = static_cast<SgemmKernel>(g_requested.load(std::memory_order_relaxed));
   return requested == SgemmKernel::kAuto ? auto_choice : Resolve(requested);
 }
@@ -173,13 +199,14 @@ void PackA(const Problem& p, int64_t i0, int64_t mc, int64_t p0, int64_t kc, flo
     const int64_t rows = std::min<int64_t>(kMR, mc - ip);
     float* dst = out + ip * kc;
     if (!p.trans_a) {
-      for (int64_t r = 0; r < kMR; ++r) {
-        if (r < rows) {
-          const float* src = p.a + (i0 + ip + r) * p.lda + p0;
-          for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = src[k];
-        } else {
-          for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = 0.0f;
-        }
+      const float* src[kMR];
+      for (int64_t r = 0; r < kMR; ++r) src[r] = p.a + (i0 + ip + std::min(r, rows - 1)) * p.lda + p0;
+      if (rows == kMR) {
+        for (int64_t k = 0; k < kc; ++k)
+          for (int64_t r = 0; r < kMR; ++r) dst[k * kMR + r] = src[r][k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k)
+          for (int64_t r = 0; r < kMR; ++r) dst[k * kMR + r] = r < rows ? src[r][k] : 0.0f;
       }
     } else {
       for (int64_t k = 0; k < kc; ++k) {
@@ -191,72 +218,76 @@ void PackA(const Problem& p, int64_t i0, int64_t mc, int64_t p0, int64_t kc, flo
 }
 
 // op(B)[p0:p0+kc, j0:j0+nc] → NR-column micro-panels, zero-padded.
-void PackB(const Problem& p, int nr, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* out) {
-  for (int64_t jp = 0; jp < nc; jp += nr) {
-    const int64_t cols = std::min<int64_t>(nr, nc - jp);
+template <int kNR>
+void PackB(const Problem& p, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* out) {
+  for (int64_t jp = 0; jp < nc; jp += kNR) {
+    const int64_t cols = std::min<int64_t>(kNR, nc - jp);
     float* dst = out + jp * kc;
     if (!p.trans_b) {
       for (int64_t k = 0; k < kc; ++k) {
         const float* src = p.b + (p0 + k) * p.ldb + j0 + jp;
-        float* d = dst + k * nr;
-        if (cols == nr) {
-          std::memcpy(d, src, sizeof(float) * nr);
+        float* d = dst + k * kNR;
+        if (cols == kNR) {
+          std::memcpy(d, src, sizeof(float) * kNR);
         } else {
-          for (int64_t j = 0; j < nr; ++j) d[j] = j < cols ? src[j] : 0.0f;
+          for (int64_t j = 0; j < kNR; ++j) d[j] = j < cols ? src[j] : 0.0f;
         }
       }
     } else {
-      for (int64_t j = 0; j < nr; ++j) {
-        if (j < cols) {
-          const float* src = p.b + (j0 + jp + j) * p.ldb + p0;
-          for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = src[k];
-        } else {
-          for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = 0.0f;
-        }
-      }
+      // Rows of the stored B are columns of op(B): read 4 of them side by side per k step.
+      const float* src[kNR];
+      for (int64_t j = 0; j < kNR; ++j) src[j] = p.b + (j0 + jp + std::min<int64_t>(j, cols - 1)) * p.ldb + p0;
+      for (int64_t k = 0; k < kc; ++k)
+        for (int64_t j = 0; j < kNR; ++j) dst[k * kNR + j] = j < cols ? src[j][k] : 0.0f;
     }
   }
 }
 
-// C tile = alpha·ab + (first K block ? beta·C : C); beta == 0 never reads C (BLAS rule).
-void StoreTile(const float* ab, int nr, int64_t rows, int64_t cols, float alpha, float beta,
-               bool first_k_block, float* c, int64_t ldc) {
+// Scalar epilogue for edge tiles, same operations as EpilogueV4 / EpilogueAvx.
+void StoreEdgeTile(const float* t, int nr, int64_t rows, int64_t cols, const Epilogue& e, float* c, int64_t ldc) {
   for (int64_t i = 0; i < rows; ++i) {
     float* ci = c + i * ldc;
-    const float* abi = ab + i * nr;
-    if (!first_k_block) {
-      for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * abi[j];
-    } else if (beta == 0.0f) {
-      for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * abi[j];
+    const float* ti = t + i * nr;
+    if (!e.first) {
+      for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] + e.alpha * ti[j];
+    } else if (e.beta == 0.0f) {
+      for (int64_t j = 0; j < cols; ++j) ci[j] = e.alpha * ti[j];
     } else {
-      for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * abi[j] + beta * ci[j];
+      for (int64_t j = 0; j < cols; ++j) ci[j] = e.alpha * ti[j] + e.beta * ci[j];
     }
   }
 }
 
 // Single-threaded blocked GEMM on C[i_begin:i_end, j_begin:j_end].
-void GemmBlock(const Problem& p, const KernelChoice& kern, int64_t k, int64_t i_begin,
-               int64_t i_end, int64_t j_begin, int64_t j_end) {
-  const int nr = kern.nr;
-  const int64_t nc_max = std::min<int64_t>(kNC, (j_end - j_begin + nr - 1) / nr * nr);
+template <class Kernel>
+void GemmBlock(const Problem& p, int64_t k, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  constexpr int kNR = Kernel::kNR;
+  const int64_t nc_max = std::min<int64_t>(kNC, (j_end - j_begin + kNR - 1) / kNR * kNR);
   const int64_t mc_max = std::min<int64_t>(kMC, (i_end - i_begin + kMR - 1) / kMR * kMR);
   const int64_t kc_max = std::min<int64_t>(kKC, k);
   float* b_pack = Scratch(0, static_cast<size_t>(nc_max * kc_max));
   float* a_pack = Scratch(1, static_cast<size_t>(mc_max * kc_max));
-  alignas(64) float ab[kMR * 16];
+  alignas(64) float tile[kMR * kNR];
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kNC) {
     const int64_t nc = std::min<int64_t>(kNC, j_end - j0);
     for (int64_t p0 = 0; p0 < k; p0 += kKC) {
       const int64_t kc = std::min<int64_t>(kKC, k - p0);
-      PackB(p, nr, p0, kc, j0, nc, b_pack);
+      const Epilogue epi{p.alpha, p.beta, p0 == 0};
+      PackB<kNR>(p, p0, kc, j0, nc, b_pack);
       for (int64_t i0 = i_begin; i0 < i_end; i0 += kMC) {
         const int64_t mc = std::min<int64_t>(kMC, i_end - i0);
         PackA(p, i0, mc, p0, kc, a_pack);
-        for (int64_t jr = 0; jr < nc; jr += nr) {
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const int64_t cols = std::min<int64_t>(kNR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += kMR) {
-            kern.fn(kc, a_pack + ir * kc, b_pack + jr * kc, ab);
-            StoreTile(ab, nr, std::min<int64_t>(kMR, mc - ir), std::min<int64_t>(nr, nc - jr),
-                      p.alpha, p.beta, p0 == 0, p.c + (i0 + ir) * p.ldc + j0 + jr, p.ldc);
+            const int64_t rows = std::min<int64_t>(kMR, mc - ir);
+            float* c = p.c + (i0 + ir) * p.ldc + j0 + jr;
+            if (rows == kMR && cols == kNR) {
+              Kernel::Run(kc, a_pack + ir * kc, b_pack + jr * kc, c, p.ldc, epi);
+            } else {
+              Kernel::Run(kc, a_pack + ir * kc, b_pack + jr * kc, tile, kNR, kRawTile);
+              StoreEdgeTile(tile, kNR, rows, cols, epi, c, p.ldc);
+            }
           }
         }
       }
@@ -270,10 +301,35 @@ void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
+template <class Kernel>
+void SgemmWith(const Problem& p, int64_t m, int64_t n, int64_t k) {
+  // Split C along its longer side into one strip per thread, aligned to the micro-tile so no
+  // strip gets a ragged edge it does not need. Small products stay on the caller's thread.
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int threads = flops < 2e6 ? 1 : NumThreads();
+  if (m >= n) {
+    const int64_t units = (m + kMR - 1) / kMR;
+    ParallelFor(units, std::max<int64_t>(1, units / threads), [&](int64_t u0, int64_t u1) {
+      GemmBlock<Kernel>(p, k, u0 * kMR, std::min(m, u1 * kMR), 0, n);
+    });
+  } else {
+    const int64_t units = (n + Kernel::kNR - 1) / Kernel::kNR;
+    ParallelFor(units, std::max<int64_t>(1, units / threads), [&](int64_t u0, int64_t u1) {
+      GemmBlock<Kernel>(p, k, 0, m, u0 * Kernel::kNR, std::min(n, u1 * Kernel::kNR));
+    });
+  }
+}
+
 }  // namespace
 
 void SetSgemmKernel(SgemmKernel kernel) { g_requested.store(static_cast<int>(kernel)); }
-const char* SgemmKernelName() { return Current().name; }
+
+const char* SgemmKernelName() {
+#ifdef FP8_HAVE_X86
+  if (Current() == SgemmKernel::kAvx2) return Avx2Kernel::kName;
+#endif
+  return GenericKernel::kName;
+}
 
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -284,22 +340,13 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     return;
   }
   const Problem p{trans_a, trans_b, alpha, beta, a, lda, b, ldb, c, ldc};
-  const KernelChoice kern = Current();
-  // Split C along its longer side into one strip per thread, aligned to the micro-tile so no
-  // strip gets a ragged edge it does not need. Small products stay on the caller's thread.
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const int threads = flops < 2e6 ? 1 : NumThreads();
-  if (m >= n) {
-    const int64_t units = (m + kMR - 1) / kMR;
-    ParallelFor(units, std::max<int64_t>(1, units / threads), [&](int64_t u0, int64_t u1) {
-      GemmBlock(p, kern, k, u0 * kMR, std::min(m, u1 * kMR), 0, n);
-    });
-  } else {
-    const int64_t units = (n + kern.nr - 1) / kern.nr;
-    ParallelFor(units, std::max<int64_t>(1, units / threads), [&](int64_t u0, int64_t u1) {
-      GemmBlock(p, kern, k, 0, m, u0 * kern.nr, std::min(n, u1 * kern.nr));
-    });
+#ifdef FP8_HAVE_X86
+  if (Current() == SgemmKernel::kAvx2) {
+    SgemmWith<Avx2Kernel>(p, m, n, k);
+    return;
   }
+#endif
+  SgemmWith<GenericKernel>(p, m, n, k);
 }
 
 }  // namespace fp8::kernels
