@@ -149,6 +149,7 @@ void BenchMemoryBound() {
     const double tbps = r.bytes / (r.ms * 1e-3) / 1e12;
     std::printf("| %s | %.1f | %.2f | %.0f%% |\n", r.name.c_str(), r.ms * 1e3, tbps, 100.0 * tbps / copy_tbps);
   }
+  std::fflush(stdout);
   for (int k = 0; k < kSets; ++k) {
     cudaFree(x[k]);
     cudaFree(xf[k]);
@@ -190,17 +191,35 @@ void BenchGemms() {
         FP8_CHECK_OK(Sm90Fp8Quantize128x128(b[s], n, k, Fp8Format::kE4M3, ScaleFormat::kFp32, qb[s], sb[s], ld, nullptr));
       }
       const double flops = 2.0 * m * n * k;
-      const double fp8_ms = MedianMs([&](int i) {
+      // One checked call first: an unsupported configuration prints its error in the table
+      // instead of aborting the whole benchmark.
+      auto fp8 = [&](int i) {
         const int s = i % sets;
-        FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(ctx, qa[s], Fp8Format::kE4M3, sa[s], qb[s], Fp8Format::kE4M3, sb[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr));
-      }, 5, 30);
-      const double bf16_ms = MedianMs([&](int i) {
+        return Sm90GemmFp8BlockwiseCublasLt(ctx, qa[s], Fp8Format::kE4M3, sa[s], qb[s], Fp8Format::kE4M3,
+                                            sb[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr);
+      };
+      auto bf16 = [&](int i) {
         const int s = i % sets;
-        FP8_CHECK_OK(Sm90GemmBf16CublasLt(ctx, a[s], b[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr));
-      }, 5, 30);
-      const double fp8_tf = flops / (fp8_ms * 1e-3) / 1e12, bf16_tf = flops / (bf16_ms * 1e-3) / 1e12;
-      std::printf("| %lld | %lld | %lld | %.0f | %.0f | %.2f |\n", static_cast<long long>(m),
-                  static_cast<long long>(n), static_cast<long long>(k), fp8_tf, bf16_tf, fp8_tf / bf16_tf);
+        return Sm90GemmBf16CublasLt(ctx, a[s], b[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr);
+      };
+      auto measure = [&](const std::function<Status(int)>& fn) -> std::pair<double, std::string> {
+        Status st = fn(0);
+        if (st.ok()) st = (cudaDeviceSynchronize() == cudaSuccess) ? OkStatus() : InternalError("sync failed");
+        if (!st.ok()) return {0.0, st.ToString()};
+        const double ms = MedianMs([&](int i) { FP8_CHECK_OK(fn(i)); }, 5, 30);
+        return {flops / (ms * 1e-3) / 1e12, ""};
+      };
+      const auto [fp8_tf, fp8_err] = measure(fp8);
+      const auto [bf16_tf, bf16_err] = measure(bf16);
+      auto cell = [](double tf, const std::string& err) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.0f", tf);
+        return err.empty() ? std::string(buf) : "error: " + err.substr(0, 120);
+      };
+      std::printf("| %lld | %lld | %lld | %s | %s | %s |\n", static_cast<long long>(m),
+                  static_cast<long long>(n), static_cast<long long>(k), cell(fp8_tf, fp8_err).c_str(),
+                  cell(bf16_tf, bf16_err).c_str(),
+                  fp8_err.empty() && bf16_err.empty() ? std::to_string(fp8_tf / bf16_tf).substr(0, 4).c_str() : "-");
       std::fflush(stdout);
       for (int s = 0; s < sets; ++s) {
         for (void* p : std::initializer_list<void*>{a[s], b[s], c[s], qa[s], qb[s], sa[s], sb[s]}) cudaFree(p);

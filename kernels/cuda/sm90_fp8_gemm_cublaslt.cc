@@ -46,7 +46,9 @@ Sm90CublasLtContext::~Sm90CublasLtContext() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-StatusOr<Sm90CublasLtContext::Plan*> Sm90CublasLtContext::GetPlan(const PlanKey& key) {
+StatusOr<Sm90CublasLtContext::Plan*> Sm90CublasLtContext::GetPlan(const PlanKey& key,
+                                                                 const float* a_scale,
+                                                                 const float* b_scale) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   const auto [kind, fa_i, fb_i, out_i, m, n, k] = key;
@@ -64,6 +66,10 @@ StatusOr<Sm90CublasLtContext::Plan*> Sm90CublasLtContext::GetPlan(const PlanKey&
     const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
     FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+  }
+  if (kind != kBf16) {
+    FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+    FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
   }
   if (kind != kBf16) {
     // Promote the FP8 partial sums to FP32 regularly (no "fast accumulation"): the accuracy the
@@ -141,7 +147,8 @@ Status RunScaled(Sm90CublasLtContext& ctx, int kind, const uint8_t* a, Fp8Format
   if (fa == Fp8Format::kE5M2 && fb == Fp8Format::kE5M2)
     return UnimplementedError("cuBLASLt has no E5M2 x E5M2 GEMM; quantize one side as E4M3");
   FP8_ASSIGN_OR_RETURN(auto* plan, ctx.GetPlan({kind, static_cast<int>(fa), static_cast<int>(fb),
-                                                static_cast<int>(out), m, n, k}));
+                                                static_cast<int>(out), m, n, k},
+                                               b_scale_inv, a_scale_inv));
   // Scale pointers change per call; the descriptor is read when the matmul is enqueued.
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv)));
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv)));
@@ -175,7 +182,7 @@ Status Sm90GemmBf16CublasLt(Sm90CublasLtContext& ctx, const __nv_bfloat16* a,
                             Sm90GemmOut out, cudaStream_t stream) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmBf16Shape(m, n, k));
   FP8_RETURN_IF_ERROR(CheckPointers(a, b, c));
-  FP8_ASSIGN_OR_RETURN(auto* plan, ctx.GetPlan({kBf16, 0, 0, static_cast<int>(out), m, n, k}));
+  FP8_ASSIGN_OR_RETURN(auto* plan, ctx.GetPlan({kBf16, 0, 0, static_cast<int>(out), m, n, k}, nullptr, nullptr));
   const float alpha = 1.0f, beta = 0.0f;
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(ctx.handle(), plan->desc, &alpha, b, plan->a, a,
                                             plan->b, &beta, c, plan->c, c, plan->c, &plan->algo,

@@ -38,7 +38,10 @@ class Sm90CublasLtContext {
   struct Plan;
   // kind: 0 tensorwise FP8, 1 blockwise FP8, 2 BF16.
   using PlanKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t>;
-  StatusOr<Plan*> GetPlan(const PlanKey& key);
+  // a_scale / b_scale (cuBLASLt's A and B scale pointers) are set on a new plan's descriptor
+  // before the heuristic runs: with block-scale modes cuBLASLt rejects null scale pointers
+  // there (CUBLAS_STATUS_INVALID_VALUE, seen on an H200 with CUDA 13.0).
+  StatusOr<Plan*> GetPlan(const PlanKey& key, const float* a_scale, const float* b_scale);
 
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
