@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
@@ -247,6 +248,29 @@ TEST_P(JobStoreConformance, PagesAreStableUnderConcurrentInserts) {
   std::vector<std::string> expected = Names(before);
   std::reverse(expected.begin(), expected.end());
   EXPECT_EQ(seen, expected);  // no duplicates, no skips, none of the new ones
+}
+
+TEST_P(JobStoreConformance, PagesAreStableWhileAnotherThreadInserts) {
+  std::vector<Job> before = CreateMany(60);
+  ListFilter filter;
+  filter.page_size = 7;
+  ASSERT_OK_AND_ASSIGN(ListResult first, store_->ListJobs(filter));
+  std::vector<std::string> seen = Names(first.jobs);
+  std::thread writer([this] {
+    for (int i = 0; i < 30; ++i) CreateMany(10);
+  });
+  filter.page_token = first.next_page_token;
+  while (!filter.page_token.empty()) {
+    auto page = store_->ListJobs(filter);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const Job& j : page->jobs) seen.push_back(j.name());
+    filter.page_token = page->next_page_token;
+  }
+  writer.join();
+  std::vector<std::string> expected = Names(before);
+  std::reverse(expected.begin(), expected.end());
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(store_->CountJobs(), 360);
 }
 
 TEST_P(JobStoreConformance, ListFiltersByStateAndKind) {
