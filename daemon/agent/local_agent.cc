@@ -45,6 +45,13 @@ std::string RankFile(const std::string& attempt_dir, int rank, const char* suffi
   return attempt_dir + "/rank-" + std::to_string(rank) + suffix;
 }
 
+std::string AbsolutePath(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  fs::path abs = fs::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
 Status ErrnoStatus(const std::string& what, int err) {
   return fp8::InternalError(what + ": " + std::strerror(err));
 }
@@ -134,10 +141,13 @@ class LocalAgent final : public Agent {
     if (options_.poll_interval_ms <= 0) options_.poll_interval_ms = 20;
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     observer_ = std::thread([this] { ObserveLoop(); });
+    observer_id_ = observer_.get_id();
   }
 
   ~LocalAgent() override {
     Stop();
+    // Destroyed from inside a callback: the thread cannot join itself.
+    if (observer_.joinable()) observer_.detach();
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
@@ -171,7 +181,8 @@ class LocalAgent final : public Agent {
   bool stopping_ = false;
   std::map<AttemptKey, std::vector<std::shared_ptr<RankState>>> attempts_;
   std::thread observer_;
-  std::once_flag stop_once_;
+  std::thread::id observer_id_;
+  std::mutex join_mu_;
   int wake_fd_ = -1;
 };
 
@@ -222,8 +233,14 @@ std::map<std::string, std::string> LocalAgent::RankEnvironment(const LaunchReque
   return env;
 }
 
-StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& request) {
-  FP8_RETURN_IF_ERROR(ValidateLaunch(request));
+StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& original) {
+  FP8_RETURN_IF_ERROR(ValidateLaunch(original));
+  // Absolute paths in the environment and argv: a worker that changes directory (or a
+  // daemon started from elsewhere) must still find them.
+  LaunchRequest request = original;
+  request.attempt_dir = AbsolutePath(request.attempt_dir);
+  request.checkpoint_dir = AbsolutePath(request.checkpoint_dir);
+  request.resume_from = AbsolutePath(request.resume_from);
   const AttemptKey key{request.job_id, request.attempt};
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -326,7 +343,7 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
     state->start_time = rp.start_time;
     state->our_child = false;
     state->pidfd = pidfd;
-    state->reader = std::make_unique<EventFileReader>(RankFile(attempt_dir, rp.rank, ".events"),
+    state->reader = std::make_unique<EventFileReader>(RankFile(AbsolutePath(attempt_dir), rp.rank, ".events"),
                                                       rp.events_offset);
     FP8_RETURN_IF_ERROR(state->reader->Open());
     adopted.push_back(std::move(state));
@@ -356,14 +373,16 @@ void LocalAgent::Signal(const std::string& job_id, int attempt, int sig) {
 }
 
 void LocalAgent::Stop() {
-  std::call_once(stop_once_, [this] {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    Wake();
-    if (observer_.joinable()) observer_.join();
-  });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  Wake();
+  // From a listener callback (the observer thread itself) the loop ends after this poll;
+  // joining here would deadlock.
+  if (std::this_thread::get_id() == observer_id_) return;
+  std::lock_guard<std::mutex> lock(join_mu_);
+  if (observer_.joinable()) observer_.join();
 }
 
 void LocalAgent::Wake() {

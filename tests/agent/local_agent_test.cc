@@ -419,3 +419,28 @@ TEST_F(AgentTest, StopLeavesWorkersRunning) {
 
 }  // namespace
 }  // namespace fp8d::agent::testing
+
+namespace fp8d::agent::testing {
+namespace {
+
+// The daemon's shutdown may run from inside a callback; Stop must not join its own thread.
+class StoppingListener : public RecordingListener {
+ public:
+  Agent* agent = nullptr;
+  void OnWorkerExit(WorkerExit exit) override {
+    agent->Stop();
+    RecordingListener::OnWorkerExit(std::move(exit));
+  }
+};
+
+TEST_F(AgentTest, StopFromACallbackDoesNotDeadlock) {
+  StoppingListener listener;
+  auto agent = NewAgent(&listener);
+  listener.agent = agent.get();
+  ASSERT_TRUE(LaunchTracked(*agent, Request("job-cb-stop", 1, {{"FP8_TEST_STEPS", "1"}})).ok());
+  ASSERT_TRUE(listener.WaitForExit("job-cb-stop", 1, 0));
+  agent.reset();  // joins the (finished) observer
+}
+
+}  // namespace
+}  // namespace fp8d::agent::testing

@@ -160,8 +160,13 @@ void ApplySpec(const json& spec, Config* c) {
   if (spec.contains("training") && spec["training"].is_object()) training = &spec["training"];
   if (training) {
     long v;
-    if (JsonLong(*training, "max_steps", &v) && v > 0) c->steps = v;
-    if (JsonLong(*training, "save_steps", &v) && v > 0) c->save_steps = v;
+    // snake_case (preserve_proto_field_names) or the proto JSON default lowerCamelCase.
+    if ((JsonLong(*training, "max_steps", &v) || JsonLong(*training, "maxSteps", &v)) && v > 0) {
+      c->steps = v;
+    }
+    if ((JsonLong(*training, "save_steps", &v) || JsonLong(*training, "saveSteps", &v)) && v > 0) {
+      c->save_steps = v;
+    }
   }
   if (!spec.contains("test") || !spec["test"].is_object()) return;
   const json& t = spec["test"];
@@ -368,9 +373,11 @@ int Run(const std::string& kind, const std::string& spec_path) {
   const long world = EnvLong("FP8D_WORLD_SIZE", 1);
   const long attempt = EnvLong("FP8D_ATTEMPT", 1);
   std::string ckpt_dir = Env("FP8D_CHECKPOINT_DIR") ? Env("FP8D_CHECKPOINT_DIR") : "";
-  if (ckpt_dir.empty() && spec.is_object() && spec.contains("output_dir") &&
-      spec["output_dir"].is_string() && !spec["output_dir"].get<std::string>().empty()) {
-    ckpt_dir = spec["output_dir"].get<std::string>() + "/checkpoints";
+  for (const char* key : {"output_dir", "outputDir"}) {
+    if (ckpt_dir.empty() && spec.is_object() && spec.contains(key) && spec[key].is_string() &&
+        !spec[key].get<std::string>().empty()) {
+      ckpt_dir = spec[key].get<std::string>() + "/checkpoints";
+    }
   }
   const std::string resume_from = Env("FP8D_RESUME_FROM") ? Env("FP8D_RESUME_FROM") : "";
 
