@@ -77,6 +77,7 @@ CreateRequest Req(Job job, std::string request_id = "", std::string hash = "") {
 // The parameterized contract.
 
 enum class Impl { kSqlite, kMemory };
+void PrintTo(Impl impl, std::ostream* os) { *os << (impl == Impl::kSqlite ? "sqlite" : "memory"); }
 
 class JobStoreConformance : public ::testing::TestWithParam<Impl> {
  protected:
