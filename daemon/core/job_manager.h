@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -33,6 +34,11 @@ struct ManagerOptions {
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
+  int64_t progress_flush_ms = 200;               // progress rows persisted at most this often per job
+  int64_t runtime_flush_ms = 1000;               // rank event offsets persisted at most this often
+  // Source of the backoff jitter, uniform in [0, 1). Empty: a random generator. Tests pass
+  // a constant (0.5 = no jitter) so backoffs are exact.
+  std::function<double()> uniform01;
 };
 
 class JobManager {

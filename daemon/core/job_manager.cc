@@ -1,0 +1,421 @@
+// JobManager: construction, the API's commands and the plumbing they share. See
+// job_manager_impl.h for how the implementation is split and why it needs no locks.
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/core/job_fields.h"
+#include "daemon/core/job_lifecycle.h"
+#include "daemon/core/job_manager_impl.h"
+
+namespace fp8d::core {
+
+using fp8d::v1::CreateJobRequest;
+
+bool AttemptRun::AllExited() const {
+  return std::all_of(ranks.begin(), ranks.end(), [](const RankRun& r) { return r.exited; });
+}
+
+JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
+                               std::unique_ptr<store::JobStore> store, AgentFactory make_agent,
+                               const Clock* clock)
+    : io_(io),
+      options_(std::move(options)),
+      store_(std::move(store)),
+      clock_(clock),
+      tick_timer_(io) {
+  std::error_code ec;
+  cwd_ = std::filesystem::current_path(ec).string();
+  // Attempt dirs are handed to workers that run in other directories: make them absolute.
+  options_.data_dir = std::filesystem::absolute(options_.data_dir, ec).lexically_normal().string();
+  if (options_.tick_ms <= 0) options_.tick_ms = 50;
+  if (options_.create_batch_max <= 0) options_.create_batch_max = 1;
+  store_thread_ = std::make_unique<BlockingWorker>("fp8d-store");
+  launcher_ = std::make_unique<BlockingWorker>("fp8d-launcher");
+  agent_ = make_agent(this);
+  FP8_CHECK(agent_ != nullptr);
+}
+
+JobManagerImpl::~JobManagerImpl() {
+  alive_.reset();  // completions already posted to io become no-ops
+  tick_timer_.cancel();
+  agent_->Stop();
+  // Join the threads while the store and the agent they use still exist.
+  launcher_.reset();
+  store_thread_.reset();
+  agent_.reset();
+}
+
+void JobManagerImpl::OnWorkerEvent(agent::WorkerEvent event) {
+  std::weak_ptr<int> alive = alive_;
+  boost::asio::post(io_, [this, alive, event = std::move(event)] {
+    if (!alive.expired()) HandleEvent(event);
+  });
+}
+
+void JobManagerImpl::OnWorkerExit(agent::WorkerExit exit) {
+  std::weak_ptr<int> alive = alive_;
+  boost::asio::post(io_, [this, alive, exit = std::move(exit)] {
+    if (!alive.expired()) HandleExit(exit);
+  });
+}
+
+void JobManagerImpl::Defer(std::function<void()> fn) {
+  std::weak_ptr<int> alive = alive_;
+  boost::asio::post(io_, [alive, fn = std::move(fn)] {
+    if (!alive.expired()) fn();
+  });
+}
+
+JobEntry* JobManagerImpl::Find(const std::string& name) {
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+std::string JobManagerImpl::AttemptDir(const std::string& name, int attempt) const {
+  return options_.data_dir + "/jobs/" + JobIdOf(name) + "/attempt-" + std::to_string(attempt);
+}
+
+double JobManagerImpl::Uniform01() {
+  if (options_.uniform01) return options_.uniform01();
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+void JobManagerImpl::AddToCache(const Job& job) {
+  if (Find(job.name()) != nullptr) return;
+  auto entry = std::make_unique<JobEntry>();
+  entry->job = job;
+  entry->delivered = job;
+  entry->create_seq = next_create_seq_++;
+  entry->row_saved_ms = NowMs();
+  jobs_.emplace(job.name(), std::move(entry));
+}
+
+// ---------------------------------------------------------------------------------------------
+// CreateJob: group commit. Creates queue up while one batch is being written; the next batch
+// takes everything that queued meanwhile, so N concurrent creates cost ~1-2 fsyncs, not N.
+// A create is acknowledged only once its batch is durable.
+
+void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(StatusOr<Job>)> done) {
+  if (shutting_down_) {
+    done(fp8::UnavailableError("fp8d is shutting down; no new jobs are accepted"));
+    return;
+  }
+  store::CreateRequest create;
+  create.request_hash = RequestHash(request.job());  // the body as sent, before defaults
+  create.request_id = request.request_id();
+  create.job = std::move(*request.mutable_job());
+  if (Status st = PrepareNewJob(&create.job, cwd_); !st.ok()) {
+    done(st);
+    return;
+  }
+  pending_creates_.push_back(PendingCreate{std::move(create), std::move(done)});
+  FlushCreates();
+}
+
+void JobManagerImpl::FlushCreates() {
+  if (create_in_flight_ || pending_creates_.empty()) return;
+  create_in_flight_ = true;
+  auto batch = std::make_shared<std::vector<PendingCreate>>();
+  std::vector<store::CreateRequest> requests;
+  while (!pending_creates_.empty() &&
+         static_cast<int64_t>(batch->size()) < options_.create_batch_max) {
+    requests.push_back(pending_creates_.front().request);
+    batch->push_back(std::move(pending_creates_.front()));
+    pending_creates_.pop_front();
+  }
+  using Results = StatusOr<std::vector<store::CreateResult>>;
+  OnStore<Results>(
+      [requests = std::move(requests)](store::JobStore& s) mutable {
+        return s.CreateJobs(std::move(requests));
+      },
+      [this, batch](Results results) {
+        create_in_flight_ = false;
+        bool added = false;
+        for (size_t i = 0; i < batch->size(); ++i) {
+          auto& done = (*batch)[i].done;
+          if (!results.ok()) {
+            done(results.status());
+            continue;
+          }
+          if (i >= results->size()) {
+            done(fp8::InternalError("store returned fewer create results than requests"));
+            continue;
+          }
+          store::CreateResult& r = (*results)[i];
+          if (!r.status.ok()) {
+            done(r.status);
+          } else if (r.created) {
+            spdlog::info("{}: created ({} rank(s), priority {})", r.job.name(),
+                         r.job.resources().ranks(), r.job.priority());
+            AddToCache(r.job);
+            added = true;
+            done(r.job);
+          } else {
+            // Same request_id and body: the existing job, as current as we know it.
+            JobEntry* e = Find(r.job.name());
+            done(e != nullptr ? e->delivered : r.job);
+          }
+        }
+        FlushCreates();
+        if (added) Schedule();
+      });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void JobManagerImpl::GetJob(fp8d::v1::GetJobRequest request,
+                            std::function<void(StatusOr<Job>)> done) {
+  const std::string name = request.name();
+  const bool full = request.view() == fp8d::v1::JOB_VIEW_FULL;
+  JobEntry* e = Find(name);
+  if (e != nullptr && !full) {
+    done(e->delivered);
+    return;
+  }
+  std::optional<Job> cached;
+  if (e != nullptr) cached = e->delivered;
+  OnStore<StatusOr<Job>>(
+      [name, cached, full](store::JobStore& s) -> StatusOr<Job> {
+        Job job;
+        if (cached) {
+          job = *cached;
+        } else {
+          FP8_ASSIGN_OR_RETURN(job, s.GetJob(name));
+        }
+        job.clear_attempts();
+        job.clear_events();
+        if (full) {
+          FP8_ASSIGN_OR_RETURN(auto attempts, s.ListAttempts(name));
+          for (auto& a : attempts) *job.add_attempts() = std::move(a.attempt);
+          FP8_ASSIGN_OR_RETURN(auto events, s.ListEvents(name));
+          for (auto& ev : events) *job.add_events() = std::move(ev);
+        }
+        return job;
+      },
+      [this, name, done = std::move(done)](StatusOr<Job> job) {
+        // The running attempt's pids may be newer in memory than in the store.
+        if (job.ok()) {
+          JobEntry* e = Find(name);
+          if (e != nullptr && e->run != nullptr) {
+            for (auto& a : *job->mutable_attempts()) {
+              if (a.number() == e->run->number) a = e->run->record.attempt;
+            }
+          }
+        }
+        done(std::move(job));
+      });
+}
+
+void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
+                              std::function<void(StatusOr<fp8d::v1::ListJobsResponse>)> done) {
+  store::ListFilter filter;
+  filter.state = request.state();
+  filter.kind = request.kind();
+  filter.page_size = request.page_size() <= 0 ? 50 : std::min(request.page_size(), 1000);
+  filter.page_token = request.page_token();
+  OnStore<StatusOr<store::ListResult>>(
+      [filter](store::JobStore& s) { return s.ListJobs(filter); },
+      [this, done = std::move(done)](StatusOr<store::ListResult> result) {
+        if (!result.ok()) {
+          done(result.status());
+          return;
+        }
+        fp8d::v1::ListJobsResponse response;
+        for (auto& job : result->jobs) {
+          // Progress is written in batches: show what watchers already saw when it is newer.
+          JobEntry* e = Find(job.name());
+          Job& out = *response.add_jobs();
+          out = (e != nullptr && e->delivered.version() > job.version()) ? e->delivered : job;
+          out.clear_attempts();
+          out.clear_events();
+        }
+        response.set_next_page_token(result->next_page_token);
+        done(std::move(response));
+      });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
+                               std::function<void(StatusOr<Job>)> done) {
+  const std::string name = request.name();
+  auto not_cancellable = [](const Job& job) {
+    return fp8::FailedPreconditionError(job.name() + " is " + fp8d::v1::JobState_Name(job.state()) +
+                                        "; only a job that has not finished can be cancelled");
+  };
+  JobEntry* e = Find(name);
+  if (e == nullptr) {
+    // Not active: a finished job (or none). Cancel is idempotent on CANCELLED only.
+    OnStore<StatusOr<Job>>(
+        [name](store::JobStore& s) { return s.GetJob(name); },
+        [this, name, not_cancellable, done = std::move(done)](StatusOr<Job> job) {
+          if (JobEntry* again = Find(name); again != nullptr) {
+            // Became active meanwhile (recovery): go through the normal path.
+            fp8d::v1::CancelJobRequest retry;
+            retry.set_name(name);
+            CancelJob(std::move(retry), std::move(done));
+            return;
+          }
+          if (!job.ok()) return done(job.status());
+          if (job->state() == fp8d::v1::CANCELLED) return done(std::move(job));
+          if (IsTerminal(job->state())) return done(not_cancellable(*job));
+          done(fp8::UnavailableError(name + " is being recovered; retry shortly"));
+        });
+    return;
+  }
+
+  // Answers with the job once everything written so far is durable (FIFO store thread).
+  auto answer_when_durable = [this, name](std::function<void(StatusOr<Job>)> reply) {
+    OnStore<int>([](store::JobStore&) { return 0; },
+                 [this, name, reply = std::move(reply)](int) {
+                   JobEntry* e = Find(name);
+                   if (e != nullptr) return reply(e->delivered);
+                   GetJob([&] {
+                     fp8d::v1::GetJobRequest r;
+                     r.set_name(name);
+                     return r;
+                   }(), reply);
+                 });
+  };
+  auto reply_after_write = [this, name, done](Status st) {
+    if (!st.ok()) return done(st);
+    JobEntry* e = Find(name);
+    if (e != nullptr) return done(e->delivered);
+    fp8d::v1::GetJobRequest r;
+    r.set_name(name);
+    GetJob(std::move(r), done);
+  };
+
+  switch (e->job.state()) {
+    case fp8d::v1::QUEUED:
+    case fp8d::v1::RETRY_WAIT: {
+      // Nothing runs for this job (a previous attempt's workers, if still dying, were already
+      // signalled): cancel at once.
+      fp8d::v1::JobError* err = e->job.mutable_error();
+      err->set_code(1);  // google.rpc CANCELLED
+      err->set_message("cancelled by request");
+      err->set_failure_class(fp8d::v1::FAILURE_CLASS_UNSPECIFIED);
+      Transition(*e, fp8d::v1::CANCELLED, "cancelled by request", reply_after_write);
+      return;
+    }
+    case fp8d::v1::STARTING:
+    case fp8d::v1::RUNNING: {
+      if (e->run != nullptr) e->run->finished = true;  // no failure verdicts while cancelling
+      Transition(*e, fp8d::v1::CANCELLING, "cancel requested: stopping every rank",
+                 [this, name, reply_after_write](Status st) {
+                   JobEntry* e = Find(name);
+                   // Before launch the workers do not exist yet: Launch/OnLaunched see
+                   // CANCELLING and finish the cancel.
+                   if (st.ok() && e != nullptr && e->run != nullptr && e->run->launched) {
+                     if (e->run->AnyLive()) {
+                       TerminateWorkers(*e);
+                     } else if (e->job.state() == fp8d::v1::CANCELLING) {
+                       OnRunExited(*e);
+                     }
+                   }
+                   reply_after_write(st);
+                 });
+      return;
+    }
+    case fp8d::v1::CANCELLING:
+    case fp8d::v1::CANCELLED:
+      answer_when_durable(std::move(done));
+      return;
+    default:
+      done(not_cancellable(e->job));
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int64_t JobManagerImpl::Watch(const std::string& name, int64_t since_version,
+                              std::function<void(const Job&)> on_update,
+                              std::function<void(Status)> on_end) {
+  const int64_t id =
+      watchers_.Subscribe(name, since_version, std::move(on_update), std::move(on_end));
+  // The snapshot goes out from a later handler: the caller gets its id before any callback.
+  Defer([this, id, name] {
+    if (!watchers_.Has(id)) return;
+    if (JobEntry* e = Find(name); e != nullptr) {
+      watchers_.DeliverTo(id, e->delivered);
+      return;
+    }
+    OnStore<StatusOr<Job>>([name](store::JobStore& s) { return s.GetJob(name); },
+                           [this, id, name](StatusOr<Job> job) {
+                             if (!watchers_.Has(id)) return;
+                             if (JobEntry* e = Find(name); e != nullptr) {
+                               watchers_.DeliverTo(id, e->delivered);
+                             } else if (!job.ok()) {
+                               watchers_.End(id, job.status());
+                             } else {
+                               watchers_.DeliverTo(id, *job);  // terminal: also ends it
+                             }
+                           });
+  });
+  return id;
+}
+
+void JobManagerImpl::Unwatch(int64_t subscription) { watchers_.Unsubscribe(subscription); }
+
+void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
+                             std::function<void(StatusOr<std::string>, bool)> done) {
+  std::optional<Job> cached;
+  if (JobEntry* e = Find(name); e != nullptr) cached = e->job;
+  struct Answer {
+    StatusOr<std::string> path = fp8::NotFoundError("");
+    bool terminal = false;
+  };
+  const std::string data_dir = options_.data_dir;
+  OnStore<Answer>(
+      [this, name, rank, attempt, cached](store::JobStore& s) {
+        Answer a;
+        Job job;
+        if (cached) {
+          job = *cached;
+        } else {
+          auto got = s.GetJob(name);
+          if (!got.ok()) {
+            a.path = got.status();
+            return a;
+          }
+          job = std::move(*got);
+        }
+        a.terminal = IsTerminal(job.state());
+        const int n = attempt > 0 ? attempt : job.attempt();
+        if (n <= 0 || n > job.attempt()) {
+          a.path = fp8::NotFoundError(n <= 0 ? name + " has not started an attempt yet"
+                                             : "attempt: " + name + " has no attempt " +
+                                                   std::to_string(n));
+          return a;
+        }
+        if (rank < 0 || rank >= job.resources().ranks()) {
+          a.path = fp8::InvalidArgumentError("rank: " + name + " has ranks 0.." +
+                                             std::to_string(job.resources().ranks() - 1));
+          return a;
+        }
+        std::string path = AttemptDir(name, n) + "/rank-" + std::to_string(rank) + ".log";
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) {
+          a.path = fp8::NotFoundError("no log yet for rank " + std::to_string(rank) + " of " +
+                                      name + " attempt " + std::to_string(n));
+          return a;
+        }
+        a.path = std::move(path);
+        return a;
+      },
+      [done = std::move(done)](Answer a) { done(std::move(a.path), a.terminal); });
+}
+
+std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
+                                          std::unique_ptr<store::JobStore> store,
+                                          AgentFactory make_agent, const Clock* clock) {
+  return std::make_unique<JobManagerImpl>(io, std::move(options), std::move(store),
+                                          std::move(make_agent), clock);
+}
+
+}  // namespace fp8d::core

@@ -1,0 +1,232 @@
+// The JobManager implementation, split by concern over several .cc files:
+//   job_manager.cc     commands from the API (create with group commit, get, list, cancel,
+//                      watch, log path) and the store plumbing shared by all of them
+//   job_transitions.cc the one way a job changes state: check, persist, then act and publish
+//   job_scheduling.cc  scheduler rounds, attempt start and worker launch
+//   job_supervisor.cc  worker events and exits, the periodic tick (heartbeat, progress and
+//                      deadline checks, SIGKILL after grace, backoff expiry, batched writes)
+//   job_recovery.cc    Start (recovery before SERVING) and Shutdown
+//
+// THREADING: everything here runs on the io_context's thread, one handler at a time, so the
+// in-memory state needs no locks. Blocking work goes to two BlockingWorker threads (the store
+// thread for SQLite, the launcher thread for spawning and re-adopting processes) and its
+// result is posted back to io. Agent callbacks arrive on the agent's thread and are posted to
+// io as well. Every posted completion holds a weak reference to `alive_`, so a completion
+// that arrives after the manager is gone does nothing.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "daemon/core/blocking_worker.h"
+#include "daemon/core/job_manager.h"
+#include "daemon/core/watch_hub.h"
+
+namespace fp8d::core {
+
+using fp8d::v1::FailureClass;
+using fp8d::v1::Job;
+using fp8d::v1::JobState;
+
+// One rank of the current attempt, as the supervisor sees it.
+struct RankRun {
+  agent::Slot slot;
+  int64_t pid = 0;
+  uint64_t start_time = 0;
+  int64_t offset = 0;                   // events consumed so far
+  // The offset saved for re-adoption must not pass a line whose effect is not durable yet: a
+  // `started` while the job is STARTING, a `done` or `error` before the verdict. After a
+  // restart those lines are read again.
+  std::optional<int64_t> started_pin;
+  std::optional<int64_t> final_pin;
+  int64_t last_seen_ms = 0;             // any event (heartbeat) from this rank
+  bool started = false;
+  bool done = false;
+  bool exited = false;
+  int exit_code = -1;
+  int signal = 0;
+  bool adopted_exit = false;
+  nlohmann::json result;
+};
+
+// The job's current (or last) attempt while it holds slots.
+struct AttemptRun {
+  int number = 0;
+  store::AttemptRecord record;   // what is persisted (placements, runtime, outcome)
+  std::vector<RankRun> ranks;
+  bool launched = false;         // Launch or Adopt returned: supervision applies
+  bool finished = false;         // outcome decided (failed, succeeded, cancelling): no checks
+  int64_t start_ms = 0;          // attempt deadline counts from here
+  int64_t last_progress_ms = 0;  // progress timeout counts from here (RUNNING)
+  int64_t kill_at_ms = 0;        // SIGKILL the groups at this time; 0 = not terminating
+  bool sigkill_sent = false;
+  bool exit_handled = false;     // OnRunExited ran (it must run once)
+  bool runtime_dirty = false;    // offsets changed since the last PutAttempt
+  int64_t runtime_saved_ms = 0;
+
+  bool AllExited() const;
+  bool AnyLive() const { return !AllExited(); }
+};
+
+// A job in the cache: every non-terminal job, and terminal ones until their workers exit.
+struct JobEntry {
+  Job job;                    // newest in-memory state (may be ahead of the store)
+  Job delivered;              // newest version watchers have been sent (GetJob answers this)
+  int64_t create_seq = 0;     // FIFO among equal priorities
+  struct Outgoing {
+    Job snapshot;
+    bool ready = false;       // state changes wait for their write; progress does not
+  };
+  std::deque<Outgoing> outbox;
+  std::unique_ptr<AttemptRun> run;
+  std::vector<fp8d::v1::Checkpoint> checkpoints;  // oldest first
+  int counted_attempts = 0;   // attempts that count against max_attempts
+  bool skip_newest_checkpoint = false;  // after NUMERIC: resume from an earlier checkpoint
+  int64_t retry_at_ms = 0;    // RETRY_WAIT → QUEUED at this time
+  bool row_dirty = false;     // progress/checkpoint not yet written
+  int64_t row_saved_ms = 0;
+  int pending_writes = 0;     // transitions not yet durable (eviction waits for them)
+};
+
+class JobManagerImpl final : public JobManager, private agent::AgentListener {
+ public:
+  JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
+                 std::unique_ptr<store::JobStore> store, AgentFactory make_agent,
+                 const Clock* clock);
+  ~JobManagerImpl() override;
+
+  void Start(std::function<void(Status)> done) override;
+  void Shutdown(std::function<void()> done) override;
+  void CreateJob(fp8d::v1::CreateJobRequest request,
+                 std::function<void(StatusOr<Job>)> done) override;
+  void GetJob(fp8d::v1::GetJobRequest request, std::function<void(StatusOr<Job>)> done) override;
+  void ListJobs(fp8d::v1::ListJobsRequest request,
+                std::function<void(StatusOr<fp8d::v1::ListJobsResponse>)> done) override;
+  void CancelJob(fp8d::v1::CancelJobRequest request,
+                 std::function<void(StatusOr<Job>)> done) override;
+  int64_t Watch(const std::string& name, int64_t since_version,
+                std::function<void(const Job&)> on_update,
+                std::function<void(Status)> on_end) override;
+  void Unwatch(int64_t subscription) override;
+  void LogPath(const std::string& name, int rank, int attempt,
+               std::function<void(StatusOr<std::string>, bool job_terminal)> done) override;
+
+ private:
+  // ---- agent listener (agent thread): post to io ----
+  void OnWorkerEvent(agent::WorkerEvent event) override;
+  void OnWorkerExit(agent::WorkerExit exit) override;
+
+  // ---- plumbing (job_manager.cc) ----
+  // Runs `work` on the store thread and `then` with its result on io.
+  template <typename R>
+  void OnStore(std::function<R(store::JobStore&)> work, std::function<void(R)> then);
+  // Runs `fn` on io later (not inside the current handler), if the manager still exists.
+  void Defer(std::function<void()> fn);
+  JobEntry* Find(const std::string& name);
+  void FlushCreates();
+  void AddToCache(const Job& job);
+  int64_t NowMs() const { return clock_->NowMs(); }
+  double Uniform01();
+  std::string AttemptDir(const std::string& name, int attempt) const;
+
+  // ---- transitions (job_transitions.cc) ----
+  // Checks from → to, applies it in memory, persists job row + event (and `extra`, in the same
+  // store task), then publishes the new version and runs `after` with the write's status.
+  void Transition(JobEntry& e, JobState to, const std::string& message,
+                  std::function<void(Status)> after = nullptr,
+                  std::function<Status(store::JobStore&)> extra = nullptr);
+  // A progress/checkpoint change: new version, delivered at once, persisted in a batch.
+  void PublishChange(JobEntry& e);
+  void FlushOutbox(JobEntry& e);
+  // Drops a terminal job from the cache once its workers are gone and its writes durable.
+  void MaybeEvict(const std::string& name);
+
+  // ---- scheduling (job_scheduling.cc) ----
+  void Schedule();
+  void StartAttempt(JobEntry& e, const std::vector<agent::Slot>& slots);
+  void Launch(const std::string& name, int attempt);
+  void OnLaunched(const std::string& name, int attempt,
+                  StatusOr<std::vector<agent::RankProcess>> result);
+  std::string ChooseResume(const JobEntry& e) const;
+
+  // ---- supervision (job_supervisor.cc) ----
+  void HandleEvent(const agent::WorkerEvent& ev);
+  void HandleExit(const agent::WorkerExit& ex);
+  void ArmTick();
+  void Tick();
+  void CheckAttempt(JobEntry& e, int64_t now);
+  // The attempt failed: decide RETRY_WAIT or FAILED, persist, then stop its workers.
+  void FailAttempt(JobEntry& e, FailureClass failure, const std::string& message);
+  void SucceedAttempt(JobEntry& e);
+  void EvaluateRun(JobEntry& e);
+  // SIGTERM now, SIGKILL after cancel_grace_ms (the tick sends it).
+  void TerminateWorkers(JobEntry& e);
+  // Every rank of the run exited: persist the attempt's end, free its slots, reschedule.
+  void OnRunExited(JobEntry& e);
+  void SaveAttempt(JobEntry& e);
+  void FlushDirtyRows(int64_t now, bool all);
+
+  // ---- recovery (job_recovery.cc) ----
+  struct Recovered {
+    Job job;
+    std::vector<store::AttemptRecord> attempts;
+    std::vector<fp8d::v1::Checkpoint> checkpoints;
+  };
+  void Recover(std::vector<Recovered> jobs, std::function<void(Status)> done);
+  void RecoverRunning(JobEntry& e, Status adopted);
+
+  boost::asio::io_context& io_;
+  ManagerOptions options_;
+  std::unique_ptr<store::JobStore> store_;
+  const Clock* clock_;
+  std::string cwd_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+
+  std::unique_ptr<agent::Agent> agent_;
+  // Declared after store_ and agent_: destroyed (joined) first, so no task outlives them.
+  std::unique_ptr<BlockingWorker> store_thread_;
+  std::unique_ptr<BlockingWorker> launcher_;
+
+  boost::asio::steady_timer tick_timer_;
+  bool started_ = false;        // recovery finished: schedule and supervise
+  bool shutting_down_ = false;
+
+  std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  int64_t next_create_seq_ = 1;
+  WatchHub watchers_;
+
+  struct PendingCreate {
+    store::CreateRequest request;
+    std::function<void(StatusOr<Job>)> done;
+  };
+  std::deque<PendingCreate> pending_creates_;
+  bool create_in_flight_ = false;
+
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+template <typename R>
+void JobManagerImpl::OnStore(std::function<R(store::JobStore&)> work,
+                             std::function<void(R)> then) {
+  std::weak_ptr<int> alive = alive_;
+  store_thread_->Post([this, alive, work = std::move(work), then = std::move(then)]() mutable {
+    auto result = std::make_shared<R>(work(*store_));
+    boost::asio::post(io_, [alive, then = std::move(then), result]() mutable {
+      if (alive.expired()) return;
+      then(std::move(*result));
+    });
+  });
+}
+
+}  // namespace fp8d::core

@@ -1,0 +1,208 @@
+// Start-up recovery (before the daemon reports SERVING) and Shutdown.
+//
+// Recovery: every non-terminal job goes back into the cache. Jobs whose workers were running
+// (STARTING, RUNNING, CANCELLING) are re-adopted from the pids and start times saved in their
+// attempt record, reading each rank's events on from the saved offset. When the workers died
+// while the daemon was down, the attempt ends with CONTROLLER_RESTART, which does NOT count
+// against max_attempts, and the job is requeued through RETRY_WAIT (the table has no
+// RUNNING → QUEUED edge) with no backoff; a CANCELLING job is simply CANCELLED.
+#include <algorithm>
+#include <csignal>
+#include <utility>
+
+#include <google/protobuf/util/time_util.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/core/job_fields.h"
+#include "daemon/core/job_lifecycle.h"
+#include "daemon/core/job_manager_impl.h"
+
+namespace fp8d::core {
+
+void JobManagerImpl::Start(std::function<void(Status)> done) {
+  using Loaded = StatusOr<std::vector<Recovered>>;
+  OnStore<Loaded>(
+      [](store::JobStore& s) -> Loaded {
+        FP8_ASSIGN_OR_RETURN(auto jobs, s.ListActiveJobs());
+        std::vector<Recovered> out;
+        for (auto& job : jobs) {
+          Recovered r;
+          FP8_ASSIGN_OR_RETURN(r.attempts, s.ListAttempts(job.name()));
+          FP8_ASSIGN_OR_RETURN(r.checkpoints, s.ListCheckpoints(job.name()));
+          r.job = std::move(job);
+          out.push_back(std::move(r));
+        }
+        return out;
+      },
+      [this, done = std::move(done)](Loaded loaded) {
+        if (!loaded.ok()) {
+          spdlog::error("recovery: loading active jobs: {}", loaded.status().ToString());
+          done(loaded.status());
+          return;
+        }
+        Recover(std::move(*loaded), done);
+      });
+}
+
+void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Status)> done) {
+  struct Adoption {
+    std::string name;
+    int attempt = 0;
+    std::string attempt_dir;
+    std::vector<agent::RankProcess> ranks;
+    bool possible = false;  // every rank has a recorded pid
+  };
+  std::vector<Adoption> adoptions;
+  const int64_t now = NowMs();
+
+  for (Recovered& r : jobs) {
+    AddToCache(r.job);
+    JobEntry& e = *Find(r.job.name());
+    e.checkpoints = std::move(r.checkpoints);
+    std::sort(e.checkpoints.begin(), e.checkpoints.end(),
+              [](const auto& a, const auto& b) { return a.step() < b.step(); });
+    for (const auto& a : r.attempts) {
+      if (a.attempt.failure_class() != fp8d::v1::CONTROLLER_RESTART) ++e.counted_attempts;
+    }
+    const JobState state = e.job.state();
+    if (state == fp8d::v1::RETRY_WAIT) {
+      const int64_t since = google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+          e.job.update_time());
+      e.retry_at_ms = since + BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
+      continue;
+    }
+    if (state != fp8d::v1::STARTING && state != fp8d::v1::RUNNING &&
+        state != fp8d::v1::CANCELLING) {
+      continue;
+    }
+    // The current attempt's record: placements, pids, offsets.
+    const store::AttemptRecord* record = nullptr;
+    for (const auto& a : r.attempts) {
+      if (a.attempt.number() == e.job.attempt()) record = &a;
+    }
+    auto run = std::make_unique<AttemptRun>();
+    run->number = e.job.attempt();
+    run->finished = state == fp8d::v1::CANCELLING;
+    Adoption adoption{e.job.name(), run->number, AttemptDir(e.job.name(), run->number), {}, false};
+    if (record != nullptr) {
+      run->record = *record;
+      run->ranks.resize(record->attempt.ranks_size());
+      for (int i = 0; i < record->attempt.ranks_size(); ++i) {
+        const auto& p = record->attempt.ranks(i);
+        run->ranks[i].slot = agent::Slot{p.node(), p.gpu()};
+        run->ranks[i].last_seen_ms = now;
+        // Every rank of a RUNNING (or later) job has started, and those lines were consumed.
+        run->ranks[i].started = state != fp8d::v1::STARTING;
+      }
+      adoption.possible = !record->runtime.empty() &&
+                          record->runtime.size() == run->ranks.size();
+      for (const store::RankRuntime& rt : record->runtime) {
+        if (rt.rank < 0 || rt.rank >= static_cast<int>(run->ranks.size()) || rt.pid <= 0) {
+          adoption.possible = false;
+          continue;
+        }
+        RankRun& rank = run->ranks[rt.rank];
+        rank.pid = rt.pid;
+        rank.start_time = rt.start_time;
+        rank.offset = rt.events_offset;
+        adoption.ranks.push_back(agent::RankProcess{rt.rank, rt.pid, rt.start_time, rt.events_offset});
+      }
+    }
+    e.run = std::move(run);
+    adoptions.push_back(std::move(adoption));
+  }
+
+  auto finish = [this, done = std::move(done)]() {
+    // Everything recovery wrote is queued before this barrier (FIFO store thread).
+    OnStore<int>([](store::JobStore&) { return 0; },
+                 [this, done](int) {
+                   started_ = true;
+                   spdlog::info("recovery finished: {} active job(s)", jobs_.size());
+                   ArmTick();
+                   Schedule();
+                   done(fp8::OkStatus());
+                 });
+  };
+  if (adoptions.empty()) {
+    finish();
+    return;
+  }
+  // Adopt reads /proc and opens event files: on the launcher thread, then back to io.
+  std::weak_ptr<int> alive = alive_;
+  launcher_->Post([this, alive, adoptions = std::move(adoptions), finish]() mutable {
+    auto results = std::make_shared<std::vector<Status>>();
+    for (const Adoption& a : adoptions) {
+      if (!a.possible) {
+        results->push_back(fp8::NotFoundError("no worker pids were recorded for attempt " +
+                                              std::to_string(a.attempt)));
+        continue;
+      }
+      results->push_back(agent_->Adopt(JobIdOf(a.name), a.attempt, a.attempt_dir, a.ranks));
+    }
+    boost::asio::post(io_, [this, alive, adoptions = std::move(adoptions), results, finish] {
+      if (alive.expired()) return;
+      for (size_t i = 0; i < adoptions.size(); ++i) {
+        JobEntry* e = Find(adoptions[i].name);
+        if (e != nullptr && e->run != nullptr) RecoverRunning(*e, (*results)[i]);
+      }
+      finish();
+    });
+  });
+}
+
+void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {
+  AttemptRun& run = *e.run;
+  const int64_t now = NowMs();
+  const std::string name = e.job.name();
+  if (adopted.ok()) {
+    spdlog::info("{}: re-adopted attempt {} ({} rank(s))", name, run.number, run.ranks.size());
+    run.launched = true;
+    run.start_ms = run.record.attempt.has_start_time()
+                       ? google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                             run.record.attempt.start_time())
+                       : now;
+    run.last_progress_ms = now;
+    for (RankRun& r : run.ranks) r.last_seen_ms = now;
+    if (e.job.state() == fp8d::v1::CANCELLING) TerminateWorkers(e);  // keep cancelling
+    return;
+  }
+  spdlog::warn("{}: attempt {} could not be re-adopted: {}", name, run.number, adopted.ToString());
+  for (RankRun& r : run.ranks) r.exited = true;
+  if (e.job.state() == fp8d::v1::CANCELLING) {
+    OnRunExited(e);  // nothing left to stop: CANCELLED
+    return;
+  }
+  run.finished = true;
+  run.exit_handled = true;
+  const std::string message = "the workers of attempt " + std::to_string(run.number) +
+                              " were gone after the controller restarted (" +
+                              adopted.message() + "); requeued, not counted as an attempt";
+  run.record.attempt.set_failure_class(fp8d::v1::CONTROLLER_RESTART);
+  run.record.attempt.set_failure_message(message);
+  *run.record.attempt.mutable_end_time() = TimestampFromMs(now);
+  --e.counted_attempts;
+  store::AttemptRecord record = run.record;
+  Transition(e, fp8d::v1::RETRY_WAIT, message, nullptr,
+             [name, record](store::JobStore& s) { return s.PutAttempt(name, record); });
+  // Straight on to QUEUED, before the first scheduling round: the job keeps its place (its
+  // create sequence) in the queue instead of waiting out a tick behind younger jobs.
+  Transition(e, fp8d::v1::QUEUED, "requeued after the controller restart");
+}
+
+void JobManagerImpl::Shutdown(std::function<void()> done) {
+  shutting_down_ = true;
+  tick_timer_.cancel();
+  agent_->Stop();  // workers keep running; the next daemon re-adopts them
+  for (auto& [name, e] : jobs_) {
+    if (e->run != nullptr && e->run->launched && !e->run->AllExited()) SaveAttempt(*e);
+  }
+  FlushDirtyRows(NowMs(), /*all=*/true);
+  while (!pending_creates_.empty()) {
+    pending_creates_.front().done(fp8::UnavailableError("fp8d is shutting down"));
+    pending_creates_.pop_front();
+  }
+  watchers_.EndAll(fp8::UnavailableError("fp8d is shutting down"));
+  OnStore<int>([](store::JobStore&) { return 0; }, [done = std::move(done)](int) { done(); });
+}
+
+}  // namespace fp8d::core

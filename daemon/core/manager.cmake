@@ -1,0 +1,18 @@
+# Included by daemon/core/CMakeLists.txt. fp8d_core: the JobManager (commands, transitions,
+# scheduling rounds, supervisor, recovery, watch fan-out) on top of the pure lifecycle and
+# scheduler libraries (lifecycle_scheduler.cmake), the store and the agent.
+find_package(Boost REQUIRED)
+find_package(spdlog REQUIRED)
+
+add_library(fp8d_core
+  blocking_worker.cc
+  job_fields.cc
+  job_manager.cc
+  job_recovery.cc
+  job_scheduling.cc
+  job_supervisor.cc
+  job_transitions.cc
+  watch_hub.cc)
+target_link_libraries(fp8d_core
+  PUBLIC fp8d_store fp8d_agent fp8d_lifecycle fp8d_scheduler fp8_proto fp8_common
+         Boost::headers spdlog::spdlog nlohmann_json::nlohmann_json Threads::Threads)
