@@ -2,13 +2,13 @@
 // which failures are retried, how a worker's exit maps to a failure class, and how long to
 // back off before the next attempt. Pure functions, no I/O.
 //
-//              (1)            (2)            (3)
-//   QUEUED ────────► STARTING ─────► RUNNING ─────► SUCCEEDED
-//    ▲  │ │             │  │            │  │
-//    │  │ │(4u)         │  └────(4)─────┴──┼──────► FAILED     permanent failure, or attempts
-//    │  │ └─────────────┼──────────────────┼──────► FAILED     used up; (4u) unschedulable
-//    │(5)               │                  │
-//   RETRY_WAIT ◄──(4')──┴──────────────────┘                  retryable failure, attempts left
+//               (1)             (2)             (3)
+//   QUEUED ─────────► STARTING ──────► RUNNING ──────► SUCCEEDED
+//    ▲   │              │   │            │   │
+//    │   │(4u)          │   └────(4)─────┴───┼───────► FAILED   permanent failure or attempts
+//    │   └──────────────┼────────────────────┼───────► FAILED   used up; (4u) can never fit
+//    │(5)               │(4')                │(4')
+//   RETRY_WAIT ◄────────┴────────────────────┘                  retryable failure, attempts left
 //
 //   QUEUED, RETRY_WAIT ──(6q)──► CANCELLED                     nothing runs: cancel at once
 //   STARTING, RUNNING  ──(6)───► CANCELLING ──(7)──► CANCELLED  wait for every rank to exit
