@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "kernels/cpu/quantize_inl.h"
 #include "kernels/parallel.h"
 
@@ -108,6 +112,38 @@ void WalkBlockTiles(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, S
   });
 }
 
+#if defined(__SSE2__)
+// 16x16 byte transpose: four rounds of "interleave row i with row i+8" rotate the 8-bit
+// (row, column) index left by one bit each, so after four the rows and columns have swapped.
+void Transpose16x16Bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
+  __m128i x[16], t[16];
+  for (int i = 0; i < 16; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm_unpacklo_epi8(x[i], x[i + 8]);
+      t[2 * i + 1] = _mm_unpackhi_epi8(x[i], x[i + 8]);
+    }
+    std::copy(t, t + 16, x);
+  }
+  for (int i = 0; i < 16; ++i) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i * dst_stride), x[i]);
+}
+#endif
+
+// dst[c * dst_stride + r] = src[r * cols + c] for a rows x cols byte block.
+void TransposeBytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst, int64_t dst_stride) {
+  int64_t c_done = 0, r_done = 0;
+#if defined(__SSE2__)
+  c_done = cols / 16 * 16;
+  r_done = rows / 16 * 16;
+  for (int64_t c = 0; c < c_done; c += 16)
+    for (int64_t r = 0; r < r_done; r += 16) Transpose16x16Bytes(src + r * cols + c, cols, dst + c * dst_stride + r, dst_stride);
+#endif
+  // Ragged edges (and the whole block without SSE2): scalar.
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = c < c_done ? r_done : 0; r < rows; ++r) dst[c * dst_stride + r] = src[r * cols + c];
+  }
+}
+
 Status CheckQuantizeArgs(const char* op, const float* x, int64_t rows, int64_t cols,
                          const uint8_t* q, const float* scale_inv) {
   FP8_RETURN_IF_ERROR(CheckShape(op, rows, cols));
@@ -175,10 +211,7 @@ Status Quantize1x128WithTranspose(const float* x, int64_t rows, int64_t cols, Fp
       uint8_t buf[kTile * kStrip];
       const int64_t width = c1 - c0;
       for (int64_t r = r0; r < r1; ++r) internal::CastSpanScales<F>(x + r * cols + c0, width, s, buf + (r - r0) * width);
-      for (int64_t c = 0; c < width; ++c) {
-        uint8_t* dst = qt + (c0 + c) * rows + r0;
-        for (int64_t r = 0; r < r1 - r0; ++r) dst[r] = buf[r * width + c];
-      }
+      TransposeBytes(buf, r1 - r0, width, qt + c0 * rows + r0, rows);
     });
   });
   return OkStatus();

@@ -40,12 +40,12 @@ inline void CastSpanScales(const float* x, int64_t n, const float* scale_inv, ui
 // y[i] = decode(fp8(x[i] / s)) * s, the quantize→dequantize round trip without the bytes.
 template <Fp8Format kFmt>
 inline void FakeSpan(const float* x, int64_t n, float scale_inv, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = DecodeFp8<kFmt>(EncodeFp8<kFmt, true>(x[i] / scale_inv)) * scale_inv;
+  for (int64_t i = 0; i < n; ++i) y[i] = RoundToFp8Grid<kFmt>(x[i] / scale_inv) * scale_inv;
 }
 template <Fp8Format kFmt>
 inline void FakeSpanScales(const float* x, int64_t n, const float* scale_inv, float* y) {
   for (int64_t i = 0; i < n; ++i)
-    y[i] = DecodeFp8<kFmt>(EncodeFp8<kFmt, true>(x[i] / scale_inv[i])) * scale_inv[i];
+    y[i] = RoundToFp8Grid<kFmt>(x[i] / scale_inv[i]) * scale_inv[i];
 }
 
 // x[i] = decode(q[i]) * scale_inv (dequantization, one scale per span).

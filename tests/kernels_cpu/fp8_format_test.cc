@@ -61,6 +61,29 @@ TEST(Fp8Format, ArithmeticDecodeEqualsTheTable) {
   }
 }
 
+template <Fp8Format kFmt>
+int CountGridMismatches(float x) {
+  const float via_byte = Fp8ToFloat(FloatToFp8(x, kFmt), kFmt);
+  return std::bit_cast<uint32_t>(internal::RoundToFp8Grid<kFmt>(x)) != std::bit_cast<uint32_t>(via_byte);
+}
+
+TEST(Fp8Format, RoundToGridEqualsEncodeThenDecode) {
+  // FakeQuantize's shortcut must be indistinguishable from the byte round trip.
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float from_bf16 = std::bit_cast<float>(h << 16);
+    const float from_half = HalfToFloat(static_cast<uint16_t>(h));
+    mismatches += CountGridMismatches<Fp8Format::kE4M3>(from_bf16) + CountGridMismatches<Fp8Format::kE5M2>(from_bf16);
+    mismatches += CountGridMismatches<Fp8Format::kE4M3>(from_half) + CountGridMismatches<Fp8Format::kE5M2>(from_half);
+  }
+  std::mt19937 rng(11);
+  for (int i = 0; i < 1'000'000; ++i) {
+    const float x = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    mismatches += CountGridMismatches<Fp8Format::kE4M3>(x) + CountGridMismatches<Fp8Format::kE5M2>(x);
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Fp8Format, SpecialValuesFollowCudaRules) {
   const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
   const Saturation sat = Saturation::kSatFinite, nosat = Saturation::kNoSat;
