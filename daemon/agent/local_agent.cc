@@ -145,9 +145,10 @@ class LocalAgent final : public Agent {
   }
 
   ~LocalAgent() override {
+    // Stop() may be called from a callback, but destroying the agent there would pull the
+    // observer's own state from under it.
+    FP8_CHECK(std::this_thread::get_id() != observer_id_);
     Stop();
-    // Destroyed from inside a callback: the thread cannot join itself.
-    if (observer_.joinable()) observer_.detach();
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 

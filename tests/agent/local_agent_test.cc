@@ -67,6 +67,10 @@ TEST_F(AgentTest, LaunchRunsEveryRankWithItsEnvironmentAndFiles) {
     EXPECT_NE(log.find("env FP8D_RESUME_FROM=\n"), std::string::npos);
     // Only stdin, stdout, stderr: nothing of the test process (or daemon) leaks in.
     EXPECT_NE(log.find("fds 0,1,2\n"), std::string::npos);
+    const std::string prefix = req.attempt_dir + "/rank-" + std::to_string(r);
+    EXPECT_NE(log.find("stdio 0 /dev/null\n"), std::string::npos);
+    EXPECT_NE(log.find("stdio 1 " + prefix + ".events append\n"), std::string::npos);
+    EXPECT_NE(log.find("stdio 2 " + prefix + ".log append\n"), std::string::npos);
     EXPECT_NE(log.find("mode=succeed"), std::string::npos);
     auto exit = listener_.Exit("job-env", r);
     ASSERT_TRUE(exit.has_value());

@@ -354,6 +354,24 @@ void LogEnvironmentAndFds() {
     ::closedir(d);
   }
   std::fprintf(stderr, "fds %s\n", fds.c_str());
+  // Where stdio points and whether stdout/stderr append (the agent opens them O_APPEND).
+  for (int fd = 0; fd <= 2; ++fd) {
+    char target[4096] = {};
+    std::string link = "/proc/self/fd/" + std::to_string(fd);
+    ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    if (n < 0) n = 0;
+    target[n] = '\0';
+    std::ifstream info("/proc/self/fdinfo/" + std::to_string(fd));
+    std::string key, flags;
+    while (info >> key) {
+      if (key == "flags:") {
+        info >> flags;
+        break;
+      }
+    }
+    bool append = (std::strtoul(flags.c_str(), nullptr, 8) & O_APPEND) != 0;
+    std::fprintf(stderr, "stdio %d %s%s\n", fd, target, append ? " append" : "");
+  }
   std::fflush(stderr);
 }
 
