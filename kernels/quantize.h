@@ -6,6 +6,10 @@
 //   tensor  (delayed scaling):             one scale_inv given by the caller
 // Edge tiles are partial: their amax covers only the real elements. Shapes need not be
 // multiples of 128 here; the GEMM documents its own rule.
+// Each element: q = FloatToFp8(x / scale_inv, kSatFinite) with an IEEE FP32 division (the GPU
+// uses __fdiv_rn to match), scale_inv = ScaleInvFromAmax(tile amax). A NaN in a tile makes its
+// scale NaN (so the tile dequantizes to NaN and non-finite checks see it); other tiles are
+// unaffected. Errors (InvalidArgument) name the offending argument.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +47,10 @@ Status Dequantize128x128(const uint8_t* q, const float* scale_inv, int64_t rows,
 void DequantizeTensor(const uint8_t* q, int64_t n, float scale_inv, Fp8Format fmt, float* x);
 
 // Quantize then dequantize in place of a copy (x → fp8 → float into y), the fast path the CPU
-// trainer uses: numerically identical to Quantize*+Dequantize*, without the byte buffers.
-// scale_inv (optional, may be null) receives the scales in the layout above.
+// trainer uses: bit-identical to Quantize*+Dequantize*, without the byte buffers.
+// scale_inv (optional, may be null) receives the scales in the layout above (one value for
+// kTensor). kTensor uses tensor_scale_inv (finite and > 0, else InvalidArgument) and ignores
+// sf; the tiled granularities ignore tensor_scale_inv.
 enum class Granularity : uint8_t { kTensor, k1x128, k128x1, k128x128 };
 Status FakeQuantize(const float* x, int64_t rows, int64_t cols, Granularity g, Fp8Format fmt,
                     ScaleFormat sf, float tensor_scale_inv, float* y, float* scale_inv);

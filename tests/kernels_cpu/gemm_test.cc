@@ -181,6 +181,31 @@ TEST(Sgemm, MatchesNaiveReferenceWithAvx2KernelWhereAvailable) {
   SetSgemmKernel(SgemmKernel::kAuto);
 }
 
+TEST(Sgemm, ResultDoesNotDependOnHowCIsSplit) {
+  // Threads get strips of C, so an element may sit in a full micro-tile in one split and in an
+  // edge tile in another: both paths must round identically. Emulate other splits by computing
+  // C in pieces through pointer offsets and compare bit for bit.
+  for (SgemmKernel kern : {SgemmKernel::kGeneric, SgemmKernel::kAvx2}) {
+    SetSgemmKernel(kern);
+    const int64_t m = 97, n = 75, k = 300;
+    const auto a = RandomMatrix(m, k, 41), b = RandomMatrix(n, k, 42);
+    const auto c0 = RandomMatrix(m, n, 43);
+    auto whole = c0;
+    Sgemm(false, true, m, n, k, 0.7f, a.data(), k, b.data(), k, -0.3f, whole.data(), n);
+    auto pieces = c0;
+    for (int64_t i0 : {int64_t{0}, int64_t{37}}) {
+      const int64_t rows = i0 == 0 ? 37 : m - 37;
+      for (int64_t j0 : {int64_t{0}, int64_t{11}, int64_t{50}}) {
+        const int64_t cols = j0 == 0 ? 11 : (j0 == 11 ? 39 : n - 50);
+        Sgemm(false, true, rows, cols, k, 0.7f, a.data() + i0 * k, k, b.data() + j0 * k, k, -0.3f,
+              pieces.data() + i0 * n + j0, n);
+      }
+    }
+    EXPECT_EQ(whole, pieces) << SgemmKernelName();
+  }
+  SetSgemmKernel(SgemmKernel::kAuto);
+}
+
 TEST(Sgemm, LargeProductIsDeterministic) {
   // Runs on the thread pool; a second run must reproduce the first bit for bit.
   const int64_t m = 256, n = 320, k = 384;
