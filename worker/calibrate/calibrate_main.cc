@@ -1,0 +1,130 @@
+#include "worker/calibrate/calibrate_main.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "worker/calibrate/calibrate.h"
+#include "worker/calibrate/spec.h"
+#include "worker/common/events.h"
+
+namespace fp8::calibrate {
+
+namespace {
+
+using worker::EventWriter;
+
+struct ExitClass {
+  int code;
+  const char* failure_class;
+};
+
+// Status code → worker exit code and `error` event class (design §4).
+ExitClass Classify(StatusCode code) {
+  switch (code) {
+    case StatusCode::kFailedPrecondition: return {worker::kExitInvalidSpec, "INVALID_SPEC"};
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kDataLoss:
+    case StatusCode::kNotFound:
+    case StatusCode::kOutOfRange: return {worker::kExitBadData, "DATA_ERROR"};
+    case StatusCode::kAborted:
+    case StatusCode::kUnavailable:
+    case StatusCode::kResourceExhausted: return {worker::kExitTemporary, "INTERNAL_ERROR"};
+    default: return {worker::kExitInternal, "INTERNAL_ERROR"};
+  }
+}
+
+int Fail(EventWriter& events, int code, const char* failure_class, const std::string& message) {
+  std::fprintf(stderr, "fp8-worker calibrate: %s\n", message.c_str());
+  events.Emit("error", {{"class", failure_class}, {"message", message}});
+  return code;
+}
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+int CalibrateMain(int argc, char** argv) {
+  std::string spec_path, events_path;
+  int max_shards = -1;
+  std::string arg_error;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        arg_error = a + " needs a value";
+        return "";
+      }
+      return argv[++i];
+    };
+    if (a == "--spec") {
+      spec_path = value();
+    } else if (a == "--events") {
+      events_path = value();
+    } else if (a == "--max-shards") {
+      const std::string v = value();
+      char* end = nullptr;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0) arg_error = "--max-shards needs a non-negative integer";
+      max_shards = static_cast<int>(n);
+    } else {
+      arg_error = "unknown argument \"" + a + "\"";
+    }
+    if (!arg_error.empty()) break;
+  }
+
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> events_file(nullptr, &std::fclose);
+  if (!events_path.empty()) {
+    events_file.reset(std::fopen(events_path.c_str(), "a"));
+    if (!events_file) {
+      std::fprintf(stderr, "fp8-worker calibrate: cannot open --events %s\n", events_path.c_str());
+      return worker::kExitInvalidSpec;
+    }
+  }
+  EventWriter events(events_file ? events_file.get() : stdout);
+  if (arg_error.empty() && spec_path.empty()) arg_error = "--spec is required";
+  if (!arg_error.empty())
+    return Fail(events, worker::kExitInvalidSpec, "INVALID_SPEC",
+                arg_error + " (usage: fp8-worker calibrate --spec spec.json)");
+
+  auto opts = LoadCalibrateSpec(spec_path);
+  if (!opts.ok()) return Fail(events, worker::kExitInvalidSpec, "INVALID_SPEC", opts.status().message());
+  if (opts->backend == Backend::kCuda)
+    std::fprintf(stderr, "fp8-worker calibrate: backend cuda requested; weight calibration runs on the CPU backend\n");
+
+  events.Emit("started", {{"rank", EnvInt("FP8D_RANK", 0)},
+                          {"world_size", EnvInt("FP8D_WORLD_SIZE", 1)},
+                          {"pid", static_cast<int64_t>(::getpid())},
+                          {"step", 0}});
+  worker::InstallStopSignalHandlers();
+  events.StartHeartbeat(2000);
+
+  RunControls controls;
+  controls.max_shards = max_shards;
+  controls.stop_requested = [] { return worker::StopRequested().load(); };
+  controls.on_progress = [&](const ProgressUpdate& p) {
+    nlohmann::json f = {{"step", p.step},         {"total_steps", p.total_steps}, {"tensor", p.tensor},
+                        {"shard", p.shard},       {"skipped", p.skipped},         {"bytes_done", p.bytes_done},
+                        {"bytes_total", p.bytes_total}};
+    if (p.elapsed_seconds > 0 && p.bytes_done > 0)
+      f["eta_seconds"] = p.elapsed_seconds * static_cast<double>(p.bytes_total - p.bytes_done) / p.bytes_done;
+    events.Emit("progress", std::move(f));
+  };
+  auto result = RunCalibration(*opts, controls);
+  events.StopHeartbeat();
+  if (!result.ok()) {
+    const ExitClass ec = Classify(result.status().code());
+    return Fail(events, ec.code, ec.failure_class, result.status().message());
+  }
+  std::fprintf(stderr, "fp8-worker calibrate: done: %s\n", result->dump().c_str());
+  events.Emit("done", {{"result", *result}});
+  return worker::kExitOk;
+}
+
+}  // namespace fp8::calibrate
