@@ -109,6 +109,7 @@ int Watch(JobClient& client, const std::string& name, OutputFormat format) {
 int main(int argc, char** argv) {
   CLI::App app{"fp8ctl: submit, inspect, watch and cancel fp8d jobs"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags may follow the command: `fp8ctl submit -f x -o json`
   std::string server_flag;
   std::string output = "table";
   app.add_option("--server", server_flag, "fp8d address (else $FP8D_ADDR, config file, 127.0.0.1:50051)");

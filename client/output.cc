@@ -161,10 +161,15 @@ void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& 
   if (format != OutputFormat::kTable) {
     fp8d::v1::ListJobsResponse all;
     for (const auto& j : jobs) *all.add_jobs() = j;
+    // Always a `jobs` key, even when empty, so scripts can index it.
+    json j = json::parse(MessageToJson(all));
+    if (!j.contains("jobs")) j["jobs"] = json::array();
     if (format == OutputFormat::kJson) {
-      out << MessageToJson(all);
+      out << j.dump(1) << "\n";
     } else {
-      out << MessageToYaml(all);
+      YAML::Emitter y;
+      EmitYaml(y, j);
+      out << y.c_str() << "\n";
     }
     return;
   }
