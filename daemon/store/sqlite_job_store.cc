@@ -18,8 +18,6 @@ using internal::Db;
 using internal::Stmt;
 using internal::WriteTxn;
 
-constexpr int kBusyTimeoutMs = 5000;
-
 class SqliteJobStore final : public JobStore {
  public:
   SqliteJobStore(std::unique_ptr<Db> db, SqliteStoreOptions options)
@@ -348,7 +346,7 @@ int SqliteSchemaVersion() { return internal::LatestSchemaVersion(); }
 StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path,
                                                        const SqliteStoreOptions& options) {
   FP8_ASSIGN_OR_RETURN(std::unique_ptr<Db> db, Db::Open(path));
-  FP8_RETURN_IF_ERROR(db->Exec("PRAGMA busy_timeout = " + std::to_string(kBusyTimeoutMs)));
+  FP8_RETURN_IF_ERROR(db->Exec("PRAGMA busy_timeout = " + std::to_string(options.busy_timeout_ms)));
   // WAL: readers never block the writer and a commit is one append + one fsync.
   {
     FP8_ASSIGN_OR_RETURN(Stmt wal, db->Prepare("PRAGMA journal_mode = WAL"));

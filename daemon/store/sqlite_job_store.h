@@ -14,6 +14,8 @@ namespace fp8d::store {
 int SqliteSchemaVersion();
 
 struct SqliteStoreOptions {
+  // How long a write waits for another connection's write lock before failing UNAVAILABLE.
+  int busy_timeout_ms = 5000;
   // Called inside every write transaction, after all its statements ran and just before
   // COMMIT. Tests use it to kill the process mid-transaction.
   std::function<void()> before_commit_for_testing;

@@ -701,6 +701,27 @@ TEST_F(SqliteJobStoreTest, StartUpQueriesUseTheStateIndex) {
   EXPECT_EQ(list.find("TEMP B-TREE"), std::string::npos) << list;  // no sort step
 }
 
+TEST_F(SqliteJobStoreTest, AnotherWriterMakesWritesUnavailableButReadsGoOn) {
+  SqliteStoreOptions opts;
+  opts.busy_timeout_ms = 50;
+  auto store = Open(opts);
+  ASSERT_OK_AND_ASSIGN(auto res, store->CreateJobs({Req(MakeJob())}));
+  const std::string name = res[0].job.name();
+  {
+    RawDb other(path_);
+    other.Exec("BEGIN IMMEDIATE");  // another process holds the write lock
+    auto blocked = store->CreateJobs({Req(MakeJob())});
+    EXPECT_EQ(blocked.status().code(), fp8::StatusCode::kUnavailable) << blocked.status().ToString();
+    // WAL: readers are not blocked by a writer.
+    ASSERT_OK_AND_ASSIGN(Job got, store->GetJob(name));
+    EXPECT_EQ(got.name(), name);
+    other.Exec("ROLLBACK");
+  }
+  ASSERT_OK_AND_ASSIGN(auto after, store->CreateJobs({Req(MakeJob())}));
+  EXPECT_TRUE(after[0].created);
+  EXPECT_EQ(store->CountJobs(), 2);
+}
+
 // Runs `child` in a forked process that is expected to die by SIGKILL; returns once it has.
 void RunChildThatDies(const std::function<void()>& child) {
   fflush(nullptr);
