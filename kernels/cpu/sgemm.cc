@@ -194,11 +194,13 @@ struct Problem {
 };
 
 // op(A)[i0:i0+mc, p0:p0+kc] → MR-row micro-panels, zero-padded to a multiple of MR rows.
+// Both layouts read the stored A sequentially (row by row): a strided walk down a column
+// strip misses the cache on every row once the rows are pages apart.
 void PackA(const Problem& p, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
-  for (int64_t ip = 0; ip < mc; ip += kMR) {
-    const int64_t rows = std::min<int64_t>(kMR, mc - ip);
-    float* dst = out + ip * kc;
-    if (!p.trans_a) {
+  if (!p.trans_a) {
+    for (int64_t ip = 0; ip < mc; ip += kMR) {
+      const int64_t rows = std::min<int64_t>(kMR, mc - ip);
+      float* dst = out + ip * kc;
       const float* src[kMR];
       for (int64_t r = 0; r < kMR; ++r) src[r] = p.a + (i0 + ip + std::min(r, rows - 1)) * p.lda + p0;
       if (rows == kMR) {
@@ -208,38 +210,46 @@ void PackA(const Problem& p, int64_t i0, int64_t mc, int64_t p0, int64_t kc, flo
         for (int64_t k = 0; k < kc; ++k)
           for (int64_t r = 0; r < kMR; ++r) dst[k * kMR + r] = r < rows ? src[r][k] : 0.0f;
       }
-    } else {
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* src = p.a + (p0 + k) * p.lda + i0 + ip;
-        for (int64_t r = 0; r < kMR; ++r) dst[k * kMR + r] = r < rows ? src[r] : 0.0f;
-      }
+    }
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* src = p.a + (p0 + k) * p.lda + i0;
+    for (int64_t ip = 0; ip < mc; ip += kMR) {
+      const int64_t rows = std::min<int64_t>(kMR, mc - ip);
+      float* dst = out + ip * kc + k * kMR;
+      for (int64_t r = 0; r < kMR; ++r) dst[r] = r < rows ? src[ip + r] : 0.0f;
     }
   }
 }
 
-// op(B)[p0:p0+kc, j0:j0+nc] → NR-column micro-panels, zero-padded.
+// op(B)[p0:p0+kc, j0:j0+nc] → NR-column micro-panels, zero-padded. Reads the stored B row by
+// row, as PackA does.
 template <int kNR>
 void PackB(const Problem& p, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* out) {
+  if (!p.trans_b) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = p.b + (p0 + k) * p.ldb + j0;
+      for (int64_t jp = 0; jp < nc; jp += kNR) {
+        const int64_t cols = std::min<int64_t>(kNR, nc - jp);
+        float* d = out + jp * kc + k * kNR;
+        if (cols == kNR) {
+          std::memcpy(d, src + jp, sizeof(float) * kNR);
+        } else {
+          for (int64_t j = 0; j < kNR; ++j) d[j] = j < cols ? src[jp + j] : 0.0f;
+        }
+      }
+    }
+    return;
+  }
   for (int64_t jp = 0; jp < nc; jp += kNR) {
     const int64_t cols = std::min<int64_t>(kNR, nc - jp);
     float* dst = out + jp * kc;
-    if (!p.trans_b) {
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* src = p.b + (p0 + k) * p.ldb + j0 + jp;
-        float* d = dst + k * kNR;
-        if (cols == kNR) {
-          std::memcpy(d, src, sizeof(float) * kNR);
-        } else {
-          for (int64_t j = 0; j < kNR; ++j) d[j] = j < cols ? src[j] : 0.0f;
-        }
-      }
-    } else {
-      // Rows of the stored B are columns of op(B): read 4 of them side by side per k step.
-      const float* src[kNR];
-      for (int64_t j = 0; j < kNR; ++j) src[j] = p.b + (j0 + jp + std::min<int64_t>(j, cols - 1)) * p.ldb + p0;
-      for (int64_t k = 0; k < kc; ++k)
-        for (int64_t j = 0; j < kNR; ++j) dst[k * kNR + j] = j < cols ? src[j][k] : 0.0f;
-    }
+    // Rows of the stored B are columns of op(B): NR of them are read side by side.
+    const float* src[kNR];
+    for (int64_t j = 0; j < kNR; ++j) src[j] = p.b + (j0 + jp + std::min<int64_t>(j, cols - 1)) * p.ldb + p0;
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = 0; j < kNR; ++j) dst[k * kNR + j] = j < cols ? src[j][k] : 0.0f;
   }
 }
 
