@@ -16,6 +16,7 @@
 #include "kernels/cuda/sm90_cuda_check.h"
 #include "kernels/cuda/sm90_fp8_dequantize.h"
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "kernels/cuda/sm90_fp8_quantize.cuh"
 #include "kernels/cuda/sm90_fp8_quantize.h"
 #include "kernels/cuda/sm90_fp8_quantize_transpose.h"
 #include "kernels/cuda/sm90_fp8_tensor_quantize.h"
@@ -141,6 +142,35 @@ void BenchMemoryBound() {
   out.push_back({"per-tensor cast + amax bf16 -> e4m3", 3 * N, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8QuantizeTensor(x[i % kSets], n, tensor_scale, e4, q, amax, nullptr));
                  }, warm, reps)});
+
+  // Tuning variants of the 1x128 kernel (vectors per thread, groups per thread), launched
+  // directly; the launcher uses the best (sm90_fp8_quantize.cu, Config1x128).
+  auto variant = [&](auto kernel_ptr, auto* input, int per_block, bool mn_order, bool mn_major,
+                     double bytes, const char* label) {
+    const uint32_t gpr = static_cast<uint32_t>(g), groups = static_cast<uint32_t>(rows) * gpr;
+    const uint32_t blocks = (groups + per_block - 1) / per_block;
+    const FastDiv outer(mn_order ? static_cast<uint32_t>(rows) : gpr);
+    out.push_back({label, bytes, MedianMs([&](int) {
+                     kernel_ptr<<<blocks, kSm90QuantThreads>>>(input, rows, cols, gpr, groups, outer,
+                                                               mn_order, mn_major, false, q, s);
+                   }, warm, reps)});
+  };
+  using BF = __nv_bfloat16;
+  constexpr auto E4 = Fp8Format::kE4M3;
+  const double bf_bytes = 3 * N + 4 * N / 128, f_bytes = 5 * N + 4 * N / 128;
+#define FP8_VARIANT(T, V, U, ST, input, mn_order, mn_major, bytes, label)                        \
+  variant(Sm90Fp8Quantize1x128Kernel<T, E4, V, U, ST>, input, Team1x128<T, V>::kPerBlock * U, \
+          mn_order, mn_major, bytes, label)
+  FP8_VARIANT(BF, 4, 2, false, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups / thread");
+  FP8_VARIANT(BF, 4, 2, true, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups, streaming stores");
+  FP8_VARIANT(BF, 2, 4, false, x[0], false, false, bf_bytes, "variant: bf16, 2 vecs x 4 groups / thread");
+  FP8_VARIANT(BF, 2, 2, false, x[0], false, false, bf_bytes, "variant: bf16, 2 vecs x 2 groups / thread");
+  FP8_VARIANT(BF, 4, 2, false, x[0], false, true, bf_bytes, "variant: bf16, 4x2, memory order, MN-major scales");
+  FP8_VARIANT(BF, 4, 2, false, x[0], true, true, bf_bytes, "variant: bf16, 4x2, MN order, MN-major scales");
+  FP8_VARIANT(float, 4, 2, false, xf[0], false, false, f_bytes, "variant: fp32, 4 vecs x 2 groups / thread");
+  FP8_VARIANT(float, 8, 1, false, xf[0], false, false, f_bytes, "variant: fp32, 8 vecs x 1 group / thread");
+#undef FP8_VARIANT
+  FP8_CUDA_CHECK(cudaGetLastError());
 
   const double copy_tbps = out[0].bytes / (out[0].ms * 1e-3) / 1e12;
   std::printf("\n### Memory-bound kernels, 16384x7168 (bytes = each input read once + each output written once)\n\n");

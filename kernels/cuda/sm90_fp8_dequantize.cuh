@@ -8,66 +8,80 @@
 namespace fp8::kernels::cuda {
 
 constexpr int kSm90DequantThreads = 256;
-constexpr int kSm90DequantUnroll = 2;
+constexpr int kSm90DequantUnroll = 4;  // units in flight per thread
 
+// One "unit" = the FP8 bytes that make one 16-byte output store: 8 for bf16, 4 for fp32.
+// Consecutive threads take consecutive units, so both the loads and the 16-byte stores of a
+// warp are contiguous.
 template <typename OutT>
-__device__ __forceinline__ void Store16(OutT* dst, const float (&v)[16]);
-
+struct DequantUnit;
 template <>
-__device__ __forceinline__ void Store16<float>(float* dst, const float (&v)[16]) {
+struct DequantUnit<__nv_bfloat16> {
+  static constexpr int kElems = 8;
+  using Load = uint2;
+  __device__ static uint4 Pack(const float (&v)[8]) {
+    uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    reinterpret_cast<float4*>(dst)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-}
-
-template <>
-__device__ __forceinline__ void Store16<__nv_bfloat16>(__nv_bfloat16* dst, const float (&v)[16]) {
-  uint32_t w[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);  // .x = low half
-    w[i] = *reinterpret_cast<const uint32_t*>(&p);
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);  // .x = low half
+      w[i] = *reinterpret_cast<const uint32_t*>(&p);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
   }
-  reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-  reinterpret_cast<uint4*>(dst)[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
+};
+template <>
+struct DequantUnit<float> {
+  static constexpr int kElems = 4;
+  using Load = uint32_t;
+  __device__ static uint4 Pack(const float (&v)[4]) {
+    return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                      __float_as_uint(v[3]));
+  }
+};
 
-// Each thread turns 16 FP8 bytes (one 16-byte load, never crossing a row: cols % 16 == 0) into
-// 16 outputs. Element (r, c) uses scale_inv[(r / tile_rows) * s_row + (c / 128) * s_col]; the
-// launcher picks tile_rows/s_row/s_col for 1x128 (either layout), 128x128 and per-tensor.
+__device__ __forceinline__ void Words(const uint2& v, uint32_t (&w)[2]) { w[0] = v.x; w[1] = v.y; }
+__device__ __forceinline__ void Words(const uint32_t& v, uint32_t (&w)[1]) { w[0] = v; }
+
+// Element (r, c) uses scale_inv[(r >> tile_rows_log2) * s_row + (c / 128) * s_col]; the
+// launcher picks them for 1x128 (either layout), 128x128 and per-tensor. All loads (data and
+// scale) are issued before any use and the stores are predicated.
 template <typename OutT, Fp8Format F>
 __global__ void __launch_bounds__(kSm90DequantThreads)
     Sm90Fp8DequantizeKernel(const uint8_t* __restrict__ q, const float* __restrict__ scale_inv,
-                            int64_t rows, int64_t cols, int64_t tile_rows, int64_t s_row,
-                            int64_t s_col, OutT* __restrict__ out) {
-  const int64_t n_vec = rows * cols / 16;
-  uint4 raw[kSm90DequantUnroll];
-  int64_t vi[kSm90DequantUnroll];
+                            int64_t rows, int64_t cols, int tile_rows_log2, int64_t s_row,
+                            int64_t s_col, FastDiv units_per_row, OutT* __restrict__ out) {
+  using Unit = DequantUnit<OutT>;
+  constexpr int kN = Unit::kElems;
+  const int64_t n_units = rows * cols / kN;  // < 2^31 (launcher): FastDiv applies
+  typename Unit::Load raw[kSm90DequantUnroll];
+  float scale[kSm90DequantUnroll];
+  int64_t ui[kSm90DequantUnroll];
 #pragma unroll
   for (int u = 0; u < kSm90DequantUnroll; ++u) {
-    vi[u] = (static_cast<int64_t>(blockIdx.x) * kSm90DequantUnroll + u) * kSm90DequantThreads +
+    ui[u] = (static_cast<int64_t>(blockIdx.x) * kSm90DequantUnroll + u) * kSm90DequantThreads +
             threadIdx.x;
-    raw[u] = vi[u] < n_vec ? LoadStreaming(q + vi[u] * 16) : make_uint4(0, 0, 0, 0);
+    const bool valid = ui[u] < n_units;
+    const uint32_t r = units_per_row.Div(static_cast<uint32_t>(ui[u]));
+    const int64_t c = (ui[u] - int64_t{r} * units_per_row.d) * kN;
+    raw[u] = valid ? __ldcs(reinterpret_cast<const typename Unit::Load*>(q) + ui[u])
+                   : typename Unit::Load{};
+    scale[u] = valid ? __ldg(scale_inv + (int64_t{r} >> tile_rows_log2) * s_row + (c >> 7) * s_col) : 0.0f;
   }
 #pragma unroll
   for (int u = 0; u < kSm90DequantUnroll; ++u) {
-    if (vi[u] >= n_vec) continue;
-    const int64_t e = vi[u] * 16;
-    const int64_t r = e / cols;
-    const int64_t c = e - r * cols;
-    const float s = __ldg(scale_inv + (r / tile_rows) * s_row + (c / 128) * s_col);
-    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-    float v[16];
+    uint32_t w[kN / 4];
+    Words(raw[u], w);
+    float v[kN];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kN / 4; ++i) {
       const float2 lo = Fp8PairToFloat2<F>(w[i] & 0xFFFFu);
       const float2 hi = Fp8PairToFloat2<F>(w[i] >> 16);
-      v[4 * i] = __fmul_rn(lo.x, s);
-      v[4 * i + 1] = __fmul_rn(lo.y, s);
-      v[4 * i + 2] = __fmul_rn(hi.x, s);
-      v[4 * i + 3] = __fmul_rn(hi.y, s);
+      v[4 * i] = __fmul_rn(lo.x, scale[u]);
+      v[4 * i + 1] = __fmul_rn(lo.y, scale[u]);
+      v[4 * i + 2] = __fmul_rn(hi.x, scale[u]);
+      v[4 * i + 3] = __fmul_rn(hi.y, scale[u]);
     }
-    Store16<OutT>(out + e, v);
+    if (ui[u] < n_units) reinterpret_cast<uint4*>(out)[ui[u]] = Unit::Pack(v);
   }
 }
 

@@ -30,19 +30,34 @@ Status Sm90ValidateQuantShape(int64_t rows, int64_t cols, const void* in, const 
 
 namespace {
 
-constexpr int kUnroll1x128 = 4;
+// Per input type: vectors per thread and groups per thread, chosen on an H200 by
+// bench_kernels_cuda's variant rows (docs/performance.md, "CUDA kernels (H200)").
+template <typename T>
+struct Config1x128;
+template <>
+struct Config1x128<__nv_bfloat16> {
+  static constexpr int kVecs = 4, kUnroll = 2;
+};
+template <>
+struct Config1x128<float> {
+  static constexpr int kVecs = 4, kUnroll = 2;
+};
 
 template <typename T, Fp8Format F>
 Status Launch1x128(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90ScaleLayout layout,
                    uint8_t* q, float* scale_inv, cudaStream_t stream) {
-  constexpr int kTeamsPerBlock = kSm90QuantThreads / (128 / InVec<T>::kElems);
+  using Cfg = Config1x128<T>;
+  constexpr int kTeamsPerBlock = Team1x128<T, Cfg::kVecs>::kPerBlock;
   const uint32_t groups_per_row = static_cast<uint32_t>((cols + 127) / 128);
   const uint32_t num_groups = static_cast<uint32_t>(rows) * groups_per_row;
-  const uint32_t groups_per_block = kTeamsPerBlock * kUnroll1x128;
+  const uint32_t groups_per_block = kTeamsPerBlock * Cfg::kUnroll;
   const uint32_t blocks = (num_groups + groups_per_block - 1) / groups_per_block;
-  Sm90Fp8Quantize1x128Kernel<T, F, kUnroll1x128><<<blocks, kSm90QuantThreads, 0, stream>>>(
-      x, rows, cols, groups_per_row, num_groups, layout == Sm90ScaleLayout::kMnMajor, ue8m0, q,
-      scale_inv);
+  // Memory order for both layouts (see the kernel's comment).
+  Sm90Fp8Quantize1x128Kernel<T, F, Cfg::kVecs, Cfg::kUnroll>
+      <<<blocks, kSm90QuantThreads, 0, stream>>>(x, rows, cols, groups_per_row, num_groups,
+                                                 FastDiv(groups_per_row), /*mn_order=*/false,
+                                                 layout == Sm90ScaleLayout::kMnMajor, ue8m0, q,
+                                                 scale_inv);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }

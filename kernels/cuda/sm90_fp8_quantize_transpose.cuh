@@ -15,8 +15,8 @@ constexpr int kSm90TransposeThreads = 256;
 
 template <typename T>
 struct TransposeSmem {
-  // Row pitch of the staged X tile, in elements. In 4-byte words it is odd (65 for bf16, 129 for
-  // fp32), so the column pass, where lane i reads row i, hits 32 different banks.
+  // Row pitch of the staged X tile, in elements (65 / 129 words: an odd pitch keeps the 4-byte
+  // staging stores of a warp, which span two or four rows, off each other's banks).
   static constexpr int kPitch = sizeof(T) == 2 ? 130 : 129;
   static constexpr int kQtPitch = 144;  // bytes per staged Xᵀ row: 16-byte aligned
   static constexpr size_t kTileBytes = sizeof(T) * 128 * kPitch;
@@ -86,27 +86,32 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
   }
   __syncthreads();
 
-  // Columns: warp w owns tile columns w, w+8, ...; lane i reads rows i, i+32, i+64, i+96.
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  for (int c = warp; c < 128; c += kSm90TransposeThreads / 32) {
-    float v[4];
+  // Columns (= rows of Xᵀ): thread t takes column t % 128, rows [64h, 64h + 64) with h = t / 128.
+  // A warp reads 32 consecutive columns of one staged row (conflict-free), the two halves'
+  // amax meet in shared memory, and each thread writes its 64 FP8 bytes as four 16-byte stores.
+  __shared__ uint32_t col_amax[2][128];
+  const int c = threadIdx.x % 128;
+  const int h = threadIdx.x / 128;
+  const T* column = tile + (h * 64) * Smem::kPitch + c;
+  uint32_t amax = 0;
+#pragma unroll 16
+  for (int i = 0; i < 64; ++i) amax = max(amax, AbsBits(static_cast<float>(column[i * Smem::kPitch])));
+  col_amax[h][c] = amax;
+  __syncthreads();
+  amax = max(col_amax[0][c], col_amax[1][c]);
+  const float s = ScaleInvFromAmaxBits<F>(amax, ue8m0);
+  const ScaleDivisor d = MakeScaleDivisor(s);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = static_cast<float>(tile[(lane + 32 * j) * Smem::kPitch + c]);
-    uint32_t amax = 0;
+  for (int j = 0; j < 4; ++j) {
+    float v[16];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) amax = max(amax, AbsBits(v[j]));
-    amax = TeamMaxBits<32>(amax);
-    const float s = ScaleInvFromAmaxBits<F>(amax, ue8m0);
-#pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-      const uint32_t pair = CvtPairToFp8<F>(__fdiv_rn(v[j], s), __fdiv_rn(v[j + 1], s));
-      qt_tile[c * Smem::kQtPitch + lane + 32 * j] = static_cast<uint8_t>(pair & 0xFF);
-      qt_tile[c * Smem::kQtPitch + lane + 32 * (j + 1)] = static_cast<uint8_t>(pair >> 8);
-    }
-    const int64_t cg = col0 + c;
-    if (lane == 0 && cg < cols) scale_inv_t[cg * st_row_stride + blockIdx.y * st_grp_stride] = s;
+    for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(column[(16 * j + i) * Smem::kPitch]);
+    uint32_t words[4];
+    QuantizeToWords<F, 16>(v, d, words);
+    *reinterpret_cast<uint4*>(qt_tile + c * Smem::kQtPitch + h * 64 + 16 * j) =
+        make_uint4(words[0], words[1], words[2], words[3]);
   }
+  if (h == 0 && col0 + c < cols) scale_inv_t[(col0 + c) * st_row_stride + blockIdx.y * st_grp_stride] = s;
   __syncthreads();
 
   // Xᵀ rows: 128 rows of 128 bytes = 1024 16-byte chunks, 4 per thread.

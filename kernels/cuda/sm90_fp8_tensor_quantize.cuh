@@ -31,20 +31,28 @@ __global__ void __launch_bounds__(kSm90TensorThreads)
             threadIdx.x;
     raw[u] = vi[u] < n_vec ? LoadStreaming(x + vi[u] * kElems) : make_uint4(0, 0, 0, 0);
   }
+  // One scale for everything: divide all kUnroll·kElems values behind a single range check.
+  float v[kSm90TensorUnroll * kElems];
 #pragma unroll
   for (int u = 0; u < kSm90TensorUnroll; ++u) {
-    float v[kElems];
-    InVec<T>::Unpack(raw[u], v);
+    float part[kElems];
+    InVec<T>::Unpack(raw[u], part);
 #pragma unroll
-    for (int i = 0; i < kElems; ++i) amax = max(amax, AbsBits(v[i]));
-    if constexpr (kCast) {
-      uint32_t words[kElems / 4];
-      QuantizeToWords<F, kElems>(v, s, words);
+    for (int i = 0; i < kElems; ++i) {
+      v[u * kElems + i] = part[i];
+      amax = max(amax, AbsBits(part[i]));
+    }
+  }
+  if constexpr (kCast) {
+    uint32_t words[kSm90TensorUnroll * kElems / 4];
+    QuantizeToWords<F, kSm90TensorUnroll * kElems>(v, s, words);
+#pragma unroll
+    for (int u = 0; u < kSm90TensorUnroll; ++u) {
       if (vi[u] < n_vec) {
         if constexpr (kElems == 8) {
-          *reinterpret_cast<uint2*>(q + vi[u] * kElems) = make_uint2(words[0], words[1]);
+          *reinterpret_cast<uint2*>(q + vi[u] * kElems) = make_uint2(words[2 * u], words[2 * u + 1]);
         } else {
-          *reinterpret_cast<uint32_t*>(q + vi[u] * kElems) = words[0];
+          *reinterpret_cast<uint32_t*>(q + vi[u] * kElems) = words[u];
         }
       }
     }
