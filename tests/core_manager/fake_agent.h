@@ -1,0 +1,164 @@
+// Test doubles for the manager: a FakeAgent that records launches, adoptions and signals and
+// lets the test play the workers (events and exits through the listener, as the agent's
+// observer thread would), a ManualClock, and a store wrapper that shares one store between
+// successive managers (recovery tests) and counts group-commit batches.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/agent/agent.h"
+#include "daemon/core/clock.h"
+#include "daemon/store/job_store.h"
+
+namespace fp8d::core::testing {
+
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(int64_t start_ms) : now_(start_ms) {}
+  int64_t NowMs() const override { return now_.load(); }
+  void Advance(int64_t ms) { now_ += ms; }
+
+ private:
+  std::atomic<int64_t> now_;
+};
+
+// Shared between the test and the FakeAgent the manager owns (Launch runs on the manager's
+// launcher thread, so everything is under a mutex).
+struct FakeAgentState {
+  struct SignalCall {
+    std::string job_id;
+    int attempt;
+    int sig;
+  };
+  struct AdoptCall {
+    std::string job_id;
+    int attempt;
+    std::string attempt_dir;
+    std::vector<agent::RankProcess> ranks;
+  };
+
+  mutable std::mutex mu;
+  std::vector<agent::Slot> slots;
+  std::vector<agent::LaunchRequest> launches;
+  std::vector<SignalCall> signals;
+  std::vector<AdoptCall> adopts;
+  fp8::Status launch_status;  // what Launch returns (OK by default)
+  fp8::Status adopt_status;   // what Adopt returns
+  agent::AgentListener* listener = nullptr;
+  int64_t next_pid = 4000;
+  bool stopped = false;
+
+  size_t LaunchCount() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return launches.size();
+  }
+  agent::LaunchRequest Launch(size_t i) const {
+    std::lock_guard<std::mutex> lock(mu);
+    return launches.at(i);
+  }
+  std::vector<SignalCall> Signals() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return signals;
+  }
+  size_t AdoptCount() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return adopts.size();
+  }
+};
+
+class FakeAgent final : public agent::Agent {
+ public:
+  FakeAgent(std::shared_ptr<FakeAgentState> state, agent::AgentListener* listener)
+      : state_(std::move(state)) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->listener = listener;
+    state_->stopped = false;
+  }
+
+  std::vector<agent::Slot> Slots() const override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->slots;
+  }
+
+  fp8::StatusOr<std::vector<agent::RankProcess>> Launch(const agent::LaunchRequest& r) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->launches.push_back(r);
+    if (!state_->launch_status.ok()) return state_->launch_status;
+    std::vector<agent::RankProcess> out;
+    for (size_t i = 0; i < r.slots.size(); ++i) {
+      const int64_t pid = state_->next_pid++;
+      out.push_back(agent::RankProcess{static_cast<int>(i), pid, static_cast<uint64_t>(pid * 10), 0});
+    }
+    return out;
+  }
+
+  fp8::Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                    const std::vector<agent::RankProcess>& ranks) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->adopts.push_back({job_id, attempt, attempt_dir, ranks});
+    return state_->adopt_status;
+  }
+
+  void Signal(const std::string& job_id, int attempt, int sig) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->signals.push_back({job_id, attempt, sig});
+  }
+
+  void Stop() override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopped = true;
+  }
+
+ private:
+  std::shared_ptr<FakeAgentState> state_;
+};
+
+// Forwards to a store the test keeps (so a second manager can start on the first one's data)
+// and counts CreateJobs calls (group commit).
+class SharedStore final : public store::JobStore {
+ public:
+  explicit SharedStore(std::shared_ptr<store::JobStore> inner,
+                       std::shared_ptr<std::atomic<int>> create_calls = nullptr)
+      : inner_(std::move(inner)), create_calls_(std::move(create_calls)) {}
+
+  fp8::StatusOr<std::vector<store::CreateResult>> CreateJobs(
+      std::vector<store::CreateRequest> requests) override {
+    if (create_calls_) ++*create_calls_;
+    return inner_->CreateJobs(std::move(requests));
+  }
+  fp8::StatusOr<fp8d::v1::Job> GetJob(const std::string& name) override { return inner_->GetJob(name); }
+  fp8::StatusOr<store::ListResult> ListJobs(const store::ListFilter& f) override { return inner_->ListJobs(f); }
+  fp8::StatusOr<std::vector<fp8d::v1::Job>> ListActiveJobs() override { return inner_->ListActiveJobs(); }
+  fp8::Status UpdateJob(const fp8d::v1::Job& job, const fp8d::v1::JobEvent* event) override {
+    return inner_->UpdateJob(job, event);
+  }
+  fp8::Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) override { return inner_->UpdateJobs(jobs); }
+  fp8::Status PutAttempt(const std::string& name, const store::AttemptRecord& r) override {
+    return inner_->PutAttempt(name, r);
+  }
+  fp8::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(const std::string& name) override {
+    return inner_->ListAttempts(name);
+  }
+  fp8::StatusOr<std::vector<fp8d::v1::JobEvent>> ListEvents(const std::string& name) override {
+    return inner_->ListEvents(name);
+  }
+  fp8::Status PutCheckpoint(const std::string& name, const fp8d::v1::Checkpoint& c) override {
+    return inner_->PutCheckpoint(name, c);
+  }
+  fp8::StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& name) override {
+    return inner_->ListCheckpoints(name);
+  }
+  fp8::Status IntegrityCheck() override { return inner_->IntegrityCheck(); }
+  int64_t CountJobs() override { return inner_->CountJobs(); }
+
+ private:
+  std::shared_ptr<store::JobStore> inner_;
+  std::shared_ptr<std::atomic<int>> create_calls_;
+};
+
+}  // namespace fp8d::core::testing

@@ -1,0 +1,208 @@
+// JobManager: cancellation (queued, running with SIGTERM → SIGKILL, finished jobs) and
+// start-up recovery (re-adopting live workers; requeueing, uncounted, when they are gone).
+#include <csignal>
+
+#include "daemon/core/job_fields.h"
+#include "tests/core_manager/manager_harness.h"
+
+namespace fp8d::core::testing {
+namespace {
+
+using fp8d::v1::Job;
+
+TEST_F(ManagerTest, CancelQueuedJobIsImmediateAndIdempotent) {
+  agent_->slots = {agent::Slot{"node-a", -1}};
+  StartManager();
+  const std::string running = CreateRunning(TrainJob());
+  auto queued = Create(TrainJob());
+  ASSERT_TRUE(queued.ok());
+  RunFor(20);
+  ASSERT_EQ(StateOf(queued->name()), fp8d::v1::QUEUED);
+  auto cancelled = Cancel(queued->name());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->state(), fp8d::v1::CANCELLED);
+  auto again = Cancel(queued->name());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->state(), fp8d::v1::CANCELLED);
+  // It never runs, even when the slot frees up.
+  FinishAttempt(running, 1, 1);
+  ASSERT_TRUE(WaitState(running, fp8d::v1::SUCCEEDED));
+  RunFor(20);
+  EXPECT_EQ(agent_->LaunchCount(), 1u);
+}
+
+TEST_F(ManagerTest, CancelRunningJobTermsThenKillsThenCancels) {
+  agent_->slots = {agent::Slot{"node-a", -1}};
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  auto next = Create(TrainJob());
+  ASSERT_TRUE(next.ok());
+  auto rec = WatchJob(name);
+
+  auto cancelling = Cancel(name);
+  ASSERT_TRUE(cancelling.ok()) << cancelling.status().ToString();
+  EXPECT_EQ(cancelling->state(), fp8d::v1::CANCELLING);
+  EXPECT_TRUE(HasSignal(name, 1, SIGTERM));
+  EXPECT_FALSE(HasSignal(name, 1, SIGKILL));
+  auto twice = Cancel(name);
+  ASSERT_TRUE(twice.ok());
+  EXPECT_EQ(twice->state(), fp8d::v1::CANCELLING);
+
+  clock_.Advance(4'999);
+  RunFor(30);
+  EXPECT_FALSE(HasSignal(name, 1, SIGKILL));
+  // Heartbeats stop while it dies: no HUNG verdict for a job being cancelled.
+  clock_.Advance(40'000);
+  ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGKILL); }));
+  EXPECT_EQ(StateOf(name), fp8d::v1::CANCELLING);
+  EXPECT_EQ(agent_->LaunchCount(), 1u) << "the slot is held until the rank exits";
+  Exit(name, 1, 0, -1, SIGKILL);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
+  ASSERT_TRUE(RunUntil([&] { return rec->ended; }));
+  EXPECT_EQ(rec->updates.back().state(), fp8d::v1::CANCELLED);
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(next->name()));
+  EXPECT_EQ(Cancel(name)->state(), fp8d::v1::CANCELLED);
+}
+
+TEST_F(ManagerTest, CancelFinishedJobIsFailedPrecondition) {
+  StartManager();
+  const std::string failed = CreateRunning(TrainJob());
+  Exit(failed, 1, 0, 64);
+  ASSERT_TRUE(WaitState(failed, fp8d::v1::FAILED));
+  EXPECT_EQ(Cancel(failed).status().code(), fp8::StatusCode::kFailedPrecondition);
+
+  const std::string ok = CreateRunning(TrainJob());
+  FinishAttempt(ok, 1, 1);
+  ASSERT_TRUE(WaitState(ok, fp8d::v1::SUCCEEDED));
+  EXPECT_EQ(Cancel(ok).status().code(), fp8::StatusCode::kFailedPrecondition);
+
+  EXPECT_EQ(Cancel("jobs/nope").status().code(), fp8::StatusCode::kNotFound);
+}
+
+TEST_F(ManagerTest, CancelDuringRetryWaitIsImmediate) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  Exit(name, 1, 0, -1, SIGKILL);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
+  auto cancelled = Cancel(name);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), fp8d::v1::CANCELLED);
+  clock_.Advance(10'000);
+  RunFor(30);
+  EXPECT_EQ(agent_->LaunchCount(), 1u);
+}
+
+TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  Emit(name, 1, 0, {{"type", "heartbeat"}});
+  Emit(name, 1, 0, {{"type", "progress"}, {"step", 3}, {"total_steps", 10}});
+  ASSERT_TRUE(RunUntil([&] { return Get(name)->progress().step() == 3; }));
+  const int64_t offset = Offset(name, 1, 0);
+
+  RestartManager();  // adopt_status OK: the workers survived
+  ASSERT_EQ(agent_->AdoptCount(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(agent_->mu);
+    const auto& adopt = agent_->adopts[0];
+    EXPECT_EQ(adopt.job_id, JobIdOf(name));
+    EXPECT_EQ(adopt.attempt, 1);
+    EXPECT_EQ(adopt.attempt_dir, data_dir_ + "/jobs/" + JobIdOf(name) + "/attempt-1");
+    ASSERT_EQ(adopt.ranks.size(), 1u);
+    EXPECT_EQ(adopt.ranks[0].pid, 4000);
+    EXPECT_EQ(adopt.ranks[0].start_time, 40000u);
+    EXPECT_EQ(adopt.ranks[0].events_offset, offset) << "reads on where the old daemon stopped";
+  }
+  EXPECT_EQ(StateOf(name), fp8d::v1::RUNNING);
+  EXPECT_EQ(Get(name)->progress().step(), 3) << "progress survived the restart";
+  EXPECT_EQ(agent_->LaunchCount(), 1u);
+
+  // Supervision continues: the adopted worker finishes (exit status unknowable: the done
+  // line decides).
+  Emit(name, 1, 0, {{"type", "done"}, {"result", {{"final_loss", 0.5}}}});
+  Exit(name, 1, 0, -1, 0, /*adopted=*/true);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::SUCCEEDED));
+  EXPECT_DOUBLE_EQ(Get(name)->result().fields().at("final_loss").number_value(), 0.5);
+}
+
+TEST_F(ManagerTest, RecoveredWorkerThatStillHangsIsDetected) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  RestartManager();
+  clock_.Advance(30'001);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
+  EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::HUNG);
+}
+
+TEST_F(ManagerTest, RecoveryRequeuesWhenWorkersAreGoneWithoutCountingTheAttempt) {
+  StartManager();
+  Job spec = TrainJob();
+  spec.mutable_retry()->set_max_attempts(1);
+  const std::string name = CreateRunning(spec);
+  Emit(name, 1, 0, {{"type", "checkpoint"}, {"step", 4}, {"path", "/ck/step-4"}});
+  ASSERT_TRUE(RunUntil([&] { return Get(name)->checkpoint().step() == 4; }));
+
+  agent_->adopt_status = fp8::NotFoundError("pid 4000 is gone");
+  RestartManager();
+  // max_attempts is 1, yet the job runs again: the lost attempt does not count.
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  const agent::LaunchRequest second = agent_->Launch(1);
+  EXPECT_EQ(second.attempt, 2);
+  EXPECT_EQ(second.resume_from, "/ck/step-4");
+  Job full = *Get(name, /*full=*/true);
+  ASSERT_EQ(full.attempts_size(), 2);
+  EXPECT_EQ(full.attempts(0).failure_class(), fp8d::v1::CONTROLLER_RESTART);
+  bool saw_retry_wait = false;
+  for (const auto& ev : full.events()) {
+    if (ev.from_state() == fp8d::v1::RUNNING && ev.to_state() == fp8d::v1::RETRY_WAIT)
+      saw_retry_wait = true;
+  }
+  EXPECT_TRUE(saw_retry_wait);
+
+  // The second attempt is the first counted one: its crash uses the single attempt up.
+  Emit(name, 2, 0, {{"type", "started"}});
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RUNNING));
+  Exit(name, 2, 0, -1, SIGKILL);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::FAILED));
+  EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::WORKER_CRASH);
+}
+
+TEST_F(ManagerTest, RecoveryFinishesACancelWhoseWorkersAreGone) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  ASSERT_EQ(Cancel(name)->state(), fp8d::v1::CANCELLING);
+  agent_->adopt_status = fp8::NotFoundError("gone");
+  RestartManager();
+  ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
+}
+
+TEST_F(ManagerTest, RecoveryKeepsCancellingAnAdoptedJob) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  ASSERT_EQ(Cancel(name)->state(), fp8d::v1::CANCELLING);
+  RestartManager();
+  EXPECT_EQ(StateOf(name), fp8d::v1::CANCELLING);
+  size_t terms = 0;
+  for (const auto& s : agent_->Signals()) terms += s.sig == SIGTERM;
+  EXPECT_EQ(terms, 2u) << "SIGTERM again after the restart";
+  Exit(name, 1, 0, -1, 0, /*adopted=*/true);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
+}
+
+TEST_F(ManagerTest, RecoveryRequeuedJobKeepsItsPlaceInTheQueue) {
+  agent_->slots = {agent::Slot{"node-a", -1}};
+  StartManager();
+  const std::string running = CreateRunning(TrainJob());
+  auto queued = Create(TrainJob());
+  ASSERT_TRUE(queued.ok());
+  agent_->adopt_status = fp8::NotFoundError("gone");
+  RestartManager();
+  // The running job's workers are gone: both jobs need the one slot again, FIFO.
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(running));
+  EXPECT_EQ(StateOf(queued->name()), fp8d::v1::QUEUED);
+}
+
+}  // namespace
+}  // namespace fp8d::core::testing

@@ -1,0 +1,235 @@
+#include "tests/core_manager/manager_harness.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "daemon/core/job_fields.h"
+
+namespace fp8d::core::testing {
+
+using fp8d::v1::Job;
+
+void ManagerTest::SetUp() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fp8d-manager-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  data_dir_ = tmpl;
+  store_ = store::NewMemoryJobStore();
+  agent_->slots = {agent::Slot{"node-a", -1}, agent::Slot{"node-a", -1}};
+}
+
+void ManagerTest::TearDown() {
+  manager_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(data_dir_, ec);
+}
+
+ManagerOptions ManagerTest::Options() const {
+  ManagerOptions o;
+  o.data_dir = data_dir_;
+  o.worker_argv_prefix = {"/bin/fake-worker"};
+  o.cancel_grace_ms = 5000;
+  o.tick_ms = 1;
+  o.uniform01 = [] { return 0.5; };  // no jitter: backoffs are exact
+  return o;
+}
+
+void ManagerTest::StartManager() { StartManager(Options()); }
+
+void ManagerTest::StartManager(ManagerOptions options) {
+  auto state = agent_;
+  manager_ = NewJobManager(
+      io_, std::move(options), std::make_unique<SharedStore>(store_, create_calls_),
+      [state](agent::AgentListener* l) { return std::make_unique<FakeAgent>(state, l); }, &clock_);
+  bool done = false;
+  fp8::Status status;
+  manager_->Start([&](fp8::Status st) {
+    status = st;
+    done = true;
+  });
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  ASSERT_TRUE(status.ok()) << status.ToString();
+}
+
+void ManagerTest::RestartManager() {
+  bool done = false;
+  manager_->Shutdown([&] { done = true; });
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  manager_.reset();
+  RunFor(5);  // let posted no-ops of the old manager drain
+  StartManager();
+}
+
+bool ManagerTest::RunUntil(const std::function<bool()>& pred, int timeout_ms) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    io_.restart();
+    io_.run_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+void ManagerTest::RunFor(int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until) {
+    io_.restart();
+    io_.run_for(std::chrono::milliseconds(1));
+  }
+}
+
+fp8::StatusOr<Job> ManagerTest::Create(Job job, const std::string& request_id) {
+  fp8d::v1::CreateJobRequest request;
+  *request.mutable_job() = std::move(job);
+  request.set_request_id(request_id);
+  std::optional<fp8::StatusOr<Job>> result;
+  manager_->CreateJob(std::move(request), [&](fp8::StatusOr<Job> r) { result = std::move(r); });
+  if (!RunUntil([&] { return result.has_value(); })) return fp8::InternalError("create timed out");
+  return std::move(*result);
+}
+
+fp8::StatusOr<Job> ManagerTest::Get(const std::string& name, bool full) {
+  fp8d::v1::GetJobRequest request;
+  request.set_name(name);
+  request.set_view(full ? fp8d::v1::JOB_VIEW_FULL : fp8d::v1::JOB_VIEW_BASIC);
+  std::optional<fp8::StatusOr<Job>> result;
+  manager_->GetJob(request, [&](fp8::StatusOr<Job> r) { result = std::move(r); });
+  if (!RunUntil([&] { return result.has_value(); })) return fp8::InternalError("get timed out");
+  return std::move(*result);
+}
+
+fp8::StatusOr<Job> ManagerTest::Cancel(const std::string& name) {
+  fp8d::v1::CancelJobRequest request;
+  request.set_name(name);
+  std::optional<fp8::StatusOr<Job>> result;
+  manager_->CancelJob(request, [&](fp8::StatusOr<Job> r) { result = std::move(r); });
+  if (!RunUntil([&] { return result.has_value(); })) return fp8::InternalError("cancel timed out");
+  return std::move(*result);
+}
+
+fp8::StatusOr<fp8d::v1::ListJobsResponse> ManagerTest::List(int page_size,
+                                                             const std::string& token) {
+  fp8d::v1::ListJobsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(token);
+  std::optional<fp8::StatusOr<fp8d::v1::ListJobsResponse>> result;
+  manager_->ListJobs(request, [&](auto r) { result = std::move(r); });
+  if (!RunUntil([&] { return result.has_value(); })) return fp8::InternalError("list timed out");
+  return std::move(*result);
+}
+
+fp8d::v1::JobState ManagerTest::StateOf(const std::string& name) {
+  auto job = Get(name);
+  return job.ok() ? job->state() : fp8d::v1::JOB_STATE_UNSPECIFIED;
+}
+
+bool ManagerTest::WaitState(const std::string& name, fp8d::v1::JobState state) {
+  const bool ok = RunUntil([&] { return StateOf(name) == state; });
+  if (!ok) {
+    ADD_FAILURE() << name << " never reached " << fp8d::v1::JobState_Name(state) << "; it is "
+                  << fp8d::v1::JobState_Name(StateOf(name));
+  }
+  return ok;
+}
+
+std::shared_ptr<WatchRecord> ManagerTest::WatchJob(const std::string& name, int64_t since) {
+  auto rec = std::make_shared<WatchRecord>();
+  rec->id = manager_->Watch(
+      name, since, [rec](const Job& job) { rec->updates.push_back(job); },
+      [rec](fp8::Status st) {
+        rec->ended = true;
+        rec->end_status = st;
+      });
+  return rec;
+}
+
+void ManagerTest::Emit(const std::string& name, int attempt, int rank, nlohmann::json event) {
+  agent::WorkerEvent ev;
+  ev.job_id = JobIdOf(name);
+  ev.attempt = attempt;
+  ev.rank = rank;
+  if (!event.contains("time")) event["time"] = static_cast<double>(clock_.NowMs()) / 1000.0;
+  ev.raw = event.dump();
+  ev.event = std::move(event);
+  int64_t& offset = offsets_[name + "/" + std::to_string(attempt) + "/" + std::to_string(rank)];
+  offset += static_cast<int64_t>(ev.raw.size()) + 1;
+  ev.offset_after = offset;
+  agent::AgentListener* listener;
+  {
+    std::lock_guard<std::mutex> lock(agent_->mu);
+    listener = agent_->listener;
+  }
+  listener->OnWorkerEvent(std::move(ev));
+}
+
+void ManagerTest::EmitGarbage(const std::string& name, int attempt, int rank,
+                              const std::string& line) {
+  agent::WorkerEvent ev;
+  ev.job_id = JobIdOf(name);
+  ev.attempt = attempt;
+  ev.rank = rank;
+  ev.garbage = true;
+  ev.raw = line;
+  int64_t& offset = offsets_[name + "/" + std::to_string(attempt) + "/" + std::to_string(rank)];
+  offset += static_cast<int64_t>(line.size()) + 1;
+  ev.offset_after = offset;
+  agent_->listener->OnWorkerEvent(std::move(ev));
+}
+
+int64_t ManagerTest::Offset(const std::string& name, int attempt, int rank) {
+  return offsets_[name + "/" + std::to_string(attempt) + "/" + std::to_string(rank)];
+}
+
+void ManagerTest::Exit(const std::string& name, int attempt, int rank, int exit_code, int signal,
+                       bool adopted) {
+  agent::WorkerExit ex;
+  ex.job_id = JobIdOf(name);
+  ex.attempt = attempt;
+  ex.rank = rank;
+  ex.exit_code = exit_code;
+  ex.signal = signal;
+  ex.adopted = adopted;
+  agent_->listener->OnWorkerExit(ex);
+}
+
+Job ManagerTest::TrainJob(int ranks) const {
+  Job job;
+  job.set_display_name("tiny");
+  job.mutable_train()->mutable_model()->set_preset("tiny");
+  job.mutable_train()->mutable_training()->set_max_steps(10);
+  job.mutable_train()->set_output_dir(data_dir_ + "/out");
+  job.mutable_resources()->set_ranks(ranks);
+  return job;
+}
+
+std::string ManagerTest::CreateRunning(Job job) {
+  const int ranks = std::max(1, job.resources().ranks());
+  const size_t launches_before = agent_->LaunchCount();
+  auto created = Create(std::move(job));
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  if (!created.ok()) return "";
+  const std::string name = created->name();
+  EXPECT_TRUE(RunUntil([&] { return agent_->LaunchCount() > launches_before; }));
+  const int attempt = agent_->Launch(agent_->LaunchCount() - 1).attempt;
+  for (int r = 0; r < ranks; ++r) Emit(name, attempt, r, {{"type", "started"}, {"rank", r}});
+  EXPECT_TRUE(WaitState(name, fp8d::v1::RUNNING));
+  return name;
+}
+
+void ManagerTest::FinishAttempt(const std::string& name, int attempt, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    Emit(name, attempt, r, {{"type", "done"}, {"result", {{"final_loss", 1.25}}}});
+    Exit(name, attempt, r, 0);
+  }
+}
+
+bool ManagerTest::HasSignal(const std::string& name, int attempt, int sig) const {
+  for (const auto& s : agent_->Signals()) {
+    if (s.job_id == JobIdOf(name) && s.attempt == attempt && s.sig == sig) return true;
+  }
+  return false;
+}
+
+}  // namespace fp8d::core::testing

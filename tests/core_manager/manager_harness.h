@@ -1,0 +1,79 @@
+// Fixture for JobManager tests: a manager on a memory store with a FakeAgent and a
+// ManualClock, driven from the test thread (which is the io thread: the test only calls the
+// manager between io.run_for slices). Waits are "until a condition holds", bounded by a
+// generous wall-clock limit that only a bug reaches; time as the manager sees it moves only
+// when the test advances the ManualClock.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/core/job_manager.h"
+#include "tests/core_manager/fake_agent.h"
+
+namespace fp8d::core::testing {
+
+struct WatchRecord {
+  std::vector<fp8d::v1::Job> updates;
+  bool ended = false;
+  fp8::Status end_status;
+  int64_t id = 0;
+};
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  ManagerOptions Options() const;
+  void StartManager();
+  void StartManager(ManagerOptions options);
+  // Shutdown + destroy (workers "keep running" in the FakeAgent's world), then Start again on
+  // the same store.
+  void RestartManager();
+
+  bool RunUntil(const std::function<bool()>& pred, int timeout_ms = 20000);
+  void RunFor(int ms);
+
+  fp8::StatusOr<fp8d::v1::Job> Create(fp8d::v1::Job job, const std::string& request_id = "");
+  fp8::StatusOr<fp8d::v1::Job> Get(const std::string& name, bool full = false);
+  fp8::StatusOr<fp8d::v1::Job> Cancel(const std::string& name);
+  fp8::StatusOr<fp8d::v1::ListJobsResponse> List(int page_size, const std::string& token = "");
+  fp8d::v1::JobState StateOf(const std::string& name);
+  // Waits until the job's (durable, published) state is `state`.
+  bool WaitState(const std::string& name, fp8d::v1::JobState state);
+  std::shared_ptr<WatchRecord> WatchJob(const std::string& name, int64_t since_version = 0);
+
+  // The workers' side, as the agent would report it.
+  void Emit(const std::string& name, int attempt, int rank, nlohmann::json event);
+  void EmitGarbage(const std::string& name, int attempt, int rank, const std::string& line);
+  void Exit(const std::string& name, int attempt, int rank, int exit_code, int signal = 0,
+            bool adopted = false);
+  int64_t Offset(const std::string& name, int attempt, int rank);
+
+  fp8d::v1::Job TrainJob(int ranks = 1) const;
+  // Creates the job and waits for launch number `launch_index` (0-based across the test),
+  // then reports `started` from every rank and waits for RUNNING. Returns the name.
+  std::string CreateRunning(fp8d::v1::Job job);
+  // Every rank: done, exit 0.
+  void FinishAttempt(const std::string& name, int attempt, int ranks);
+  bool HasSignal(const std::string& name, int attempt, int sig) const;
+
+  boost::asio::io_context io_;
+  ManualClock clock_{1'800'000'000'000};
+  std::shared_ptr<FakeAgentState> agent_ = std::make_shared<FakeAgentState>();
+  std::shared_ptr<store::JobStore> store_;
+  std::shared_ptr<std::atomic<int>> create_calls_ = std::make_shared<std::atomic<int>>(0);
+  std::unique_ptr<JobManager> manager_;
+  std::string data_dir_;
+  std::map<std::string, int64_t> offsets_;
+};
+
+}  // namespace fp8d::core::testing
