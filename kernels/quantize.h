@@ -34,7 +34,8 @@ Status Quantize1x128WithTranspose(const float* x, int64_t rows, int64_t cols, Fp
                                   ScaleFormat sf, uint8_t* q, float* scale_inv, uint8_t* qt,
                                   float* scale_inv_t);
 // Per-tensor cast with a given scale_inv, saturating; returns amax(|x|) of the input (fused
-// amax + cast, as delayed scaling needs).
+// amax + cast, as delayed scaling needs). scale_inv should be finite and > 0 (DelayedScaling
+// guarantees it); it is not checked here, in the hot path.
 float QuantizeTensor(const float* x, int64_t n, float scale_inv, Fp8Format fmt, uint8_t* q);
 float Amax(const float* x, int64_t n);
 
