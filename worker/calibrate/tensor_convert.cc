@@ -60,6 +60,14 @@ void ToFloat(DType dtype, const void* src, int64_t n, float* dst) {
   }
 }
 
+// kernels::FloatToBf16 (round to nearest even, any NaN → 0x7FFF), inlined and branch-free so
+// the conversion loop vectorizes; the dequantize test checks it bit for bit against the kernel.
+inline uint16_t ToBf16(float x) {
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+  return (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t{0x7FFF} : static_cast<uint16_t>(rounded);
+}
+
 struct RoundTripSums {
   double sum_x2 = 0, sum_e2 = 0;
   int64_t saturated = 0, flushed = 0, nonzero = 0;
@@ -74,25 +82,36 @@ struct RoundTripSums {
     amax = std::max(amax, o.amax);
   }
   // One run of elements sharing scale_inv `s`; x̂ = decode[q]·s exactly as Dequantize* do.
+  // Two loops: the table lookups (a gather, scalar on SSE), then a branch-free loop the
+  // compiler vectorizes (this file is built with -fassociative-math for the float sums; amax
+  // is reduced on the bit patterns, which order like the values for |x|).
   void AddSpan(const float* x, const uint8_t* q, int64_t n, float s, const float* decode, float clip) {
-    float x2 = 0, e2 = 0, m = amax;
-    int64_t sat = 0, fl = 0, nz = 0;
     const float limit = clip * s;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i], h = decode[q[i]] * s, a = std::fabs(v), e = v - h;
-      x2 += v * v;
-      e2 += e * e;
-      m = std::max(m, a);
-      sat += a >= limit;
-      fl += (v != 0.0f) & (h == 0.0f);
-      nz += v != 0.0f;
+    for (int64_t i0 = 0; i0 < n; i0 += kernels::kTile) {
+      const int len = static_cast<int>(std::min<int64_t>(kernels::kTile, n - i0));
+      float h[kernels::kTile];
+      for (int i = 0; i < len; ++i) h[i] = decode[q[i0 + i]];
+      float x2 = 0, e2 = 0;
+      uint32_t m = 0;
+      int sat = 0, fl = 0, nz = 0;
+      const float* xs = x + i0;
+      for (int i = 0; i < len; ++i) {
+        const float v = xs[i], hv = h[i] * s, e = v - hv;
+        const uint32_t abits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+        x2 += v * v;
+        e2 += e * e;
+        m = std::max(m, abits);
+        sat += std::fabs(v) >= limit;
+        fl += (v != 0.0f) & (hv == 0.0f);
+        nz += v != 0.0f;
+      }
+      sum_x2 += x2;
+      sum_e2 += e2;
+      saturated += sat;
+      flushed += fl;
+      nonzero += nz;
+      amax = std::max(amax, std::bit_cast<float>(m));
     }
-    sum_x2 += x2;
-    sum_e2 += e2;
-    saturated += sat;
-    flushed += fl;
-    nonzero += nz;
-    amax = m;
   }
 };
 
@@ -308,7 +327,9 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
             kernels::DequantizeTensor(q.data() + at, rb * cols, scales[0], fmt, x.data() + at);
             break;
         }
-        for (int64_t k = 0; k < rb * cols; ++k) out[at + k] = kernels::FloatToBf16(x[at + k]);
+        const float* xs = x.data() + at;
+        uint16_t* os = out.data() + at;
+        for (int64_t k = 0; k < rb * cols; ++k) os[k] = ToBf16(xs[k]);
       }
     });
     for (auto& s : st) FP8_RETURN_IF_ERROR(s);
