@@ -145,6 +145,11 @@ void LayerNormBackward(const T* dout, const T* x, const T* w, const T* mean, con
 namespace {
 constexpr double kGeluS = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluC = 0.044715;
+
+// glibc's tanhf goes through expm1f and dominated the CPU profile; 1 - 2/(e^{2u}+1) with expf is
+// several times faster, within a few ulp, and saturates cleanly (expf → inf or 0).
+inline float Tanh(float u) { return 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f); }
+inline double Tanh(double u) { return std::tanh(u); }
 }  // namespace
 
 template <typename T>
@@ -153,7 +158,7 @@ void GeluForward(const T* x, int64_t n, T* y) {
     for (int64_t i = i0; i < i1; ++i) {
       const T v = x[i];
       y[i] = static_cast<T>(0.5) * v *
-             (static_cast<T>(1) + std::tanh(static_cast<T>(kGeluS) * (v + static_cast<T>(kGeluC) * v * v * v)));
+             (static_cast<T>(1) + Tanh(static_cast<T>(kGeluS) * (v + static_cast<T>(kGeluC) * v * v * v)));
     }
   });
 }
@@ -163,7 +168,7 @@ void GeluBackward(const T* dy, const T* x, int64_t n, T* dx) {
   ParallelFor(n, 4096, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const T v = x[i];
-      const T th = std::tanh(static_cast<T>(kGeluS) * (v + static_cast<T>(kGeluC) * v * v * v));
+      const T th = Tanh(static_cast<T>(kGeluS) * (v + static_cast<T>(kGeluC) * v * v * v));
       const T d = static_cast<T>(0.5) * (static_cast<T>(1) + th) +
                   static_cast<T>(0.5) * v * (static_cast<T>(1) - th * th) * static_cast<T>(kGeluS) *
                       (static_cast<T>(1) + static_cast<T>(3 * kGeluC) * v * v);
