@@ -158,17 +158,17 @@ void BenchMemoryBound() {
   using BF = __nv_bfloat16;
   constexpr auto E4 = Fp8Format::kE4M3;
   const double bf_bytes = 3 * N + 4 * N / 128, f_bytes = 5 * N + 4 * N / 128;
-#define FP8_VARIANT(T, V, U, ST, input, mn_order, mn_major, bytes, label)                        \
-  variant(Sm90Fp8Quantize1x128Kernel<T, E4, V, U, ST>, input, Team1x128<T, V>::kPerBlock * U, \
+#define FP8_VARIANT(T, V, U, MB, input, mn_order, mn_major, bytes, label)                           \
+  variant(Sm90Fp8Quantize1x128Kernel<T, E4, V, U, MB>, input, Team1x128<T, V>::kPerBlock * U, \
           mn_order, mn_major, bytes, label)
-  FP8_VARIANT(BF, 4, 2, false, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups / thread");
-  FP8_VARIANT(BF, 4, 2, true, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups, streaming stores");
-  FP8_VARIANT(BF, 2, 4, false, x[0], false, false, bf_bytes, "variant: bf16, 2 vecs x 4 groups / thread");
-  FP8_VARIANT(BF, 2, 2, false, x[0], false, false, bf_bytes, "variant: bf16, 2 vecs x 2 groups / thread");
-  FP8_VARIANT(BF, 4, 2, false, x[0], false, true, bf_bytes, "variant: bf16, 4x2, memory order, MN-major scales");
-  FP8_VARIANT(BF, 4, 2, false, x[0], true, true, bf_bytes, "variant: bf16, 4x2, MN order, MN-major scales");
-  FP8_VARIANT(float, 4, 2, false, xf[0], false, false, f_bytes, "variant: fp32, 4 vecs x 2 groups / thread");
-  FP8_VARIANT(float, 8, 1, false, xf[0], false, false, f_bytes, "variant: fp32, 8 vecs x 1 group / thread");
+  FP8_VARIANT(BF, 1, 4, 1, x[0], false, false, bf_bytes, "variant: bf16, 1 vec x 4 groups / thread");
+  FP8_VARIANT(BF, 2, 2, 1, x[0], false, false, bf_bytes, "variant: bf16, 2 vecs x 2 groups / thread");
+  FP8_VARIANT(BF, 2, 4, 1, x[0], false, false, bf_bytes, "variant: bf16, 2 vecs x 4 groups / thread");
+  FP8_VARIANT(BF, 4, 2, 1, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups / thread");
+  FP8_VARIANT(BF, 4, 2, 4, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups, <= 64 regs (spills)");
+  FP8_VARIANT(BF, 2, 2, 1, x[0], true, true, bf_bytes, "variant: bf16, 2x2, MN order, MN-major scales");
+  FP8_VARIANT(float, 4, 2, 1, xf[0], false, false, f_bytes, "variant: fp32, 4 vecs x 2 groups / thread");
+  FP8_VARIANT(float, 8, 1, 1, xf[0], false, false, f_bytes, "variant: fp32, 8 vecs x 1 group / thread");
 #undef FP8_VARIANT
   FP8_CUDA_CHECK(cudaGetLastError());
 

@@ -36,11 +36,11 @@ template <typename T>
 struct Config1x128;
 template <>
 struct Config1x128<__nv_bfloat16> {
-  static constexpr int kVecs = 4, kUnroll = 2;
+  static constexpr int kVecs = 2, kUnroll = 2, kMinBlocks = 1;
 };
 template <>
 struct Config1x128<float> {
-  static constexpr int kVecs = 4, kUnroll = 2;
+  static constexpr int kVecs = 4, kUnroll = 2, kMinBlocks = 1;
 };
 
 template <typename T, Fp8Format F>
@@ -53,7 +53,7 @@ Status Launch1x128(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90Scale
   const uint32_t groups_per_block = kTeamsPerBlock * Cfg::kUnroll;
   const uint32_t blocks = (num_groups + groups_per_block - 1) / groups_per_block;
   // Memory order for both layouts (see the kernel's comment).
-  Sm90Fp8Quantize1x128Kernel<T, F, Cfg::kVecs, Cfg::kUnroll>
+  Sm90Fp8Quantize1x128Kernel<T, F, Cfg::kVecs, Cfg::kUnroll, Cfg::kMinBlocks>
       <<<blocks, kSm90QuantThreads, 0, stream>>>(x, rows, cols, groups_per_row, num_groups,
                                                  FastDiv(groups_per_row), /*mn_order=*/false,
                                                  layout == Sm90ScaleLayout::kMnMajor, ue8m0, q,

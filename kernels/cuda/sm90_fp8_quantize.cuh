@@ -31,8 +31,10 @@ struct Team1x128 {
   static constexpr int kPerBlock = kSm90QuantThreads / kSize;
 };
 
-template <typename T, Fp8Format F, int kVecs, int kUnroll, bool kStreamStores = false>
-__global__ void __launch_bounds__(kSm90QuantThreads)
+// kMinBlocks > 1 caps registers so that that many CTAs fit on an SM (more loads in flight).
+template <typename T, Fp8Format F, int kVecs, int kUnroll, int kMinBlocks = 1,
+          bool kStreamStores = false>
+__global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
     Sm90Fp8Quantize1x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                uint32_t groups_per_row, uint32_t num_groups, FastDiv outer,
                                bool mn_order, bool mn_major, bool ue8m0,

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kSm90TensorThreads)
   }
   if constexpr (kCast) {
     uint32_t words[kSm90TensorUnroll * kElems / 4];
-    QuantizeToWords<F, kSm90TensorUnroll * kElems>(v, s, words);
+    QuantizeToWords<F, kSm90TensorUnroll * kElems, /*kScaleFromTheseValues=*/false>(v, s, words);
 #pragma unroll
     for (int u = 0; u < kSm90TensorUnroll; ++u) {
       if (vi[u] < n_vec) {

@@ -1,8 +1,8 @@
-// The quantization kernels divide by the tile scale with DivideByScale (sm90_fp8_common.cuh):
-// the body of nvcc's div.rn.f32 with the reciprocal hoisted out of the loop and a conservative
-// range check in place of FCHK. It must equal __fdiv_rn bit for bit — checked here on every one
-// of the 2^32 float inputs for a set of scales, and on random (x, scale) pairs over the whole
-// float range.
+// The quantization kernels divide by the tile scale with the body of nvcc's div.rn.f32, the
+// reciprocal hoisted out of the loop and a conservative range check in place of FCHK
+// (sm90_fp8_common.cuh). DivideByScale must equal __fdiv_rn bit for bit, and the FP8 cast of
+// DivideForFp8Cast must equal the cast of __fdiv_rn — checked here on every one of the 2^32
+// float inputs for a set of scales, and on random (x, scale) pairs over the whole float range.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -46,6 +46,23 @@ __global__ void AllInputsKernel(const float* scales, Mismatch* m) {
     DivideByScale<1>(x, d, q);
     const float want = __fdiv_rn(x[0], s);
     if (!SameResult(q[0], want)) Record(m, static_cast<uint32_t>(i), __float_as_uint(s), q[0], want);
+  }
+}
+
+// The quantization kernels' cast: FP8(DivideForFp8Cast(x)) must equal FP8(__fdiv_rn(x, s)) for
+// both formats, for every x.
+__global__ void AllInputsFp8CastKernel(const float* scales, Mismatch* m) {
+  const float s = scales[blockIdx.y];
+  const ScaleDivisor d = MakeScaleDivisor(s);
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32); i += stride) {
+    const float x[1] = {__uint_as_float(static_cast<uint32_t>(i))};
+    float q[1];
+    DivideForFp8Cast<1>(x, d, AbsBits(x[0]) <= d.hi, q);
+    const float want = __fdiv_rn(x[0], s);
+    const uint32_t got8 = CvtPairToFp8<Fp8Format::kE4M3>(q[0], 0.0f) | (CvtPairToFp8<Fp8Format::kE5M2>(q[0], 0.0f) << 16);
+    const uint32_t want8 = CvtPairToFp8<Fp8Format::kE4M3>(want, 0.0f) | (CvtPairToFp8<Fp8Format::kE5M2>(want, 0.0f) << 16);
+    if (got8 != want8) Record(m, static_cast<uint32_t>(i), __float_as_uint(s), q[0], want);
   }
 }
 
@@ -94,6 +111,23 @@ TEST(Sm90Division, EqualsFdivRnOnAllFloatInputs) {
   testing::DeviceBuffer<Mismatch> m(1);
   FP8_CUDA_CHECK(cudaMemset(m.get(), 0, sizeof(Mismatch)));
   AllInputsKernel<<<dim3(2048, scales.size()), 256>>>(d_scales.get(), m.get());
+  FP8_CUDA_CHECK(cudaGetLastError());
+  const Mismatch got = m.ToHost()[0];
+  EXPECT_EQ(got.count, 0u) << Describe(got);
+}
+
+TEST(Sm90Division, Fp8CastOfFastQuotientEqualsCastOfFdivRnOnAllFloatInputs) {
+  FP8_SKIP_WITHOUT_GPU();
+  std::vector<float> scales = {1e-4f / 448.0f, 1e-4f / 57344.0f, 1.0f / 448.0f, 3.0f / 448.0f,
+                               2.5f / 57344.0f, 0x1p-7f, 0x1p-20f, 0x1p10f, 0x1.8p-60f, 0x1.fffffep60f,
+                               0x1p61f, 0x1p-61f, 7.0e5f / 448.0f};
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_real_distribution<float> e(-4.0f, 4.0f);
+  for (int i = 0; i < 19; ++i) scales.push_back(std::pow(10.0f, e(rng)) / 448.0f);
+  testing::DeviceBuffer<float> d_scales(scales);
+  testing::DeviceBuffer<Mismatch> m(1);
+  FP8_CUDA_CHECK(cudaMemset(m.get(), 0, sizeof(Mismatch)));
+  AllInputsFp8CastKernel<<<dim3(2048, scales.size()), 256>>>(d_scales.get(), m.get());
   FP8_CUDA_CHECK(cudaGetLastError());
   const Mismatch got = m.ToHost()[0];
   EXPECT_EQ(got.count, 0u) << Describe(got);
