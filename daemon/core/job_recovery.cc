@@ -193,16 +193,26 @@ void JobManagerImpl::Shutdown(std::function<void()> done) {
   shutting_down_ = true;
   tick_timer_.cancel();
   agent_->Stop();  // workers keep running; the next daemon re-adopts them
-  for (auto& [name, e] : jobs_) {
-    if (e->run != nullptr && e->run->launched && !e->run->AllExited()) SaveAttempt(*e);
-  }
-  FlushDirtyRows(NowMs(), /*all=*/true);
   while (!pending_creates_.empty()) {
     pending_creates_.front().done(fp8::UnavailableError("fp8d is shutting down"));
     pending_creates_.pop_front();
   }
   watchers_.EndAll(fp8::UnavailableError("fp8d is shutting down"));
-  OnStore<int>([](store::JobStore&) { return 0; }, [done = std::move(done)](int) { done(); });
+  // A Launch already on the launcher thread must have its pids saved, or the next daemon
+  // could not re-adopt (and would start a second copy of) those workers. The launcher posts
+  // its result to io before it runs this marker, so by the time the marker comes back every
+  // OnLaunched has run and queued its write ahead of the final flush.
+  std::weak_ptr<int> alive = alive_;
+  launcher_->Post([this, alive, done = std::move(done)]() mutable {
+    boost::asio::post(io_, [this, alive, done = std::move(done)]() mutable {
+      if (alive.expired()) return;
+      for (auto& [name, e] : jobs_) {
+        if (e->run != nullptr && e->run->launched && !e->run->AllExited()) SaveAttempt(*e);
+      }
+      FlushDirtyRows(NowMs(), /*all=*/true);
+      OnStore<int>([](store::JobStore&) { return 0; }, [done = std::move(done)](int) { done(); });
+    });
+  });
 }
 
 }  // namespace fp8d::core

@@ -369,6 +369,14 @@ void JobManagerImpl::CheckAttempt(JobEntry& e, int64_t now) {
     }
   }
   const int64_t progress = MsFromDuration(t.progress_timeout());
+  // A rank that heartbeats but never gets to `started` (stuck in rendezvous or loading)
+  // would otherwise hold its gang's slots forever: the progress timeout covers STARTING too.
+  if (state == fp8d::v1::STARTING && progress > 0 && now - run.start_ms > progress) {
+    FailAttempt(e, fp8d::v1::HUNG,
+                "not every rank reported started within " + Seconds(progress) +
+                    " (progress_timeout)");
+    return;
+  }
   if (state == fp8d::v1::RUNNING && progress > 0 && now - run.last_progress_ms > progress) {
     FailAttempt(e, fp8d::v1::HUNG,
                 "no progress for " + Seconds(now - run.last_progress_ms) + " (progress_timeout " +

@@ -157,6 +157,25 @@ TEST_F(ManagerTest, NoProgressWithinProgressTimeoutIsHung) {
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGTERM); }));
 }
 
+TEST_F(ManagerTest, RankThatNeverStartsIsHungAfterProgressTimeout) {
+  StartManager();
+  Job spec = TrainJob();
+  *spec.mutable_timeouts()->mutable_heartbeat_timeout() = DurationFromMs(1'000'000);
+  *spec.mutable_timeouts()->mutable_progress_timeout() = DurationFromMs(20'000);
+  auto created = Create(spec);
+  ASSERT_TRUE(created.ok());
+  const std::string name = created->name();
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  ASSERT_TRUE(WaitState(name, fp8d::v1::STARTING));
+  clock_.Advance(20'000);
+  RunFor(30);
+  EXPECT_EQ(StateOf(name), fp8d::v1::STARTING);
+  clock_.Advance(1);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
+  EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::HUNG);
+  EXPECT_NE(Get(name)->error().message().find("started"), std::string::npos);
+}
+
 TEST_F(ManagerTest, AttemptDeadlineExceeded) {
   StartManager();
   Job spec = TrainJob();
