@@ -1,6 +1,9 @@
 // JobManager: cancellation (queued, running with SIGTERM → SIGKILL, finished jobs) and
 // start-up recovery (re-adopting live workers; requeueing, uncounted, when they are gone).
 #include <csignal>
+#include <optional>
+
+#include <boost/asio/post.hpp>
 
 #include "daemon/core/job_fields.h"
 #include "tests/core_manager/manager_harness.h"
@@ -63,6 +66,39 @@ TEST_F(ManagerTest, CancelRunningJobTermsThenKillsThenCancels) {
   ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
   EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(next->name()));
   EXPECT_EQ(Cancel(name)->state(), fp8d::v1::CANCELLED);
+}
+
+TEST_F(ManagerTest, CancelBeforeTheWorkersStartLaunchesNothing) {
+  StartManager();
+  // The create's answer runs in the handler that then places the job (STARTING in memory, its
+  // write queued). A cancel posted from the answer runs before that write's completion, which
+  // is what would launch the workers.
+  std::string name;
+  std::optional<fp8::StatusOr<Job>> reply;
+  fp8d::v1::CreateJobRequest create;
+  *create.mutable_job() = TrainJob();
+  manager_->CreateJob(create, [&](fp8::StatusOr<Job> created) {
+    ASSERT_TRUE(created.ok());
+    name = created->name();
+    boost::asio::post(io_, [&] {
+      fp8d::v1::CancelJobRequest request;
+      request.set_name(name);
+      manager_->CancelJob(request, [&](fp8::StatusOr<Job> r) { reply = std::move(r); });
+    });
+  });
+  ASSERT_TRUE(RunUntil([&] { return reply.has_value(); }));
+  ASSERT_TRUE(reply->ok()) << reply->status().ToString();
+  EXPECT_TRUE((*reply)->state() == fp8d::v1::CANCELLING || (*reply)->state() == fp8d::v1::CANCELLED);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
+  RunFor(20);
+  EXPECT_EQ(agent_->LaunchCount(), 0u);
+  Job full = *Get(name, /*full=*/true);
+  std::vector<fp8d::v1::JobState> to;
+  for (const auto& ev : full.events()) to.push_back(ev.to_state());
+  ASSERT_GE(to.size(), 3u);
+  EXPECT_EQ(std::vector<fp8d::v1::JobState>(to.end() - 3, to.end()),
+            (std::vector<fp8d::v1::JobState>{fp8d::v1::STARTING, fp8d::v1::CANCELLING,
+                                             fp8d::v1::CANCELLED}));
 }
 
 TEST_F(ManagerTest, CancelFinishedJobIsFailedPrecondition) {
