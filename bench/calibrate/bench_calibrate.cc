@@ -168,9 +168,10 @@ int main(int argc, char** argv) {
       if (e.path().extension() == ".safetensors") in_bytes += e.file_size();
     const ChildRun r = RunChild(spec.string());
     const double rss = r.max_rss_kib * 1024.0;
-    std::printf("%-40s exit %d  %.2f s wall (%.2f s CPU)  %.3f GB/s of input  peak RSS %.1f MiB = %.2fx largest tensor\n",
-                c.name, r.exit_code, r.seconds, r.cpu_seconds, in_bytes / r.seconds / 1e9, rss / 1048576.0,
-                rss / m.largest);
+    std::printf("%-40s exit %d  %.2f s wall, %.2f s CPU  %.3f GB/s of input (wall)  %.3f GB per CPU-s  "
+                "peak RSS %.1f MiB = %.2fx largest tensor\n",
+                c.name, r.exit_code, r.seconds, r.cpu_seconds, in_bytes / r.seconds / 1e9,
+                in_bytes / r.cpu_seconds / 1e9, rss / 1048576.0, rss / m.largest);
     if (r.exit_code != 0) rc = 1;
   }
   if (!keep) fs::remove_all(dir);
