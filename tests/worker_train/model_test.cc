@@ -139,6 +139,8 @@ struct ResumeCase {
   int accum;
 };
 
+void PrintTo(const ResumeCase& c, std::ostream* os) { *os << c.name; }
+
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
 
 // Interrupted at step 13 (as SIGTERM would: checkpoint, exit 75) and resumed: every step's loss

@@ -177,6 +177,19 @@ void GeluBackward(const T* dy, const T* x, int64_t n, T* dx) {
   });
 }
 
+// Dot product with 8 independent partial sums: the compiler can vectorize it without
+// -ffast-math, and the summation order is still fixed (deterministic).
+template <typename T>
+inline T Dot8(const T* a, const T* b, int64_t n) {
+  T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 template <typename T>
 void AttentionForward(const T* qkv, int64_t b, int64_t t, int64_t c, int64_t h, T* out, T* att) {
   const int64_t hs = c / h;
@@ -190,9 +203,7 @@ void AttentionForward(const T* qkv, int64_t b, int64_t t, int64_t c, int64_t h, 
         T mx = -INFINITY;
         for (int64_t s = 0; s <= ti; ++s) {
           const T* k = qkv + (bi * t + s) * 3 * c + c + hi * hs;
-          T dot = 0;
-          for (int64_t d = 0; d < hs; ++d) dot += q[d] * k[d];
-          a[s] = dot * scale;
+          a[s] = Dot8(q, k, hs) * scale;
           mx = std::max(mx, a[s]);
         }
         T sum = 0;
@@ -233,11 +244,8 @@ void AttentionBackward(const T* dout, const T* qkv, const T* att, int64_t b, int
         for (int64_t s = 0; s <= ti; ++s) {
           const T* v = qkv + (bi * t + s) * 3 * c + 2 * c + hi * hs;
           T* dv = dqkv + (bi * t + s) * 3 * c + 2 * c + hi * hs;
-          T dd = 0;
-          for (int64_t d = 0; d < hs; ++d) {
-            dd += dout_t[d] * v[d];
-            dv[d] += a[s] * dout_t[d];
-          }
+          const T dd = Dot8(dout_t, v, hs);
+          for (int64_t d = 0; d < hs; ++d) dv[d] += a[s] * dout_t[d];
           datt[s] = dd;
           dot_sum += a[s] * dd;
         }
