@@ -123,8 +123,11 @@ class FakeAgent final : public agent::Agent {
 class SharedStore final : public store::JobStore {
  public:
   explicit SharedStore(std::shared_ptr<store::JobStore> inner,
-                       std::shared_ptr<std::atomic<int>> create_calls = nullptr)
-      : inner_(std::move(inner)), create_calls_(std::move(create_calls)) {}
+                       std::shared_ptr<std::atomic<int>> create_calls = nullptr,
+                       std::shared_ptr<std::atomic<int>> update_jobs_calls = nullptr)
+      : inner_(std::move(inner)),
+        create_calls_(std::move(create_calls)),
+        update_jobs_calls_(std::move(update_jobs_calls)) {}
 
   fp8::StatusOr<std::vector<store::CreateResult>> CreateJobs(
       std::vector<store::CreateRequest> requests) override {
@@ -137,7 +140,10 @@ class SharedStore final : public store::JobStore {
   fp8::Status UpdateJob(const fp8d::v1::Job& job, const fp8d::v1::JobEvent* event) override {
     return inner_->UpdateJob(job, event);
   }
-  fp8::Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) override { return inner_->UpdateJobs(jobs); }
+  fp8::Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) override {
+    if (update_jobs_calls_) ++*update_jobs_calls_;
+    return inner_->UpdateJobs(jobs);
+  }
   fp8::Status PutAttempt(const std::string& name, const store::AttemptRecord& r) override {
     return inner_->PutAttempt(name, r);
   }
@@ -159,6 +165,7 @@ class SharedStore final : public store::JobStore {
  private:
   std::shared_ptr<store::JobStore> inner_;
   std::shared_ptr<std::atomic<int>> create_calls_;
+  std::shared_ptr<std::atomic<int>> update_jobs_calls_;
 };
 
 }  // namespace fp8d::core::testing

@@ -2,6 +2,7 @@
 // list, gang scheduling, unschedulable jobs.
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -173,6 +174,38 @@ TEST_F(ManagerTest, UnwatchStopsUpdates) {
   ASSERT_TRUE(RunUntil([&] { return Get(name)->progress().step() == 1; }));
   EXPECT_EQ(rec->updates.size(), seen);
   EXPECT_FALSE(rec->ended);
+}
+
+TEST_F(ManagerTest, LogPathNamesTheRankLogOfAnAttempt) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob(2));
+  const std::string dir = data_dir_ + "/jobs/" + JobIdOf(name) + "/attempt-1";
+  struct Answer {
+    fp8::StatusOr<std::string> path = fp8::InternalError("unset");
+    bool terminal = true;
+    bool done = false;
+  };
+  auto ask = [&](int rank, int attempt) {
+    Answer a;
+    manager_->LogPath(name, rank, attempt, [&](fp8::StatusOr<std::string> p, bool terminal) {
+      a.path = std::move(p);
+      a.terminal = terminal;
+      a.done = true;
+    });
+    EXPECT_TRUE(RunUntil([&] { return a.done; }));
+    return a;
+  };
+  // The FakeAgent starts no process, so there is no log file yet.
+  EXPECT_EQ(ask(0, 0).path.status().code(), fp8::StatusCode::kNotFound);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/rank-1.log") << "hello\n";
+  Answer a = ask(1, 0);
+  ASSERT_TRUE(a.path.ok()) << a.path.status().ToString();
+  EXPECT_EQ(*a.path, dir + "/rank-1.log");
+  EXPECT_FALSE(a.terminal);
+  EXPECT_EQ(ask(1, 1).path.value(), dir + "/rank-1.log");
+  EXPECT_EQ(ask(2, 0).path.status().code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ask(0, 2).path.status().code(), fp8::StatusCode::kNotFound);
 }
 
 TEST_F(ManagerTest, CreateIsIdempotentOnRequestId) {

@@ -162,6 +162,27 @@ TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
   EXPECT_DOUBLE_EQ(Get(name)->result().fields().at("final_loss").number_value(), 0.5);
 }
 
+TEST_F(ManagerTest, ProgressIsWrittenInBatchesAndSurvivesACrash) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  auto rec = WatchJob(name);
+  ASSERT_TRUE(RunUntil([&] { return !rec->updates.empty(); }));
+  for (int step = 1; step <= 5; ++step) Emit(name, 1, 0, {{"type", "progress"}, {"step", step}});
+  // Watchers get every step at once; the store gets them at most every 200 ms per job.
+  ASSERT_TRUE(RunUntil([&] { return rec->updates.back().progress().step() == 5; }));
+  RunFor(30);
+  EXPECT_EQ(update_jobs_calls_->load(), 0);
+  clock_.Advance(200);
+  ASSERT_TRUE(RunUntil([&] { return update_jobs_calls_->load() == 1; }));
+  RunFor(30);
+  EXPECT_EQ(update_jobs_calls_->load(), 1) << "nothing new: no second write";
+
+  CrashAndRestartManager();  // no Shutdown: only what was written survives
+  ASSERT_EQ(agent_->AdoptCount(), 1u);
+  EXPECT_EQ(StateOf(name), fp8d::v1::RUNNING);
+  EXPECT_EQ(Get(name)->progress().step(), 5);
+}
+
 TEST_F(ManagerTest, RecoveredWorkerThatStillHangsIsDetected) {
   StartManager();
   const std::string name = CreateRunning(TrainJob());

@@ -41,7 +41,7 @@ void ManagerTest::StartManager() { StartManager(Options()); }
 void ManagerTest::StartManager(ManagerOptions options) {
   auto state = agent_;
   manager_ = NewJobManager(
-      io_, std::move(options), std::make_unique<SharedStore>(store_, create_calls_),
+      io_, std::move(options), std::make_unique<SharedStore>(store_, create_calls_, update_jobs_calls_),
       [state](agent::AgentListener* l) { return std::make_unique<FakeAgent>(state, l); }, &clock_);
   bool done = false;
   fp8::Status status;
@@ -59,6 +59,12 @@ void ManagerTest::RestartManager() {
   ASSERT_TRUE(RunUntil([&] { return done; }));
   manager_.reset();
   RunFor(5);  // let posted no-ops of the old manager drain
+  StartManager();
+}
+
+void ManagerTest::CrashAndRestartManager() {
+  manager_.reset();
+  RunFor(5);
   StartManager();
 }
 

@@ -38,6 +38,9 @@ class ManagerTest : public ::testing::Test {
   // Shutdown + destroy (workers "keep running" in the FakeAgent's world), then Start again on
   // the same store.
   void RestartManager();
+  // Destroys the manager without Shutdown (a crash, as far as the manager can tell), then
+  // starts a new one on the same store.
+  void CrashAndRestartManager();
 
   bool RunUntil(const std::function<bool()>& pred, int timeout_ms = 20000);
   void RunFor(int ms);
@@ -71,6 +74,7 @@ class ManagerTest : public ::testing::Test {
   std::shared_ptr<FakeAgentState> agent_ = std::make_shared<FakeAgentState>();
   std::shared_ptr<store::JobStore> store_;
   std::shared_ptr<std::atomic<int>> create_calls_ = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> update_jobs_calls_ = std::make_shared<std::atomic<int>>(0);
   std::unique_ptr<JobManager> manager_;
   std::string data_dir_;
   std::map<std::string, int64_t> offsets_;
