@@ -1,0 +1,242 @@
+// Training throughput of the CUDA trainer: for each shape and recipe, a GPT trained for a few
+// warm-up steps then `--steps` timed steps (forward, backward, grad norm, clipping, AdamW — the
+// whole step the loop runs), reporting tokens/s, MFU (6·N + 12·L·C·T FLOPs per token over
+// 989 TFLOP/s dense BF16) and device memory in use (cudaMemGetInfo: the CUDA context, cuBLAS
+// workspaces and every buffer, which this trainer allocates up front, so it is the peak).
+// Batches come from token shards (--data GLOB, byte tokens) or are random; the loss is printed
+// so a run shows that the model trains.
+//
+//   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
+//                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/data/shards.h"
+#include "worker/train/cuda/cuda_model.h"
+#include "worker/train/cuda/cuda_trainer.h"
+#include "worker/train/cuda/train_kernels.h"
+
+namespace {
+
+using namespace fp8::train;
+using namespace fp8::train::cuda;
+
+struct Shape {
+  std::string name;
+  int n_layer, n_head, d_model, seq_len, vocab, batch;
+};
+
+const Shape kShapes[] = {
+    {"gpt2-124m", 12, 12, 768, 1024, 50304, 32},
+    {"d4096-l8", 8, 32, 4096, 2048, 50304, 4},
+    {"gpt-1b", 24, 16, 2048, 2048, 50304, 4},
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+#define CHECK_OK(expr)                                                                  \
+  do {                                                                                  \
+    const ::fp8::Status _s = (expr);                                                    \
+    if (!_s.ok()) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, _s.message().c_str()); \
+      return std::nullopt;                                                              \
+    }                                                                                   \
+  } while (0)
+
+struct Result {
+  double tokens_per_s, mfu, mem_gib, loss_first, loss_last, ms_per_step;
+  int64_t params;
+};
+
+std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int steps,
+                              const fp8::data::TokenDataset* ds) {
+  ModelConfig cfg;
+  cfg.n_layer = sh.n_layer;
+  cfg.n_head = sh.n_head;
+  cfg.d_model = sh.d_model;
+  cfg.seq_len = sh.seq_len;
+  cfg.vocab_size = sh.vocab;
+  PrecisionConfig pc;
+  pc.recipe = recipe;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return std::nullopt;
+  const auto layout = GptParamLayout(cfg);
+  auto created = CudaGptModel::Create(cfg, pc, layout, sh.batch, s);
+  if (!created.ok()) {
+    std::fprintf(stderr, "create: %s\n", created.status().message().c_str());
+    return std::nullopt;
+  }
+  auto model = std::move(created).value();
+  const int64_t np = model->num_params();
+  // GPT-2 initialisation on the device (LayerNorm weights 1, biases 0, N(0, 0.02), residual
+  // projections N(0, 0.02/√(2L))).
+  uint64_t seed = 1;
+  for (const ParamTensor& t : layout) {
+    float* p = model->params() + t.offset;
+    const bool ln_w = t.name.find("ln_") != std::string::npos && t.name.ends_with(".weight");
+    if (ln_w) CHECK_OK(Fill(p, t.numel, 1.0f, s));
+    else if (t.shape.size() == 1) CHECK_OK(Fill(p, t.numel, 0.0f, s));
+    else CHECK_OK(InitNormal(p, t.numel, seed++, t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * cfg.n_layer) : 0.02f, s));
+  }
+  DeviceBuffer<float> m, v;
+  DeviceBuffer<uint8_t> decay;
+  DeviceBuffer<double> partial, norm;
+  CHECK_OK(m.Allocate(static_cast<size_t>(np), "m"));
+  CHECK_OK(v.Allocate(static_cast<size_t>(np), "v"));
+  CHECK_OK(decay.Allocate(static_cast<size_t>(np), "decay"));
+  CHECK_OK(partial.Allocate(1024, "partial"));
+  CHECK_OK(norm.Allocate(1, "norm"));
+  cudaMemsetAsync(m.get(), 0, np * sizeof(float), s);
+  cudaMemsetAsync(v.get(), 0, np * sizeof(float), s);
+  {
+    std::vector<uint8_t> mask(static_cast<size_t>(np), 0);
+    for (const ParamTensor& t : layout)
+      if (t.weight_decay) std::memset(mask.data() + t.offset, 1, static_cast<size_t>(t.numel));
+    cudaMemcpy(decay.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice);
+  }
+  const int64_t n = static_cast<int64_t>(sh.batch) * sh.seq_len;
+  std::vector<int32_t> in(static_cast<size_t>(n)), tg(static_cast<size_t>(n));
+  std::mt19937 rng(5);
+  auto fill_batch = [&](int step) {
+    if (ds) {
+      for (int j = 0; j < sh.batch; ++j)
+        ds->Sample(42, static_cast<uint64_t>(step) * sh.batch + j, in.data() + j * sh.seq_len, tg.data() + j * sh.seq_len);
+    } else if (step == 0) {
+      for (int64_t i = 0; i < n; ++i) {
+        in[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % sh.vocab);
+        tg[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % sh.vocab);
+      }
+    }
+  };
+  Result r{};
+  r.params = np;
+  std::chrono::steady_clock::time_point t0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) {
+      cudaStreamSynchronize(s);
+      t0 = std::chrono::steady_clock::now();
+    }
+    fill_batch(step);
+    CHECK_OK(model->ZeroGrad());
+    auto loss = model->Forward(in.data(), tg.data(), sh.batch, true, 1.0f);
+    if (!loss.ok()) {
+      std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
+      return std::nullopt;
+    }
+    if (step == 0) r.loss_first = *loss;
+    r.loss_last = *loss;
+    CHECK_OK(model->Backward());
+    CHECK_OK(SumSquares(model->grads(), np, partial.get(), norm.get(), s));
+    double sq = 0;
+    cudaMemcpyAsync(&sq, norm.get(), sizeof(double), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    const double gn = std::sqrt(sq);
+    const float clip = gn > 1.0 ? static_cast<float>(1.0 / (gn + 1e-6)) : 1.0f;
+    const int64_t k = step + 1;
+    AdamWArgs a{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
+    CHECK_OK(AdamWStep(model->params(), model->grads(), m.get(), v.get(), decay.get(), np, a, s));
+    if (step < 3 || step == warmup + steps - 1)
+      std::fprintf(stderr, "  %s %s step %d loss %.4f grad_norm %.3f\n", sh.name.c_str(), RecipeName(recipe), step, *loss, gn);
+  }
+  if (cudaStreamSynchronize(s) != cudaSuccess || cudaGetLastError() != cudaSuccess) return std::nullopt;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.ms_per_step = 1e3 * secs / steps;
+  r.tokens_per_s = static_cast<double>(n) * steps / secs;
+  r.mfu = r.tokens_per_s * TrainFlopsPerToken(cfg, np) / kH200DenseBf16Flops;
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  r.mem_gib = static_cast<double>(total_b - free_b) / (1u << 30);
+  model.reset();
+  cudaStreamDestroy(s);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shapes = "gpt2-124m,d4096-l8", recipes = "bf16,fp8-tensorwise,fp8-blockwise", data, json_path;
+  int steps = 10, warmup = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--shapes") shapes = next();
+    else if (a == "--recipes") recipes = next();
+    else if (a == "--steps") steps = std::atoi(next().c_str());
+    else if (a == "--warmup") warmup = std::atoi(next().c_str());
+    else if (a == "--data") data = next();
+    else if (a == "--json") json_path = next();
+    else {
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (!CudaDeviceAvailable()) {
+    std::printf("bench_trainer_cuda: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("%-10s %-15s %8s %10s %8s %8s %9s %10s %10s\n", "shape", "recipe", "params", "tokens/s", "MFU", "ms/step", "mem GiB",
+              "loss@0", "loss@end");
+  int failures = 0;
+  for (const std::string& shape_name : Split(shapes)) {
+    const Shape* sh = nullptr;
+    for (const Shape& s : kShapes)
+      if (s.name == shape_name) sh = &s;
+    if (!sh) {
+      std::fprintf(stderr, "unknown shape %s\n", shape_name.c_str());
+      return 2;
+    }
+    std::optional<fp8::data::TokenDataset> ds;
+    if (!data.empty()) {
+      auto loaded = fp8::data::TokenDataset::Load(data, sh->seq_len, sh->vocab);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "--data: %s\n", loaded.status().message().c_str());
+        return 2;
+      }
+      ds = std::move(loaded).value();
+    }
+    for (const std::string& rname : Split(recipes)) {
+      Recipe recipe = rname == "bf16" ? Recipe::kBf16 : rname == "fp8-tensorwise" ? Recipe::kFp8Tensorwise : Recipe::kFp8Blockwise;
+      auto r = RunCase(*sh, recipe, warmup, steps, ds ? &*ds : nullptr);
+      if (!r) {
+        std::printf("%-10s %-15s FAILED\n", sh->name.c_str(), rname.c_str());
+        ++failures;
+        continue;
+      }
+      std::printf("%-10s %-15s %7.2fB %10.0f %7.1f%% %8.1f %9.1f %10.4f %10.4f\n", sh->name.c_str(), rname.c_str(), r->params / 1e9,
+                  r->tokens_per_s, 100 * r->mfu, r->ms_per_step, r->mem_gib, r->loss_first, r->loss_last);
+      std::fflush(stdout);
+      rows.push_back({{"shape", sh->name}, {"recipe", rname}, {"params", r->params}, {"tokens_per_s", r->tokens_per_s},
+                      {"mfu", r->mfu}, {"ms_per_step", r->ms_per_step}, {"mem_gib", r->mem_gib}, {"loss_first", r->loss_first},
+                      {"loss_last", r->loss_last}, {"batch", sh->batch}, {"seq_len", sh->seq_len}});
+    }
+  }
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "%s\n", rows.dump(1).c_str());
+      std::fclose(f);
+    }
+  }
+  return failures ? 1 : 0;
+}

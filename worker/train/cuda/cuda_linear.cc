@@ -1,0 +1,225 @@
+#include "worker/train/cuda/cuda_linear.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_fp8_quantize.h"
+#include "kernels/cuda/sm90_fp8_quantize_transpose.h"
+#include "kernels/cuda/sm90_fp8_tensor_quantize.h"
+#include "kernels/fp8_format.h"
+#include "worker/train/cuda/cuda_model.h"
+
+namespace fp8::train::cuda {
+
+using kernels::Fp8Format;
+using kernels::ScaleFormat;
+namespace kc = kernels::cuda;
+
+namespace {
+int64_t Ceil128(int64_t x) { return (x + 127) / 128; }
+}  // namespace
+
+StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const PrecisionConfig& p, int64_t max_m,
+                                                                   int64_t max_in, int64_t max_out) {
+  auto ws = std::make_unique<LinearWorkspace>();
+  const int64_t wmax = max_in * max_out;
+  const int64_t dmax = std::max(max_in, max_out);
+  FP8_RETURN_IF_ERROR(ws->dw.Allocate(static_cast<size_t>(wmax), "linear dW scratch"));
+  FP8_RETURN_IF_ERROR(ws->col_scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(max_m, dmax)), "column scratch"));
+  FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
+  FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
+  if (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) {
+    FP8_RETURN_IF_ERROR(ws->w_bf16.Allocate(static_cast<size_t>(wmax), "bf16 weight"));
+    return ws;
+  }
+  const int64_t amax_el = max_m * dmax;
+  FP8_RETURN_IF_ERROR(ws->aq.Allocate(static_cast<size_t>(amax_el), "fp8 activation"));
+  FP8_RETURN_IF_ERROR(ws->aqt.Allocate(static_cast<size_t>(amax_el), "fp8 activation transposed"));
+  FP8_RETURN_IF_ERROR(ws->bq.Allocate(static_cast<size_t>(std::max(wmax, amax_el)), "fp8 weight"));
+  FP8_RETURN_IF_ERROR(ws->bqt.Allocate(static_cast<size_t>(std::max(wmax, amax_el)), "fp8 weight transposed"));
+  // Scales: 1x128 of [m, d] → d/128·m; 128x128 of [r, c] → r/128·ld(c). Generous bounds.
+  const int64_t s1 = Ceil128(dmax) * max_m + Ceil128(max_m) * dmax + 64;
+  const int64_t s2 = Ceil128(dmax) * kc::Sm90BlockScaleLd(std::max(dmax, max_m)) + Ceil128(max_m) * kc::Sm90BlockScaleLd(dmax) + 64;
+  const int64_t smax = std::max(s1, s2);
+  FP8_RETURN_IF_ERROR(ws->as.Allocate(static_cast<size_t>(smax), "activation scales"));
+  FP8_RETURN_IF_ERROR(ws->ast.Allocate(static_cast<size_t>(smax), "activation scales transposed"));
+  FP8_RETURN_IF_ERROR(ws->bs.Allocate(static_cast<size_t>(smax), "weight scales"));
+  FP8_RETURN_IF_ERROR(ws->bst.Allocate(static_cast<size_t>(smax), "weight scales transposed"));
+  if (p.recipe == Recipe::kFp8Blockwise)
+    FP8_RETURN_IF_ERROR(ws->xt.Allocate(static_cast<size_t>(amax_el), "xᵀ"));
+  return ws;
+}
+
+CudaLinear::CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, float* gb,
+                       const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
+                       kernels::cuda::Sm90CublasLtContext* lt, cudaStream_t s)
+    : in_(in), out_(out), w_(w), b_(b), gw_(gw), gb_(gb), p_(p), ws_(ws), cublas_(cublas), lt_(lt), s_(s) {}
+
+DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
+  return {std::max(1, p_.amax_history_len), p_.margin, p_.amax_most_recent, p_.ue8m0, kernels::Fp8Max(fmt)};
+}
+
+Status CudaLinear::Init(int64_t max_m) {
+  FP8_RETURN_IF_ERROR(si_saved_.Allocate(4, "used scale_inv"));
+  if (p_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
+  const int h = std::max(1, p_.amax_history_len);
+  for (Scaling* sc : {&x_sc_, &w_sc_, &dy_sc_}) {
+    FP8_RETURN_IF_ERROR(sc->state.Allocate(static_cast<size_t>(DelayedStateFloats(h)), "scaling state"));
+    // Empty history, scale_inv 1 (DelayedScaling's initial state).
+    std::vector<float> init(static_cast<size_t>(DelayedStateFloats(h)), 0.0f);
+    init.back() = 1.0f;
+    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(sc->state.get(), init.data(), init.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  return xq_saved_.Allocate(static_cast<size_t>(max_m * in_), "saved x cast");
+}
+
+// Casts with the delayed scale and copies the scale_inv it used to *si_dst (the history
+// update that follows may change the state's). The cast's amax lands in amax[0]; amax[1] is
+// scratch. The very first cast bootstraps from its own amax, as LinearPrecision::Tensorwise
+// does; evaluation works on a copy of the state.
+template <typename T>
+Status CudaLinear::CastTensorwise(Scaling& sc, Fp8Format fmt, const T* x, int64_t n, uint8_t* q,
+                                  bool training, float* amax, float* si_dst) {
+  const int h = std::max(1, p_.amax_history_len);
+  float* state = sc.state.get();
+  if (!sc.seeded) {
+    if (!training) {
+      FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_->tmp_state.get(), state, DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
+      state = ws_->tmp_state.get();
+    }
+    FP8_RETURN_IF_ERROR(kc::Sm90Amax(x, n, amax, s_));
+    FP8_RETURN_IF_ERROR(DelayedScalingUpdate(state, amax, Params(fmt), s_));
+    FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(state, h), fmt, q, amax + 1, s_));
+    if (training) sc.seeded = true;
+  } else {
+    FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(state, h), fmt, q, amax, s_));
+  }
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(si_dst, DelayedScaleInv(state, h), sizeof(float), cudaMemcpyDeviceToDevice, s_));
+  return OkStatus();
+}
+
+Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, bool add_bias) {
+  switch (p_.recipe) {
+    case Recipe::kFp32:
+    case Recipe::kBf16: {
+      FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, ws_->w_bf16.get(), s_));
+      FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, ws_->w_bf16.get(), in_, 0.0f, y, out_, false));
+      break;
+    }
+    case Recipe::kFp8Tensorwise: {
+      // Updates run after the GEMM so a cast never sees a scale its own amax produced.
+      const bool x_boot = !x_sc_.seeded, w_boot = !w_sc_.seeded;
+      float* amax = ws_->amax.get();
+      float* si = si_saved_.get();  // [x, w, dy]
+      FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, Fp8Format::kE4M3, x, m * in_, xq_saved_.get(), training, amax, si));
+      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, Fp8Format::kE4M3, w_, in_ * out_, ws_->bq.get(), training, amax + 2, si + 1));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si, ws_->bq.get(),
+                                                            Fp8Format::kE4M3, si + 1, m, out_, in_, y,
+                                                            kc::Sm90GemmOut::kBf16, s_));
+      if (training) {
+        if (!x_boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(x_sc_.state.get(), amax, Params(Fp8Format::kE4M3), s_));
+        if (!w_boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(w_sc_.state.get(), amax + 2, Params(Fp8Format::kE4M3), s_));
+      }
+      break;
+    }
+    case Recipe::kFp8Blockwise: {
+      const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(), ws_->as.get(), s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(w_, out_, in_, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(), kc::Sm90BlockScaleLd(in_), s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), ws_->bq.get(), Fp8Format::kE4M3,
+                                                           ws_->bs.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
+      break;
+    }
+  }
+  if (add_bias) FP8_RETURN_IF_ERROR(AddBias(y, b_, m, out_, s_));
+  return OkStatus();
+}
+
+Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) {
+  FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
+  switch (p_.recipe) {
+    case Recipe::kFp32:
+    case Recipe::kBf16: {
+      FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, ws_->w_bf16.get(), s_));
+      if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, ws_->w_bf16.get(), in_, 0.0f, dx, in_, false));
+      return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
+    }
+    case Recipe::kFp8Tensorwise: {
+      float* amax = ws_->amax.get();
+      float* si = si_saved_.get();
+      // W again with the scale the forward used, then Wᵀ as a byte transpose.
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(w_, in_ * out_, si + 1, Fp8Format::kE4M3, ws_->bq.get(), amax + 6, s_));
+      FP8_RETURN_IF_ERROR(TransposeU8(ws_->bq.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
+      const bool boot = !dy_sc_.seeded;
+      FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, Fp8Format::kE5M2, dy, m * out_, ws_->aq.get(), true, amax + 4, si + 2));
+      if (dx)
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE5M2, si + 2, ws_->bqt.get(), Fp8Format::kE4M3,
+                                                              si + 1, m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+      // wgrad: dyᵀ [out, m] (E5M2) × xᵀ [in, m] (E4M3), both byte transposes of the casts.
+      FP8_RETURN_IF_ERROR(TransposeU8(ws_->aq.get(), m, out_, out_, ws_->aqt.get(), m, s_));
+      FP8_RETURN_IF_ERROR(TransposeU8(xq_saved_.get(), m, in_, in_, ws_->bq.get(), m, s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si + 2, ws_->bq.get(), Fp8Format::kE4M3,
+                                                            si, out_, in_, m, ws_->dw.get(), kc::Sm90GemmOut::kFp32, s_));
+      FP8_RETURN_IF_ERROR(Accumulate(ws_->dw.get(), in_ * out_, gw_, s_));
+      if (!boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(dy_sc_.state.get(), amax + 4, Params(Fp8Format::kE5M2), s_));
+      return OkStatus();
+    }
+    case Recipe::kFp8Blockwise: {
+      const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+      // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
+                                                                ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
+      if (dx) {
+        // Wᵀ in 128x128 blocks = the byte transpose of W's blocks with the block scales transposed.
+        const int64_t ld_w = kc::Sm90BlockScaleLd(in_), ld_wt = kc::Sm90BlockScaleLd(out_);
+        FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(w_, out_, in_, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(), ld_w, s_));
+        FP8_RETURN_IF_ERROR(TransposeU8(ws_->bq.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
+        FP8_RETURN_IF_ERROR(TransposeF32(ws_->bs.get(), Ceil128(out_), Ceil128(in_), ld_w, ws_->bst.get(), ld_wt, s_));
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), ws_->bqt.get(), Fp8Format::kE4M3,
+                                                             ws_->bst.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+      }
+      // xᵀ [in, m] in 128x128 blocks.
+      FP8_RETURN_IF_ERROR(TransposeBf16(x, m, in_, ws_->xt.get(), s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(ws_->xt.get(), in_, m, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(),
+                                                      kc::Sm90BlockScaleLd(m), s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), ws_->bq.get(), Fp8Format::kE4M3,
+                                                           ws_->bs.get(), out_, in_, m, ws_->dw.get(), kc::Sm90GemmOut::kFp32, s_));
+      return Accumulate(ws_->dw.get(), in_ * out_, gw_, s_);
+    }
+  }
+  return OkStatus();
+}
+
+nlohmann::json CudaLinear::State() const {
+  if (p_.recipe != Recipe::kFp8Tensorwise) return nlohmann::json::object();
+  const int h = std::max(1, p_.amax_history_len);
+  auto one = [&](const Scaling& sc) {
+    std::vector<float> st(static_cast<size_t>(DelayedStateFloats(h)));
+    cudaMemcpy(st.data(), sc.state.get(), st.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    const int count = static_cast<int>(st[static_cast<size_t>(h)]);
+    std::vector<float> hist(st.begin(), st.begin() + count);
+    return nlohmann::json{{"amax_history", hist}, {"scale_inv", st.back()}};
+  };
+  return {{"x", one(x_sc_)}, {"w", one(w_sc_)}, {"dy", one(dy_sc_)}};
+}
+
+Status CudaLinear::Restore(const nlohmann::json& state) {
+  if (p_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
+  const int h = std::max(1, p_.amax_history_len);
+  for (auto [key, sc] : {std::pair{"x", &x_sc_}, std::pair{"w", &w_sc_}, std::pair{"dy", &dy_sc_}}) {
+    if (!state.contains(key) || !state[key].contains("amax_history") || !state[key].contains("scale_inv"))
+      return DataLossError(std::string("fp8 scaling state lacks '") + key + "'");
+    std::vector<float> hist = state[key]["amax_history"].get<std::vector<float>>();
+    if (static_cast<int>(hist.size()) > h) hist.erase(hist.begin(), hist.end() - h);
+    std::vector<float> st(static_cast<size_t>(DelayedStateFloats(h)), 0.0f);
+    std::copy(hist.begin(), hist.end(), st.begin());
+    st[static_cast<size_t>(h)] = static_cast<float>(hist.size());
+    st.back() = state[key]["scale_inv"].get<float>();
+    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(sc->state.get(), st.data(), st.size() * sizeof(float), cudaMemcpyHostToDevice));
+    sc->seeded = !hist.empty();
+  }
+  return OkStatus();
+}
+
+}  // namespace fp8::train::cuda

@@ -1,0 +1,82 @@
+// One linear layer y = x·Wᵀ + b on the GPU under a recipe (design §6), the device twin of
+// LinearPrecision + LinearForward/LinearBackward:
+//   bf16            x, W, dy in BF16, cuBLAS GEMMs, FP32 accumulation; dW accumulated in FP32
+//   fp8-tensorwise  x, W: E4M3 / dy: E5M2, per-tensor scales from delayed scaling (amax history
+//                   on the device), cuBLASLt FP8 GEMMs; the transposed operands of dgrad/wgrad
+//                   are byte transposes of the same casts (same scales)
+//   fp8-blockwise   x, dy: E4M3 1x128 tiles along the contraction dim, W: E4M3 128x128 blocks,
+//                   cuBLASLt blockwise-scaled GEMMs (kernels/cuda). wgrad: dyᵀ 1x128 along M
+//                   (the CPU's 128x1 of dy) × xᵀ in 128x128 blocks (cuBLASLt takes 128x128 for
+//                   one operand; the CPU reference uses 128x1 for x there).
+// The bias stays FP32 and its gradient is an FP32 column sum of dy.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "worker/train/cuda/device_buffer.h"
+#include "worker/train/cuda/train_kernels.h"
+#include "worker/train/spec.h"
+
+namespace fp8::train::cuda {
+
+// Scratch shared by every linear layer of a model (they run one at a time on one stream).
+struct LinearWorkspace {
+  static StatusOr<std::unique_ptr<LinearWorkspace>> Create(const PrecisionConfig& p, int64_t max_m,
+                                                           int64_t max_in, int64_t max_out);
+  DeviceBuffer<bf16> w_bf16;                       // bf16: the current weight
+  DeviceBuffer<uint8_t> aq, aqt, bq, bqt;          // fp8 operands and their transposes
+  DeviceBuffer<float> as, ast, bs, bst;            // their scales
+  DeviceBuffer<bf16> xt;                           // blockwise: xᵀ before its 128x128 cast
+  DeviceBuffer<float> dw, col_scratch, amax, tmp_state;
+};
+
+class CudaLinear {
+ public:
+  CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, float* gb,
+             const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
+             kernels::cuda::Sm90CublasLtContext* lt, cudaStream_t s);
+  // Allocates the per-layer state (tensorwise: scaling histories and the stored x cast).
+  Status Init(int64_t max_m);
+
+  // y [m, out] (bf16) = x [m, in]·Wᵀ + b. `training` false leaves the scaling state untouched.
+  Status Forward(const bf16* x, int64_t m, bf16* y, bool training, bool add_bias = true);
+  // dx [m, in] = dy·W (overwritten), dW += dyᵀ·x, db += Σ dy. x is the forward input.
+  Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx);
+
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+  const float* bias() const { return b_; }
+
+  nlohmann::json State() const;
+  Status Restore(const nlohmann::json& state);
+
+ private:
+  struct Scaling {
+    DeviceBuffer<float> state;  // DelayedStateFloats(history_len)
+    bool seeded = false;        // has an amax been recorded (host mirror of count > 0)
+  };
+  template <typename T>
+  Status CastTensorwise(Scaling& sc, kernels::Fp8Format fmt, const T* x, int64_t n, uint8_t* q,
+                        bool training, float* amax, float* si_dst);
+
+  int64_t in_, out_;
+  float *w_, *b_, *gw_, *gb_;
+  PrecisionConfig p_;
+  LinearWorkspace* ws_;
+  cublasHandle_t cublas_;
+  kernels::cuda::Sm90CublasLtContext* lt_;
+  cudaStream_t s_;
+  Scaling x_sc_, w_sc_, dy_sc_;
+  DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
+  DeviceBuffer<float> si_saved_;    // scale_inv the casts of x, W, dy used (read by backward)
+  DelayedScalingParams Params(kernels::Fp8Format fmt) const;
+};
+
+}  // namespace fp8::train::cuda

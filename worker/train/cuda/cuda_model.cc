@@ -1,0 +1,331 @@
+#include "worker/train/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/cuda/sm90_cuda_check.h"
+
+namespace fp8::train::cuda {
+
+namespace {
+cublasOperation_t Op(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+Status CublasStatus(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return OkStatus();
+  return InternalError(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(st)));
+}
+}  // namespace
+
+// Row-major C = op(A)·op(B) is the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.
+Status GemmBf16(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, void* c,
+                int64_t ldc, bool c_fp32) {
+  return CublasStatus(cublasGemmEx(h, Op(tb), Op(ta), static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                                   CUDA_R_16BF, static_cast<int>(ldb), a, CUDA_R_16BF, static_cast<int>(lda), &beta, c,
+                                   c_fp32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmEx");
+}
+
+Status GemmBf16Batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const bf16* a, int64_t lda, int64_t stride_a, const bf16* b,
+                       int64_t ldb, int64_t stride_b, float beta, void* c, int64_t ldc,
+                       int64_t stride_c, bool c_fp32, int64_t batch) {
+  return CublasStatus(cublasGemmStridedBatchedEx(h, Op(tb), Op(ta), static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                                 &alpha, b, CUDA_R_16BF, static_cast<int>(ldb), stride_b, a, CUDA_R_16BF,
+                                                 static_cast<int>(lda), stride_a, &beta, c, c_fp32 ? CUDA_R_32F : CUDA_R_16BF,
+                                                 static_cast<int>(ldc), stride_c, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmStridedBatchedEx");
+}
+
+std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
+  std::vector<ParamTensor> out;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool decay) {
+    ParamTensor t;
+    t.name = name;
+    t.numel = 1;
+    for (int64_t d : shape) t.numel *= d;
+    t.shape = std::move(shape);
+    t.offset = out.empty() ? 0 : out.back().offset + out.back().numel;
+    t.weight_decay = decay;
+    out.push_back(std::move(t));
+  };
+  const int64_t c = cfg.d_model;
+  add("wte.weight", {cfg.vocab_size, c}, true);
+  add("wpe.weight", {cfg.seq_len, c}, true);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    auto linear = [&](const std::string& name, int64_t in, int64_t o) {
+      add(p + name + ".weight", {o, in}, true);
+      add(p + name + ".bias", {o}, false);
+    };
+    add(p + "ln_1.weight", {c}, false);
+    add(p + "ln_1.bias", {c}, false);
+    linear("attn.c_attn", c, 3 * c);
+    linear("attn.c_proj", c, c);
+    add(p + "ln_2.weight", {c}, false);
+    add(p + "ln_2.bias", {c}, false);
+    linear("mlp.c_fc", c, 4 * c);
+    linear("mlp.c_proj", 4 * c, c);
+  }
+  add("ln_f.weight", {c}, false);
+  add("ln_f.bias", {c}, false);
+  return out;
+}
+
+StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& cfg,
+                                                             const PrecisionConfig& precision,
+                                                             const std::vector<ParamTensor>& tensors,
+                                                             int max_batch, cudaStream_t stream) {
+  if (cfg.d_model % cfg.n_head != 0) return InvalidArgumentError("model.n_head: must divide d_model");
+  const int64_t m = static_cast<int64_t>(max_batch) * cfg.seq_len;
+  if (precision.recipe == Recipe::kFp8Tensorwise && (cfg.d_model % 16 != 0 || m % 16 != 0))
+    return InvalidArgumentError("model.d_model: fp8-tensorwise on CUDA needs d_model and batch·seq_len multiples of 16");
+  if (precision.recipe == Recipe::kFp8Blockwise && (cfg.d_model % 128 != 0 || m % 128 != 0))
+    return InvalidArgumentError("model.d_model: fp8-blockwise on CUDA needs d_model and batch·seq_len multiples of 128");
+  if (cfg.d_model % 8 != 0) return InvalidArgumentError("model.d_model: must be a multiple of 8 on CUDA");
+  std::unique_ptr<CudaGptModel> model(new CudaGptModel());
+  model->cfg_ = cfg;
+  model->precision_ = precision;
+  model->tensors_ = tensors;
+  model->stream_ = stream;
+  FP8_RETURN_IF_ERROR(model->Init(max_batch));
+  return model;
+}
+
+CudaGptModel::~CudaGptModel() {
+  blocks_.clear();
+  if (cublas_) cublasDestroy(cublas_);
+}
+
+Status CudaGptModel::Init(int max_batch) {
+  max_batch_ = max_batch;
+  std::map<std::string, int64_t> off;
+  for (const ParamTensor& t : tensors_) off[t.name] = t.offset;
+  num_params_ = tensors_.back().offset + tensors_.back().numel;
+  auto at = [&](const std::string& name) -> StatusOr<int64_t> {
+    auto it = off.find(name);
+    if (it == off.end()) return InvalidArgumentError("parameter layout lacks " + name);
+    return it->second;
+  };
+  FP8_RETURN_IF_ERROR(CublasStatus(cublasCreate(&cublas_), "cublasCreate"));
+  FP8_RETURN_IF_ERROR(CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
+  FP8_ASSIGN_OR_RETURN(lt_, kernels::cuda::Sm90CublasLtContext::Create());
+
+  const int64_t c = cfg_.d_model, t = cfg_.seq_len, v = cfg_.vocab_size, h = cfg_.n_head;
+  const int64_t n = static_cast<int64_t>(max_batch) * t;
+  FP8_RETURN_IF_ERROR(params_.Allocate(static_cast<size_t>(num_params_), "parameters"));
+  FP8_RETURN_IF_ERROR(grads_.Allocate(static_cast<size_t>(num_params_), "gradients"));
+  FP8_ASSIGN_OR_RETURN(wte_, at("wte.weight"));
+  FP8_ASSIGN_OR_RETURN(wpe_, at("wpe.weight"));
+  FP8_ASSIGN_OR_RETURN(lnf_w_, at("ln_f.weight"));
+  FP8_ASSIGN_OR_RETURN(lnf_b_, at("ln_f.bias"));
+  FP8_ASSIGN_OR_RETURN(ws_, LinearWorkspace::Create(precision_, n, 4 * c, 4 * c));
+  float* p = params_.get();
+  float* g = grads_.get();
+  blocks_.resize(static_cast<size_t>(cfg_.n_layer));
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    Block& b = blocks_[static_cast<size_t>(l)];
+    const std::string pre = "h." + std::to_string(l) + ".";
+    FP8_ASSIGN_OR_RETURN(b.ln1_w, at(pre + "ln_1.weight"));
+    FP8_ASSIGN_OR_RETURN(b.ln1_b, at(pre + "ln_1.bias"));
+    FP8_ASSIGN_OR_RETURN(b.ln2_w, at(pre + "ln_2.weight"));
+    FP8_ASSIGN_OR_RETURN(b.ln2_b, at(pre + "ln_2.bias"));
+    auto linear = [&](std::unique_ptr<CudaLinear>& lin, const std::string& name, int64_t in, int64_t out) -> Status {
+      FP8_ASSIGN_OR_RETURN(int64_t w, at(pre + name + ".weight"));
+      FP8_ASSIGN_OR_RETURN(int64_t bb, at(pre + name + ".bias"));
+      lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(), stream_);
+      return lin->Init(n);
+    };
+    FP8_RETURN_IF_ERROR(linear(b.qkv, "attn.c_attn", c, 3 * c));
+    FP8_RETURN_IF_ERROR(linear(b.proj, "attn.c_proj", c, c));
+    FP8_RETURN_IF_ERROR(linear(b.fc, "mlp.c_fc", c, 4 * c));
+    FP8_RETURN_IF_ERROR(linear(b.fc_proj, "mlp.c_proj", 4 * c, c));
+    const size_t nc = static_cast<size_t>(n * c);
+    FP8_RETURN_IF_ERROR(b.x_in.Allocate(nc, "x_in"));
+    FP8_RETURN_IF_ERROR(b.res_mid.Allocate(nc, "res_mid"));
+    FP8_RETURN_IF_ERROR(b.ln1_mean.Allocate(static_cast<size_t>(n), "ln1 mean"));
+    FP8_RETURN_IF_ERROR(b.ln1_rstd.Allocate(static_cast<size_t>(n), "ln1 rstd"));
+    FP8_RETURN_IF_ERROR(b.ln2_mean.Allocate(static_cast<size_t>(n), "ln2 mean"));
+    FP8_RETURN_IF_ERROR(b.ln2_rstd.Allocate(static_cast<size_t>(n), "ln2 rstd"));
+    FP8_RETURN_IF_ERROR(b.ln1_out.Allocate(nc, "ln1 out"));
+    FP8_RETURN_IF_ERROR(b.qkv_out.Allocate(3 * nc, "qkv"));
+    FP8_RETURN_IF_ERROR(b.probs.Allocate(static_cast<size_t>(max_batch * h * t * t), "attention probabilities"));
+    FP8_RETURN_IF_ERROR(b.att_y.Allocate(nc, "attention out"));
+    FP8_RETURN_IF_ERROR(b.ln2_out.Allocate(nc, "ln2 out"));
+    FP8_RETURN_IF_ERROR(b.fc_out.Allocate(4 * nc, "fc out"));
+    FP8_RETURN_IF_ERROR(b.gelu_out.Allocate(4 * nc, "gelu out"));
+  }
+  vocab_ld_ = (v + 7) / 8 * 8;
+  const size_t nc = static_cast<size_t>(n * c);
+  FP8_RETURN_IF_ERROR(wte_bf16_.Allocate(static_cast<size_t>(v * c), "bf16 wte"));
+  FP8_RETURN_IF_ERROR(inputs_.Allocate(static_cast<size_t>(n), "inputs"));
+  FP8_RETURN_IF_ERROR(targets_.Allocate(static_cast<size_t>(n), "targets"));
+  FP8_RETURN_IF_ERROR(res_final_.Allocate(nc, "res_final"));
+  FP8_RETURN_IF_ERROR(lnf_mean_.Allocate(static_cast<size_t>(n), "lnf mean"));
+  FP8_RETURN_IF_ERROR(lnf_rstd_.Allocate(static_cast<size_t>(n), "lnf rstd"));
+  FP8_RETURN_IF_ERROR(losses_.Allocate(static_cast<size_t>(n), "losses"));
+  FP8_RETURN_IF_ERROR(scores_.Allocate(static_cast<size_t>(max_batch * h * t * t), "attention scores"));
+  FP8_RETURN_IF_ERROR(col_scratch_.Allocate(static_cast<size_t>(ColumnScratchFloats(n, c)), "column scratch"));
+  FP8_RETURN_IF_ERROR(lnf_out_.Allocate(nc, "lnf out"));
+  FP8_RETURN_IF_ERROR(logits_.Allocate(static_cast<size_t>(n * vocab_ld_), "logits"));
+  for (DeviceBuffer<bf16>* buf : {&q_, &k_, &v_, &yh_, &dq_, &dk_, &dv_})
+    FP8_RETURN_IF_ERROR(buf->Allocate(nc, "attention heads"));
+  FP8_RETURN_IF_ERROR(dp_.Allocate(static_cast<size_t>(max_batch * h * t * t), "attention dprobs"));
+  FP8_RETURN_IF_ERROR(dres_.Allocate(nc, "residual gradient"));
+  FP8_RETURN_IF_ERROR(dy_c_.Allocate(nc, "dy"));
+  FP8_RETURN_IF_ERROR(d_c_.Allocate(nc, "d [n, C]"));
+  FP8_RETURN_IF_ERROR(d_4c_.Allocate(4 * nc, "d [n, 4C]"));
+  FP8_RETURN_IF_ERROR(loss_sum_.Allocate(1, "loss sum"));
+  return ZeroGrad();
+}
+
+Status CudaGptModel::UploadParams(const float* host) {
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(params_.get(), host, sizeof(float) * num_params_, cudaMemcpyHostToDevice));
+  return OkStatus();
+}
+Status CudaGptModel::DownloadParams(float* host) const {
+  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, params_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
+  return OkStatus();
+}
+Status CudaGptModel::DownloadGrads(float* host) const {
+  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, grads_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
+  return OkStatus();
+}
+Status CudaGptModel::ZeroGrad() {
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_.get(), 0, sizeof(float) * num_params_, stream_));
+  return OkStatus();
+}
+
+Status CudaGptModel::AttentionForward(Block& b, int batch) {
+  const int64_t t = cfg_.seq_len, h = cfg_.n_head, hd = cfg_.d_model / cfg_.n_head, bh = batch * h;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  FP8_RETURN_IF_ERROR(SplitHeads(b.qkv_out.get(), batch, t, h, hd, q_.get(), k_.get(), v_.get(), stream_));
+  // S = scale·Q·Kᵀ (fp32), P = causal softmax(S), Y = P·V
+  FP8_RETURN_IF_ERROR(GemmBf16Batched(cublas_, false, true, t, t, hd, scale, q_.get(), hd, t * hd, k_.get(), hd, t * hd, 0.0f,
+                                      scores_.get(), t, t * t, true, bh));
+  FP8_RETURN_IF_ERROR(CausalSoftmaxForward(scores_.get(), bh * t, t, b.probs.get(), stream_));
+  FP8_RETURN_IF_ERROR(GemmBf16Batched(cublas_, false, false, t, hd, t, 1.0f, b.probs.get(), t, t * t, v_.get(), hd, t * hd, 0.0f,
+                                      yh_.get(), hd, t * hd, false, bh));
+  return HeadsToRows(yh_.get(), batch, t, h, hd, b.att_y.get(), stream_);
+}
+
+Status CudaGptModel::AttentionBackward(Block& b, int batch, const bf16* dy, bf16* dqkv) {
+  const int64_t t = cfg_.seq_len, h = cfg_.n_head, hd = cfg_.d_model / cfg_.n_head, bh = batch * h;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  FP8_RETURN_IF_ERROR(SplitHeads(b.qkv_out.get(), batch, t, h, hd, q_.get(), k_.get(), v_.get(), stream_));
+  FP8_RETURN_IF_ERROR(RowsToHeads(dy, batch, t, h, hd, yh_.get(), stream_));
+  // dP = dY·Vᵀ, dV = Pᵀ·dY, dS = softmax'(dP), dQ = scale·dS·K, dK = scale·dSᵀ·Q
+  FP8_RETURN_IF_ERROR(GemmBf16Batched(cublas_, false, true, t, t, hd, 1.0f, yh_.get(), hd, t * hd, v_.get(), hd, t * hd, 0.0f,
+                                      dp_.get(), t, t * t, false, bh));
+  FP8_RETURN_IF_ERROR(GemmBf16Batched(cublas_, true, false, t, hd, t, 1.0f, b.probs.get(), t, t * t, yh_.get(), hd, t * hd, 0.0f,
+                                      dv_.get(), hd, t * hd, false, bh));
+  FP8_RETURN_IF_ERROR(CausalSoftmaxBackward(b.probs.get(), dp_.get(), bh * t, t, dp_.get(), stream_));
+  FP8_RETURN_IF_ERROR(GemmBf16Batched(cublas_, false, false, t, hd, t, scale, dp_.get(), t, t * t, k_.get(), hd, t * hd, 0.0f,
+                                      dq_.get(), hd, t * hd, false, bh));
+  FP8_RETURN_IF_ERROR(GemmBf16Batched(cublas_, true, false, t, hd, t, scale, dp_.get(), t, t * t, q_.get(), hd, t * hd, 0.0f,
+                                      dk_.get(), hd, t * hd, false, bh));
+  return MergeQkv(dq_.get(), dk_.get(), dv_.get(), batch, t, h, hd, dqkv, stream_);
+}
+
+StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* targets, int batch,
+                                       bool training, float loss_scale) {
+  if (batch < 1 || batch > max_batch_)
+    return InvalidArgumentError("batch " + std::to_string(batch) + " outside [1, " + std::to_string(max_batch_) + "]");
+  batch_ = batch;
+  const int64_t t = cfg_.seq_len, c = cfg_.d_model, v = cfg_.vocab_size;
+  const int64_t n = static_cast<int64_t>(batch) * t;
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  const float* p = params_.get();
+  float* x = blocks_.empty() ? res_final_.get() : blocks_[0].x_in.get();
+  FP8_RETURN_IF_ERROR(EmbeddingForward(inputs_.get(), p + wte_, p + wpe_, n, t, c, x, stream_));
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    Block& b = blocks_[l];
+    FP8_RETURN_IF_ERROR(LayerNormForward(b.x_in.get(), p + b.ln1_w, p + b.ln1_b, n, c, b.ln1_out.get(), b.ln1_mean.get(), b.ln1_rstd.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.qkv->Forward(b.ln1_out.get(), n, b.qkv_out.get(), training));
+    FP8_RETURN_IF_ERROR(AttentionForward(b, batch));
+    FP8_RETURN_IF_ERROR(b.proj->Forward(b.att_y.get(), n, d_c_.get(), training, /*add_bias=*/false));
+    FP8_RETURN_IF_ERROR(ResidualAdd(b.x_in.get(), d_c_.get(), b.proj->bias(), n, c, b.res_mid.get(), stream_));
+    FP8_RETURN_IF_ERROR(LayerNormForward(b.res_mid.get(), p + b.ln2_w, p + b.ln2_b, n, c, b.ln2_out.get(), b.ln2_mean.get(), b.ln2_rstd.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.fc->Forward(b.ln2_out.get(), n, b.fc_out.get(), training));
+    FP8_RETURN_IF_ERROR(GeluForward(b.fc_out.get(), n * 4 * c, b.gelu_out.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.fc_proj->Forward(b.gelu_out.get(), n, d_c_.get(), training, /*add_bias=*/false));
+    float* next = (l + 1 < blocks_.size()) ? blocks_[l + 1].x_in.get() : res_final_.get();
+    FP8_RETURN_IF_ERROR(ResidualAdd(b.res_mid.get(), d_c_.get(), b.fc_proj->bias(), n, c, next, stream_));
+  }
+  FP8_RETURN_IF_ERROR(LayerNormForward(res_final_.get(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(p + wte_, v * c, wte_bf16_.get(), stream_));
+  FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, n, v, c, 1.0f, lnf_out_.get(), c, wte_bf16_.get(), c, 0.0f, logits_.get(), vocab_ld_, false));
+  FP8_RETURN_IF_ERROR(CrossEntropy(logits_.get(), targets_.get(), n, v, vocab_ld_, loss_scale / static_cast<float>(n), training,
+                                   losses_.get(), stream_));
+  FP8_RETURN_IF_ERROR(SumToDouble(losses_.get(), n, loss_sum_.get(), stream_));
+  double sum = 0;
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return sum / static_cast<double>(n);
+}
+
+Status CudaGptModel::Backward() {
+  const int64_t t = cfg_.seq_len, c = cfg_.d_model, v = cfg_.vocab_size;
+  const int64_t n = static_cast<int64_t>(batch_) * t;
+  const float* p = params_.get();
+  float* g = grads_.get();
+  // Tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf.
+  FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, n, c, v, 1.0f, logits_.get(), vocab_ld_, wte_bf16_.get(), c, 0.0f, d_c_.get(), c, false));
+  FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, 1.0f, g + wte_, c, true));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
+  FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), res_final_.get(), p + lnf_w_, lnf_mean_.get(), lnf_rstd_.get(), n, c, dres_.get(),
+                                        g + lnf_w_, g + lnf_b_, col_scratch_.get(), stream_));
+  for (size_t li = blocks_.size(); li-- > 0;) {
+    Block& b = blocks_[li];
+    FP8_RETURN_IF_ERROR(CastF32ToBf16(dres_.get(), n * c, dy_c_.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.fc_proj->Backward(dy_c_.get(), b.gelu_out.get(), n, d_4c_.get()));
+    FP8_RETURN_IF_ERROR(GeluBackward(d_4c_.get(), b.fc_out.get(), n * 4 * c, d_4c_.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.fc->Backward(d_4c_.get(), b.ln2_out.get(), n, d_c_.get()));
+    FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.res_mid.get(), p + b.ln2_w, b.ln2_mean.get(), b.ln2_rstd.get(), n, c, dres_.get(),
+                                          g + b.ln2_w, g + b.ln2_b, col_scratch_.get(), stream_));
+    FP8_RETURN_IF_ERROR(CastF32ToBf16(dres_.get(), n * c, dy_c_.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.proj->Backward(dy_c_.get(), b.att_y.get(), n, d_c_.get()));
+    FP8_RETURN_IF_ERROR(AttentionBackward(b, batch_, d_c_.get(), d_4c_.get()));
+    FP8_RETURN_IF_ERROR(b.qkv->Backward(d_4c_.get(), b.ln1_out.get(), n, d_c_.get()));
+    FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.x_in.get(), p + b.ln1_w, b.ln1_mean.get(), b.ln1_rstd.get(), n, c, dres_.get(),
+                                          g + b.ln1_w, g + b.ln1_b, col_scratch_.get(), stream_));
+  }
+  return EmbeddingBackward(dres_.get(), inputs_.get(), n, t, c, g + wte_, g + wpe_, stream_);
+}
+
+nlohmann::json CudaGptModel::PrecisionState() const {
+  nlohmann::json out = nlohmann::json::object();
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return out;
+  cudaStreamSynchronize(stream_);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
+    const std::string p = "h." + std::to_string(l) + ".";
+    out[p + "attn.c_attn"] = b.qkv->State();
+    out[p + "attn.c_proj"] = b.proj->State();
+    out[p + "mlp.c_fc"] = b.fc->State();
+    out[p + "mlp.c_proj"] = b.fc_proj->State();
+  }
+  return out;
+}
+
+Status CudaGptModel::RestorePrecisionState(const nlohmann::json& state) {
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    Block& b = blocks_[l];
+    const std::string p = "h." + std::to_string(l) + ".";
+    for (auto [name, lin] : {std::pair{"attn.c_attn", b.qkv.get()}, std::pair{"attn.c_proj", b.proj.get()},
+                             std::pair{"mlp.c_fc", b.fc.get()}, std::pair{"mlp.c_proj", b.fc_proj.get()}}) {
+      if (!state.contains(p + name)) return DataLossError("fp8 scaling state lacks " + p + name);
+      FP8_RETURN_IF_ERROR(lin->Restore(state[p + name]));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace fp8::train::cuda

@@ -1,0 +1,115 @@
+// GPT-2 style decoder on one GPU: the same architecture, parameter names and flat layout as
+// worker/train/model.h (so checkpoints are interchangeable), forward and backward on the
+// device. Linear layers follow the recipe (cuda_linear.h); embeddings, LayerNorm statistics,
+// softmax and the residual stream stay FP32 or BF16 as noted:
+//   residual stream, LayerNorm mean/rstd, master weights, gradients, losses: FP32
+//   GEMM operands and stored activations (LN outputs, qkv, attention probabilities, MLP): BF16
+//   tied head logits: BF16 GEMM (all recipes), cross-entropy in FP32 arithmetic.
+// Attention is the plain formulation (batched cuBLAS GEMMs, a causal softmax kernel), not flash.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "worker/train/cuda/cuda_linear.h"
+#include "worker/train/cuda/device_buffer.h"
+#include "worker/train/model.h"
+#include "worker/train/spec.h"
+
+namespace fp8::train::cuda {
+
+class CudaGptModel {
+ public:
+  // `tensors`: the layout of GptModel (names, offsets); `max_batch` sizes the activations.
+  static StatusOr<std::unique_ptr<CudaGptModel>> Create(const ModelConfig& cfg,
+                                                        const PrecisionConfig& precision,
+                                                        const std::vector<ParamTensor>& tensors,
+                                                        int max_batch, cudaStream_t stream);
+  ~CudaGptModel();
+
+  // Host ↔ device copies of the flat FP32 buffers (synchronous).
+  Status UploadParams(const float* host);
+  Status DownloadParams(float* host) const;
+  Status DownloadGrads(float* host) const;
+
+  // Mean cross-entropy of `batch` sequences (host token arrays). When `training`, also
+  // writes d(loss_scale · loss)/dlogits for Backward and advances the FP8 scaling state.
+  StatusOr<double> Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training,
+                           float loss_scale);
+  // Accumulates the gradients of the last training Forward into grads().
+  Status Backward();
+  Status ZeroGrad();
+
+  float* params() { return params_.get(); }
+  float* grads() { return grads_.get(); }
+  int64_t num_params() const { return num_params_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  cudaStream_t stream() const { return stream_; }
+
+  nlohmann::json PrecisionState() const;
+  Status RestorePrecisionState(const nlohmann::json& state);
+
+ private:
+  struct Block {
+    int64_t ln1_w, ln1_b, ln2_w, ln2_b;
+    std::unique_ptr<CudaLinear> qkv, proj, fc, fc_proj;
+    DeviceBuffer<float> x_in, res_mid, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    DeviceBuffer<bf16> ln1_out, qkv_out, probs, att_y, ln2_out, fc_out, gelu_out;
+  };
+
+  CudaGptModel() = default;
+  Status Init(int max_batch);
+  Status AttentionForward(Block& b, int batch);
+  Status AttentionBackward(Block& b, int batch, const bf16* dy, bf16* dqkv);
+
+  ModelConfig cfg_;
+  PrecisionConfig precision_;
+  std::vector<ParamTensor> tensors_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<kernels::cuda::Sm90CublasLtContext> lt_;
+  std::unique_ptr<LinearWorkspace> ws_;
+
+  int64_t num_params_ = 0;
+  DeviceBuffer<float> params_, grads_;
+  DeviceBuffer<bf16> wte_bf16_;
+  int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
+  std::vector<Block> blocks_;
+  int max_batch_ = 0, batch_ = 0;
+  int64_t vocab_ld_ = 0;  // logits row pitch: vocab rounded up to 8 (16-byte rows)
+
+  DeviceBuffer<int32_t> inputs_, targets_;
+  DeviceBuffer<float> res_final_, lnf_mean_, lnf_rstd_, losses_, scores_, col_scratch_;
+  DeviceBuffer<bf16> lnf_out_, logits_;
+  // attention scratch: q, k, v, y in [B, H, T, hd]; backward reuses them for dq, dk, dv, dy
+  DeviceBuffer<bf16> q_, k_, v_, yh_, dq_, dk_, dv_, dp_;
+  // backward scratch
+  DeviceBuffer<float> dres_;
+  DeviceBuffer<bf16> dy_c_, d_c_, d_4c_;
+  DeviceBuffer<double> loss_sum_;
+};
+
+// GptModel's parameter layout (names, shapes, offsets, decay flags) without allocating the host
+// buffers: for benchmarks of models too large to mirror on the host cheaply. Tests check it
+// equals GptModel(cfg).tensors().
+std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg);
+
+// Row-major BF16 GEMM through cuBLAS (cuBLASLt kernels underneath): C[M,N] = alpha·op(A)·op(B)
+// + beta·C with FP32 accumulation; C is bf16 or fp32 (c_fp32).
+Status GemmBf16(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, void* c,
+                int64_t ldc, bool c_fp32);
+Status GemmBf16Batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const bf16* a, int64_t lda, int64_t stride_a, const bf16* b,
+                       int64_t ldb, int64_t stride_b, float beta, void* c, int64_t ldc,
+                       int64_t stride_c, bool c_fp32, int64_t batch);
+
+}  // namespace fp8::train::cuda

@@ -1,0 +1,121 @@
+// Device kernels of the CUDA trainer (everything that is not a GEMM): embeddings, LayerNorm,
+// GELU, causal softmax, attention head permutes, fused softmax cross-entropy, column sums,
+// AdamW, norms, FP8 byte transposes and the delayed-scaling update. Plain C++ declarations so
+// the host code (.cc, C++20) can call them; the launchers live in train_kernels.cu.
+//
+// Layouts follow worker/train/layers.h: activations row-major [N, C], N = B·T, weights
+// [out, in]. Every launcher checks the launch and returns a Status naming file:line.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace fp8::train::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// out[n, c] = wte[tokens[n]] + wpe[n % t]   (fp32 residual stream)
+Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
+                        int64_t t, int64_t c, float* out, cudaStream_t s);
+// dwte[tokens[n]] += dout[n] (atomics), dwpe[p] += Σ_b dout[b·t + p] (fixed order).
+Status EmbeddingBackward(const float* dout, const int32_t* tokens, int64_t n, int64_t t, int64_t c,
+                         float* dwte, float* dwpe, cudaStream_t s);
+
+// eps 1e-5 like the CPU. out bf16 (a GEMM operand), mean/rstd fp32 [n].
+Status LayerNormForward(const float* x, const float* w, const float* b, int64_t n, int64_t c,
+                        bf16* out, float* mean, float* rstd, cudaStream_t s);
+// dx += (residual gradient); dw, db += ; scratch ≥ 2·ceil(n/kColChunk)·c floats.
+Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const float* mean,
+                         const float* rstd, int64_t n, int64_t c, float* dx, float* dw, float* db,
+                         float* scratch, cudaStream_t s);
+constexpr int64_t kColChunk = 256;  // rows per partial sum of the column reductions
+inline int64_t ColumnScratchFloats(int64_t rows, int64_t cols) {
+  return 2 * ((rows + kColChunk - 1) / kColChunk) * cols;
+}
+
+// db[j] += Σ_i dy[i, j]   (fixed order; scratch ≥ ColumnScratchFloats(m, n)/2)
+Status ColumnSumAccumulate(const bf16* dy, int64_t m, int64_t n, float* db, float* scratch,
+                           cudaStream_t s);
+// y[i, j] += b[j]
+Status AddBias(bf16* y, const float* b, int64_t m, int64_t n, cudaStream_t s);
+// out = res + y + b[j]  (fp32 residual add of a projection's output)
+Status ResidualAdd(const float* res, const bf16* y, const float* b, int64_t m, int64_t n,
+                   float* out, cudaStream_t s);
+
+Status GeluForward(const bf16* x, int64_t n, bf16* y, cudaStream_t s);
+Status GeluBackward(const bf16* dy, const bf16* x, int64_t n, bf16* dx, cudaStream_t s);
+
+Status CastF32ToBf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
+Status CastBf16ToF32(const bf16* x, int64_t n, float* y, cudaStream_t s);
+// y += x (fp32)
+Status Accumulate(const float* x, int64_t n, float* y, cudaStream_t s);
+Status Scale(float* x, int64_t n, float factor, cudaStream_t s);
+
+// qkv [B, T, 3, H, hd] → q, k, v each [B, H, T, hd]
+Status SplitHeads(const bf16* qkv, int64_t b, int64_t t, int64_t h, int64_t hd, bf16* q, bf16* k,
+                  bf16* v, cudaStream_t s);
+// the inverse: dq, dk, dv [B, H, T, hd] → dqkv [B, T, 3C]
+Status MergeQkv(const bf16* dq, const bf16* dk, const bf16* dv, int64_t b, int64_t t, int64_t h,
+                int64_t hd, bf16* dqkv, cudaStream_t s);
+// y [B, H, T, hd] ↔ out [B, T, H·hd]
+Status HeadsToRows(const bf16* y, int64_t b, int64_t t, int64_t h, int64_t hd, bf16* out,
+                   cudaStream_t s);
+Status RowsToHeads(const bf16* x, int64_t b, int64_t t, int64_t h, int64_t hd, bf16* out,
+                   cudaStream_t s);
+// Row-wise causal softmax of scores [rows = BH·T, T] (row r is query position r % T); masked
+// entries become 0.
+Status CausalSoftmaxForward(const float* scores, int64_t rows, int64_t t, bf16* probs,
+                            cudaStream_t s);
+// ds = p ∘ (dp − Σ p∘dp)
+Status CausalSoftmaxBackward(const bf16* probs, const bf16* dprobs, int64_t rows, int64_t t,
+                             bf16* ds, cudaStream_t s);
+
+// Softmax cross-entropy over logits [n, v] (row pitch ld): losses[i] = −log p[target]; when
+// `write_grad`, logits are overwritten by (p − onehot)·grad_scale.
+Status CrossEntropy(bf16* logits, const int32_t* targets, int64_t n, int64_t v, int64_t ld,
+                    float grad_scale, bool write_grad, float* losses, cudaStream_t s);
+
+// *out = Σ x (double, one block, fixed order)
+Status SumToDouble(const float* x, int64_t n, double* out, cudaStream_t s);
+// *out = Σ x² (double; partial ≥ 1024 doubles)
+Status SumSquares(const float* x, int64_t n, double* partial, double* out, cudaStream_t s);
+
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale;
+};
+// p −= lr·(m̂/(√v̂+eps) + wd·p·decay[i]); grads multiplied by grad_scale (clipping) first.
+Status AdamWStep(float* p, const float* g, float* m, float* v, const uint8_t* decay, int64_t n,
+             const AdamWArgs& a, cudaStream_t s);
+
+// out[c, r] = in[r, c] (row pitches ld_in ≥ cols, ld_out ≥ rows); 1-byte and 4-byte elements.
+Status TransposeU8(const uint8_t* in, int64_t rows, int64_t cols, int64_t ld_in, uint8_t* out,
+                   int64_t ld_out, cudaStream_t s);
+Status TransposeF32(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out,
+                    int64_t ld_out, cudaStream_t s);
+Status TransposeBf16(const bf16* in, int64_t rows, int64_t cols, bf16* out, cudaStream_t s);
+
+// Delayed scaling (kernels/scaling.h), on the device so a step never waits for the host:
+// state = [history_len floats (newest last), count, scale_inv]. Records *amax, recomputes
+// scale_inv exactly like DelayedScaling::Update.
+struct DelayedScalingParams {
+  int history_len;
+  int margin;
+  bool most_recent;
+  bool ue8m0;
+  float fp8_max;
+};
+inline int64_t DelayedStateFloats(int history_len) { return history_len + 2; }
+Status DelayedScalingUpdate(float* state, const float* amax, DelayedScalingParams p, cudaStream_t s);
+// Pointer to the scale_inv inside a state block.
+inline float* DelayedScaleInv(float* state, int history_len) { return state + history_len + 1; }
+
+// Benchmarks (no host model): x[i] = N(0, stddev) from a counter-based hash of (seed, i);
+// Fill sets a constant.
+Status InitNormal(float* x, int64_t n, uint64_t seed, float stddev, cudaStream_t s);
+Status Fill(float* x, int64_t n, float value, cudaStream_t s);
+
+}  // namespace fp8::train::cuda
