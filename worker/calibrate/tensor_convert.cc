@@ -20,15 +20,20 @@ using safetensors::Writer;
 
 namespace {
 
-// Rows are processed in bands of 128 (one row of 128x128 blocks); a group of bands is read,
-// converted in parallel and written at once. ~4M elements per group keeps the buffers (raw
-// input + FP32 + FP8 ≈ 7-9 bytes/element, ~36 MB) small next to any tensor worth streaming.
+// Rows are processed in bands of 128 (one row of 128x128 blocks); the bands of a group are
+// read, converted and written in parallel (each band pwrites its own slice). Buffers hold
+// raw input + FP32 + FP8 ≈ 7 bytes/element: a group is ~4M elements (~28 MB), more only to
+// give every thread a band, and never more than 16M elements (~112 MB) however many threads.
 constexpr int64_t kBandRows = kernels::kTile;
 constexpr int64_t kGroupElements = int64_t{4} << 20;
+constexpr int64_t kMaxGroupElements = int64_t{16} << 20;
 
-int64_t BandsPerGroup(int64_t cols) {
-  const int64_t by_size = std::max<int64_t>(1, kGroupElements / (kBandRows * std::max<int64_t>(1, cols)));
-  return std::max<int64_t>(by_size, kernels::NumThreads());
+int64_t BandsPerGroup(int64_t rows, int64_t cols) {
+  const int64_t band = kBandRows * std::max<int64_t>(1, cols);
+  const int64_t by_size = std::max<int64_t>(1, kGroupElements / band);
+  const int64_t cap = std::max<int64_t>(1, kMaxGroupElements / band);
+  const int64_t want = std::max<int64_t>(by_size, std::min<int64_t>(kernels::NumThreads(), cap));
+  return std::min(want, kernels::CeilDiv(rows, kBandRows));
 }
 
 // The cast clipped a value when, without saturation, it would have rounded past the largest
@@ -161,7 +166,7 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
   for (int i = 0; i < 256; ++i) decode[i] = kernels::Fp8ToFloat(static_cast<uint8_t>(i), fmt);
 
   const int64_t bands = kernels::CeilDiv(rows, kBandRows);
-  const int64_t group_bands = BandsPerGroup(cols);
+  const int64_t group_bands = BandsPerGroup(rows, cols);
   const int64_t group_elems = group_bands * kBandRows * cols;
   std::vector<uint8_t> raw(w.dtype == DType::F32 ? 0 : static_cast<size_t>(group_elems) * esize);
   std::vector<float> x(static_cast<size_t>(group_elems));
@@ -252,13 +257,12 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
             s.AddSpan(xb, qb, rb * cols, tensor_scale, decode, clip);
             break;
         }
+        if (st[i].ok())
+          st[i] = writer.WriteAt(w.name, static_cast<uint64_t>(r0 * cols), qb, static_cast<size_t>(rb * cols));
       }
     });
     for (auto& s : st) FP8_RETURN_IF_ERROR(s);
     for (auto& s : sums) total.Add(s);
-    const int64_t r0 = g0 * kBandRows, r1 = std::min(rows, g1 * kBandRows);
-    FP8_RETURN_IF_ERROR(writer.WriteAt(w.name, static_cast<uint64_t>(r0 * cols), q.data(),
-                                       static_cast<size_t>((r1 - r0) * cols)));
   }
   FP8_RETURN_IF_ERROR(writer.Write(scale_name, scales.data(), scales.size() * sizeof(float)));
 
@@ -301,7 +305,7 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
   FP8_RETURN_IF_ERROR(scale_reader.ReadInto(scale.name, scales.data(), scales.size() * sizeof(float)));
 
   const int64_t bands = kernels::CeilDiv(rows, kBandRows);
-  const int64_t group_bands = BandsPerGroup(cols);
+  const int64_t group_bands = BandsPerGroup(rows, cols);
   const int64_t group_elems = group_bands * kBandRows * cols;
   std::vector<uint8_t> q(static_cast<size_t>(group_elems));
   std::vector<float> x(static_cast<size_t>(group_elems));
@@ -330,12 +334,11 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
         const float* xs = x.data() + at;
         uint16_t* os = out.data() + at;
         for (int64_t k = 0; k < rb * cols; ++k) os[k] = ToBf16(xs[k]);
+        if (st[i].ok())
+          st[i] = writer.WriteAt(w.name, static_cast<uint64_t>(r0 * cols) * 2, os, static_cast<size_t>(rb * cols) * 2);
       }
     });
     for (auto& s : st) FP8_RETURN_IF_ERROR(s);
-    const int64_t r0 = g0 * kBandRows, r1 = std::min(rows, g1 * kBandRows);
-    FP8_RETURN_IF_ERROR(writer.WriteAt(w.name, static_cast<uint64_t>(r0 * cols) * 2, out.data(),
-                                       static_cast<size_t>((r1 - r0) * cols) * 2));
   }
   return OkStatus();
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,7 +62,9 @@ class Reader;
 // `infos` (name, dtype, shape; offsets are computed), then the data arrives one tensor or one
 // slice at a time, in any order. Commit() checks that every byte was written, fsyncs and
 // renames into place; a Writer destroyed without Commit() removes its temporary file, so a
-// half-written output never appears under the final name. Not thread-safe.
+// half-written output never appears under the final name. WriteAt may be called from several
+// threads at once for disjoint slices (pwrite at fixed offsets); everything else is
+// single-threaded.
 class Writer {
  public:
   static StatusOr<Writer> Create(const std::string& path, std::vector<TensorInfo> infos,
@@ -95,7 +98,8 @@ class Writer {
   uint64_t data_offset_ = 0;
   std::vector<TensorInfo> infos_;
   std::map<std::string, size_t> index_;
-  std::vector<uint64_t> written_;  // bytes written per tensor
+  // Bytes written per tensor; atomic so concurrent WriteAt calls on disjoint slices add up.
+  std::unique_ptr<std::atomic<uint64_t>[]> written_;
 };
 
 class Reader {

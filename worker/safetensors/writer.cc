@@ -100,7 +100,8 @@ StatusOr<Writer> Writer::Create(const std::string& path, std::vector<TensorInfo>
   w.tmp_path_ = TempPathFor(path);
   w.infos_ = std::move(infos);
   for (size_t i = 0; i < w.infos_.size(); ++i) w.index_[w.infos_[i].name] = i;
-  w.written_.assign(w.infos_.size(), 0);
+  w.written_ = std::make_unique<std::atomic<uint64_t>[]>(w.infos_.size());
+  for (size_t i = 0; i < w.infos_.size(); ++i) w.written_[i].store(0);
   w.data_offset_ = 8 + text.size();
   w.fd_ = ::open(w.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w.fd_ < 0) return UnavailableError(w.tmp_path_ + ": cannot create: " + ErrnoMessage(errno));
@@ -155,7 +156,7 @@ Status Writer::WriteAt(const std::string& name, uint64_t offset, const void* dat
     return OutOfRangeError(path_ + ": tensor \"" + name + "\": write past its " +
                            std::to_string(t.nbytes()) + " bytes");
   FP8_RETURN_IF_ERROR(PwriteFull(fd_, data, nbytes, data_offset_ + t.begin + offset, tmp_path_));
-  written_[it->second] += nbytes;
+  written_[it->second].fetch_add(nbytes);
   return OkStatus();
 }
 
@@ -201,16 +202,16 @@ Status Writer::CopyFrom(const Reader& reader, const std::string& src_name, const
       left -= n;
     }
   }
-  written_[index_.at(dst_name)] += dst->nbytes();
+  written_[index_.at(dst_name)].fetch_add(dst->nbytes());
   return OkStatus();
 }
 
 Status Writer::Commit() {
   if (fd_ < 0) return FailedPreconditionError(path_ + ": writer is closed");
   for (size_t i = 0; i < infos_.size(); ++i)
-    if (written_[i] != infos_[i].nbytes())
+    if (written_[i].load() != infos_[i].nbytes())
       return FailedPreconditionError(path_ + ": tensor \"" + infos_[i].name + "\" has " +
-                                     std::to_string(written_[i]) + " of " +
+                                     std::to_string(written_[i].load()) + " of " +
                                      std::to_string(infos_[i].nbytes()) + " bytes written");
   if (::fsync(fd_) != 0) return UnavailableError(tmp_path_ + ": fsync failed: " + ErrnoMessage(errno));
   ::close(fd_);
