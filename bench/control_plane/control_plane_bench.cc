@@ -265,12 +265,13 @@ int main(int argc, char** argv) {
   app.add_option("--watch-seconds", watch_seconds);
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // each number reaches a redirected log at once
 
   fp8d::itest::TempDir tmp;
   DaemonOptions options;
   options.cpu_slots = 1;
   options.env["FP8_TEST_STEP_MS"] = "100";
-  options.extra_args = {"--log-level", "warn"};
+  options.log_level = "warn";
   Daemon daemon(tmp.path() + "/data", options);
   if (fp8::Status st = daemon.Start(); !st.ok()) Die(st.ToString());
 

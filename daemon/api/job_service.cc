@@ -1,5 +1,8 @@
 #include "daemon/api/job_service.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <boost/asio/post.hpp>
 
 #include "daemon/api/status_mapping.h"
@@ -26,6 +29,11 @@ auto Responder(grpc::ServerUnaryReactor* reactor, T* response) {
   };
 }
 
+size_t WriterThreads(const JobServiceOptions& options) {
+  if (options.watch_writer_threads > 0) return static_cast<size_t>(options.watch_writer_threads);
+  return std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 2, 8);
+}
+
 grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8::Status& status) {
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -37,13 +45,16 @@ grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8
 JobServiceImpl::JobServiceImpl(boost::asio::io_context& io, core::JobManager* manager,
                                std::shared_ptr<const AuthPolicy> auth, JobServiceOptions options)
     : io_(io), manager_(manager), auth_(std::move(auth)), options_(options),
-      readers_(std::make_shared<boost::asio::thread_pool>(options.log_reader_threads)) {}
+      readers_(std::make_shared<boost::asio::thread_pool>(options.log_reader_threads)),
+      writers_(std::make_shared<boost::asio::thread_pool>(WriterThreads(options))) {}
 
 JobServiceImpl::~JobServiceImpl() { Stop(); }
 
 void JobServiceImpl::Stop() {
   readers_->stop();
   readers_->join();
+  writers_->stop();
+  writers_->join();
 }
 
 fp8::Status JobServiceImpl::Admit(const grpc::CallbackServerContext& context, const char* method,
@@ -111,7 +122,7 @@ grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* JobServiceImpl::WatchJob(
   if (!admitted.ok()) {
     return new FinishedWriteReactor<fp8d::v1::WatchJobResponse>(ToGrpcStatus(admitted));
   }
-  return NewWatchReactor(io_, manager_, *request, options_.watch_queue_limit);
+  return NewWatchReactor(io_, manager_, writers_, *request, options_.watch_queue_limit);
 }
 
 grpc::ServerWriteReactor<fp8d::v1::LogChunk>* JobServiceImpl::GetJobLogs(

@@ -23,6 +23,7 @@ struct JobServiceOptions {
   size_t log_chunk_bytes = 64 * 1024;
   int log_poll_ms = 200;         // how often GetJobLogs(follow) looks for new bytes
   int log_reader_threads = 2;
+  int watch_writer_threads = 0;  // 0 = half the cores, at least 2, at most 8
 };
 
 class JobServiceImpl final : public fp8d::v1::JobService::CallbackService {
@@ -33,7 +34,7 @@ class JobServiceImpl final : public fp8d::v1::JobService::CallbackService {
 
   // Until the manager has finished recovery, every call is answered UNAVAILABLE.
   void SetReady(bool ready) { ready_.store(ready); }
-  // Stops the log reader pool. Call after the gRPC server has shut down.
+  // Stops the log reader and watch writer pools. Call after the gRPC server has shut down.
   void Stop();
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* context,
@@ -64,6 +65,7 @@ class JobServiceImpl final : public fp8d::v1::JobService::CallbackService {
   JobServiceOptions options_;
   std::atomic<bool> ready_{false};
   std::shared_ptr<boost::asio::thread_pool> readers_;
+  std::shared_ptr<boost::asio::thread_pool> writers_;  // WatchJob StartWrite fan-out
 };
 
 }  // namespace fp8d::api

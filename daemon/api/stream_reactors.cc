@@ -36,8 +36,9 @@ class StreamGate {
  public:
   explicit StreamGate(grpc::ServerWriteReactor<Msg>* reactor) : reactor_(reactor) {}
 
-  // Starts writing `msg` if no write is in flight; returns false if busy or finishing.
-  bool TryWrite(Msg msg) {
+  // Starts writing `msg` if no write is in flight; returns false if busy or finishing. The
+  // message is shared and immutable: one WatchJob update goes to every watcher of the job.
+  bool TryWrite(std::shared_ptr<const Msg> msg) {
     grpc::ServerWriteReactor<Msg>* r;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -46,7 +47,7 @@ class StreamGate {
       in_flight_ = std::move(msg);
       r = reactor_;
     }
-    r->StartWrite(&in_flight_);
+    r->StartWrite(in_flight_.get());
     return true;
   }
   // Finishes now if idle, else when the write in flight completes.
@@ -91,7 +92,7 @@ class StreamGate {
  private:
   std::mutex mu_;
   grpc::ServerWriteReactor<Msg>* reactor_;
-  Msg in_flight_;  // must outlive the write; only replaced when no write is in flight
+  std::shared_ptr<const Msg> in_flight_;  // alive until OnWriteDone; replaced only when idle
   bool writing_ = false;
   bool finishing_ = false;
   std::optional<grpc::Status> pending_finish_;
@@ -102,10 +103,11 @@ class StreamGate {
 class WatchSession : public std::enable_shared_from_this<WatchSession> {
  public:
   WatchSession(boost::asio::io_context& io, core::JobManager* manager,
+               std::shared_ptr<boost::asio::thread_pool> writers,
                fp8d::v1::WatchJobRequest request, size_t queue_limit,
                grpc::ServerWriteReactor<WatchJobResponse>* reactor)
-      : io_(io), manager_(manager), request_(std::move(request)), queue_limit_(queue_limit),
-        gate_(reactor) {}
+      : io_(io), manager_(manager), writers_(std::move(writers)), request_(std::move(request)),
+        queue_limit_(queue_limit), gate_(reactor) {}
 
   void Begin() {
     auto self = shared_from_this();
@@ -118,28 +120,43 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
     });
   }
 
-  // Runs on io.
+  // Runs on io. The manager calls every watcher of a job in a row with the same update, so
+  // the response is built once (cached by name and version) and shared by all of them, and
+  // the StartWrite calls (which may do socket work inline) run on the writer pool, not on io.
   void OnUpdate(const Job& job) {
+    std::shared_ptr<const WatchJobResponse> msg = SharedResponse(job);
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       if (!queue_.empty() || writing_) {
         // Slow client: coalesce consecutive progress-only updates at the tail once the queue is
         // long, never a state change, so the client still sees every state in order.
-        if (queue_.size() >= queue_limit_ && queue_.back().state() == job.state()) {
-          queue_.back() = job;
+        if (queue_.size() >= queue_limit_ && queue_.back()->job().state() == job.state()) {
+          queue_.back() = std::move(msg);
         } else {
-          queue_.push_back(job);
+          queue_.push_back(std::move(msg));
         }
         return;
       }
       writing_ = true;
     }
-    WatchJobResponse msg;
-    *msg.mutable_job() = job;
-    if (!gate_.TryWrite(std::move(msg))) {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      writing_ = false;
+    auto self = shared_from_this();
+    boost::asio::post(*writers_, [self, msg = std::move(msg)]() mutable {
+      if (!self->gate_.TryWrite(std::move(msg))) {
+        std::lock_guard<std::mutex> lock(self->queue_mu_);
+        self->writing_ = false;
+      }
+    });
+  }
+
+  static std::shared_ptr<const WatchJobResponse> SharedResponse(const Job& job) {
+    static thread_local std::shared_ptr<const WatchJobResponse> last;  // io thread only
+    if (last != nullptr && last->job().version() == job.version() && last->job().name() == job.name()) {
+      return last;
     }
+    auto fresh = std::make_shared<WatchJobResponse>();
+    *fresh->mutable_job() = job;
+    last = std::move(fresh);
+    return last;
   }
 
   // Runs on io.
@@ -156,7 +173,7 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
       Unwatch();
       return;
     }
-    WatchJobResponse msg;
+    std::shared_ptr<const WatchJobResponse> msg;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       if (queue_.empty()) {
@@ -164,7 +181,7 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
         if (end_) gate_.FinishWhenIdle(*end_);
         return;
       }
-      *msg.mutable_job() = std::move(queue_.front());
+      msg = std::move(queue_.front());
       queue_.pop_front();
     }
     if (!gate_.TryWrite(std::move(msg))) {
@@ -196,6 +213,7 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
 
   boost::asio::io_context& io_;
   core::JobManager* manager_;
+  std::shared_ptr<boost::asio::thread_pool> writers_;
   const fp8d::v1::WatchJobRequest request_;
   const size_t queue_limit_;
   StreamGate<WatchJobResponse> gate_;
@@ -205,7 +223,7 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
   bool unwatched_ = false;
   // Updates waiting for the write in flight.
   std::mutex queue_mu_;
-  std::deque<Job> queue_;
+  std::deque<std::shared_ptr<const WatchJobResponse>> queue_;
   bool writing_ = false;
   std::optional<grpc::Status> end_;
 };
@@ -213,8 +231,10 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
 class WatchReactor final : public grpc::ServerWriteReactor<WatchJobResponse> {
  public:
   WatchReactor(boost::asio::io_context& io, core::JobManager* manager,
-               fp8d::v1::WatchJobRequest request, size_t queue_limit)
-      : session_(std::make_shared<WatchSession>(io, manager, std::move(request), queue_limit, this)) {
+               std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
+               size_t queue_limit)
+      : session_(std::make_shared<WatchSession>(io, manager, std::move(writers), std::move(request),
+                                                queue_limit, this)) {
     session_->Begin();
   }
   void OnWriteDone(bool ok) override { session_->OnWriteDone(ok); }
@@ -350,8 +370,8 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
       }
     }
     if (!buf.empty()) {
-      LogChunk chunk;
-      chunk.set_data(std::move(buf));
+      auto chunk = std::make_shared<LogChunk>();
+      chunk->set_data(std::move(buf));
       gate_.TryWrite(std::move(chunk));  // OnWriteDone schedules the next read
       return;
     }
@@ -399,9 +419,10 @@ class LogReactor final : public grpc::ServerWriteReactor<LogChunk> {
 }  // namespace
 
 grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* NewWatchReactor(
-    boost::asio::io_context& io, core::JobManager* manager, fp8d::v1::WatchJobRequest request,
+    boost::asio::io_context& io, core::JobManager* manager,
+    std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
     size_t queue_limit) {
-  return new WatchReactor(io, manager, std::move(request), queue_limit);
+  return new WatchReactor(io, manager, std::move(writers), std::move(request), queue_limit);
 }
 
 grpc::ServerWriteReactor<fp8d::v1::LogChunk>* NewLogReactor(

@@ -16,8 +16,10 @@
 
 namespace fp8d::api {
 
+// `writers` runs the StartWrite calls so the io thread only queues updates.
 grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* NewWatchReactor(
-    boost::asio::io_context& io, core::JobManager* manager, fp8d::v1::WatchJobRequest request,
+    boost::asio::io_context& io, core::JobManager* manager,
+    std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
     size_t queue_limit);
 
 struct LogStreamOptions {

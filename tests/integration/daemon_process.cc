@@ -20,7 +20,11 @@ namespace fs = std::filesystem;
 std::string Fp8dPath() { return FP8D_BINARY; }
 std::string Fp8ctlPath() { return FP8CTL_BINARY; }
 std::string TestWorkerPath() { return FP8_TEST_WORKER_BINARY; }
-std::string RealWorkerPath() { return FP8_WORKER_BINARY; }
+// FP8D_ITEST_REAL_WORKER overrides the build tree's fp8-worker (e.g. one built elsewhere).
+std::string RealWorkerPath() {
+  const char* env = std::getenv("FP8D_ITEST_REAL_WORKER");
+  return env != nullptr && env[0] != '\0' ? env : FP8_WORKER_BINARY;
+}
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
@@ -149,7 +153,7 @@ fp8::Status Daemon::Start(std::chrono::milliseconds timeout) {
                                    "--gpus", "none",
                                    "--cpu-slots", std::to_string(options_.cpu_slots),
                                    "--cancel-grace-ms", std::to_string(options_.cancel_grace_ms),
-                                   "--log-level", "debug"};
+                                   "--log-level", options_.log_level};
   for (const auto& a : options_.extra_args) argv.push_back(a);
   pid_ = Spawn(argv, options_.env, data_dir_ + "/fp8d.log", data_dir_ + "/fp8d.log");
   if (pid_ <= 0) return fp8::InternalError("fork failed");

@@ -42,6 +42,7 @@ struct DaemonOptions {
   std::string worker;                      // default: the fault-injection worker
   int cpu_slots = 4;
   int cancel_grace_ms = 1500;
+  std::string log_level = "debug";
 };
 
 class Daemon {

@@ -1,0 +1,169 @@
+// In-process tests of the API edge's pure parts: request validation (daemon/api) and job-file
+// parsing (client/). No daemon, no network; fast and deterministic.
+#include <gtest/gtest.h>
+
+#include "client/job_file.h"
+#include "daemon/api/status_mapping.h"
+#include "daemon/api/validation.h"
+
+namespace fp8d {
+namespace {
+
+using fp8d::v1::CreateJobRequest;
+
+CreateJobRequest ValidRequest() {
+  CreateJobRequest r;
+  auto* t = r.mutable_job()->mutable_train();
+  t->mutable_model()->set_preset("tiny");
+  t->mutable_data()->set_train("/data/*.bin");
+  t->mutable_precision()->set_recipe("fp8-blockwise");
+  t->set_output_dir("/out");
+  return r;
+}
+
+TEST(Validation, AcceptsAMinimalTrainJob) {
+  EXPECT_TRUE(api::ValidateCreateJobRequest(ValidRequest()).ok());
+}
+
+TEST(Validation, AcceptsAMinimalCalibrateJob) {
+  CreateJobRequest r;
+  r.mutable_job()->mutable_calibrate()->set_input("/m.safetensors");
+  r.mutable_job()->mutable_calibrate()->set_output_dir("/out");
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
+}
+
+TEST(Validation, ModelWithoutPresetNeedsEveryDimension) {
+  CreateJobRequest r = ValidRequest();
+  auto* m = r.mutable_job()->mutable_train()->mutable_model();
+  m->set_preset("");
+  m->set_n_layer(2);
+  m->set_n_head(2);
+  m->set_d_model(64);
+  m->set_seq_len(32);
+  fp8::Status st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("job.train.model.vocab_size", 0), 0u) << st.message();
+  m->set_vocab_size(256);
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
+  m->set_d_model(65);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.model.d_model", 0), 0u);
+}
+
+TEST(Validation, MessagesStartWithTheFieldPath) {
+  CreateJobRequest r = ValidRequest();
+  r.mutable_job()->mutable_train()->mutable_training()->set_learning_rate(-1);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.train.training.learning_rate: must be >= 0");
+  r = ValidRequest();
+  r.mutable_job()->mutable_resources()->set_ranks(1025);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.resources.ranks: must be between 1 and 1024");
+  r = ValidRequest();
+  r.mutable_job()->clear_train();
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job: exactly one of train or calibrate must be set");
+  r = ValidRequest();
+  r.mutable_job()->mutable_retry()->mutable_initial_backoff()->set_seconds(10);
+  r.mutable_job()->mutable_retry()->mutable_max_backoff()->set_seconds(5);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.retry.max_backoff", 0), 0u);
+  r = ValidRequest();
+  r.mutable_job()->set_kind(fp8d::v1::CALIBRATE);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.kind", 0), 0u);
+}
+
+TEST(Validation, JobNames) {
+  EXPECT_TRUE(api::ValidateJobName("jobs/abc-1_2.x", "name").ok());
+  for (const char* bad : {"", "jobs/", "abc", "job/abc", "jobs/a b", "jobs/a/b"}) {
+    fp8::Status st = api::ValidateJobName(bad, "name");
+    EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(st.message().rfind("name: ", 0), 0u) << st.message();
+  }
+}
+
+TEST(Validation, NormalizeClearsOutputOnlyFieldsAndDerivesKind) {
+  CreateJobRequest r = ValidRequest();
+  r.mutable_job()->set_name("jobs/x");
+  r.mutable_job()->set_state(fp8d::v1::RUNNING);
+  r.mutable_job()->set_version(7);
+  api::NormalizeCreateJobRequest(r);
+  EXPECT_EQ(r.job().name(), "");
+  EXPECT_EQ(r.job().state(), fp8d::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(r.job().version(), 0);
+  EXPECT_EQ(r.job().kind(), fp8d::v1::TRAIN);
+  EXPECT_EQ(r.job().resources().ranks(), 1);
+}
+
+TEST(StatusMapping, IsOneToOne) {
+  for (int code = 0; code <= 16; ++code) {
+    fp8::Status st(static_cast<fp8::StatusCode>(code), "m");
+    EXPECT_EQ(static_cast<int>(api::ToGrpcStatus(st).error_code()), code);
+  }
+}
+
+TEST(Durations, ParsesUnitsAndCombinations) {
+  struct Case {
+    const char* text;
+    int64_t seconds;
+    int32_t nanos;
+  };
+  for (const Case& c : {Case{"500ms", 0, 500000000}, Case{"1s", 1, 0}, Case{"1.5s", 1, 500000000},
+                        Case{"30m", 1800, 0}, Case{"2h", 7200, 0}, Case{"1h30m", 5400, 0},
+                        Case{"100us", 0, 100000}, Case{"0", 0, 0}, Case{"90", 90, 0}}) {
+    auto d = client::ParseDuration(c.text);
+    ASSERT_TRUE(d.ok()) << c.text << ": " << d.status().ToString();
+    EXPECT_EQ(d->seconds(), c.seconds) << c.text;
+    EXPECT_EQ(d->nanos(), c.nanos) << c.text;
+  }
+  for (const char* bad : {"", "-1s", "5x", "s", "1s2"}) {
+    EXPECT_FALSE(client::ParseDuration(bad).ok()) << bad;
+  }
+}
+
+TEST(JobFile, YamlBecomesAJobWithAbsolutePathsAndDurations) {
+  auto job = client::ParseJobText(
+      "display_name: demo\n"
+      "train: {model: {preset: tiny}, data: {train: \"data/*.bin\"}, precision: {recipe: fp8-blockwise},"
+      " training: {max_steps: 200, save_steps: 50, learning_rate: 3e-4}, output_dir: out/demo}\n"
+      "resources: {ranks: 1}\n"
+      "labels: {team: \"42\"}\n"
+      "retry: {max_attempts: 3, initial_backoff: 1s, max_backoff: 60s}\n"
+      "timeouts: {attempt_deadline: 2h, heartbeat_timeout: 30s, progress_timeout: 300s}\n",
+      "/base/dir");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->display_name(), "demo");
+  EXPECT_EQ(job->train().data().train(), "/base/dir/data/*.bin");
+  EXPECT_EQ(job->train().output_dir(), "/base/dir/out/demo");
+  EXPECT_EQ(job->train().training().max_steps(), 200);
+  EXPECT_DOUBLE_EQ(job->train().training().learning_rate(), 3e-4);
+  EXPECT_EQ(job->labels().at("team"), "42");
+  EXPECT_EQ(job->retry().max_backoff().seconds(), 60);
+  EXPECT_EQ(job->timeouts().attempt_deadline().seconds(), 7200);
+  EXPECT_TRUE(api::ValidateCreateJobRequest([&] {
+                CreateJobRequest r;
+                *r.mutable_job() = *job;
+                return r;
+              }()).ok());
+}
+
+TEST(JobFile, JsonIsAcceptedAndAbsolutePathsAreKept) {
+  auto job = client::ParseJobText(
+      R"({"calibrate": {"input": "/models/m", "output_dir": "rel/out", "weights": {"granularity": "block"}}})",
+      "/b");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->calibrate().input(), "/models/m");
+  EXPECT_EQ(job->calibrate().output_dir(), "/b/rel/out");
+}
+
+TEST(JobFile, ErrorsNameTheField) {
+  auto unknown = client::ParseJobText("train: {training: {max_stepz: 5}}\n", "/");
+  EXPECT_EQ(unknown.status().message(), "job.train.training.max_stepz: unknown field");
+  auto type = client::ParseJobText("train: {training: {max_steps: many}}\n", "/");
+  EXPECT_EQ(type.status().message().rfind("job.train.training.max_steps", 0), 0u) << type.status().message();
+  auto duration = client::ParseJobText("timeouts: {heartbeat_timeout: soon}\n", "/");
+  EXPECT_EQ(duration.status().message().rfind("job.timeouts.heartbeat_timeout", 0), 0u);
+  auto not_map = client::ParseJobText("- a\n- b\n", "/");
+  EXPECT_EQ(not_map.status().code(), fp8::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fp8d
