@@ -2,6 +2,7 @@
 // shipped corpus (loss falls; FP8 recipes end within 2% of bf16), bitwise resume.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,8 @@
 
 #include "test_util.h"
 #include "worker/common/events.h"
+#include "kernels/fp8_format.h"
+#include "worker/data/shards.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/collective.h"
 #include "worker/train/model.h"
@@ -219,6 +222,19 @@ TEST(Checkpoints, KeepNewestAndLoadBack) {
   auto bad = LoadCheckpoint(*found, &wrong, &wrong_opt);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("wte.weight"), std::string::npos) << bad.status().message();
+}
+
+TEST(Precision, RoundToBf16MatchesKernelsBitForBit) {
+  std::vector<float> x;
+  for (uint32_t i = 0; i < 200000; ++i) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(data::Mix64(i))));
+  for (float v : {0.0f, -0.0f, 1.0f, 3.4028235e38f, -3.4028235e38f, INFINITY, -INFINITY, NAN, 1e-40f})
+    x.push_back(v);
+  std::vector<float> y(x.size());
+  RoundToBf16(x.data(), static_cast<int64_t>(x.size()), y.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = kernels::Bf16ToFloat(kernels::FloatToBf16(x[i]));
+    ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want)) << "x = " << x[i];
+  }
 }
 
 TEST(Schedules, WarmupThenCosineToZero) {
