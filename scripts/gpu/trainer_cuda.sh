@@ -7,6 +7,7 @@
 #      and d=4096 L=8 (1.8B params, B=4, T=2048), then the PyTorch torch.compile BF16 baseline
 #      on the same shapes in the same run.
 #   device run: bash scripts/gpu/trainer_cuda.sh    (carry: .trainer-cuda-carry)
+#   TRAIN_RECIPES="" skips step 2; TRAIN_RECIPES="bf16 fp8-tensorwise" runs those.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8d-trainer-out}
@@ -37,7 +38,7 @@ for name, part in (('train_000.bin', raw[:cut]), ('val_000.bin', raw[cut:])):
 PY
 
 echo "== fp8-train-cuda, gpt2-124m preset (vocab 50257), byte tokens, fp8-blockwise" | tee -a "$OUT/summary.txt"
-for r in fp8-blockwise; do
+for r in ${TRAIN_RECIPES-fp8-blockwise}; do
 cat > /tmp/spec-$r.json <<JSON
 {"model": {"preset": "gpt2-124m"}, "data": {"train": "$D/train_*.bin", "val": "$D/val_*.bin"},
  "precision": {"recipe": "$r"},

@@ -61,7 +61,9 @@ DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
 }
 
 Status CudaLinear::Init(int64_t max_m) {
-  FP8_RETURN_IF_ERROR(si_saved_.Allocate(4, "used scale_inv"));
+  // One allocation per scale: cuBLASLt answered NOT_SUPPORTED (H200, CUDA 13.0) for a
+  // tensorwise scale pointer 4 bytes into an allocation; cudaMalloc's alignment is accepted.
+  for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
   if (p_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
   const int h = std::max(1, p_.amax_history_len);
   for (Scaling* sc : {&x_sc_, &w_sc_, &dy_sc_}) {
@@ -111,11 +113,10 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
       // Updates run after the GEMM so a cast never sees a scale its own amax produced.
       const bool x_boot = !x_sc_.seeded, w_boot = !w_sc_.seeded;
       float* amax = ws_->amax.get();
-      float* si = si_saved_.get();  // [x, w, dy]
-      FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, Fp8Format::kE4M3, x, m * in_, xq_saved_.get(), training, amax, si));
-      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, Fp8Format::kE4M3, w_, in_ * out_, ws_->bq.get(), training, amax + 2, si + 1));
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si, ws_->bq.get(),
-                                                            Fp8Format::kE4M3, si + 1, m, out_, in_, y,
+      FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, Fp8Format::kE4M3, x, m * in_, xq_saved_.get(), training, amax, si_x_.get()));
+      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, Fp8Format::kE4M3, w_, in_ * out_, ws_->bq.get(), training, amax + 2, si_w_.get()));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si_x_.get(), ws_->bq.get(),
+                                                            Fp8Format::kE4M3, si_w_.get(), m, out_, in_, y,
                                                             kc::Sm90GemmOut::kBf16, s_));
       if (training) {
         if (!x_boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(x_sc_.state.get(), amax, Params(Fp8Format::kE4M3), s_));
@@ -147,20 +148,19 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
     }
     case Recipe::kFp8Tensorwise: {
       float* amax = ws_->amax.get();
-      float* si = si_saved_.get();
       // W again with the scale the forward used, then Wᵀ as a byte transpose.
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(w_, in_ * out_, si + 1, Fp8Format::kE4M3, ws_->bq.get(), amax + 6, s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(w_, in_ * out_, si_w_.get(), Fp8Format::kE4M3, ws_->bq.get(), amax + 6, s_));
       FP8_RETURN_IF_ERROR(TransposeU8(ws_->bq.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
       const bool boot = !dy_sc_.seeded;
-      FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, Fp8Format::kE5M2, dy, m * out_, ws_->aq.get(), true, amax + 4, si + 2));
+      FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, Fp8Format::kE5M2, dy, m * out_, ws_->aq.get(), true, amax + 4, si_dy_.get()));
       if (dx)
-        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE5M2, si + 2, ws_->bqt.get(), Fp8Format::kE4M3,
-                                                              si + 1, m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bqt.get(), Fp8Format::kE4M3,
+                                                              si_w_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
       // wgrad: dyᵀ [out, m] (E5M2) × xᵀ [in, m] (E4M3), both byte transposes of the casts.
       FP8_RETURN_IF_ERROR(TransposeU8(ws_->aq.get(), m, out_, out_, ws_->aqt.get(), m, s_));
       FP8_RETURN_IF_ERROR(TransposeU8(xq_saved_.get(), m, in_, in_, ws_->bq.get(), m, s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si + 2, ws_->bq.get(), Fp8Format::kE4M3,
-                                                            si, out_, in_, m, ws_->dw.get(), kc::Sm90GemmOut::kFp32, s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bq.get(), Fp8Format::kE4M3,
+                                                            si_x_.get(), out_, in_, m, ws_->dw.get(), kc::Sm90GemmOut::kFp32, s_));
       FP8_RETURN_IF_ERROR(Accumulate(ws_->dw.get(), in_ * out_, gw_, s_));
       if (!boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(dy_sc_.state.get(), amax + 4, Params(Fp8Format::kE5M2), s_));
       return OkStatus();

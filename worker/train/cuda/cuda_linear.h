@@ -75,7 +75,7 @@ class CudaLinear {
   cudaStream_t s_;
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
-  DeviceBuffer<float> si_saved_;    // scale_inv the casts of x, W, dy used (read by backward)
+  DeviceBuffer<float> si_x_, si_w_, si_dy_;  // scale_inv the casts of x, W, dy used (backward reads them)
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
 };
 
