@@ -7,7 +7,7 @@
 #      and d=4096 L=8 (1.8B params, B=4, T=2048), then the PyTorch torch.compile BF16 baseline
 #      on the same shapes in the same run.
 #   device run: bash scripts/gpu/trainer_cuda.sh    (carry: .trainer-cuda-carry)
-#   TRAIN_RECIPES="" skips step 2; TRAIN_RECIPES="bf16 fp8-tensorwise" runs those.
+#   SKIP_TORCH=1 skips the baseline; TRAIN_RECIPES="" skips step 2; TRAIN_RECIPES="bf16 fp8-tensorwise" runs those.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8d-trainer-out}
@@ -58,10 +58,12 @@ echo "rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/bench.txt" >> "$OUT/summary.txt"
 grep -E "error|FAILED|:[0-9]+:" "$OUT/bench.log" | head -10 >> "$OUT/summary.txt"
 
+if [ -z "${SKIP_TORCH:-}" ]; then
 echo "== torch (same run)" | tee -a "$OUT/summary.txt"
 PYTHONUNBUFFERED=1 timeout 130 python3 scripts/gpu/torch_gpt_baseline.py --shapes gpt2-124m,d4096-l8 --steps 8 --warmup 3 \
   > "$OUT/torch.txt" 2> "$OUT/torch.log"
 echo "rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/torch.txt" >> "$OUT/summary.txt"
 tail -5 "$OUT/torch.log" >> "$OUT/summary.txt"
+fi
 cat "$OUT/summary.txt"
