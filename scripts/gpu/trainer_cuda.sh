@@ -52,7 +52,7 @@ grep -E "step|eval|done|error|checkpoint" "$OUT/train-$r.log" | head -20 >> "$OU
 done
 
 echo "== bench (ours)" | tee -a "$OUT/summary.txt"
-timeout 120 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --steps 8 --warmup 2 \
+timeout 120 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes ${BENCH_RECIPES:-bf16,fp8-tensorwise,fp8-blockwise} --steps 8 --warmup 2 \
   > "$OUT/bench.txt" 2> "$OUT/bench.log"
 echo "rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/bench.txt" >> "$OUT/summary.txt"
