@@ -17,6 +17,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/cuda_trainer.h"
+#include "worker/train/cuda/nccl_comm.h"
 #include "worker/train/cuda/train_kernels.h"
 #include "worker/train/layers.h"
 #include "worker/train/model.h"
@@ -102,6 +103,38 @@ TEST(CudaLayout, MatchesGptModel) {
     EXPECT_EQ(layout[i].offset, cpu.tensors()[i].offset);
     EXPECT_EQ(layout[i].weight_decay, cpu.tensors()[i].weight_decay);
   }
+}
+
+// Shape rules are checked before any CUDA call, so they hold on machines without a GPU too.
+TEST(CudaModelCreate, RejectsShapesTheFp8GemmsCannotRun) {
+  ModelConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.d_model = 96;  // not a multiple of 128: no whole blockwise scale blocks
+  cfg.seq_len = 64;
+  cfg.vocab_size = 256;
+  PrecisionConfig pc;
+  pc.recipe = Recipe::kFp8Blockwise;
+  auto m = CudaGptModel::Create(cfg, pc, GptParamLayout(cfg), 2, nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("d_model"), std::string::npos) << m.status().message();
+  cfg.d_model = 128;
+  cfg.n_head = 3;
+  auto h = CudaGptModel::Create(cfg, pc, GptParamLayout(cfg), 2, nullptr);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("n_head"), std::string::npos) << h.status().message();
+}
+
+// World size 1 needs no NCCL at all; a multi-rank group needs the rendezvous directory.
+TEST(NcclComm, SingleRankNeedsNoLibraryAndGroupsNeedRendezvousDir) {
+  auto one = NcclComm::Create(0, 1, "", std::chrono::milliseconds(10));
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_TRUE((*one)->AllReduceSum(static_cast<float*>(nullptr), 16, nullptr).ok());
+  auto two = NcclComm::Create(0, 2, "", std::chrono::milliseconds(10));
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(two.status().message().find("FP8D_RENDEZVOUS_DIR"), std::string::npos);
 }
 
 TEST(CudaKernels, LayerNormForwardBackwardMatchCpu) {
