@@ -69,20 +69,24 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
       const int64_t since = google::protobuf::util::TimeUtil::TimestampToMilliseconds(
           e.job.update_time());
       e.retry_at_ms = since + BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
-      continue;
-    }
-    if (state != fp8d::v1::STARTING && state != fp8d::v1::RUNNING &&
-        state != fp8d::v1::CANCELLING) {
-      continue;
     }
     // The current attempt's record: placements, pids, offsets.
     const store::AttemptRecord* record = nullptr;
     for (const auto& a : r.attempts) {
       if (a.attempt.number() == e.job.attempt()) record = &a;
     }
+    const bool running = state == fp8d::v1::STARTING || state == fp8d::v1::RUNNING ||
+                         state == fp8d::v1::CANCELLING;
+    // A failed attempt whose workers were still being stopped when the daemon went down (its
+    // record has no end time): if they are still there, adopt them only to finish stopping
+    // them, so the next attempt never runs beside them on the same checkpoint directory.
+    const bool stray = (state == fp8d::v1::RETRY_WAIT || state == fp8d::v1::QUEUED) &&
+                       record != nullptr && !record->attempt.has_end_time() &&
+                       !record->runtime.empty();
+    if (!running && !stray) continue;
     auto run = std::make_unique<AttemptRun>();
     run->number = e.job.attempt();
-    run->finished = state == fp8d::v1::CANCELLING;
+    run->finished = state == fp8d::v1::CANCELLING || stray;
     Adoption adoption{e.job.name(), run->number, AttemptDir(e.job.name(), run->number), {}, false};
     if (record != nullptr) {
       run->record = *record;
@@ -154,6 +158,21 @@ void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {
   AttemptRun& run = *e.run;
   const int64_t now = NowMs();
   const std::string name = e.job.name();
+  const JobState state = e.job.state();
+  if (state == fp8d::v1::RETRY_WAIT || state == fp8d::v1::QUEUED) {
+    // Workers of an attempt that had already failed: finish stopping them (or note that they
+    // are gone); the job itself waits for its next attempt as before.
+    if (adopted.ok()) {
+      spdlog::warn("{}: workers of failed attempt {} are still running; stopping them", name,
+                   run.number);
+      run.launched = true;
+      TerminateWorkers(e);
+    } else {
+      for (RankRun& r : run.ranks) r.exited = true;
+      OnRunExited(e);  // records the attempt's end
+    }
+    return;
+  }
   if (adopted.ok()) {
     spdlog::info("{}: re-adopted attempt {} ({} rank(s))", name, run.number, run.ranks.size());
     run.launched = true;

@@ -225,6 +225,31 @@ TEST_F(ManagerTest, RecoveryRequeuesWhenWorkersAreGoneWithoutCountingTheAttempt)
   EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::WORKER_CRASH);
 }
 
+TEST_F(ManagerTest, RecoveryFinishesStoppingWorkersOfAFailedAttempt) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  clock_.Advance(30'001);  // HUNG: SIGTERM sent, the wedged worker does not exit
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
+  ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGTERM); }));
+
+  CrashAndRestartManager();  // the SIGKILL that was due is lost with the old daemon
+  ASSERT_EQ(agent_->AdoptCount(), 1u);
+  size_t terms = 0;
+  for (const auto& s : agent_->Signals()) terms += s.sig == SIGTERM;
+  EXPECT_EQ(terms, 2u);
+  clock_.Advance(5'000);  // grace over, backoff over
+  ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGKILL); }));
+  RunFor(30);
+  EXPECT_EQ(agent_->LaunchCount(), 1u) << "no new attempt beside the old workers";
+  Exit(name, 1, 0, -1, 0, /*adopted=*/true);
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  EXPECT_EQ(agent_->Launch(1).attempt, 2);
+  Job full = *Get(name, /*full=*/true);
+  ASSERT_GE(full.attempts_size(), 1);
+  EXPECT_TRUE(full.attempts(0).has_end_time());
+  EXPECT_EQ(full.attempts(0).failure_class(), fp8d::v1::HUNG);
+}
+
 TEST_F(ManagerTest, RecoveryFinishesACancelWhoseWorkersAreGone) {
   StartManager();
   const std::string name = CreateRunning(TrainJob());
