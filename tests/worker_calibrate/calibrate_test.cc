@@ -20,6 +20,7 @@
 #include "kernels/scaling.h"
 #include "tests/worker_calibrate/model_fixture.h"
 #include "worker/calibrate/calibrate_main.h"
+#include "worker/common/events.h"
 #include "worker/safetensors/safetensors.h"
 
 namespace fp8::calibrate {
@@ -413,6 +414,22 @@ TEST_F(CalibrateTest, RestartSkipsFinishedShards) {
   ASSERT_EQ(Run(QuantizeSpec(m.dir, (root_ / "other").string()), {"--max-shards", "1"}), 75);
   ASSERT_EQ(Run({{"input", m.dir}, {"output_dir", (root_ / "other").string()}, {"weights", {{"scale_format", "ue8m0"}}}}), 0);
   EXPECT_EQ(EventsOfType("done")[0]["result"]["shards_skipped"], 0);
+}
+
+TEST_F(CalibrateTest, StopRequestEndsAtTensorBoundaryAndRestartFinishes) {
+  const FixtureModel m = testing::WriteFixtureModel((root_ / "in").string(), 6);
+  const fs::path out = root_ / "out";
+  // As after SIGTERM: the job stops before its next tensor, exits 75 (retryable), emits
+  // `error`, and leaves no output directory; the restart then completes.
+  worker::StopRequested().store(true);
+  const int rc = Run(QuantizeSpec(m.dir, out.string()));
+  worker::StopRequested().store(false);
+  EXPECT_EQ(rc, 75);
+  EXPECT_THAT(ErrorMessage(), HasSubstr("stopped on request"));
+  EXPECT_TRUE(EventsOfType("done").empty());
+  EXPECT_FALSE(fs::exists(out));
+  ASSERT_EQ(Run(QuantizeSpec(m.dir, out.string())), 0) << ErrorMessage();
+  EXPECT_TRUE(fs::exists(out / "report.json"));
 }
 
 TEST_F(CalibrateTest, BadInputExits65NamingFileAndProblem) {
