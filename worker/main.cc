@@ -9,8 +9,30 @@
 #ifdef FP8_HAVE_CALIBRATE
 #include "worker/calibrate/calibrate_main.h"
 #endif
+#ifdef FP8_HAVE_CUDA_TRAINER
+#include "worker/train/cuda/cuda_trainer.h"
+#endif
 
 namespace {
+
+fp8::train::CudaBackend CudaTrainer() {
+  fp8::train::CudaBackend b;
+#ifdef FP8_HAVE_CUDA_TRAINER
+  b.available = &fp8::train::cuda::CudaDeviceAvailable;
+  b.run = [](const fp8::train::TrainSpec& spec, const fp8::train::TrainOptions& options, int rank, int world,
+             const std::string& rendezvous_dir, std::chrono::milliseconds timeout,
+             fp8::worker::EventWriter& events) {
+    fp8::train::cuda::CudaDistributed dist;
+    dist.rank = rank;
+    dist.world_size = world;
+    dist.rendezvous_dir = rendezvous_dir;
+    dist.timeout = timeout;
+    return fp8::train::cuda::RunCudaTraining(spec, options, dist, events);
+  };
+#endif
+  return b;
+}
+
 void Usage() {
   std::fprintf(stderr,
                "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
@@ -28,7 +50,7 @@ int main(int argc, char** argv) {
     return fp8::worker::kExitInvalidSpec;
   }
   const std::string cmd = argv[1];
-  if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2);
+  if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
   if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
 #ifdef FP8_HAVE_CALIBRATE
   if (cmd == "calibrate") return fp8::calibrate::CalibrateMain(argc - 2, argv + 2);

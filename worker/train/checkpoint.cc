@@ -115,7 +115,9 @@ StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int6
 
   auto steps = ListSteps(root.string());
   if (keep > 0 && static_cast<int>(steps.size()) > keep) {
-    for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) fs::remove_all(steps[i].second, ec);
+    // Never the one just written (an output dir may hold later steps of an earlier run).
+    for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+      if (steps[i].first != step) fs::remove_all(steps[i].second, ec);
   }
   return saved;
 }

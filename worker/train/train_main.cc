@@ -45,7 +45,7 @@ int InvalidSpec(EventWriter& ev, const std::string& msg) {
 
 }  // namespace
 
-int TrainMain(int argc, char** argv) {
+int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
   EventWriter events;
   std::string spec_path, resume_from = Env("FP8D_RESUME_FROM");
   for (int i = 0; i < argc; ++i) {
@@ -66,7 +66,8 @@ int TrainMain(int argc, char** argv) {
   if (spec_path.empty()) return InvalidSpec(events, "--spec: required");
   auto spec = LoadTrainSpec(spec_path);
   if (!spec.ok()) return InvalidSpec(events, spec.status().message());
-  if (spec->backend == Backend::kCuda)
+  const bool cuda_built = cuda.available != nullptr && cuda.run != nullptr;
+  if (spec->backend == Backend::kCuda && !cuda_built)
     return InvalidSpec(events, "backend: cuda is not available in this build of fp8-worker (use auto or cpu)");
 
   int rank = 0, world = 1, heartbeat_ms = 2000, timeout_s = 300;
@@ -79,6 +80,26 @@ int TrainMain(int argc, char** argv) {
   if (rank >= world) return InvalidSpec(events, "FP8D_RANK: must be < FP8D_WORLD_SIZE");
 
   worker::InstallStopSignalHandlers();
+  TrainOptions opts;
+  opts.checkpoint_dir = Env("FP8D_CHECKPOINT_DIR");
+  opts.resume_from = resume_from;
+  opts.heartbeat_ms = heartbeat_ms;
+  opts.tty_progress = ::isatty(STDERR_FILENO) != 0;
+
+  if (cuda_built && spec->backend != Backend::kCpu) {
+    if (cuda.available()) {
+      return cuda.run(*spec, opts, rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s), events)
+          .exit_code;
+    }
+    if (spec->backend == Backend::kCuda) {
+      // The job asked for a GPU this node does not have: not the spec's fault, maybe the node's.
+      const std::string msg = "backend: cuda requested but no CUDA device is visible";
+      std::fprintf(stderr, "fp8-worker: %s\n", msg.c_str());
+      events.Emit("error", {{"class", "INTERNAL_ERROR"}, {"message", msg}});
+      return worker::kExitTemporary;
+    }
+  }
+
   std::unique_ptr<Collective> coll;
   if (world == 1) {
     coll = MakeSingleProcessCollective();
@@ -95,11 +116,6 @@ int TrainMain(int argc, char** argv) {
     coll = std::move(g).value();
   }
 
-  TrainOptions opts;
-  opts.checkpoint_dir = Env("FP8D_CHECKPOINT_DIR");
-  opts.resume_from = resume_from;
-  opts.heartbeat_ms = heartbeat_ms;
-  opts.tty_progress = ::isatty(STDERR_FILENO) != 0;
   TrainResult r = RunTraining(*spec, opts, *coll, events);
   return r.exit_code;
 }

@@ -2,7 +2,25 @@
 // --out DIR`. argv starts after the subcommand. Return the process exit code (sysexits).
 #pragma once
 
+#include <chrono>
+#include <string>
+
+#include "worker/common/events.h"
+#include "worker/train/spec.h"
+#include "worker/train/trainer.h"
+
 namespace fp8::train {
-int TrainMain(int argc, char** argv);
+
+// The CUDA backend (worker/train/cuda, built only with FP8D_CUDA), handed in by main.cc so that
+// fp8_train itself never links CUDA. Null members: not built.
+struct CudaBackend {
+  bool (*available)() = nullptr;
+  TrainResult (*run)(const TrainSpec& spec, const TrainOptions& options, int rank, int world_size,
+                     const std::string& rendezvous_dir, std::chrono::milliseconds timeout,
+                     worker::EventWriter& events) = nullptr;
+};
+
+// backend auto: CUDA when built and a device is visible, else CPU; cuda: CUDA or an error.
+int TrainMain(int argc, char** argv, const CudaBackend& cuda = {});
 int PrepareDataMain(int argc, char** argv);
 }  // namespace fp8::train
