@@ -30,10 +30,21 @@ void JobManagerImpl::Schedule() {
     }
   }
   if (input.queue.empty()) return;
+  bool any_free = false;
   for (const agent::Slot& s : agent_->Slots()) {
     int& h = held[{s.node, s.gpu}];
     input.slots.push_back(ClusterSlot{SlotRef{s.node, s.gpu}, h == 0});
+    any_free = any_free || h == 0;
     if (h > 0) --h;
+  }
+  // With every slot held nothing can be placed: plan only the jobs that can never fit, so they
+  // fail at once, and skip sorting a deep queue on every create batch.
+  if (!any_free) {
+    const size_t total = input.slots.size();
+    std::erase_if(input.queue, [total](const QueuedJob& q) {
+      return q.ranks >= 0 && static_cast<size_t>(q.ranks) <= total;
+    });
+    if (input.queue.empty()) return;
   }
 
   Plan plan = PlanSchedule(input);

@@ -121,9 +121,14 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
 
   if (type == "done") {
     if (!rank.final_pin) rank.final_pin = before;
-    rank.done = true;
     auto it = ev.event.find("result");
     if (it != ev.event.end()) rank.result = *it;
+    // A worker stopped by SIGTERM checkpoints and reports `done` with interrupted=true, then
+    // exits 75: its work is not finished, so that `done` must not count (it matters for
+    // re-adopted workers, whose exit status is unknowable and whose events are the verdict).
+    const bool interrupted = it != ev.event.end() && it->is_object() &&
+                             it->value("interrupted", false) == true;
+    rank.done = !interrupted;
     return;  // success is decided when the rank exits 0 (design §2 (3))
   }
 

@@ -162,6 +162,18 @@ TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
   EXPECT_DOUBLE_EQ(Get(name)->result().fields().at("final_loss").number_value(), 0.5);
 }
 
+TEST_F(ManagerTest, AdoptedWorkerInterruptedBySigtermIsNotASuccess) {
+  StartManager();
+  const std::string name = CreateRunning(TrainJob());
+  RestartManager();
+  // SIGTERM reached the worker while no daemon watched: it checkpointed, reported an
+  // interrupted `done` and exited 75, which an adopted exit cannot show. The events decide.
+  Emit(name, 1, 0, {{"type", "done"}, {"result", {{"interrupted", true}}}});
+  Exit(name, 1, 0, -1, 0, /*adopted=*/true);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
+  EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::WORKER_CRASH);
+}
+
 TEST_F(ManagerTest, ProgressIsWrittenInBatchesAndSurvivesACrash) {
   StartManager();
   const std::string name = CreateRunning(TrainJob());

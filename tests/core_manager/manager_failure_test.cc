@@ -167,6 +167,13 @@ TEST_F(ManagerTest, RankThatNeverStartsIsHungAfterProgressTimeout) {
   const std::string name = created->name();
   ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
   ASSERT_TRUE(WaitState(name, fp8d::v1::STARTING));
+  // The launch completes on the launcher thread and is posted back: the timeout counts from
+  // then, so wait until the manager has recorded the pid before moving the clock.
+  ASSERT_TRUE(RunUntil([&] {
+    auto job = Get(name, /*full=*/true);
+    return job.ok() && job->attempts_size() == 1 && job->attempts(0).ranks_size() == 1 &&
+           job->attempts(0).ranks(0).pid() != 0;
+  }));
   clock_.Advance(20'000);
   RunFor(30);
   EXPECT_EQ(StateOf(name), fp8d::v1::STARTING);

@@ -221,6 +221,17 @@ std::string ManagerTest::CreateRunning(Job job) {
   const int attempt = agent_->Launch(agent_->LaunchCount() - 1).attempt;
   for (int r = 0; r < ranks; ++r) Emit(name, attempt, r, {{"type", "started"}, {"rank", r}});
   EXPECT_TRUE(WaitState(name, fp8d::v1::RUNNING));
+  // The launch result comes back from the launcher thread; timeouts count from it, so tests
+  // that move the clock must not start before the manager has recorded the pids.
+  EXPECT_TRUE(RunUntil([&] {
+    auto job = Get(name, /*full=*/true);
+    if (!job.ok() || job->attempts_size() == 0) return false;
+    const auto& a = job->attempts(job->attempts_size() - 1);
+    for (const auto& r : a.ranks()) {
+      if (r.pid() == 0) return false;
+    }
+    return a.ranks_size() == ranks;
+  }));
   return name;
 }
 
