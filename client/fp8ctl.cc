@@ -70,6 +70,7 @@ int Watch(JobClient& client, const std::string& name, OutputFormat format) {
   int64_t version = 0;
   Job last;
   bool have_last = false;
+  std::string last_plain_line;
   int failures = 0;
   while (true) {
     fp8::Status st = client.WatchJob(name, version, [&](const Job& job) {
@@ -84,7 +85,11 @@ int Watch(JobClient& client, const std::string& name, OutputFormat format) {
       } else if (tty) {
         std::cout << "\r\033[K" << fp8d::client::ProgressLine(job, 30) << std::flush;
       } else {
-        std::cout << fp8d::client::ProgressLine(job, 0) << "\n" << std::flush;
+        // Plain lines for logs and pipes: a new version that only moved the checkpoint or a
+        // metric reads the same, so print a line only when it says something new.
+        std::string line = fp8d::client::ProgressLine(job, 0);
+        if (line != last_plain_line) std::cout << line << "\n" << std::flush;
+        last_plain_line = std::move(line);
       }
       return true;
     });

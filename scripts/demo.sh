@@ -16,6 +16,8 @@ WORKER="$BUILD_DIR/bin/fp8-worker"
 RUN_DIR="$ROOT/demo-run"
 ADDR=${FP8D_ADDR:-127.0.0.1:50151}
 export FP8D_ADDR=$ADDR
+# Each run starts clean: a fresh daemon data dir, fresh shards, no checkpoints of an earlier run.
+rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
 # Byte-level token shards from the corpus shipped in data/ (vocab 256).
