@@ -20,16 +20,16 @@ void JobManagerImpl::Schedule() {
   // Slots held by runs that still have workers (or are about to start them). CPU slots of a
   // node are interchangeable ({node, -1}), so holdings are counted, not matched one to one.
   std::map<std::pair<std::string, int>, int> held;
-  ScheduleInput input;
+  bool any_queued = false;
   for (const auto& [name, e] : jobs_) {
     if (e->run != nullptr && !e->run->AllExited()) {
       for (const RankRun& r : e->run->ranks) ++held[{r.slot.node, r.slot.gpu}];
     } else if (e->job.state() == fp8d::v1::QUEUED) {
-      input.queue.push_back(
-          QueuedJob{name, e->job.priority(), e->create_seq, e->job.resources().ranks()});
+      any_queued = true;
     }
   }
-  if (input.queue.empty()) return;
+  if (!any_queued) return;
+  ScheduleInput input;
   bool any_free = false;
   for (const agent::Slot& s : agent_->Slots()) {
     int& h = held[{s.node, s.gpu}];
@@ -38,14 +38,15 @@ void JobManagerImpl::Schedule() {
     if (h > 0) --h;
   }
   // With every slot held nothing can be placed: plan only the jobs that can never fit, so they
-  // fail at once, and skip sorting a deep queue on every create batch.
-  if (!any_free) {
-    const size_t total = input.slots.size();
-    std::erase_if(input.queue, [total](const QueuedJob& q) {
-      return q.ranks >= 0 && static_cast<size_t>(q.ranks) <= total;
-    });
-    if (input.queue.empty()) return;
+  // fail at once, instead of copying and sorting a deep queue on every create batch.
+  const size_t total_slots = input.slots.size();
+  for (const auto& [name, e] : jobs_) {
+    if (e->job.state() != fp8d::v1::QUEUED || (e->run != nullptr && !e->run->AllExited())) continue;
+    const int32_t ranks = e->job.resources().ranks();
+    if (!any_free && ranks >= 0 && static_cast<size_t>(ranks) <= total_slots) continue;
+    input.queue.push_back(QueuedJob{name, e->job.priority(), e->create_seq, ranks});
   }
+  if (input.queue.empty()) return;
 
   Plan plan = PlanSchedule(input);
   for (const Unschedulable& u : plan.unschedulable) {
