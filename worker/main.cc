@@ -5,10 +5,8 @@
 #include <string>
 
 #include "worker/common/events.h"
-#include "worker/train/train_main.h"
-#ifdef FP8_HAVE_CALIBRATE
 #include "worker/calibrate/calibrate_main.h"
-#endif
+#include "worker/train/train_main.h"
 #ifdef FP8_HAVE_CUDA_TRAINER
 #include "worker/train/cuda/cuda_trainer.h"
 #endif
@@ -37,10 +35,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
                "       fp8-worker prepare-data --text FILE --out DIR\n"
-#ifdef FP8_HAVE_CALIBRATE
-               "       fp8-worker calibrate --spec SPEC\n"
-#endif
-  );
+               "       fp8-worker calibrate --spec SPEC\n");
 }
 }  // namespace
 
@@ -52,9 +47,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
   if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
-#ifdef FP8_HAVE_CALIBRATE
   if (cmd == "calibrate") return fp8::calibrate::CalibrateMain(argc - 2, argv + 2);
-#endif
   if (cmd == "-h" || cmd == "--help") {
     Usage();
     return 0;
