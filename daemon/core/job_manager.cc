@@ -91,6 +91,10 @@ void JobManagerImpl::AddToCache(const Job& job) {
   entry->delivered = job;
   entry->create_seq = next_create_seq_++;
   entry->row_saved_ms = NowMs();
+  if (job.state() == fp8d::v1::QUEUED) {
+    queued_.insert(job.name());
+    newly_queued_.push_back(job.name());
+  }
   jobs_.emplace(job.name(), std::move(entry));
 }
 

@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <random>
@@ -203,6 +204,12 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   bool shutting_down_ = false;
 
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  // Indexes over jobs_, so timers and scheduling rounds cost what is active, not what is cached
+  // (a deep queue holds 100,000 QUEUED jobs that need nothing from Tick):
+  std::set<std::string> with_run_;         // jobs that have (had) an attempt: e->run != nullptr
+  std::set<std::string> queued_;           // jobs in QUEUED
+  std::vector<std::string> newly_queued_;  // entered QUEUED since the last scheduling round
+  std::set<std::string> dirty_rows_;       // PublishChange'd since their row was last written
   int64_t next_create_seq_ = 1;
   WatchHub watchers_;
 

@@ -113,6 +113,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
       }
     }
     e.run = std::move(run);
+    with_run_.insert(e.job.name());
     adoptions.push_back(std::move(adoption));
   }
 

@@ -17,18 +17,18 @@ namespace fp8d::core {
 void JobManagerImpl::Schedule() {
   if (!started_ || shutting_down_) return;
 
+  std::vector<std::string> fresh;
+  fresh.swap(newly_queued_);
+  if (queued_.empty()) return;
+
   // Slots held by runs that still have workers (or are about to start them). CPU slots of a
   // node are interchangeable ({node, -1}), so holdings are counted, not matched one to one.
   std::map<std::pair<std::string, int>, int> held;
-  bool any_queued = false;
-  for (const auto& [name, e] : jobs_) {
-    if (e->run != nullptr && !e->run->AllExited()) {
-      for (const RankRun& r : e->run->ranks) ++held[{r.slot.node, r.slot.gpu}];
-    } else if (e->job.state() == fp8d::v1::QUEUED) {
-      any_queued = true;
-    }
+  for (const std::string& name : with_run_) {
+    const JobEntry* e = Find(name);
+    if (e == nullptr || e->run == nullptr || e->run->AllExited()) continue;
+    for (const RankRun& r : e->run->ranks) ++held[{r.slot.node, r.slot.gpu}];
   }
-  if (!any_queued) return;
   ScheduleInput input;
   bool any_free = false;
   for (const agent::Slot& s : agent_->Slots()) {
@@ -37,14 +37,32 @@ void JobManagerImpl::Schedule() {
     any_free = any_free || h == 0;
     if (h > 0) --h;
   }
-  // With every slot held nothing can be placed: plan only the jobs that can never fit, so they
-  // fail at once, instead of copying and sorting a deep queue on every create batch.
-  const size_t total_slots = input.slots.size();
-  for (const auto& [name, e] : jobs_) {
-    if (e->job.state() != fp8d::v1::QUEUED || (e->run != nullptr && !e->run->AllExited())) continue;
-    const int32_t ranks = e->job.resources().ranks();
-    if (!any_free && ranks >= 0 && static_cast<size_t>(ranks) <= total_slots) continue;
-    input.queue.push_back(QueuedJob{name, e->job.priority(), e->create_seq, ranks});
+  // A QUEUED job whose previous attempt still has workers waits for them to exit.
+  auto schedulable = [this](const std::string& name) -> const JobEntry* {
+    const JobEntry* e = Find(name);
+    if (e == nullptr || e->job.state() != fp8d::v1::QUEUED) return nullptr;
+    if (e->run != nullptr && !e->run->AllExited()) return nullptr;
+    return e;
+  };
+  if (any_free) {
+    for (const std::string& name : queued_) {
+      if (const JobEntry* e = schedulable(name)) {
+        input.queue.push_back(
+            QueuedJob{name, e->job.priority(), e->create_seq, e->job.resources().ranks()});
+      }
+    }
+  } else {
+    // Every slot is held, so nothing can be placed: plan only the jobs queued since the last
+    // round that can never fit, so they fail at once. A deep queue costs nothing per create.
+    const size_t total_slots = input.slots.size();
+    for (const std::string& name : fresh) {
+      const JobEntry* e = schedulable(name);
+      if (e == nullptr) continue;
+      const int32_t ranks = e->job.resources().ranks();
+      if (ranks < 0 || static_cast<size_t>(ranks) > total_slots) {
+        input.queue.push_back(QueuedJob{name, e->job.priority(), e->create_seq, ranks});
+      }
+    }
   }
   if (input.queue.empty()) return;
 
@@ -113,6 +131,7 @@ void JobManagerImpl::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& s
   store::AttemptRecord record = run->record;
   const std::string resumed = a.resumed_from();
   e.run = std::move(run);
+  with_run_.insert(e.job.name());
   Transition(
       e, fp8d::v1::STARTING,
       "attempt " + std::to_string(number) + " placed on " + where +

@@ -321,9 +321,9 @@ void JobManagerImpl::ArmTick() {
 void JobManagerImpl::Tick() {
   if (shutting_down_) return;
   const int64_t now = NowMs();
-  std::vector<std::string> names;
-  names.reserve(jobs_.size());
-  for (const auto& [name, e] : jobs_) names.push_back(name);
+  // Only jobs with an attempt have timers (RETRY_WAIT included): a deep queue of QUEUED jobs
+  // must not cost every tick. Copied because handling a job may evict it.
+  const std::vector<std::string> names(with_run_.begin(), with_run_.end());
   for (const std::string& name : names) {
     JobEntry* e = Find(name);
     if (e == nullptr) continue;
@@ -391,12 +391,20 @@ void JobManagerImpl::CheckAttempt(JobEntry& e, int64_t now) {
 
 void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
   std::vector<Job> rows;
-  for (auto& [name, e] : jobs_) {
-    if (!e->row_dirty) continue;
-    if (!all && now - e->row_saved_ms < options_.progress_flush_ms) continue;
+  for (auto it = dirty_rows_.begin(); it != dirty_rows_.end();) {
+    JobEntry* e = Find(*it);
+    if (e == nullptr || !e->row_dirty) {  // evicted, or a transition's write carried it
+      it = dirty_rows_.erase(it);
+      continue;
+    }
+    if (!all && now - e->row_saved_ms < options_.progress_flush_ms) {
+      ++it;
+      continue;
+    }
     rows.push_back(e->job);
     e->row_dirty = false;
     e->row_saved_ms = now;
+    it = dirty_rows_.erase(it);
   }
   if (rows.empty()) return;
   OnStore<Status>([rows = std::move(rows)](store::JobStore& s) { return s.UpdateJobs(rows); },

@@ -22,6 +22,11 @@ void JobManagerImpl::Transition(JobEntry& e, JobState to, const std::string& mes
   }
   const int64_t now = NowMs();
   e.job.set_state(to);
+  if (from == fp8d::v1::QUEUED) queued_.erase(e.job.name());
+  if (to == fp8d::v1::QUEUED) {
+    queued_.insert(e.job.name());
+    newly_queued_.push_back(e.job.name());
+  }
   e.job.set_version(e.job.version() + 1);
   *e.job.mutable_update_time() = TimestampFromMs(now);
   if (to == fp8d::v1::STARTING && !e.job.has_start_time())
@@ -72,6 +77,7 @@ void JobManagerImpl::PublishChange(JobEntry& e) {
   e.job.set_version(e.job.version() + 1);
   *e.job.mutable_update_time() = TimestampFromMs(NowMs());
   e.row_dirty = true;
+  dirty_rows_.insert(e.job.name());
   e.outbox.push_back(JobEntry::Outgoing{e.job, true});
   FlushOutbox(e);
 }
@@ -91,6 +97,9 @@ void JobManagerImpl::MaybeEvict(const std::string& name) {
   if (e->pending_writes > 0 || !e->outbox.empty()) return;
   if (e->run != nullptr && !e->run->AllExited()) return;  // still holds its slots
   // Every write for it was queued before now, so the store answers for it from here on.
+  with_run_.erase(name);
+  queued_.erase(name);
+  dirty_rows_.erase(name);
   jobs_.erase(name);
 }
 
