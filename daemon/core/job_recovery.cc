@@ -27,8 +27,12 @@ void JobManagerImpl::Start(std::function<void(Status)> done) {
         std::vector<Recovered> out;
         for (auto& job : jobs) {
           Recovered r;
-          FP8_ASSIGN_OR_RETURN(r.attempts, s.ListAttempts(job.name()));
-          FP8_ASSIGN_OR_RETURN(r.checkpoints, s.ListCheckpoints(job.name()));
+          // A job that never started has no attempts and no checkpoints: skip two queries
+          // per job, which with a deep queue are most of the time to SERVING.
+          if (job.attempt() > 0) {
+            FP8_ASSIGN_OR_RETURN(r.attempts, s.ListAttempts(job.name()));
+            FP8_ASSIGN_OR_RETURN(r.checkpoints, s.ListCheckpoints(job.name()));
+          }
           r.job = std::move(job);
           out.push_back(std::move(r));
         }
