@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/integration/daemon_process.h"
+#include "tests/integration/daemon_test.h"
 
 namespace fp8d::itest {
 namespace {
@@ -19,25 +19,15 @@ namespace {
 using fp8d::v1::Job;
 using fp8d::v1::JobState;
 
-class ApiTest : public ::testing::Test {
+// The test worker takes 20 ms a step unless a test says otherwise.
+class ApiTest : public DaemonTest {
  protected:
   void StartDaemon(DaemonOptions options = {}) {
     if (options.env.find("FP8_TEST_STEP_MS") == options.env.end()) {
       options.env["FP8_TEST_STEP_MS"] = "20";
     }
-    daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
-    fp8::Status st = daemon_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    DaemonTest::StartDaemon(std::move(options));
   }
-  void TearDown() override {
-    if (HasFailure() && daemon_ != nullptr) std::cerr << "---- fp8d log ----\n" << daemon_->Log();
-    daemon_.reset();
-  }
-  fp8d::client::JobClient& client() { return daemon_->client(); }
-  std::string Out(const std::string& name) { return tmp_.path() + "/out/" + name; }
-
-  TempDir tmp_;
-  std::unique_ptr<Daemon> daemon_;
 };
 
 TEST_F(ApiTest, HealthIsServingAfterStart) {

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/store/job_store.h"
-#include "tests/integration/daemon_process.h"
+#include "tests/integration/daemon_test.h"
 
 namespace fp8d::itest {
 namespace {
@@ -18,23 +18,7 @@ namespace {
 using fp8d::v1::Job;
 using google::protobuf::util::TimeUtil;
 
-class FaultsTest : public ::testing::Test {
- protected:
-  void StartDaemon(DaemonOptions options) {
-    daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
-    fp8::Status st = daemon_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-  }
-  void TearDown() override {
-    if (HasFailure() && daemon_ != nullptr) std::cerr << "---- fp8d log ----\n" << daemon_->Log();
-    daemon_.reset();
-  }
-  fp8d::client::JobClient& client() { return daemon_->client(); }
-  std::string Out(const std::string& name) { return tmp_.path() + "/out/" + name; }
-
-  TempDir tmp_;
-  std::unique_ptr<Daemon> daemon_;
-};
+class FaultsTest : public DaemonTest {};
 
 int64_t Millis(const google::protobuf::Timestamp& t) { return TimeUtil::TimestampToMilliseconds(t); }
 
