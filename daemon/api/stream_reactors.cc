@@ -228,25 +228,6 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
   std::optional<grpc::Status> end_;
 };
 
-class WatchReactor final : public grpc::ServerWriteReactor<WatchJobResponse> {
- public:
-  WatchReactor(boost::asio::io_context& io, core::JobManager* manager,
-               std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
-               size_t queue_limit)
-      : session_(std::make_shared<WatchSession>(io, manager, std::move(writers), std::move(request),
-                                                queue_limit, this)) {
-    session_->Begin();
-  }
-  void OnWriteDone(bool ok) override { session_->OnWriteDone(ok); }
-  void OnCancel() override { session_->OnCancel(); }
-  void OnDone() override {
-    session_->OnDone();
-    delete this;
-  }
-
- private:
-  std::shared_ptr<WatchSession> session_;
-};
 
 // --------------------------------------------------------------------------------- GetJobLogs
 
@@ -396,13 +377,14 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
   bool terminal_seen_ = false;
 };
 
-class LogReactor final : public grpc::ServerWriteReactor<LogChunk> {
+// The gRPC side of a stream: forwards the callbacks to its session, which owns the stream's
+// state and may outlive the reactor (work posted to io or a pool holds it by shared_ptr).
+template <typename Response, typename Session>
+class SessionReactor final : public grpc::ServerWriteReactor<Response> {
  public:
-  LogReactor(boost::asio::io_context& io, core::JobManager* manager,
-             std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
-             LogStreamOptions options)
-      : session_(std::make_shared<LogSession>(io, manager, std::move(readers), std::move(request),
-                                              options, this)) {
+  template <typename... Args>
+  explicit SessionReactor(Args&&... args)
+      : session_(std::make_shared<Session>(std::forward<Args>(args)..., this)) {
     session_->Begin();
   }
   void OnWriteDone(bool ok) override { session_->OnWriteDone(ok); }
@@ -413,7 +395,7 @@ class LogReactor final : public grpc::ServerWriteReactor<LogChunk> {
   }
 
  private:
-  std::shared_ptr<LogSession> session_;
+  std::shared_ptr<Session> session_;
 };
 
 }  // namespace
@@ -422,14 +404,16 @@ grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* NewWatchReactor(
     boost::asio::io_context& io, core::JobManager* manager,
     std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
     size_t queue_limit) {
-  return new WatchReactor(io, manager, std::move(writers), std::move(request), queue_limit);
+  return new SessionReactor<fp8d::v1::WatchJobResponse, WatchSession>(
+      io, manager, std::move(writers), std::move(request), queue_limit);
 }
 
 grpc::ServerWriteReactor<fp8d::v1::LogChunk>* NewLogReactor(
     boost::asio::io_context& io, core::JobManager* manager,
     std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
     LogStreamOptions options) {
-  return new LogReactor(io, manager, std::move(readers), std::move(request), options);
+  return new SessionReactor<fp8d::v1::LogChunk, LogSession>(io, manager, std::move(readers),
+                                                          std::move(request), options);
 }
 
 }  // namespace fp8d::api
