@@ -140,6 +140,15 @@ __device__ __forceinline__ ScaleDivisor MakeScaleDivisor(float s) {
   return d;
 }
 
+// x / s by one multiply with the refined reciprocal and one FMA residual step; exact (equal to
+// __fdiv_rn) inside the range MakeScaleDivisor computes. copysign: ±0 / s must keep the sign of
+// the zero (the residual step would give +0).
+__device__ __forceinline__ float FastQuotient(float x, const ScaleDivisor& d) {
+  const float q0 = __fmul_rn(x, d.y);
+  const float r = __fmaf_rn(q0, -d.s, x);
+  return copysignf(__fmaf_rn(d.y, r, q0), x);
+}
+
 template <int kN>
 __device__ __forceinline__ void DivideByScale(const float (&x)[kN], const ScaleDivisor& d,
                                               float (&q)[kN]) {
@@ -152,12 +161,7 @@ __device__ __forceinline__ void DivideByScale(const float (&x)[kN], const ScaleD
   }
   if (d.fast && mn >= d.lo_minus_1 && mx <= d.hi) {
 #pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const float q0 = __fmul_rn(x[i], d.y);
-      const float r = __fmaf_rn(q0, -d.s, x[i]);
-      // copysign: ±0 / s must keep the sign of the zero (the residual step would give +0).
-      q[i] = copysignf(__fmaf_rn(d.y, r, q0), x[i]);
-    }
+    for (int i = 0; i < kN; ++i) q[i] = FastQuotient(x[i], d);
   } else {
 #pragma unroll
     for (int i = 0; i < kN; ++i) q[i] = __fdiv_rn(x[i], d.s);
@@ -177,11 +181,7 @@ __device__ __forceinline__ void DivideForFp8Cast(const float (&x)[kN], const Sca
                                                  bool all_below_hi, float (&q)[kN]) {
   if (d.fast && all_below_hi) {
 #pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const float q0 = __fmul_rn(x[i], d.y);
-      const float r = __fmaf_rn(q0, -d.s, x[i]);
-      q[i] = copysignf(__fmaf_rn(d.y, r, q0), x[i]);
-    }
+    for (int i = 0; i < kN; ++i) q[i] = FastQuotient(x[i], d);
   } else {
 #pragma unroll
     for (int i = 0; i < kN; ++i) q[i] = __fdiv_rn(x[i], d.s);
