@@ -1,5 +1,6 @@
 // bench_kernels_cuda: bandwidth of the sm_90 quantization kernels next to a device-to-device
-// copy measured in the same run, and TFLOPS of the cuBLASLt FP8 blockwise and BF16 GEMMs.
+// copy measured in the same run, and TFLOPS of the FP8 blockwise GEMMs (cuBLASLt and the own
+// wgmma kernel, with their ratio and calc_diff) next to the cuBLASLt BF16 GEMM.
 // Timing: CUDA events around each repetition after a warm-up, median of the repetitions; GEMM
 // operands rotate over enough copies that the working set exceeds the L2 cache several times.
 // Prints markdown tables (docs/performance.md, "CUDA kernels (H200)").
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +17,7 @@
 
 #include "kernels/cuda/sm90_cuda_check.h"
 #include "kernels/cuda/sm90_fp8_dequantize.h"
+#include "kernels/cuda/sm90_fp8_gemm_blockwise.h"
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
 #include "kernels/cuda/sm90_fp8_quantize.cuh"
 #include "kernels/cuda/sm90_fp8_quantize.h"
@@ -187,6 +190,27 @@ void BenchMemoryBound() {
   for (void* p : std::initializer_list<void*>{copy_dst, deq, q, qt, s, st, sw, tensor_scale, amax}) cudaFree(p);
 }
 
+// DeepSeek's calc_diff between two bf16 device outputs (1 - 2Σxy / Σ(x² + y²)).
+double CalcDiffBf16(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n) {
+  std::vector<uint16_t> hx(n), hy(n);
+  FP8_CUDA_CHECK(cudaDeviceSynchronize());
+  FP8_CUDA_CHECK(cudaMemcpy(hx.data(), x, n * 2, cudaMemcpyDeviceToHost));
+  FP8_CUDA_CHECK(cudaMemcpy(hy.data(), y, n * 2, cudaMemcpyDeviceToHost));
+  auto to_float = [](uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;  // bf16 = the top half of a float
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return static_cast<double>(f);
+  };
+  double xy = 0, xx_yy = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = to_float(hx[i]), b = to_float(hy[i]);
+    xy += a * b;
+    xx_yy += a * a + b * b;
+  }
+  return xx_yy == 0 ? 0.0 : 1.0 - 2.0 * xy / xx_yy;
+}
+
 void BenchGemms() {
   auto ctx_or = Sm90CublasLtContext::Create();
   FP8_CHECK_OK(ctx_or.status());
@@ -196,14 +220,21 @@ void BenchGemms() {
   const double l2 = prop.l2CacheSize;
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{7168, 16384}, {4096, 7168}, {7168, 2048}, {24576, 1536}};
-  std::printf("\n### GEMMs, C[M,N] = A[M,K] * B[N,K]^T, BF16 output (cuBLASLt)\n\n");
-  std::printf("| M | N | K | FP8 blockwise 1x128/128x128 TFLOPS | BF16 TFLOPS | FP8 / BF16 |\n|---:|---:|---:|---:|---:|---:|\n");
+  struct Row {
+    int64_t m, n, k;
+    std::string cublas, own, bf16, ratio_cublas, ratio_bf16, diff;
+    std::string variants[3];
+  };
+  std::vector<Row> rows;
+  const Sm90BlockwiseGemmTile variants[3] = {Sm90BlockwiseGemmTile::kN128,
+                                             Sm90BlockwiseGemmTile::kN128SingleAccumulator,
+                                             Sm90BlockwiseGemmTile::kN64};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
       const double set_bytes = double(m * k + n * k) * 2 + double(m * n) * 2;
       const int sets = static_cast<int>(std::clamp(3.0 * l2 / set_bytes + 1.0, 1.0, 8.0));
-      std::vector<__nv_bfloat16*> a(sets), b(sets), c(sets);
+      std::vector<__nv_bfloat16*> a(sets), b(sets), c(sets), d(sets);
       std::vector<uint8_t*> qa(sets), qb(sets);
       std::vector<float*> sa(sets), sb(sets);
       const int64_t ld = Sm90BlockScaleLd(k);
@@ -211,6 +242,7 @@ void BenchGemms() {
         a[s] = Alloc<__nv_bfloat16>(m * k);
         b[s] = Alloc<__nv_bfloat16>(n * k);
         c[s] = Alloc<__nv_bfloat16>(m * n);
+        d[s] = Alloc<__nv_bfloat16>(m * n);
         qa[s] = Alloc<uint8_t>(m * k);
         qb[s] = Alloc<uint8_t>(n * k);
         sa[s] = Alloc<float>(m * (k / 128));
@@ -228,6 +260,12 @@ void BenchGemms() {
         return Sm90GemmFp8BlockwiseCublasLt(ctx, qa[s], Fp8Format::kE4M3, sa[s], qb[s], Fp8Format::kE4M3,
                                             sb[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr);
       };
+      auto own = [&](Sm90BlockwiseGemmTile tile) {
+        return [&, tile](int i) {
+          const int s = i % sets;
+          return Sm90GemmFp8Blockwise(qa[s], sa[s], qb[s], sb[s], m, n, k, d[s], nullptr, tile);
+        };
+      };
       auto bf16 = [&](int i) {
         const int s = i % sets;
         return Sm90GemmBf16CublasLt(ctx, a[s], b[s], m, n, k, c[s], Sm90GemmOut::kBf16, nullptr);
@@ -239,23 +277,63 @@ void BenchGemms() {
         const double ms = MedianMs([&](int i) { FP8_CHECK_OK(fn(i)); }, 5, 30);
         return {flops / (ms * 1e-3) / 1e12, ""};
       };
-      const auto [fp8_tf, fp8_err] = measure(fp8);
-      const auto [bf16_tf, bf16_err] = measure(bf16);
       auto cell = [](double tf, const std::string& err) {
         char buf[64];
         std::snprintf(buf, sizeof(buf), "%.0f", tf);
         return err.empty() ? std::string(buf) : "error: " + err.substr(0, 120);
       };
-      std::printf("| %lld | %lld | %lld | %s | %s | %s |\n", static_cast<long long>(m),
-                  static_cast<long long>(n), static_cast<long long>(k), cell(fp8_tf, fp8_err).c_str(),
-                  cell(bf16_tf, bf16_err).c_str(),
-                  fp8_err.empty() && bf16_err.empty() ? std::to_string(fp8_tf / bf16_tf).substr(0, 4).c_str() : "-");
+      auto ratio = [](double x, double y) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.2f", y > 0 ? x / y : 0.0);
+        return std::string(buf);
+      };
+      Row row{m, n, k};
+      const auto [fp8_tf, fp8_err] = measure(fp8);
+      const auto [own_tf, own_err] = measure(own(Sm90BlockwiseGemmTile::kAuto));
+      const auto [bf16_tf, bf16_err] = measure(bf16);
+      row.cublas = cell(fp8_tf, fp8_err);
+      row.own = cell(own_tf, own_err);
+      row.bf16 = cell(bf16_tf, bf16_err);
+      row.ratio_cublas = ratio(own_tf, fp8_tf);
+      row.ratio_bf16 = ratio(own_tf, bf16_tf);
+      // Same operands (set 0) through both FP8 paths: the outputs must agree.
+      if (fp8_err.empty() && own_err.empty()) {
+        FP8_CHECK_OK(fp8(0));
+        FP8_CHECK_OK(own(Sm90BlockwiseGemmTile::kAuto)(0));
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.1e", CalcDiffBf16(c[0], d[0], m * n));
+        row.diff = buf;
+      }
+      for (int v = 0; v < 3; ++v) {
+        const auto [tf, err] = measure(own(variants[v]));
+        row.variants[v] = cell(tf, err);
+      }
+      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s\n",
+                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                  row.cublas.c_str(), row.own.c_str(), row.ratio_cublas.c_str(), row.bf16.c_str(), row.diff.c_str(),
+                  row.variants[0].c_str(), row.variants[1].c_str(), row.variants[2].c_str());
       std::fflush(stdout);
+      rows.push_back(row);
       for (int s = 0; s < sets; ++s) {
-        for (void* p : std::initializer_list<void*>{a[s], b[s], c[s], qa[s], qb[s], sa[s], sb[s]}) cudaFree(p);
+        for (void* p : std::initializer_list<void*>{a[s], b[s], c[s], d[s], qa[s], qb[s], sa[s], sb[s]}) cudaFree(p);
       }
     }
   }
+  std::printf("\n### GEMMs, C[M,N] = A[M,K] * B[N,K]^T, BF16 output, TFLOPS\n\n");
+  std::printf("| M | N | K | FP8 blockwise cuBLASLt | FP8 blockwise own (auto tile) | own / cuBLASLt | BF16 cuBLASLt | own / BF16 | calc_diff own vs cuBLASLt |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    std::printf("| %lld | %lld | %lld | %s | **%s** | %s | %s | %s | %s |\n", static_cast<long long>(r.m),
+                static_cast<long long>(r.n), static_cast<long long>(r.k), r.cublas.c_str(), r.own.c_str(),
+                r.ratio_cublas.c_str(), r.bf16.c_str(), r.ratio_bf16.c_str(), r.diff.c_str());
+  }
+  std::printf("\n### Own blockwise GEMM, block tile variants, TFLOPS\n\n");
+  std::printf("| M | N | K | 128x128, 2 partial accumulators | 128x128, 1 partial accumulator | 128x64 |\n|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    std::printf("| %lld | %lld | %lld | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
+                static_cast<long long>(r.k), r.variants[0].c_str(), r.variants[1].c_str(), r.variants[2].c_str());
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace

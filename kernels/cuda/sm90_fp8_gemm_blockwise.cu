@@ -1,0 +1,132 @@
+// Host side of Sm90GemmFp8Blockwise: shape and alignment checks, the TMA tensor maps, the
+// choice of block tile, and the persistent launch. Design notes in sm90_fp8_gemm_blockwise.cuh.
+#include "kernels/cuda/sm90_fp8_gemm_blockwise.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_fp8_gemm_blockwise.cuh"
+#include "kernels/cuda/sm90_fp8_quantize.h"
+
+namespace fp8::kernels::cuda {
+namespace {
+
+using blockwise_gemm::Config;
+using blockwise_gemm::KernelArgs;
+
+// The driver's tensor-map encoder, fetched through the runtime so that nothing links libcuda
+// (CI builds without a driver).
+StatusOr<PFN_cuTensorMapEncodeTiled_v12000> TensorMapEncoder() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  if (fn == nullptr) {
+    return InternalError(std::string("cuTensorMapEncodeTiled not available from the driver: ") +
+                         cudaGetErrorString(err));
+  }
+  return fn;
+}
+
+// Row-major [rows, cols] matrix, 2-D box [box_rows, box_cols], 128-byte swizzle.
+StatusOr<CUtensorMap> MakeTensorMap(const void* ptr, CUtensorMapDataType type, int elem_bytes,
+                                    int64_t rows, int64_t cols, uint32_t box_rows,
+                                    uint32_t box_cols, const char* what) {
+  FP8_ASSIGN_OR_RETURN(auto encode, TensorMapEncoder());
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * elem_bytes)};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return InternalError(std::string("cuTensorMapEncodeTiled failed for ") + what + " (CUresult " +
+                         std::to_string(static_cast<int>(r)) + ")");
+  }
+  return map;
+}
+
+template <class Cfg>
+Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
+              const float* b_scale_inv, int64_t m, int64_t n, int64_t k, __nv_bfloat16* d,
+              cudaStream_t stream) {
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a, MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, blockwise_gemm::kBlockM, blockwise_gemm::kBlockK, "A"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b, MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, blockwise_gemm::kBlockK, "B"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_d, MakeTensorMap(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, m, n, 64, 64, "D"));
+  KernelArgs args{};
+  args.a_scale = a_scale_inv;
+  args.b_scale = b_scale_inv;
+  args.m = static_cast<uint32_t>(m);
+  args.num_m_blocks = static_cast<uint32_t>((m + blockwise_gemm::kBlockM - 1) / blockwise_gemm::kBlockM);
+  args.num_n_blocks = static_cast<uint32_t>(n / Cfg::kBlockN);
+  args.num_k_blocks = static_cast<uint32_t>(k / blockwise_gemm::kBlockK);
+  args.b_scale_ld = static_cast<uint32_t>(Sm90BlockScaleLd(k));
+
+  int device = 0, sms = 0;
+  FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  FP8_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  auto* kernel = blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>;
+  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const int64_t tiles = int64_t{args.num_m_blocks} * args.num_n_blocks;
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
+  kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
+  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return OkStatus();
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// 32 KB stages for 128x128 tiles: 6 fit beside the 32 KB staging tile in 227 KB.
+using ConfigN128 = Config<128, 6, true>;
+using ConfigN128Single = Config<128, 6, false>;
+using ConfigN64 = Config<64, 8, true>;
+
+}  // namespace
+
+Status Sm90ValidateGemmFp8BlockwiseOwnShape(int64_t m, int64_t n, int64_t k) {
+  if (m < 1 || m > (int64_t{1} << 31) - 1)
+    return InvalidArgumentError("blockwise GEMM: m=" + std::to_string(m) + " must be in [1, 2^31)");
+  if (n < 128 || n % 128 != 0 || n > (int64_t{1} << 31) - 1)
+    return InvalidArgumentError("blockwise GEMM: n=" + std::to_string(n) + " must be a positive multiple of 128 (whole 128x128 weight blocks)");
+  if (k < 128 || k % 128 != 0 || k > (int64_t{1} << 31) - 1)
+    return InvalidArgumentError("blockwise GEMM: k=" + std::to_string(k) + " must be a positive multiple of 128 (whole scale blocks)");
+  return OkStatus();
+}
+
+Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
+                            const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
+                            __nv_bfloat16* d, cudaStream_t stream, Sm90BlockwiseGemmTile tile) {
+  FP8_RETURN_IF_ERROR(Sm90ValidateGemmFp8BlockwiseOwnShape(m, n, k));
+  if (a == nullptr || b == nullptr || d == nullptr || a_scale_inv == nullptr || b_scale_inv == nullptr)
+    return InvalidArgumentError("blockwise GEMM: a, b, d, a_scale_inv and b_scale_inv must be device pointers, got null");
+  if (!Aligned16(a) || !Aligned16(b) || !Aligned16(d))
+    return InvalidArgumentError("blockwise GEMM: a, b and d must be 16-byte aligned (TMA)");
+  if (tile == Sm90BlockwiseGemmTile::kAuto) {
+    // 128x128 tiles leave SMs idle when there are fewer of them than SMs (M = 128: N/128
+    // tiles); 128x64 doubles the CTAs. 132 = the H200's SM count, close enough for a choice.
+    const int64_t tiles = (m + 127) / 128 * (n / 128);
+    tile = tiles < 132 ? Sm90BlockwiseGemmTile::kN64 : Sm90BlockwiseGemmTile::kN128;
+  }
+  switch (tile) {
+    case Sm90BlockwiseGemmTile::kN128SingleAccumulator:
+      return Launch<ConfigN128Single>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+    case Sm90BlockwiseGemmTile::kN64:
+      return Launch<ConfigN64>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+    default:
+      return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+  }
+}
+
+}  // namespace fp8::kernels::cuda

@@ -1,0 +1,422 @@
+// Device side of Sm90GemmFp8Blockwise (sm90_fp8_gemm_blockwise.h): PTX wrappers for mbarriers,
+// TMA (cp.async.bulk.tensor), wgmma and setmaxnreg, and the warp-specialized persistent kernel.
+//
+// CTA = 3 warpgroups. Warpgroup 2 is the producer: one thread streams 128x128 A and
+// 128xBLOCK_N B tiles of each K block through a kStages-deep shared-memory ring with TMA,
+// completing on "full" mbarriers. Warpgroups 0 and 1 are consumers, 64 rows each: wgmma
+// m64nBLOCK_Nk32 (4 per K block) into an FP32 partial accumulator, then promotion
+// total += (scale_a[row] · scale_b) · partial in registers, then release of the stage on its
+// "empty" mbarrier. The epilogue converts to bf16 into a 128B-swizzled staging tile and stores
+// it with TMA while the producer already loads the next tile. Tiles are walked persistently
+// (grid = #SMs) in groups of kGroupM row blocks, so concurrent CTAs share A and B tiles in L2.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (types only: the encoder is fetched through the runtime)
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace fp8::kernels::cuda::blockwise_gemm {
+
+constexpr int kBlockM = 128;
+constexpr int kBlockK = 128;  // = one scale block of K, and one 128-byte swizzle row of FP8
+constexpr int kThreads = 384;
+constexpr int kConsumerWarps = 8;
+constexpr int kGroupM = 8;
+
+template <int kBlockN_, int kStages_, bool kDoubleAccumulator_>
+struct Config {
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kDoubleAccumulator = kDoubleAccumulator_;
+  static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
+  static constexpr int kStageABytes = kBlockM * kBlockK;
+  static constexpr int kStageBBytes = kBlockN * kBlockK;
+  static constexpr int kStageBytes = kStageABytes + kStageBBytes;
+  // Per consumer warpgroup: 64 rows x BLOCK_N bf16 as BLOCK_N/64 boxes of 64x64 (128 bytes a
+  // row, the widest box the 128B swizzle allows).
+  static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
+  static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kBlockN / 64);
+  static constexpr int kBarrierOffset = kStages * kStageBytes + 2 * kEpilogueWgBytes;
+  // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
+  static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");
+};
+
+// ---- PTX wrappers ----------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Spins until the phase with parity `parity` of the barrier has completed.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// 2-D tile global -> shared, completing `bytes` on the mbarrier (out-of-range elements are 0).
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                          int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// 2-D tile shared -> global (out-of-range rows/columns are not written).
+__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, uint32_t src, int32_t c0,
+                                           int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// The staging tile may be overwritten once the earlier stores have read it.
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+__device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Ordinary shared-memory stores become visible to the TMA (async proxy).
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void NamedBarrierSync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <uint32_t kRegs>
+__device__ __forceinline__ void SetMaxNRegInc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <uint32_t kRegs>
+__device__ __forceinline__ void SetMaxNRegDec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle layout that TMA
+// writes: 8-row atoms of 128 bytes, 1024 bytes apart (stride byte offset); the leading byte
+// offset is unused for swizzled K-major operands. Stepping K by 32 FP8 = +32 bytes = +2 in the
+// address field (the hardware applies the swizzle to the computed addresses).
+__device__ __forceinline__ uint64_t MakeSmemDescSw128(uint32_t smem_addr) {
+  uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
+  desc |= uint64_t{1024 >> 4} << 32;
+  desc |= uint64_t{1} << 62;
+  return desc;
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Tells the compiler the accumulator registers change here, so it neither reads them before a
+// wgmma.wait nor moves them across an in-flight wgmma (CUTLASS's warpgroup_fence_operand).
+template <int kN>
+__device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 128] (+)= A[64 x 32] · B[128 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
+__device__ __forceinline__ void WgmmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// D[64 x 64] (+)= A[64 x 32] · B[64 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
+__device__ __forceinline__ void WgmmaM64N64K32(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+template <int kN>
+__device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
+                                            bool accumulate) {
+  if constexpr (kN == 128) {
+    WgmmaM64N128K32(d, desc_a, desc_b, accumulate);
+  } else {
+    WgmmaM64N64K32(d, desc_a, desc_b, accumulate);
+  }
+}
+
+// ---- tile scheduler --------------------------------------------------------------------------
+// Tile t -> (m block, n block): groups of kGroupM row blocks, row block fastest inside a group,
+// so the CTAs running at one time read few distinct A and B tiles (L2 reuse). Producer and
+// consumers call it with the same t and get the same tile.
+struct TileCoord {
+  uint32_t m_block, n_block;
+};
+__device__ __forceinline__ TileCoord TileOf(uint32_t t, uint32_t num_m_blocks,
+                                            uint32_t num_n_blocks) {
+  const uint32_t per_group = kGroupM * num_n_blocks;
+  const uint32_t group = t / per_group;
+  const uint32_t first_m = group * kGroupM;
+  const uint32_t group_m = min(num_m_blocks - first_m, static_cast<uint32_t>(kGroupM));
+  const uint32_t r = t - group * per_group;
+  return {first_m + r % group_m, r / group_m};
+}
+
+struct KernelArgs {
+  const float* a_scale;  // [K/128, M]
+  const float* b_scale;  // [N/128, b_scale_ld]
+  uint32_t m, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
+};
+
+// ---- the kernel ------------------------------------------------------------------------------
+template <class Cfg>
+__global__ void __launch_bounds__(kThreads, 1)
+    Sm90Fp8BlockwiseGemmKernel(const __grid_constant__ CUtensorMap tmap_a,
+                               const __grid_constant__ CUtensorMap tmap_b,
+                               const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
+  constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages, kAcc = Cfg::kAccRegs;
+  extern __shared__ uint8_t smem_raw[];
+  // 128B-swizzled tiles must start on a 1024-byte boundary (the swizzle atom).
+  const uint32_t raw = SmemAddr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t smem_a = base;
+  const uint32_t smem_b = base + kStages * Cfg::kStageABytes;
+  const uint32_t smem_epilogue = base + kStages * Cfg::kStageBytes;
+  const uint32_t full_bar = base + Cfg::kBarrierOffset;
+  const uint32_t empty_bar = full_bar + kStages * 8;
+
+  const uint32_t warpgroup = threadIdx.x / 128;
+  const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(full_bar + 8 * s, 1);                  // the producer's arrive + the TMA bytes
+      MbarInit(empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
+    }
+    FenceBarrierInit();
+  }
+  if (threadIdx.x == 256) {
+    PrefetchTensorMap(&tmap_a);
+    PrefetchTensorMap(&tmap_b);
+    PrefetchTensorMap(&tmap_d);
+  }
+  __syncthreads();
+
+  if (warpgroup == 2) {
+    // ---- producer: one thread issues every TMA load ----
+    SetMaxNRegDec<40>();
+    if (threadIdx.x == 256) {
+      uint32_t s = 0, phase = 0;
+      for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+        const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
+        const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
+        for (uint32_t kb = 0; kb < args.num_k_blocks; ++kb) {
+          MbarWait(empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
+          MbarArriveExpectTx(full_bar + 8 * s, Cfg::kStageBytes);
+          const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
+          TmaLoad2d(smem_a + s * Cfg::kStageABytes, &tmap_a, full_bar + 8 * s, k0, m0);
+          TmaLoad2d(smem_b + s * Cfg::kStageBBytes, &tmap_b, full_bar + 8 * s, k0, n0);
+          if (++s == kStages) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // ---- consumers: warpgroups 0 and 1, rows [64·wg, 64·wg + 64) of the tile ----
+    SetMaxNRegInc<232>();
+    const uint32_t warp_in_wg = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    // wgmma's accumulator layout: this thread holds rows r and r + 8 of the warpgroup's 64,
+    // columns 8i + 2(lane % 4) + {0, 1} for i < BLOCK_N / 8.
+    const uint32_t row_in_wg = warp_in_wg * 16 + lane / 4;
+    const uint32_t wg_rows = warpgroup * 64;
+    float total[kAcc];
+    float part0[kAcc];
+    float part1[Cfg::kDoubleAccumulator ? kAcc : 1];
+    uint32_t s = 0, phase = 0;
+
+    for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+      const TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+      const uint32_t r0 = tile.m_block * kBlockM + wg_rows + row_in_wg, r1 = r0 + 8;
+      const bool r0_valid = r0 < args.m, r1_valid = r1 < args.m;
+      const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
+
+      auto issue = [&](float(&part)[kAcc], uint32_t stage) {
+        const uint64_t desc_a = MakeSmemDescSw128(smem_a + stage * Cfg::kStageABytes + wg_rows * kBlockK);
+        const uint64_t desc_b = MakeSmemDescSw128(smem_b + stage * Cfg::kStageBBytes);
+        FenceOperands(part);
+        WgmmaFence();
+#pragma unroll
+        for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+        WgmmaCommit();
+        FenceOperands(part);
+      };
+      auto promote = [&](float(&part)[kAcc], float s0, float s1) {
+        FenceOperands(part);
+#pragma unroll
+        for (int i = 0; i < kAcc; i += 4) {
+          total[i] = fmaf(s0, part[i], total[i]);
+          total[i + 1] = fmaf(s0, part[i + 1], total[i + 1]);
+          total[i + 2] = fmaf(s1, part[i + 2], total[i + 2]);
+          total[i + 3] = fmaf(s1, part[i + 3], total[i + 3]);
+        }
+      };
+      auto release = [&](uint32_t stage) {
+        if (lane == 0) MbarArrive(empty_bar + 8 * stage);
+      };
+      // Waits for K block kb's tiles; returns its row scales scale_a[row] · scale_b in s0, s1
+      // (the global loads are issued before the barrier wait so their latency overlaps it).
+      uint32_t kb = 0;
+      auto next_block = [&](float& s0, float& s1) {
+        const float sb = __ldg(b_scale_row + kb);
+        const float* a_scale_kb = args.a_scale + static_cast<size_t>(kb) * args.m;
+        const float sa0 = r0_valid ? __ldg(a_scale_kb + r0) : 0.0f;
+        const float sa1 = r1_valid ? __ldg(a_scale_kb + r1) : 0.0f;
+        MbarWait(full_bar + 8 * s, phase);
+        s0 = sa0 * sb;
+        s1 = sa1 * sb;
+      };
+      auto advance = [&] {
+        ++kb;
+        if (++s == kStages) {
+          s = 0;
+          phase ^= 1;
+        }
+      };
+      if constexpr (Cfg::kDoubleAccumulator) {
+        // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
+        // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
+        // which accumulators are in flight).
+        float pending_s0, pending_s1;
+        uint32_t pending_stage = s;
+        auto step = [&](float(&issue_into)[kAcc], float(&promote_from)[kAcc]) {
+          float s0, s1;
+          next_block(s0, s1);
+          issue(issue_into, s);
+          WgmmaWait<1>();
+          release(pending_stage);
+          promote(promote_from, pending_s0, pending_s1);
+          pending_s0 = s0;
+          pending_s1 = s1;
+          pending_stage = s;
+          advance();
+        };
+        next_block(pending_s0, pending_s1);
+        issue(part0, s);
+        advance();
+        while (kb + 1 < args.num_k_blocks) {
+          step(part1, part0);
+          step(part0, part1);
+        }
+        if (kb < args.num_k_blocks) {
+          step(part1, part0);
+          WgmmaWait<0>();
+          release(pending_stage);
+          promote(part1, pending_s0, pending_s1);
+        } else {
+          WgmmaWait<0>();
+          release(pending_stage);
+          promote(part0, pending_s0, pending_s1);
+        }
+      } else {
+        while (kb < args.num_k_blocks) {
+          float s0, s1;
+          next_block(s0, s1);
+          issue(part0, s);
+          WgmmaWait<0>();
+          release(s);
+          promote(part0, s0, s1);
+          advance();
+        }
+      }
+
+      // ---- epilogue: bf16 into the 128B-swizzled staging tile, then one TMA store per box ----
+      const uint32_t staging = smem_epilogue + warpgroup * Cfg::kEpilogueWgBytes;
+      const bool leader = threadIdx.x % 128 == 0;
+      if (leader) BulkWaitRead();  // the previous tile's store has read the staging tile
+      NamedBarrierSync(1 + warpgroup, 128);
+      // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows a warp writes per
+      // instruction land in 8 different chunks, so the stores are free of bank conflicts.
+      const uint32_t swz = lane / 4;  // == row_in_wg % 8 == (row_in_wg + 8) % 8
+#pragma unroll
+      for (int i = 0; i < kBlockN / 8; ++i) {
+        const uint32_t box = staging + (i / 8) * Cfg::kEpilogueBoxBytes;
+        const uint32_t col = ((i % 8) ^ swz) * 16 + 4 * (lane % 4);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(total[4 * i], total[4 * i + 1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(total[4 * i + 2], total[4 * i + 3]);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
+                     "r"(*reinterpret_cast<const uint32_t*>(&lo))
+                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + (row_in_wg + 8) * 128 + col),
+                     "r"(*reinterpret_cast<const uint32_t*>(&hi))
+                     : "memory");
+      }
+      FenceProxyAsyncShared();
+      NamedBarrierSync(1 + warpgroup, 128);
+      const uint32_t out_row = tile.m_block * kBlockM + wg_rows;
+      if (leader && out_row < args.m) {
+#pragma unroll
+        for (int box = 0; box < kBlockN / 64; ++box) {
+          TmaStore2d(&tmap_d, staging + box * Cfg::kEpilogueBoxBytes,
+                     static_cast<int32_t>(tile.n_block * kBlockN + box * 64), static_cast<int32_t>(out_row));
+        }
+        BulkCommit();
+      }
+    }
+    if (threadIdx.x % 128 == 0) BulkWaitAll();  // shared memory must outlive the last store
+  }
+}
+
+}  // namespace fp8::kernels::cuda::blockwise_gemm
