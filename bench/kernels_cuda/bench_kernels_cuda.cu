@@ -339,7 +339,9 @@ void BenchGemms() {
 }  // namespace
 }  // namespace fp8::kernels::cuda
 
-int main() {
+// `bench_kernels_cuda gemm` runs only the GEMM tables (the own-GEMM GPU script, scripts/gpu/gemm.sh).
+int main(int argc, char** argv) {
+  const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("bench_kernels_cuda: no CUDA device, nothing to measure\n");
@@ -352,7 +354,7 @@ int main() {
   cudaRuntimeGetVersion(&runtime);
   std::printf("device: %s, %d SMs, L2 %.0f MB, sm_%d%d, driver %d, runtime %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize / 1e6, prop.major, prop.minor, driver, runtime);
-  fp8::kernels::cuda::BenchMemoryBound();
+  if (!gemm_only) fp8::kernels::cuda::BenchMemoryBound();
   fp8::kernels::cuda::BenchGemms();
   return 0;
 }

@@ -242,6 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
     }
     FenceBarrierInit();
+    FenceProxyAsyncShared();  // the initialized barriers, as the TMA unit (async proxy) sees them
   }
   if (threadIdx.x == 256) {
     PrefetchTensorMap(&tmap_a);

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One GPU-machine call for the own blockwise FP8 GEMM (issue #3, kernels/cuda/
+# sm90_fp8_gemm_blockwise.*): SASS check of the kernel (QGMMA present, no local memory), the
+# GEMM tests, then the GEMM tables of bench_kernels_cuda (cuBLASLt blockwise, own kernel and
+# its tile variants, BF16, same run). Runs the binaries built on the development machine when
+# they start there (saves the build's device time), else builds the standalone CMake project.
+# Every step has a timeout (a pipeline bug shows up as a hang). Logs go to $OUT.
+#   cmake --build build-kernels-cuda -j2 --target kernels_cuda_test bench_kernels_cuda
+#   device run: bash scripts/gpu/gemm.sh   (carry: build-kernels-cuda/bin, build-kernels-cuda/googletest)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fp8d-gpu-out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+BIN=$PWD/build-kernels-cuda/bin
+
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  nvcc --version | tail -2
+} > "$OUT/env.txt" 2>&1
+
+if ! timeout 60 "$BIN/kernels_cuda_test" --gtest_list_tests > /dev/null 2>> "$OUT/env.txt"; then
+  echo "carried binaries do not start here; building the standalone project" >> "$OUT/env.txt"
+  B=/tmp/fp8d-kernels-build
+  GTEST_SRC=$PWD/build-kernels-cuda/googletest
+  [ -d "$GTEST_SRC" ] || GTEST_SRC=/usr/src/googletest
+  t0=$(date +%s)
+  if ! { timeout 400 cmake -S scripts/gpu/kernels_standalone -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
+           -DGTEST_SRC="$GTEST_SRC" &&
+         timeout 400 cmake --build $B -j"$(nproc)" --target kernels_cuda_test bench_kernels_cuda; } > "$OUT/build.log" 2>&1; then
+    echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1
+  fi
+  echo "build: $(( $(date +%s) - t0 )) s" >> "$OUT/env.txt"
+  BIN=$B/bin
+fi
+
+# The GEMM kernels' SASS: QGMMA (FP8 wgmma) count, local-memory traffic, resources.
+{
+  cuobjdump --dump-sass "$BIN/bench_kernels_cuda" > "$OUT/sass_full.txt" 2>&1
+  awk '/Function : /{f=($0 ~ /BlockwiseGemmKernel/)} f' "$OUT/sass_full.txt" > "$OUT/sass_gemm.txt"
+  echo "GEMM kernels: $(grep -c 'Function :' "$OUT/sass_gemm.txt"), QGMMA: $(grep -c QGMMA "$OUT/sass_gemm.txt"), LDL/STL: $(grep -cE 'LDL|STL' "$OUT/sass_gemm.txt")"
+  cuobjdump --dump-resource-usage "$BIN/bench_kernels_cuda" 2>&1 | grep -A1 BlockwiseGemmKernel | grep -o 'REG:[0-9]* STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*'
+  rm -f "$OUT/sass_full.txt"
+} >> "$OUT/env.txt" 2>&1
+
+timeout -s KILL 300 "$BIN/kernels_cuda_test" --gtest_color=no \
+  --gtest_filter='Sm90GemmBlockwise*:Sm90GemmTest.*:Sm90GemmShapes.*' > "$OUT/test.log" 2>&1
+test_rc=$?
+if [ $test_rc -ne 0 ]; then  # a wrong or hanging kernel: where does it go wrong?
+  timeout -s KILL 120 compute-sanitizer --tool memcheck "$BIN/kernels_cuda_test" --gtest_color=no \
+    --gtest_filter='Sm90GemmBlockwiseTest.MatchesCpuReferenceOnSmallShapes' > "$OUT/sanitizer.log" 2>&1
+fi
+timeout -s KILL 200 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
+bench_rc=$?
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
+
+cat "$OUT/env.txt"
+echo "== tests (rc=$test_rc)"
+grep -E "^\[  (FAILED|PASSED|SKIPPED|  OK) |tests ran|Failure|error|differ|calc|Which is|Expected|vs " "$OUT/test.log" | head -60
+[ -f "$OUT/sanitizer.log" ] && { echo "== sanitizer"; grep -E "ERROR|Invalid|at 0x|by thread|SUMMARY" "$OUT/sanitizer.log" | head -20; }
+echo "== bench (rc=$bench_rc)"; cat "$OUT/bench.txt"
+[ $test_rc -eq 0 ] && [ $bench_rc -eq 0 ]
