@@ -44,14 +44,14 @@ fi
   rm -f "$OUT/sass_full.txt"
 } >> "$OUT/env.txt" 2>&1
 
-timeout -s KILL 300 "$BIN/kernels_cuda_test" --gtest_color=no \
+timeout -s KILL 120 "$BIN/kernels_cuda_test" --gtest_color=no \
   --gtest_filter='Sm90GemmBlockwise*:Sm90GemmTest.*:Sm90GemmShapes.*' > "$OUT/test.log" 2>&1
 test_rc=$?
 if [ $test_rc -ne 0 ]; then  # a wrong or hanging kernel: where does it go wrong?
-  timeout -s KILL 120 compute-sanitizer --tool memcheck "$BIN/kernels_cuda_test" --gtest_color=no \
+  timeout -s KILL 60 compute-sanitizer --tool memcheck "$BIN/kernels_cuda_test" --gtest_color=no \
     --gtest_filter='Sm90GemmBlockwiseTest.MatchesCpuReferenceOnSmallShapes' > "$OUT/sanitizer.log" 2>&1
 fi
-timeout -s KILL 200 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
+timeout -s KILL 100 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
 bench_rc=$?
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
 
