@@ -6,10 +6,17 @@
 // Batches come from token shards (--data GLOB, byte tokens) or are random; the loss is printed
 // so a run shows that the model trains.
 //
+// With --loss-window N the last column is the mean training loss of the last N steps and the
+// loss is logged every 50 steps: the FP8-vs-BF16 loss comparison at equal steps (shape
+// bytes-l12, byte tokens, same batches for every recipe; scripts/gpu/trainer_cuda_loss.sh).
+//
 //   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
+//                      [--loss-window N] [--breakdown]
+// --breakdown: after each shape's bf16 row, the step's operations timed one by one (step_breakdown.h).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/trainer_cuda/step_breakdown.h"
 #include "worker/data/shards.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/cuda_trainer.h"
@@ -41,6 +49,7 @@ const Shape kShapes[] = {
     {"gpt2-124m", 12, 12, 768, 1024, 50304, 32},
     {"d4096-l8", 8, 32, 4096, 2048, 50304, 4},
     {"gpt-1b", 24, 16, 2048, 2048, 50304, 4},
+    {"bytes-l12", 12, 12, 768, 1024, 256, 8},  // GPT-2 124M's blocks on byte tokens (85M params)
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -62,10 +71,11 @@ std::vector<std::string> Split(const std::string& s) {
 
 struct Result {
   double tokens_per_s, mfu, mem_gib, loss_first, loss_last, ms_per_step;
+  double loss_tail_mean = 0;  // mean loss of the last --loss-window steps
   int64_t params;
 };
 
-std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int steps,
+std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int steps, int loss_window,
                               const fp8::data::TokenDataset* ds) {
   ModelConfig cfg;
   cfg.n_layer = sh.n_layer;
@@ -152,7 +162,8 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
     const int64_t k = step + 1;
     AdamWArgs a{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
     CHECK_OK(AdamWStep(model->params(), model->grads(), m.get(), v.get(), decay.get(), np, a, s));
-    if (step < 3 || step == warmup + steps - 1)
+    if (step >= warmup + steps - loss_window) r.loss_tail_mean += *loss / loss_window;
+    if (step < 3 || step == warmup + steps - 1 || (loss_window > 0 && step % 50 == 0))
       std::fprintf(stderr, "  %s %s step %d loss %.4f grad_norm %.3f\n", sh.name.c_str(), RecipeName(recipe), step, *loss, gn);
   }
   if (cudaStreamSynchronize(s) != cudaSuccess || cudaGetLastError() != cudaSuccess) return std::nullopt;
@@ -172,7 +183,8 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
 
 int main(int argc, char** argv) {
   std::string shapes = "gpt2-124m,d4096-l8", recipes = "bf16,fp8-tensorwise,fp8-blockwise", data, json_path;
-  int steps = 10, warmup = 3;
+  int steps = 10, warmup = 3, loss_window = 0;
+  bool breakdown = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -182,8 +194,10 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--data") data = next();
     else if (a == "--json") json_path = next();
+    else if (a == "--loss-window") loss_window = std::atoi(next().c_str());
+    else if (a == "--breakdown") breakdown = true;
     else {
-      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE]\n");
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown]\n");
       return 2;
     }
   }
@@ -196,7 +210,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-10s %-15s %8s %10s %8s %8s %9s %10s %10s\n", "shape", "recipe", "params", "tokens/s", "MFU", "ms/step", "mem GiB",
-              "loss@0", "loss@end");
+              "loss@0", loss_window > 0 ? "loss@tail" : "loss@end");
   int failures = 0;
   for (const std::string& shape_name : Split(shapes)) {
     const Shape* sh = nullptr;
@@ -217,18 +231,27 @@ int main(int argc, char** argv) {
     }
     for (const std::string& rname : Split(recipes)) {
       Recipe recipe = rname == "bf16" ? Recipe::kBf16 : rname == "fp8-tensorwise" ? Recipe::kFp8Tensorwise : Recipe::kFp8Blockwise;
-      auto r = RunCase(*sh, recipe, warmup, steps, ds ? &*ds : nullptr);
+      auto r = RunCase(*sh, recipe, warmup, steps, std::min(loss_window, warmup + steps), ds ? &*ds : nullptr);
       if (!r) {
         std::printf("%-10s %-15s FAILED\n", sh->name.c_str(), rname.c_str());
         ++failures;
         continue;
       }
       std::printf("%-10s %-15s %7.2fB %10.0f %7.1f%% %8.1f %9.1f %10.4f %10.4f\n", sh->name.c_str(), rname.c_str(), r->params / 1e9,
-                  r->tokens_per_s, 100 * r->mfu, r->ms_per_step, r->mem_gib, r->loss_first, r->loss_last);
+                  r->tokens_per_s, 100 * r->mfu, r->ms_per_step, r->mem_gib, r->loss_first,
+                  loss_window > 0 ? r->loss_tail_mean : r->loss_last);
       std::fflush(stdout);
+      if (breakdown && recipe == Recipe::kBf16) {
+        ModelConfig cfg;
+        cfg.n_layer = sh->n_layer, cfg.n_head = sh->n_head, cfg.d_model = sh->d_model;
+        cfg.seq_len = sh->seq_len, cfg.vocab_size = sh->vocab;
+        const fp8::Status st = PrintStepBreakdown(cfg, sh->batch, r->params, r->ms_per_step);
+        if (!st.ok()) std::printf("  breakdown failed: %s\n", st.message().c_str());
+        std::fflush(stdout);
+      }
       rows.push_back({{"shape", sh->name}, {"recipe", rname}, {"params", r->params}, {"tokens_per_s", r->tokens_per_s},
                       {"mfu", r->mfu}, {"ms_per_step", r->ms_per_step}, {"mem_gib", r->mem_gib}, {"loss_first", r->loss_first},
-                      {"loss_last", r->loss_last}, {"batch", sh->batch}, {"seq_len", sh->seq_len}});
+                      {"loss_last", r->loss_last}, {"loss_tail_mean", r->loss_tail_mean}, {"loss_window", loss_window}, {"batch", sh->batch}, {"seq_len", sh->seq_len}});
     }
   }
   if (!json_path.empty()) {

@@ -7,6 +7,9 @@
 #      and d=4096 L=8 (1.8B params, B=4, T=2048), then the PyTorch torch.compile BF16 baseline
 #      on the same shapes in the same run.
 #   device run: bash scripts/gpu/trainer_cuda.sh    (carry: .trainer-cuda-carry)
+#   4. (PLAIN_BEFORE=1) bf16 again with FP8_CUDA_PLAIN_ATTENTION=1: the unfused attention, for before/after
+#   5. (LOSS_STEPS=N, only when the tests passed) scripts/gpu/trainer_cuda_loss.sh: FP8 vs BF16 loss at equal steps
+#   BREAKDOWN=1 adds bench_trainer_cuda --breakdown (each op of a bf16 step timed alone).
 #   SKIP_TORCH=1 skips the baseline; TRAIN_RECIPES="" skips step 2; TRAIN_RECIPES="bf16 fp8-tensorwise" runs those.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,21 +24,14 @@ ldd $C/bin/bench_trainer_cuda | grep -i "not found" >> "$OUT/summary.txt"
 mkdir -p /work/main/data 2>/dev/null && [ -e /work/main/data/corpus.txt ] || ln -sf "$PWD/data/corpus.txt" /work/main/data/corpus.txt
 
 echo "== tests" >> "$OUT/summary.txt"
-timeout 90 $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1
-echo "rc=$?" >> "$OUT/summary.txt"
+timeout ${TEST_TIMEOUT:-120} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1
+TEST_RC=$?
+echo "rc=$TEST_RC" >> "$OUT/summary.txt"
 grep -E "^\[  (FAILED|PASSED|SKIPPED|     OK) |Failure|Expected|Which is|actual|rel|tests ran" "$OUT/test.log" | head -60 >> "$OUT/summary.txt"
 
 # Byte-token shards of the corpus (llm.c format: 256 int32 header, uint16 tokens).
 D=/tmp/fp8d-data; mkdir -p $D
-python3 - "$PWD/data/corpus.txt" $D <<'PY'
-import sys, struct
-raw = open(sys.argv[1], 'rb').read()
-cut = int(len(raw) * 0.9)
-for name, part in (('train_000.bin', raw[:cut]), ('val_000.bin', raw[cut:])):
-    with open(sys.argv[2] + '/' + name, 'wb') as f:
-        f.write(struct.pack('<256i', *([20240520, 1, len(part)] + [0] * 253)))
-        f.write(struct.pack('<%dH' % len(part), *part))
-PY
+python3 scripts/gpu/byte_shards.py "$PWD/data/corpus.txt" $D
 
 echo "== fp8-train-cuda, gpt2-124m preset (vocab 50257), byte tokens, fp8-blockwise" | tee -a "$OUT/summary.txt"
 for r in ${TRAIN_RECIPES-fp8-blockwise}; do
@@ -52,11 +48,24 @@ grep -E "step|eval|done|error|checkpoint" "$OUT/train-$r.log" | head -20 >> "$OU
 done
 
 echo "== bench (ours)" | tee -a "$OUT/summary.txt"
-timeout 120 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes ${BENCH_RECIPES:-bf16,fp8-tensorwise,fp8-blockwise} --steps 8 --warmup 2 \
+timeout 180 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes ${BENCH_RECIPES:-bf16,fp8-tensorwise,fp8-blockwise} --steps 8 --warmup 2 \
+  ${BREAKDOWN:+--breakdown} \
   > "$OUT/bench.txt" 2> "$OUT/bench.log"
 echo "rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/bench.txt" >> "$OUT/summary.txt"
 grep -E "error|FAILED|:[0-9]+:" "$OUT/bench.log" | head -10 >> "$OUT/summary.txt"
+
+if [ -n "${PLAIN_BEFORE:-}" ]; then
+echo "== bench (ours, bf16, plain attention: before)" | tee -a "$OUT/summary.txt"
+FP8_CUDA_PLAIN_ATTENTION=1 timeout 60 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 5 --warmup 1 \
+  >> "$OUT/summary.txt" 2>> "$OUT/bench.log"
+echo "rc=$?" >> "$OUT/summary.txt"
+fi
+
+if [ "${LOSS_STEPS:-0}" -gt 0 ] && [ "$TEST_RC" -eq 0 ]; then
+echo "== loss at equal steps" | tee -a "$OUT/summary.txt"
+OUT=$OUT bash scripts/gpu/trainer_cuda_loss.sh >> "$OUT/summary.txt" 2>&1
+fi
 
 if [ -z "${SKIP_TORCH:-}" ]; then
 echo "== torch (same run)" | tee -a "$OUT/summary.txt"

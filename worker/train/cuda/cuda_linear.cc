@@ -29,10 +29,7 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   FP8_RETURN_IF_ERROR(ws->col_scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(max_m, dmax)), "column scratch"));
   FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
   FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
-  if (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) {
-    FP8_RETURN_IF_ERROR(ws->w_bf16.Allocate(static_cast<size_t>(wmax), "bf16 weight"));
-    return ws;
-  }
+  if (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) return ws;
   const int64_t amax_el = max_m * dmax;
   FP8_RETURN_IF_ERROR(ws->aq.Allocate(static_cast<size_t>(amax_el), "fp8 activation"));
   FP8_RETURN_IF_ERROR(ws->aqt.Allocate(static_cast<size_t>(amax_el), "fp8 activation transposed"));
@@ -64,6 +61,8 @@ Status CudaLinear::Init(int64_t max_m) {
   // One allocation per scale: cuBLASLt answered NOT_SUPPORTED (H200, CUDA 13.0) for a
   // tensorwise scale pointer 4 bytes into an allocation; cudaMalloc's alignment is accepted.
   for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
+  if (p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32)
+    return w_bf16_.Allocate(static_cast<size_t>(in_ * out_), "bf16 weight");
   if (p_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
   const int h = std::max(1, p_.amax_history_len);
   for (Scaling* sc : {&x_sc_, &w_sc_, &dy_sc_}) {
@@ -105,8 +104,8 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
   switch (p_.recipe) {
     case Recipe::kFp32:
     case Recipe::kBf16: {
-      FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, ws_->w_bf16.get(), s_));
-      FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, ws_->w_bf16.get(), in_, 0.0f, y, out_, false));
+      FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
+      FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, y, out_, false));
       break;
     }
     case Recipe::kFp8Tensorwise: {
@@ -142,8 +141,8 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
   switch (p_.recipe) {
     case Recipe::kFp32:
     case Recipe::kBf16: {
-      FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, ws_->w_bf16.get(), s_));
-      if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, ws_->w_bf16.get(), in_, 0.0f, dx, in_, false));
+      // W has not changed since Forward cast it (the optimizer steps after Backward).
+      if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
       return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
     }
     case Recipe::kFp8Tensorwise: {

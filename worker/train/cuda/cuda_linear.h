@@ -30,7 +30,6 @@ namespace fp8::train::cuda {
 struct LinearWorkspace {
   static StatusOr<std::unique_ptr<LinearWorkspace>> Create(const PrecisionConfig& p, int64_t max_m,
                                                            int64_t max_in, int64_t max_out);
-  DeviceBuffer<bf16> w_bf16;                       // bf16: the current weight
   DeviceBuffer<uint8_t> aq, aqt, bq, bqt;          // fp8 operands and their transposes
   DeviceBuffer<float> as, ast, bs, bst;            // their scales
   DeviceBuffer<bf16> xt;                           // blockwise: xᵀ before its 128x128 cast
@@ -47,7 +46,8 @@ class CudaLinear {
 
   // y [m, out] (bf16) = x [m, in]·Wᵀ + b. `training` false leaves the scaling state untouched.
   Status Forward(const bf16* x, int64_t m, bf16* y, bool training, bool add_bias = true);
-  // dx [m, in] = dy·W (overwritten), dW += dyᵀ·x, db += Σ dy. x is the forward input.
+  // dx [m, in] = dy·W (overwritten), dW += dyᵀ·x, db += Σ dy. x is the forward input; the
+  // weights must not have changed since that Forward (bf16 reuses its cast of W).
   Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx);
 
   int64_t in() const { return in_; }
@@ -75,6 +75,7 @@ class CudaLinear {
   cudaStream_t s_;
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
+  DeviceBuffer<bf16> w_bf16_;       // bf16: the forward's cast of W, reused by dgrad (one cast per step)
   DeviceBuffer<float> si_x_, si_w_, si_dy_;  // scale_inv the casts of x, W, dy used (backward reads them)
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
 };

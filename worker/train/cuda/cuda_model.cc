@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "kernels/cuda/sm90_cuda_check.h"
+#include "worker/train/cuda/sm90_flash_attention.h"
 
 namespace fp8::train::cuda {
 
@@ -116,6 +118,9 @@ Status CudaGptModel::Init(int max_batch) {
 
   const int64_t c = cfg_.d_model, t = cfg_.seq_len, v = cfg_.vocab_size, h = cfg_.n_head;
   const int64_t n = static_cast<int64_t>(max_batch) * t;
+  // FP8_CUDA_PLAIN_ATTENTION=1 keeps the plain path: for before/after benchmarks in one run.
+  flash_ = FlashAttentionSupportsHeadDim(c / h) && std::getenv("FP8_CUDA_PLAIN_ATTENTION") == nullptr;
+  const size_t plain_tt = flash_ ? 0 : static_cast<size_t>(max_batch * h * t * t);  // T×T only without flash
   FP8_RETURN_IF_ERROR(params_.Allocate(static_cast<size_t>(num_params_), "parameters"));
   FP8_RETURN_IF_ERROR(grads_.Allocate(static_cast<size_t>(num_params_), "gradients"));
   FP8_ASSIGN_OR_RETURN(wte_, at("wte.weight"));
@@ -152,7 +157,8 @@ Status CudaGptModel::Init(int max_batch) {
     FP8_RETURN_IF_ERROR(b.ln2_rstd.Allocate(static_cast<size_t>(n), "ln2 rstd"));
     FP8_RETURN_IF_ERROR(b.ln1_out.Allocate(nc, "ln1 out"));
     FP8_RETURN_IF_ERROR(b.qkv_out.Allocate(3 * nc, "qkv"));
-    FP8_RETURN_IF_ERROR(b.probs.Allocate(static_cast<size_t>(max_batch * h * t * t), "attention probabilities"));
+    FP8_RETURN_IF_ERROR(b.probs.Allocate(plain_tt, "attention probabilities"));
+    if (flash_) FP8_RETURN_IF_ERROR(b.att_lse.Allocate(static_cast<size_t>(max_batch * h * t), "attention logsumexp"));
     FP8_RETURN_IF_ERROR(b.att_y.Allocate(nc, "attention out"));
     FP8_RETURN_IF_ERROR(b.ln2_out.Allocate(nc, "ln2 out"));
     FP8_RETURN_IF_ERROR(b.fc_out.Allocate(4 * nc, "fc out"));
@@ -167,13 +173,17 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(lnf_mean_.Allocate(static_cast<size_t>(n), "lnf mean"));
   FP8_RETURN_IF_ERROR(lnf_rstd_.Allocate(static_cast<size_t>(n), "lnf rstd"));
   FP8_RETURN_IF_ERROR(losses_.Allocate(static_cast<size_t>(n), "losses"));
-  FP8_RETURN_IF_ERROR(scores_.Allocate(static_cast<size_t>(max_batch * h * t * t), "attention scores"));
+  FP8_RETURN_IF_ERROR(scores_.Allocate(plain_tt, "attention scores"));
   FP8_RETURN_IF_ERROR(col_scratch_.Allocate(static_cast<size_t>(ColumnScratchFloats(n, c)), "column scratch"));
   FP8_RETURN_IF_ERROR(lnf_out_.Allocate(nc, "lnf out"));
   FP8_RETURN_IF_ERROR(logits_.Allocate(static_cast<size_t>(n * vocab_ld_), "logits"));
-  for (DeviceBuffer<bf16>* buf : {&q_, &k_, &v_, &yh_, &dq_, &dk_, &dv_})
-    FP8_RETURN_IF_ERROR(buf->Allocate(nc, "attention heads"));
-  FP8_RETURN_IF_ERROR(dp_.Allocate(static_cast<size_t>(max_batch * h * t * t), "attention dprobs"));
+  if (flash_) {
+    FP8_RETURN_IF_ERROR(att_delta_.Allocate(static_cast<size_t>(max_batch * h * t), "attention delta"));
+  } else {
+    for (DeviceBuffer<bf16>* buf : {&q_, &k_, &v_, &yh_, &dq_, &dk_, &dv_})
+      FP8_RETURN_IF_ERROR(buf->Allocate(nc, "attention heads"));
+    FP8_RETURN_IF_ERROR(dp_.Allocate(plain_tt, "attention dprobs"));
+  }
   FP8_RETURN_IF_ERROR(dres_.Allocate(nc, "residual gradient"));
   FP8_RETURN_IF_ERROR(dy_c_.Allocate(nc, "dy"));
   FP8_RETURN_IF_ERROR(d_c_.Allocate(nc, "d [n, C]"));
@@ -203,6 +213,12 @@ Status CudaGptModel::ZeroGrad() {
 
 Status CudaGptModel::AttentionForward(Block& b, int batch) {
   const int64_t t = cfg_.seq_len, h = cfg_.n_head, hd = cfg_.d_model / cfg_.n_head, bh = batch * h;
+  const int64_t c = cfg_.d_model;
+  if (flash_) {  // q, k, v at columns 0, C, 2C of the qkv rows; y straight into [B, T, C]
+    const bf16* qkv = b.qkv_out.get();
+    return FlashAttentionForward({batch, h, t, hd}, qkv, qkv + c, qkv + 2 * c, RowMajorHeads(t, hd, 3 * c), b.att_y.get(),
+                                 RowMajorHeads(t, hd, c), b.att_lse.get(), stream_);
+  }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   FP8_RETURN_IF_ERROR(SplitHeads(b.qkv_out.get(), batch, t, h, hd, q_.get(), k_.get(), v_.get(), stream_));
   // S = scale·Q·Kᵀ (fp32), P = causal softmax(S), Y = P·V
@@ -216,6 +232,13 @@ Status CudaGptModel::AttentionForward(Block& b, int batch) {
 
 Status CudaGptModel::AttentionBackward(Block& b, int batch, const bf16* dy, bf16* dqkv) {
   const int64_t t = cfg_.seq_len, h = cfg_.n_head, hd = cfg_.d_model / cfg_.n_head, bh = batch * h;
+  const int64_t c = cfg_.d_model;
+  if (flash_) {
+    const bf16* qkv = b.qkv_out.get();
+    const HeadLayout ql = RowMajorHeads(t, hd, 3 * c);
+    return FlashAttentionBackward({batch, h, t, hd}, qkv, qkv + c, qkv + 2 * c, ql, b.att_y.get(), dy, RowMajorHeads(t, hd, c),
+                                  b.att_lse.get(), att_delta_.get(), dqkv, dqkv + c, dqkv + 2 * c, stream_);
+  }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   FP8_RETURN_IF_ERROR(SplitHeads(b.qkv_out.get(), batch, t, h, hd, q_.get(), k_.get(), v_.get(), stream_));
   FP8_RETURN_IF_ERROR(RowsToHeads(dy, batch, t, h, hd, yh_.get(), stream_));

@@ -5,7 +5,9 @@
 //   residual stream, LayerNorm mean/rstd, master weights, gradients, losses: FP32
 //   GEMM operands and stored activations (LN outputs, qkv, attention probabilities, MLP): BF16
 //   tied head logits: BF16 GEMM (all recipes), cross-entropy in FP32 arithmetic.
-// Attention is the plain formulation (batched cuBLAS GEMMs, a causal softmax kernel), not flash.
+// Attention is fused (sm90_flash_attention.h: q/k/v read straight from the qkv GEMM output, only
+// the per-row logsumexp kept for backward) for head dims 32/64/128; other head dims fall back to
+// the plain formulation (batched cuBLAS GEMMs, a causal softmax kernel, T×T probabilities).
 #pragma once
 
 #include <cublas_v2.h>
@@ -62,7 +64,8 @@ class CudaGptModel {
     int64_t ln1_w, ln1_b, ln2_w, ln2_b;
     std::unique_ptr<CudaLinear> qkv, proj, fc, fc_proj;
     DeviceBuffer<float> x_in, res_mid, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-    DeviceBuffer<bf16> ln1_out, qkv_out, probs, att_y, ln2_out, fc_out, gelu_out;
+    DeviceBuffer<float> att_lse;  // flash: logsumexp per (b, h, t)
+    DeviceBuffer<bf16> ln1_out, qkv_out, probs /* plain path only */, att_y, ln2_out, fc_out, gelu_out;
   };
 
   CudaGptModel() = default;
@@ -85,11 +88,14 @@ class CudaGptModel {
   std::vector<Block> blocks_;
   int max_batch_ = 0, batch_ = 0;
   int64_t vocab_ld_ = 0;  // logits row pitch: vocab rounded up to 8 (16-byte rows)
+  bool flash_ = false;    // fused attention (head dim supported) instead of the plain path
 
   DeviceBuffer<int32_t> inputs_, targets_;
   DeviceBuffer<float> res_final_, lnf_mean_, lnf_rstd_, losses_, scores_, col_scratch_;
   DeviceBuffer<bf16> lnf_out_, logits_;
-  // attention scratch: q, k, v, y in [B, H, T, hd]; backward reuses them for dq, dk, dv, dy
+  DeviceBuffer<float> att_delta_;  // flash backward: rowsum(dy∘y) per (b, h, t)
+  // plain-path attention scratch: q, k, v, y in [B, H, T, hd]; backward reuses them for dq, dk,
+  // dv, dy; scores_ and dp_ are [B·H, T, T]
   DeviceBuffer<bf16> q_, k_, v_, yh_, dq_, dk_, dv_, dp_;
   // backward scratch
   DeviceBuffer<float> dres_;

@@ -1,0 +1,172 @@
+// Where a bf16 training step's time goes, without a profiler (none reads kernel times on the
+// GPU machine's image but ncu): each operation the step runs, timed alone at the model's shapes
+// with CUDA events (mean of several launches after one warm-up) and multiplied by how often one
+// step runs it. The sum next to the measured step time shows what the list leaves out (launch
+// gaps, host work). Inputs are random; timings of these kernels do not depend on the values.
+#include "bench/trainer_cuda/step_breakdown.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/sm90_cuda_check.h"
+#include "worker/train/cuda/cuda_model.h"
+#include "worker/train/cuda/device_buffer.h"
+#include "worker/train/cuda/sm90_flash_attention.h"
+#include "worker/train/cuda/train_kernels.h"
+
+namespace fp8::train::cuda {
+namespace {
+
+struct Row {
+  std::string what;
+  int per_step;
+  double ms;
+};
+
+double TimeMs(cudaStream_t s, const std::function<Status()>& op) {
+  constexpr int kReps = 5;
+  if (!op().ok()) return -1;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  for (int i = 0; i < kReps; ++i) (void)op();
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return cudaGetLastError() == cudaSuccess ? ms / kReps : -1;
+}
+
+}  // namespace
+
+Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params, double step_ms) {
+  const int64_t n = static_cast<int64_t>(batch) * cfg.seq_len, c = cfg.d_model, v = cfg.vocab_size, L = cfg.n_layer;
+  const int64_t h = cfg.n_head, hd = c / h, vld = (v + 7) / 8 * 8;
+  cudaStream_t s;
+  FP8_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t cublas;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return InternalError("cublasCreate");
+  cublasSetStream(cublas, s);
+  DeviceBuffer<bf16> a, b, wb, logits;
+  DeviceBuffer<float> f1, f2, w32, g32, m32, v32, stats1, stats2, scratch, lse, delta;
+  DeviceBuffer<double> partial, out;
+  DeviceBuffer<int32_t> tokens;
+  DeviceBuffer<uint8_t> decay;
+  FP8_RETURN_IF_ERROR(a.Allocate(static_cast<size_t>(4 * n * c), "a"));
+  FP8_RETURN_IF_ERROR(b.Allocate(static_cast<size_t>(4 * n * c), "b"));
+  FP8_RETURN_IF_ERROR(wb.Allocate(static_cast<size_t>(std::max(12 * c * c, v * c)), "wb"));
+  FP8_RETURN_IF_ERROR(logits.Allocate(static_cast<size_t>(n * vld), "logits"));
+  FP8_RETURN_IF_ERROR(f1.Allocate(static_cast<size_t>(n * c), "f1"));
+  FP8_RETURN_IF_ERROR(f2.Allocate(static_cast<size_t>(n * c), "f2"));
+  FP8_RETURN_IF_ERROR(w32.Allocate(static_cast<size_t>(num_params), "w32"));
+  FP8_RETURN_IF_ERROR(g32.Allocate(static_cast<size_t>(num_params), "g32"));
+  FP8_RETURN_IF_ERROR(m32.Allocate(static_cast<size_t>(num_params), "m32"));
+  FP8_RETURN_IF_ERROR(v32.Allocate(static_cast<size_t>(num_params), "v32"));
+  FP8_RETURN_IF_ERROR(stats1.Allocate(static_cast<size_t>(n), "mean"));
+  FP8_RETURN_IF_ERROR(stats2.Allocate(static_cast<size_t>(n), "rstd"));
+  FP8_RETURN_IF_ERROR(scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(n, 4 * c)), "scratch"));
+  FP8_RETURN_IF_ERROR(lse.Allocate(static_cast<size_t>(batch * h * cfg.seq_len), "lse"));
+  FP8_RETURN_IF_ERROR(delta.Allocate(static_cast<size_t>(batch * h * cfg.seq_len), "delta"));
+  FP8_RETURN_IF_ERROR(partial.Allocate(1024, "partial"));
+  FP8_RETURN_IF_ERROR(out.Allocate(1, "out"));
+  FP8_RETURN_IF_ERROR(tokens.Allocate(static_cast<size_t>(n), "tokens"));
+  FP8_RETURN_IF_ERROR(decay.Allocate(static_cast<size_t>(num_params), "decay"));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tokens.get(), 0, sizeof(int32_t) * n, s));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(decay.get(), 1, num_params, s));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
+  FP8_RETURN_IF_ERROR(InitNormal(w32.get(), num_params, 3, 0.02f, s));
+  FP8_RETURN_IF_ERROR(InitNormal(f1.get(), n * c, 4, 1.0f, s));
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(w32.get(), 4 * n * c < num_params ? 4 * n * c : num_params, a.get(), s));
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(w32.get(), 4 * n * c < num_params ? 4 * n * c : num_params, b.get(), s));
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(w32.get(), std::min(num_params, std::max(12 * c * c, v * c)), wb.get(), s));
+  const float* w = w32.get();
+  std::vector<Row> rows;
+  auto add = [&](const std::string& what, int per_step, const std::function<Status()>& op) {
+    rows.push_back({what, per_step, TimeMs(s, op)});
+  };
+  // The four linear layers: forward, dgrad, wgrad (FP32 accumulate) — what cuBLAS runs for bf16.
+  const int64_t shapes[4][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}};
+  const char* names[4] = {"qkv", "proj", "fc", "fc_proj"};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t in = shapes[i][0], o = shapes[i][1];
+    add(std::string("gemm ") + names[i] + " fwd", static_cast<int>(L), [&, in, o] {
+      return GemmBf16(cublas, false, true, n, o, in, 1.0f, a.get(), in, wb.get(), in, 0.0f, b.get(), o, false);
+    });
+    add(std::string("gemm ") + names[i] + " dgrad", static_cast<int>(L), [&, in, o] {
+      return GemmBf16(cublas, false, false, n, in, o, 1.0f, a.get(), o, wb.get(), in, 0.0f, b.get(), in, false);
+    });
+    add(std::string("gemm ") + names[i] + " wgrad", static_cast<int>(L), [&, in, o] {
+      return GemmBf16(cublas, true, false, o, in, n, 1.0f, a.get(), o, b.get(), in, 1.0f, g32.get(), in, true);
+    });
+  }
+  add("flash attention fwd", static_cast<int>(L), [&] {
+    return FlashAttentionForward({batch, h, cfg.seq_len, hd}, a.get(), a.get() + c, a.get() + 2 * c, RowMajorHeads(cfg.seq_len, hd, 3 * c),
+                                 b.get(), RowMajorHeads(cfg.seq_len, hd, c), lse.get(), s);
+  });
+  add("flash attention bwd", static_cast<int>(L), [&] {
+    return FlashAttentionBackward({batch, h, cfg.seq_len, hd}, a.get(), a.get() + c, a.get() + 2 * c, RowMajorHeads(cfg.seq_len, hd, 3 * c),
+                                  b.get(), b.get(), RowMajorHeads(cfg.seq_len, hd, c), lse.get(), delta.get(), b.get() + n * c,
+                                  b.get() + n * c + c, b.get() + n * c + 2 * c, s);
+  });
+  add("layernorm fwd", static_cast<int>(2 * L + 1), [&] {
+    return LayerNormForward(f1.get(), w, w, n, c, a.get(), stats1.get(), stats2.get(), s);
+  });
+  add("layernorm bwd", static_cast<int>(2 * L + 1), [&] {
+    return LayerNormBackward(a.get(), f1.get(), w, stats1.get(), stats2.get(), n, c, f2.get(), g32.get(), g32.get() + c, scratch.get(), s);
+  });
+  add("bias add [n,3C]+[n,4C]", static_cast<int>(L), [&] {
+    FP8_RETURN_IF_ERROR(AddBias(b.get(), w, n, 3 * c, s));
+    return AddBias(b.get(), w, n, 4 * c, s);
+  });
+  add("gelu fwd", static_cast<int>(L), [&] { return GeluForward(a.get(), n * 4 * c, b.get(), s); });
+  add("gelu bwd", static_cast<int>(L), [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
+  add("residual add (fp32)", static_cast<int>(2 * L), [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
+  add("cast dres fp32->bf16", static_cast<int>(2 * L), [&] { return CastF32ToBf16(f1.get(), n * c, a.get(), s); });
+  add("cast W fp32->bf16 (4 linears)", static_cast<int>(2 * L), [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
+  add("bias grads (column sums)", static_cast<int>(L), [&] {
+    for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
+    return OkStatus();
+  });
+  add("head gemm fwd", 1, [&] {
+    return GemmBf16(cublas, false, true, n, v, c, 1.0f, a.get(), c, wb.get(), c, 0.0f, logits.get(), vld, false);
+  });
+  add("head gemm dgrad+wgrad", 1, [&] {
+    FP8_RETURN_IF_ERROR(GemmBf16(cublas, false, false, n, c, v, 1.0f, logits.get(), vld, wb.get(), c, 0.0f, a.get(), c, false));
+    return GemmBf16(cublas, true, false, v, c, n, 1.0f, logits.get(), vld, a.get(), c, 1.0f, g32.get(), c, true);
+  });
+  add("cross-entropy fwd+grad", 1, [&] {
+    return CrossEntropy(logits.get(), tokens.get(), n, v, vld, 1.0f, true, f2.get(), s);
+  });
+  add("cast wte fp32->bf16", 1, [&] { return CastF32ToBf16(w, v * c, wb.get(), s); });
+  add("embedding fwd+bwd", 1, [&] {
+    FP8_RETURN_IF_ERROR(EmbeddingForward(tokens.get(), w, w, n, cfg.seq_len, c, f1.get(), s));
+    return EmbeddingBackward(f1.get(), tokens.get(), n, cfg.seq_len, c, g32.get(), g32.get() + v * c, s);
+  });
+  add("grad norm + AdamW", 1, [&] {
+    FP8_RETURN_IF_ERROR(SumSquares(g32.get(), num_params, partial.get(), out.get(), s));
+    const AdamWArgs args{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+    return AdamWStep(w32.get(), g32.get(), m32.get(), v32.get(), decay.get(), num_params, args, s);
+  });
+  double total = 0;
+  std::printf("  breakdown of a bf16 step (L%d C%d T%d B%d): op, runs per step, ms each, ms per step\n",
+              static_cast<int>(L), static_cast<int>(c), cfg.seq_len, batch);
+  for (const Row& r : rows) {
+    total += r.ms * r.per_step;
+    std::printf("    %-32s x%-3d %9.3f %9.2f\n", r.what.c_str(), r.per_step, r.ms, r.ms * r.per_step);
+  }
+  std::printf("    %-32s      %9s %9.2f  (measured step %.2f ms)\n", "sum", "", total, step_ms);
+  cublasDestroy(cublas);
+  cudaStreamDestroy(s);
+  return OkStatus();
+}
+
+}  // namespace fp8::train::cuda

@@ -1,0 +1,163 @@
+// The fused causal attention (worker/train/cuda/sm90_flash_attention.h) against a float64 CPU
+// reference on random BF16 inputs: output, logsumexp, dq, dk, dv, for head dims 32/64/128 and
+// sequence lengths that are and are not multiples of the 64-row tiles, in the two layouts the
+// trainer and a plain caller use. Skips without a GPU.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/worker_train_cuda/cuda_test_util.h"
+#include "worker/train/cuda/sm90_flash_attention.h"
+
+namespace fp8::train::cuda {
+namespace {
+
+// Reference over per-head dense arrays [B·H][T][hd] (double).
+struct Reference {
+  std::vector<double> y, lse, dq, dk, dv;
+};
+
+Reference CausalAttention(const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& dy, int64_t bh,
+                          int64_t t, int64_t hd) {
+  Reference r;
+  const size_t n = static_cast<size_t>(bh * t * hd);
+  r.y.assign(n, 0), r.dq.assign(n, 0), r.dk.assign(n, 0), r.dv.assign(n, 0);
+  r.lse.assign(static_cast<size_t>(bh * t), 0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> p(static_cast<size_t>(t)), dp(static_cast<size_t>(t));
+  for (int64_t h = 0; h < bh; ++h) {
+    const size_t base = static_cast<size_t>(h * t * hd);
+    auto at = [&](const std::vector<double>& x, int64_t row, int64_t d) { return x[base + row * hd + d]; };
+    for (int64_t i = 0; i < t; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < hd; ++d) s += at(q, i, d) * at(k, j, d);
+        p[j] = s * scale;
+        mx = std::max(mx, p[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+      r.lse[static_cast<size_t>(h * t + i)] = mx + std::log(sum);
+      double delta = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        p[j] /= sum;
+        dp[j] = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          r.y[base + i * hd + d] += p[j] * at(v, j, d);
+          dp[j] += at(dy, i, d) * at(v, j, d);
+        }
+        delta += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        const double ds = p[j] * (dp[j] - delta) * scale;
+        for (int64_t d = 0; d < hd; ++d) {
+          r.dv[base + j * hd + d] += p[j] * at(dy, i, d);
+          r.dq[base + i * hd + d] += ds * at(k, j, d);
+          r.dk[base + j * hd + d] += ds * at(q, i, d);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+double RelErrD(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Case {
+  int64_t head_dim, seq;
+  bool fused_qkv;  // q/k/v inside one [B, T, 3, H, hd] buffer and y as [B, T, H·hd] (the trainer)
+};
+
+class FlashAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashAttention, MatchesFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  const int64_t b = 2, h = 3, t = c.seq, hd = c.head_dim, bh = b * h, n = bh * t * hd;
+  // Dense per-head inputs; 1.5 spreads the softmax enough that it is neither flat nor one-hot.
+  std::vector<float> qf = RoundBf16(Random(static_cast<size_t>(n), 1, 1.5f));
+  std::vector<float> kf = RoundBf16(Random(static_cast<size_t>(n), 2, 1.5f));
+  std::vector<float> vf = RoundBf16(Random(static_cast<size_t>(n), 3));
+  std::vector<float> dyf = RoundBf16(Random(static_cast<size_t>(n), 4));
+
+  // Device layouts: element (b, h, t, d) of q/k/v lives at qkv_layout-offset + {0, C, 2C} in the
+  // fused case, or in three separate [B, H, T, hd] buffers otherwise.
+  const int64_t cdim = h * hd;
+  const HeadLayout ql = c.fused_qkv ? RowMajorHeads(t, hd, 3 * cdim) : HeadMajor(h, t, hd);
+  const HeadLayout yl = c.fused_qkv ? RowMajorHeads(t, hd, cdim) : HeadMajor(h, t, hd);
+  auto offset = [&](const HeadLayout& l, int64_t i) {  // i indexes the dense [B·H][T][hd] array
+    const int64_t d = i % hd, row = (i / hd) % t, head = (i / (hd * t)) % h, batch = i / (hd * t * h);
+    return batch * l.batch_stride + head * l.head_stride + row * l.row_stride + d;
+  };
+  std::vector<float> qkv_host(static_cast<size_t>(3 * n)), dy_host(static_cast<size_t>(n));
+  const int64_t k_off = c.fused_qkv ? cdim : n, v_off = 2 * k_off;
+  for (int64_t i = 0; i < n; ++i) {
+    qkv_host[static_cast<size_t>(offset(ql, i))] = qf[static_cast<size_t>(i)];
+    qkv_host[static_cast<size_t>(k_off + offset(ql, i))] = kf[static_cast<size_t>(i)];
+    qkv_host[static_cast<size_t>(v_off + offset(ql, i))] = vf[static_cast<size_t>(i)];
+    dy_host[static_cast<size_t>(offset(yl, i))] = dyf[static_cast<size_t>(i)];
+  }
+  Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
+  Dev<bf16> dqkv(qkv_host.size());
+  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(bh * t));
+  const AttentionDims dims{b, h, t, hd};
+  ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
+  ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
+                                   delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  auto to_d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  const Reference ref = CausalAttention(to_d(qf), to_d(kf), to_d(vf), to_d(dyf), bh, t, hd);
+  const std::vector<float> y_dev = ToF32(y.Host()), dqkv_dev = ToF32(dqkv.Host()), lse_dev = lse.Host();
+  auto gather = [&](const std::vector<float>& dev, const HeadLayout& l, int64_t base) {
+    std::vector<float> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = dev[static_cast<size_t>(base + offset(l, i))];
+    return out;
+  };
+  // BF16 outputs carry ~2^-9 relative rounding; P and dS are rounded to BF16 before their GEMMs.
+  EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2);
+  EXPECT_LT(RelErrD(gather(dqkv_dev, ql, 0), ref.dq), 2e-2);
+  EXPECT_LT(RelErrD(gather(dqkv_dev, ql, k_off), ref.dk), 2e-2);
+  EXPECT_LT(RelErrD(gather(dqkv_dev, ql, v_off), ref.dv), 2e-2);
+  double lse_err = 0;  // the kernel stores log2 of the sum: convert to natural log
+  for (size_t i = 0; i < ref.lse.size(); ++i) lse_err = std::max(lse_err, std::abs(lse_dev[i] * std::log(2.0) - ref.lse[i]));
+  EXPECT_LT(lse_err, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FlashAttention,
+    ::testing::Values(Case{64, 1, true}, Case{64, 37, true}, Case{64, 64, true}, Case{64, 200, true},
+                      Case{128, 37, true}, Case{128, 130, true}, Case{128, 257, false}, Case{32, 100, true},
+                      Case{32, 64, false}, Case{64, 129, false}),
+    [](const ::testing::TestParamInfo<Case>& i) {
+      return "hd" + std::to_string(i.param.head_dim) + "_t" + std::to_string(i.param.seq) +
+             (i.param.fused_qkv ? "_fused" : "_headmajor");
+    });
+
+TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {
+  const AttentionDims bad_hd{1, 1, 16, 48};
+  const Status s = FlashAttentionForward(bad_hd, nullptr, nullptr, nullptr, HeadMajor(1, 16, 48), nullptr,
+                                         HeadMajor(1, 16, 48), nullptr, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("head_dim"), std::string::npos) << s.message();
+  const AttentionDims dims{1, 1, 16, 64};
+  const HeadLayout odd{16 * 68, 0, 68 + 1};  // rows not 16-byte aligned
+  const Status a = FlashAttentionForward(dims, nullptr, nullptr, nullptr, odd, nullptr, HeadMajor(1, 16, 64), nullptr, nullptr);
+  EXPECT_FALSE(a.ok());
+  EXPECT_NE(a.message().find("stride"), std::string::npos) << a.message();
+}
+
+}  // namespace
+}  // namespace fp8::train::cuda

@@ -1,0 +1,58 @@
+// Fused causal self-attention for the CUDA trainer, flash-attention-2 style: BF16 q/k/v in, FP32
+// softmax statistics, BF16 out. No T×T matrix ever reaches device memory: the forward keeps a
+// running max/sum per query row and saves only the row's logsumexp; the backward recomputes the
+// probabilities from it. Tiles wholly above the causal diagonal are never visited.
+//
+// Tensor cores through mma.sync m16n8k16 (BF16 → FP32), operands staged in shared memory by
+// cp.async (two stages) and read with ldmatrix. Head dims 32, 64 and 128.
+//
+// Layout: element (b, h, t, d) of q, k, v, y (and their gradients) sits at
+//   ptr[b·batch_stride + h·head_stride + t·row_stride + d]
+// so the kernels read q/k/v straight out of the fused qkv GEMM output [B, T, 3, H, hd] and write
+// y into the [B, T, H·hd] rows the projection GEMM consumes: no permute passes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace fp8::train::cuda {
+
+struct HeadLayout {
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+};
+// [B, T, H, hd] rows of width `ld` (ld = H·hd for y; ld = 3·H·hd for the fused qkv buffer, whose
+// k and v start C and 2C elements after q).
+inline HeadLayout RowMajorHeads(int64_t seq, int64_t head_dim, int64_t ld) {
+  return {seq * ld, head_dim, ld};
+}
+// [B, H, T, hd], contiguous.
+inline HeadLayout HeadMajor(int64_t heads, int64_t seq, int64_t head_dim) {
+  return {heads * seq * head_dim, seq * head_dim, head_dim};
+}
+
+struct AttentionDims {
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
+};
+
+bool FlashAttentionSupportsHeadDim(int64_t head_dim);
+
+// y = softmax(q·kᵀ/√hd, causal)·v. `lse` [B·H, T] receives each row's logsumexp (base 2, of the
+// scores scaled by log2(e)/√hd): the only thing the backward needs besides q, k, v, y.
+Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
+                             const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
+                             __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s);
+
+// dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y). `delta` is scratch of
+// B·H·T floats (rowsum(dy∘y)). Two kernels, one owning a key tile (dk, dv), one a query tile
+// (dq): no atomics, so the result is bitwise reproducible.
+Status FlashAttentionBackward(const AttentionDims& dims, const __nv_bfloat16* q,
+                              const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
+                              const __nv_bfloat16* y, const __nv_bfloat16* dy, HeadLayout yl,
+                              const float* lse, float* delta, __nv_bfloat16* dq,
+                              __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t s);
+
+}  // namespace fp8::train::cuda
