@@ -288,9 +288,21 @@ void BenchGemms() {
         return std::string(buf);
       };
       Row row{m, n, k};
-      const auto [fp8_tf, fp8_err] = measure(fp8);
-      const auto [own_tf, own_err] = measure(own(Sm90BlockwiseGemmTile::kAuto));
-      const auto [bf16_tf, bf16_err] = measure(bf16);
+      // Two rounds in alternating order, best median of each: the first FP8 GEMM after a
+      // cuBLASLt FP8 run measured up to 12% lower than the same kernel later in the run
+      // (power/clock state), which would otherwise favour whichever runs first.
+      double fp8_tf = 0, own_tf = 0, bf16_tf = 0;
+      std::string fp8_err, own_err, bf16_err;
+      for (int round = 0; round < 2; ++round) {
+        auto best = [&](const std::function<Status(int)>& fn, double& tf, std::string& err) {
+          const auto [t, e] = measure(fn);
+          tf = std::max(tf, t);
+          if (!e.empty()) err = e;
+        };
+        best(fp8, fp8_tf, fp8_err);
+        best(own(Sm90BlockwiseGemmTile::kAuto), own_tf, own_err);
+        best(bf16, bf16_tf, bf16_err);
+      }
       row.cublas = cell(fp8_tf, fp8_err);
       row.own = cell(own_tf, own_err);
       row.bf16 = cell(bf16_tf, bf16_err);

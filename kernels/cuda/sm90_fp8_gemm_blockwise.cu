@@ -86,6 +86,15 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   return OkStatus();
 }
 
+// 128x128 tiles move the fewest bytes per FLOP; with few tiles (small M) the last wave leaves
+// SMs idle, and 128x64 tiles (twice as many) fill the waves better. Small-M GEMMs are bound by
+// streaming B, not by the tensor cores, so there wave fill is what counts.
+Sm90BlockwiseGemmTile ChooseTile(int64_t tiles_128, int sms) {
+  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128;
+  auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
+  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64 : Sm90BlockwiseGemmTile::kN128;
+}
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // 32 KB stages for 128x128 tiles: 6 fit beside the 32 KB staging tile in 227 KB.
@@ -114,10 +123,10 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
   if (!Aligned16(a) || !Aligned16(b) || !Aligned16(d))
     return InvalidArgumentError("blockwise GEMM: a, b and d must be 16-byte aligned (TMA)");
   if (tile == Sm90BlockwiseGemmTile::kAuto) {
-    // 128x128 tiles leave SMs idle when there are fewer of them than SMs (M = 128: N/128
-    // tiles); 128x64 doubles the CTAs. 132 = the H200's SM count, close enough for a choice.
-    const int64_t tiles = (m + 127) / 128 * (n / 128);
-    tile = tiles < 132 ? Sm90BlockwiseGemmTile::kN64 : Sm90BlockwiseGemmTile::kN128;
+    int device = 0, sms = 0;
+    FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    FP8_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    tile = ChooseTile((m + 127) / 128 * (n / 128), sms);
   }
   switch (tile) {
     case Sm90BlockwiseGemmTile::kN128SingleAccumulator:

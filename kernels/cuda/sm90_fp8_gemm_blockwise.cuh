@@ -304,8 +304,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         WgmmaCommit();
         FenceOperands(part);
       };
-      auto promote = [&](float(&part)[kAcc], float s0, float s1) {
+      // One K block's scales: scale_a of this thread's two rows and the tile's scale_b.
+      struct Scales {
+        float a0, a1, b;
+      };
+      // Promotion multiplies the scales only here, after the wgmma.wait: a multiply right after
+      // the loads made the warp wait out their latency between two wgmma issues (seen in the
+      // SASS: ptxas sinks the loads past the barrier wait, next to the wgmma).
+      auto promote = [&](float(&part)[kAcc], const Scales& sc) {
         FenceOperands(part);
+        const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
 #pragma unroll
         for (int i = 0; i < kAcc; i += 4) {
           total[i] = fmaf(s0, part[i], total[i]);
@@ -317,17 +325,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto release = [&](uint32_t stage) {
         if (lane == 0) MbarArrive(empty_bar + 8 * stage);
       };
-      // Waits for K block kb's tiles; returns its row scales scale_a[row] · scale_b in s0, s1
-      // (the global loads are issued before the barrier wait so their latency overlaps it).
+      auto load_scales = [&](uint32_t k_block) {
+        const float* a_scale_kb = args.a_scale + static_cast<size_t>(k_block) * args.m;
+        return Scales{r0_valid ? __ldg(a_scale_kb + r0) : 0.0f, r1_valid ? __ldg(a_scale_kb + r1) : 0.0f,
+                      __ldg(b_scale_row + k_block)};
+      };
+      // Scales are loaded one K block ahead of their wgmma and used one (double buffer) or zero
+      // K blocks after it, so each load has at least a K block's tensor-core time to land.
       uint32_t kb = 0;
-      auto next_block = [&](float& s0, float& s1) {
-        const float sb = __ldg(b_scale_row + kb);
-        const float* a_scale_kb = args.a_scale + static_cast<size_t>(kb) * args.m;
-        const float sa0 = r0_valid ? __ldg(a_scale_kb + r0) : 0.0f;
-        const float sa1 = r1_valid ? __ldg(a_scale_kb + r1) : 0.0f;
+      Scales ahead = load_scales(0);
+      // Waits for K block kb's tiles; returns its scales and starts loading the next block's.
+      auto next_block = [&] {
+        const Scales cur = ahead;
+        ahead = load_scales(min(kb + 1, args.num_k_blocks - 1));
         MbarWait(full_bar + 8 * s, phase);
-        s0 = sa0 * sb;
-        s1 = sa1 * sb;
+        return cur;
       };
       auto advance = [&] {
         ++kb;
@@ -340,21 +352,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
         // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
         // which accumulators are in flight).
-        float pending_s0, pending_s1;
+        Scales pending = next_block();
         uint32_t pending_stage = s;
         auto step = [&](float(&issue_into)[kAcc], float(&promote_from)[kAcc]) {
-          float s0, s1;
-          next_block(s0, s1);
+          const Scales cur = next_block();
           issue(issue_into, s);
           WgmmaWait<1>();
           release(pending_stage);
-          promote(promote_from, pending_s0, pending_s1);
-          pending_s0 = s0;
-          pending_s1 = s1;
+          promote(promote_from, pending);
+          pending = cur;
           pending_stage = s;
           advance();
         };
-        next_block(pending_s0, pending_s1);
         issue(part0, s);
         advance();
         while (kb + 1 < args.num_k_blocks) {
@@ -365,20 +374,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           step(part1, part0);
           WgmmaWait<0>();
           release(pending_stage);
-          promote(part1, pending_s0, pending_s1);
+          promote(part1, pending);
         } else {
           WgmmaWait<0>();
           release(pending_stage);
-          promote(part0, pending_s0, pending_s1);
+          promote(part0, pending);
         }
       } else {
         while (kb < args.num_k_blocks) {
-          float s0, s1;
-          next_block(s0, s1);
+          const Scales cur = next_block();
           issue(part0, s);
           WgmmaWait<0>();
           release(s);
-          promote(part0, s0, s1);
+          promote(part0, cur);
           advance();
         }
       }

@@ -31,7 +31,8 @@ namespace fp8::kernels::cuda {
 //   kN128SingleAccumulator: 128x128 with one partial accumulator (wgmma and promotion
 //          alternate; kept to measure what the double buffer buys)
 //   kN64:  128x64, twice the CTAs for small M (M = 128 gives N/128 tiles otherwise)
-//   kAuto: kN64 when 128x128 tiles would leave SMs idle, else kN128
+//   kAuto: kN128 with at least 4 waves of 128x128 tiles, else whichever fills the SMs' waves
+//          better (kN64 for M = 128 on the shapes)
 enum class Sm90BlockwiseGemmTile : uint8_t { kAuto, kN128, kN128SingleAccumulator, kN64 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument
