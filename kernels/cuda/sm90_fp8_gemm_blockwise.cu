@@ -100,7 +100,10 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // 32 KB stages for 128x128 tiles: 6 fit beside the 32 KB staging tile in 227 KB.
 using ConfigN128 = Config<128, 6, true>;
 using ConfigN128Single = Config<128, 6, false>;
+using ConfigN128Overlap = Config<128, 6, true, true>;
+// 24 KB stages for 128x64 tiles: 8 fit beside the 16 KB staging tile.
 using ConfigN64 = Config<64, 8, true>;
+using ConfigN64Overlap = Config<64, 8, true, true>;
 
 }  // namespace
 
@@ -131,8 +134,12 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
   switch (tile) {
     case Sm90BlockwiseGemmTile::kN128SingleAccumulator:
       return Launch<ConfigN128Single>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+    case Sm90BlockwiseGemmTile::kN128OverlapEpilogue:
+      return Launch<ConfigN128Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
     case Sm90BlockwiseGemmTile::kN64:
       return Launch<ConfigN64>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+    case Sm90BlockwiseGemmTile::kN64OverlapEpilogue:
+      return Launch<ConfigN64Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
   }

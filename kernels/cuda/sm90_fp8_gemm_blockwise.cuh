@@ -24,11 +24,16 @@ constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
 constexpr int kGroupM = 8;
 
-template <int kBlockN_, int kStages_, bool kDoubleAccumulator_>
+// kDoubleAccumulator: two FP32 partial accumulators, so K block kb runs on the tensor cores
+// while kb - 1 is promoted. kOverlapEpilogue (needs it): the next tile's first K block runs
+// during the epilogue.
+template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kDoubleAccumulator = kDoubleAccumulator_;
+  static constexpr bool kOverlapEpilogue = kOverlapEpilogue_;
+  static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
   static constexpr int kStageABytes = kBlockM * kBlockK;
   static constexpr int kStageBBytes = kBlockN * kBlockK;
@@ -216,30 +221,292 @@ struct KernelArgs {
   uint32_t m, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
 };
 
+// Shared-memory addresses of the pipeline (all 1024-byte aligned except the barriers).
+struct SmemLayout {
+  uint32_t a, b, epilogue, full_bar, empty_bar;
+};
+
+// One K block's scales for this thread: scale_a of its two rows and the tile's scale_b.
+struct Scales {
+  float a0, a1, b;
+};
+
+// A consumer warpgroup's side of the pipeline: 64 rows of the tile, the FP32 total in
+// registers, the stage ring position. Everything inlines; arrays are only indexed with
+// constants, so they stay in registers.
+template <class Cfg>
+struct Consumer {
+  static constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages, kAcc = Cfg::kAccRegs;
+  const KernelArgs& args;
+  const CUtensorMap* tmap_d;
+  SmemLayout smem;
+  uint32_t warpgroup, lane, row_in_wg;
+  uint32_t s = 0, phase = 0;
+  float total[kAcc];
+
+  // wgmma's accumulator layout: this thread holds rows r and r + 8 of the warpgroup's 64,
+  // columns 8i + 2(lane % 4) + {0, 1} for i < BLOCK_N / 8.
+  __device__ __forceinline__ Consumer(const KernelArgs& a, const CUtensorMap* d, SmemLayout l)
+      : args(a), tmap_d(d), smem(l), warpgroup(threadIdx.x / 128), lane(threadIdx.x % 32),
+        row_in_wg((threadIdx.x / 32) % 4 * 16 + threadIdx.x % 32 / 4) {}
+
+  __device__ __forceinline__ void WaitFull() const { MbarWait(smem.full_bar + 8 * s, phase); }
+  __device__ __forceinline__ void NextStage() {
+    if (++s == kStages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+  // The stage's tiles may be overwritten once every consumer warp has arrived.
+  __device__ __forceinline__ void Release(uint32_t stage) const {
+    if (lane == 0) MbarArrive(smem.empty_bar + 8 * stage);
+  }
+
+  __device__ __forceinline__ Scales LoadScales(TileCoord tile, uint32_t kb) const {
+    const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
+    const float* a_scale_kb = args.a_scale + static_cast<size_t>(kb) * args.m;
+    const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
+    return Scales{r0 < args.m ? __ldg(a_scale_kb + r0) : 0.0f, r1 < args.m ? __ldg(a_scale_kb + r1) : 0.0f,
+                  __ldg(b_scale_row + kb)};
+  }
+
+  // part = this stage's A rows · B tile, 4 wgmma of K = 32 (the first overwrites part).
+  __device__ __forceinline__ void Issue(float (&part)[kAcc]) const {
+    const uint64_t desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + warpgroup * 64 * kBlockK);
+    const uint64_t desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes);
+    FenceOperands(part);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+    WgmmaCommit();
+    FenceOperands(part);
+  }
+
+  // total += (scale_a[row] · scale_b) · part. The scales are multiplied here, after the
+  // wgmma.wait, and were loaded a K block earlier: a multiply right after the loads made the
+  // warp wait out their latency between two wgmma issues (seen in the SASS: ptxas sinks the
+  // loads past the barrier wait, next to the wgmma).
+  __device__ __forceinline__ void Promote(float (&part)[kAcc], const Scales& sc) {
+    FenceOperands(part);
+    const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
+#pragma unroll
+    for (int i = 0; i < kAcc; i += 4) {
+      total[i] = fmaf(s0, part[i], total[i]);
+      total[i + 1] = fmaf(s0, part[i + 1], total[i + 1]);
+      total[i + 2] = fmaf(s1, part[i + 2], total[i + 2]);
+      total[i + 3] = fmaf(s1, part[i + 3], total[i + 3]);
+    }
+  }
+
+  __device__ __forceinline__ void ZeroTotal() {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
+  }
+
+  // bf16 into the 128B-swizzled staging tile, then one TMA store per 64-column box.
+  __device__ __forceinline__ void Epilogue(TileCoord tile) {
+    const uint32_t staging = smem.epilogue + warpgroup * Cfg::kEpilogueWgBytes;
+    const bool leader = threadIdx.x % 128 == 0;
+    if (leader) BulkWaitRead();  // the previous tile's store has read the staging tile
+    NamedBarrierSync(1 + warpgroup, 128);
+    // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows a warp writes per
+    // instruction land in 8 different chunks, so the stores are free of bank conflicts.
+    const uint32_t swz = lane / 4;  // == row_in_wg % 8 == (row_in_wg + 8) % 8
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) {
+      const uint32_t box = staging + (i / 8) * Cfg::kEpilogueBoxBytes;
+      const uint32_t col = ((i % 8) ^ swz) * 16 + 4 * (lane % 4);
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(total[4 * i], total[4 * i + 1]);
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(total[4 * i + 2], total[4 * i + 3]);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
+                   "r"(*reinterpret_cast<const uint32_t*>(&lo))
+                   : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + (row_in_wg + 8) * 128 + col),
+                   "r"(*reinterpret_cast<const uint32_t*>(&hi))
+                   : "memory");
+    }
+    FenceProxyAsyncShared();
+    NamedBarrierSync(1 + warpgroup, 128);
+    const uint32_t out_row = tile.m_block * kBlockM + warpgroup * 64;
+    if (leader && out_row < args.m) {  // rows past M: the TMA store clips partial boxes
+#pragma unroll
+      for (int box = 0; box < kBlockN / 64; ++box) {
+        TmaStore2d(tmap_d, staging + box * Cfg::kEpilogueBoxBytes,
+                   static_cast<int32_t>(tile.n_block * kBlockN + box * 64), static_cast<int32_t>(out_row));
+      }
+      BulkCommit();
+    }
+  }
+};
+
+// Tile by tile: K loop, then the epilogue (tensor cores idle during it unless the other
+// warpgroup is still busy).
+template <class Cfg>
+__device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
+                                              float (&part1)[Cfg::kAccRegs]) {
+  const KernelArgs& args = c.args;
+  const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks, nk = args.num_k_blocks;
+  for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+    c.ZeroTotal();
+    uint32_t kb = 0;
+    // Scales are loaded one K block ahead of their wgmma.
+    Scales ahead = c.LoadScales(tile, 0);
+    auto fetch = [&] {  // waits for K block kb's tiles; returns its scales
+      const Scales cur = ahead;
+      ahead = c.LoadScales(tile, min(kb + 1, nk - 1));
+      c.WaitFull();
+      return cur;
+    };
+    auto advance = [&] {
+      ++kb;
+      c.NextStage();
+    };
+    if constexpr (Cfg::kDoubleAccumulator) {
+      // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
+      // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
+      // which accumulators are in flight).
+      Scales pending = fetch();
+      uint32_t pending_stage = c.s;
+      auto step = [&](float(&issue_into)[Cfg::kAccRegs], float(&promote_from)[Cfg::kAccRegs]) {
+        const Scales cur = fetch();
+        const uint32_t cur_stage = c.s;
+        c.Issue(issue_into);
+        WgmmaWait<1>();
+        c.Release(pending_stage);
+        c.Promote(promote_from, pending);
+        pending = cur;
+        pending_stage = cur_stage;
+        advance();
+      };
+      c.Issue(part0);
+      advance();
+      while (kb + 1 < nk) {
+        step(part1, part0);
+        step(part0, part1);
+      }
+      if (kb < nk) {
+        step(part1, part0);
+        WgmmaWait<0>();
+        c.Release(pending_stage);
+        c.Promote(part1, pending);
+      } else {
+        WgmmaWait<0>();
+        c.Release(pending_stage);
+        c.Promote(part0, pending);
+      }
+    } else {
+      while (kb < nk) {
+        const Scales cur = fetch();
+        c.Issue(part0);
+        WgmmaWait<0>();
+        c.Release(c.s);
+        c.Promote(part0, cur);
+        advance();
+      }
+    }
+    c.Epilogue(tile);
+  }
+}
+
+// One flat stream of K blocks over all of this CTA's tiles: the first K block of the next
+// tile is already on the tensor cores while the previous tile is promoted and stored.
+template <class Cfg>
+__device__ __forceinline__ void RunOverlappingEpilogue(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
+                                                       float (&part1)[Cfg::kAccRegs]) {
+  const KernelArgs& args = c.args;
+  const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks, nk = args.num_k_blocks;
+  uint32_t t = blockIdx.x, kb = 0;
+  if (t >= num_tiles) return;
+  TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+  c.ZeroTotal();
+  Scales ahead = c.LoadScales(tile, 0);
+  auto fetch = [&] {  // waits for (tile, kb)'s tiles; returns its scales, loads the next block's
+    const Scales cur = ahead;
+    if (kb + 1 < nk) {
+      ahead = c.LoadScales(tile, kb + 1);
+    } else if (t + gridDim.x < num_tiles) {
+      ahead = c.LoadScales(TileOf(t + gridDim.x, args.num_m_blocks, args.num_n_blocks), 0);
+    }
+    c.WaitFull();
+    return cur;
+  };
+  auto advance = [&] {
+    c.NextStage();
+    if (++kb == nk) {
+      kb = 0;
+      t += gridDim.x;
+      if (t < num_tiles) tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+    }
+  };
+  // The block in flight whose promotion is pending, and whether it ends its tile.
+  Scales pending = fetch();
+  uint32_t pending_stage = c.s;
+  bool pending_ends_tile = kb + 1 == nk;
+  TileCoord pending_tile = tile;
+  auto step = [&](float(&issue_into)[Cfg::kAccRegs], float(&promote_from)[Cfg::kAccRegs]) {
+    const Scales cur = fetch();
+    const uint32_t cur_stage = c.s;
+    const bool cur_ends_tile = kb + 1 == nk;
+    const TileCoord cur_tile = tile;
+    c.Issue(issue_into);
+    WgmmaWait<1>();
+    c.Release(pending_stage);
+    c.Promote(promote_from, pending);
+    if (pending_ends_tile) {
+      c.Epilogue(pending_tile);
+      c.ZeroTotal();
+    }
+    pending = cur;
+    pending_stage = cur_stage;
+    pending_ends_tile = cur_ends_tile;
+    pending_tile = cur_tile;
+    advance();
+  };
+  auto drain = [&](float(&promote_from)[Cfg::kAccRegs]) {
+    WgmmaWait<0>();
+    c.Release(pending_stage);
+    c.Promote(promote_from, pending);
+    c.Epilogue(pending_tile);
+  };
+  c.Issue(part0);
+  advance();
+  for (;;) {
+    if (t >= num_tiles) {
+      drain(part0);
+      break;
+    }
+    step(part1, part0);
+    if (t >= num_tiles) {
+      drain(part1);
+      break;
+    }
+    step(part0, part1);
+  }
+}
+
 // ---- the kernel ------------------------------------------------------------------------------
 template <class Cfg>
 __global__ void __launch_bounds__(kThreads, 1)
     Sm90Fp8BlockwiseGemmKernel(const __grid_constant__ CUtensorMap tmap_a,
                                const __grid_constant__ CUtensorMap tmap_b,
                                const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
-  constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages, kAcc = Cfg::kAccRegs;
+  constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   extern __shared__ uint8_t smem_raw[];
   // 128B-swizzled tiles must start on a 1024-byte boundary (the swizzle atom).
-  const uint32_t raw = SmemAddr(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  const uint32_t smem_a = base;
-  const uint32_t smem_b = base + kStages * Cfg::kStageABytes;
-  const uint32_t smem_epilogue = base + kStages * Cfg::kStageBytes;
-  const uint32_t full_bar = base + Cfg::kBarrierOffset;
-  const uint32_t empty_bar = full_bar + kStages * 8;
-
-  const uint32_t warpgroup = threadIdx.x / 128;
+  const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
+  SmemLayout smem;
+  smem.a = base;
+  smem.b = base + kStages * Cfg::kStageABytes;
+  smem.epilogue = base + kStages * Cfg::kStageBytes;
+  smem.full_bar = base + Cfg::kBarrierOffset;
+  smem.empty_bar = smem.full_bar + kStages * 8;
   const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(full_bar + 8 * s, 1);                  // the producer's arrive + the TMA bytes
-      MbarInit(empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
+      MbarInit(smem.full_bar + 8 * s, 1);                // the producer's arrive + the TMA bytes
+      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
     }
     FenceBarrierInit();
     FenceProxyAsyncShared();  // the initialized barriers, as the TMA unit (async proxy) sees them
@@ -251,8 +518,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (warpgroup == 2) {
-    // ---- producer: one thread issues every TMA load ----
+  if (threadIdx.x >= 256) {
+    // ---- producer warpgroup: one thread issues every TMA load ----
     SetMaxNRegDec<40>();
     if (threadIdx.x == 256) {
       uint32_t s = 0, phase = 0;
@@ -261,11 +528,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
         for (uint32_t kb = 0; kb < args.num_k_blocks; ++kb) {
-          MbarWait(empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
-          MbarArriveExpectTx(full_bar + 8 * s, Cfg::kStageBytes);
+          MbarWait(smem.empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
+          MbarArriveExpectTx(smem.full_bar + 8 * s, Cfg::kStageBytes);
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
-          TmaLoad2d(smem_a + s * Cfg::kStageABytes, &tmap_a, full_bar + 8 * s, k0, m0);
-          TmaLoad2d(smem_b + s * Cfg::kStageBBytes, &tmap_b, full_bar + 8 * s, k0, n0);
+          TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
+          TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
           if (++s == kStages) {
             s = 0;
             phase ^= 1;
@@ -274,155 +541,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    // ---- consumers: warpgroups 0 and 1, rows [64·wg, 64·wg + 64) of the tile ----
+    // ---- consumer warpgroups 0 and 1: rows [64·wg, 64·wg + 64) of each tile ----
     SetMaxNRegInc<232>();
-    const uint32_t warp_in_wg = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    // wgmma's accumulator layout: this thread holds rows r and r + 8 of the warpgroup's 64,
-    // columns 8i + 2(lane % 4) + {0, 1} for i < BLOCK_N / 8.
-    const uint32_t row_in_wg = warp_in_wg * 16 + lane / 4;
-    const uint32_t wg_rows = warpgroup * 64;
-    float total[kAcc];
-    float part0[kAcc];
-    float part1[Cfg::kDoubleAccumulator ? kAcc : 1];
-    uint32_t s = 0, phase = 0;
-
-    for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-      const TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
-      const uint32_t r0 = tile.m_block * kBlockM + wg_rows + row_in_wg, r1 = r0 + 8;
-      const bool r0_valid = r0 < args.m, r1_valid = r1 < args.m;
-      const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
-
-      auto issue = [&](float(&part)[kAcc], uint32_t stage) {
-        const uint64_t desc_a = MakeSmemDescSw128(smem_a + stage * Cfg::kStageABytes + wg_rows * kBlockK);
-        const uint64_t desc_b = MakeSmemDescSw128(smem_b + stage * Cfg::kStageBBytes);
-        FenceOperands(part);
-        WgmmaFence();
-#pragma unroll
-        for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
-        WgmmaCommit();
-        FenceOperands(part);
-      };
-      // One K block's scales: scale_a of this thread's two rows and the tile's scale_b.
-      struct Scales {
-        float a0, a1, b;
-      };
-      // Promotion multiplies the scales only here, after the wgmma.wait: a multiply right after
-      // the loads made the warp wait out their latency between two wgmma issues (seen in the
-      // SASS: ptxas sinks the loads past the barrier wait, next to the wgmma).
-      auto promote = [&](float(&part)[kAcc], const Scales& sc) {
-        FenceOperands(part);
-        const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
-#pragma unroll
-        for (int i = 0; i < kAcc; i += 4) {
-          total[i] = fmaf(s0, part[i], total[i]);
-          total[i + 1] = fmaf(s0, part[i + 1], total[i + 1]);
-          total[i + 2] = fmaf(s1, part[i + 2], total[i + 2]);
-          total[i + 3] = fmaf(s1, part[i + 3], total[i + 3]);
-        }
-      };
-      auto release = [&](uint32_t stage) {
-        if (lane == 0) MbarArrive(empty_bar + 8 * stage);
-      };
-      auto load_scales = [&](uint32_t k_block) {
-        const float* a_scale_kb = args.a_scale + static_cast<size_t>(k_block) * args.m;
-        return Scales{r0_valid ? __ldg(a_scale_kb + r0) : 0.0f, r1_valid ? __ldg(a_scale_kb + r1) : 0.0f,
-                      __ldg(b_scale_row + k_block)};
-      };
-      // Scales are loaded one K block ahead of their wgmma and used one (double buffer) or zero
-      // K blocks after it, so each load has at least a K block's tensor-core time to land.
-      uint32_t kb = 0;
-      Scales ahead = load_scales(0);
-      // Waits for K block kb's tiles; returns its scales and starts loading the next block's.
-      auto next_block = [&] {
-        const Scales cur = ahead;
-        ahead = load_scales(min(kb + 1, args.num_k_blocks - 1));
-        MbarWait(full_bar + 8 * s, phase);
-        return cur;
-      };
-      auto advance = [&] {
-        ++kb;
-        if (++s == kStages) {
-          s = 0;
-          phase ^= 1;
-        }
-      };
-      if constexpr (Cfg::kDoubleAccumulator) {
-        // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
-        // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
-        // which accumulators are in flight).
-        Scales pending = next_block();
-        uint32_t pending_stage = s;
-        auto step = [&](float(&issue_into)[kAcc], float(&promote_from)[kAcc]) {
-          const Scales cur = next_block();
-          issue(issue_into, s);
-          WgmmaWait<1>();
-          release(pending_stage);
-          promote(promote_from, pending);
-          pending = cur;
-          pending_stage = s;
-          advance();
-        };
-        issue(part0, s);
-        advance();
-        while (kb + 1 < args.num_k_blocks) {
-          step(part1, part0);
-          step(part0, part1);
-        }
-        if (kb < args.num_k_blocks) {
-          step(part1, part0);
-          WgmmaWait<0>();
-          release(pending_stage);
-          promote(part1, pending);
-        } else {
-          WgmmaWait<0>();
-          release(pending_stage);
-          promote(part0, pending);
-        }
-      } else {
-        while (kb < args.num_k_blocks) {
-          const Scales cur = next_block();
-          issue(part0, s);
-          WgmmaWait<0>();
-          release(s);
-          promote(part0, cur);
-          advance();
-        }
-      }
-
-      // ---- epilogue: bf16 into the 128B-swizzled staging tile, then one TMA store per box ----
-      const uint32_t staging = smem_epilogue + warpgroup * Cfg::kEpilogueWgBytes;
-      const bool leader = threadIdx.x % 128 == 0;
-      if (leader) BulkWaitRead();  // the previous tile's store has read the staging tile
-      NamedBarrierSync(1 + warpgroup, 128);
-      // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows a warp writes per
-      // instruction land in 8 different chunks, so the stores are free of bank conflicts.
-      const uint32_t swz = lane / 4;  // == row_in_wg % 8 == (row_in_wg + 8) % 8
-#pragma unroll
-      for (int i = 0; i < kBlockN / 8; ++i) {
-        const uint32_t box = staging + (i / 8) * Cfg::kEpilogueBoxBytes;
-        const uint32_t col = ((i % 8) ^ swz) * 16 + 4 * (lane % 4);
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(total[4 * i], total[4 * i + 1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(total[4 * i + 2], total[4 * i + 3]);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
-                     "r"(*reinterpret_cast<const uint32_t*>(&lo))
-                     : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + (row_in_wg + 8) * 128 + col),
-                     "r"(*reinterpret_cast<const uint32_t*>(&hi))
-                     : "memory");
-      }
-      FenceProxyAsyncShared();
-      NamedBarrierSync(1 + warpgroup, 128);
-      const uint32_t out_row = tile.m_block * kBlockM + wg_rows;
-      if (leader && out_row < args.m) {
-#pragma unroll
-        for (int box = 0; box < kBlockN / 64; ++box) {
-          TmaStore2d(&tmap_d, staging + box * Cfg::kEpilogueBoxBytes,
-                     static_cast<int32_t>(tile.n_block * kBlockN + box * 64), static_cast<int32_t>(out_row));
-        }
-        BulkCommit();
-      }
+    Consumer<Cfg> consumer(args, &tmap_d, smem);
+    float part0[Cfg::kAccRegs];
+    float part1[Cfg::kAccRegs];
+    if constexpr (Cfg::kOverlapEpilogue) {
+      RunOverlappingEpilogue(consumer, part0, part1);
+    } else {
+      RunTileByTile(consumer, part0, part1);
     }
     if (threadIdx.x % 128 == 0) BulkWaitAll();  // shared memory must outlive the last store
   }

@@ -25,15 +25,26 @@
 
 namespace fp8::kernels::cuda {
 
-// Block tile of one CTA (128 rows x N columns; two consumer warpgroups of 64 rows each).
+// Block tile of one CTA (128 rows x N columns; two consumer warpgroups of 64 rows each) and
+// how its main loop overlaps work:
 //   kN128: 128x128, two FP32 partial accumulators per warpgroup so the tensor cores run the
-//          next K block while the previous one is promoted (the default for large M)
+//          next K block while the previous one is promoted
 //   kN128SingleAccumulator: 128x128 with one partial accumulator (wgmma and promotion
 //          alternate; kept to measure what the double buffer buys)
-//   kN64:  128x64, twice the CTAs for small M (M = 128 gives N/128 tiles otherwise)
-//   kAuto: kN128 with at least 4 waves of 128x128 tiles, else whichever fills the SMs' waves
-//          better (kN64 for M = 128 on the shapes)
-enum class Sm90BlockwiseGemmTile : uint8_t { kAuto, kN128, kN128SingleAccumulator, kN64 };
+//   kN128OverlapEpilogue: kN128, and the next tile's first K block runs on the tensor cores
+//          while the finished tile is converted and stored
+//   kN64, kN64OverlapEpilogue: 128x64 tiles, twice the CTAs for small M (M = 128 gives only
+//          N/128 tiles of 128x128)
+//   kAuto: the 128x128 kind with at least 4 waves of 128x128 tiles, else whichever tile fills
+//          the SMs' waves better (128x64 for M = 128 on the shapes)
+enum class Sm90BlockwiseGemmTile : uint8_t {
+  kAuto,
+  kN128,
+  kN128SingleAccumulator,
+  kN128OverlapEpilogue,
+  kN64,
+  kN64OverlapEpilogue,
+};
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument
 // naming the offending dimension.

@@ -21,13 +21,16 @@ using testing::DeviceBuffer;
 constexpr double kMaxCalcDiff = 1e-3;
 constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN128,
-    Sm90BlockwiseGemmTile::kN128SingleAccumulator, Sm90BlockwiseGemmTile::kN64};
+    Sm90BlockwiseGemmTile::kN128SingleAccumulator, Sm90BlockwiseGemmTile::kN128OverlapEpilogue,
+    Sm90BlockwiseGemmTile::kN64, Sm90BlockwiseGemmTile::kN64OverlapEpilogue};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
     case Sm90BlockwiseGemmTile::kN128: return "N128";
     case Sm90BlockwiseGemmTile::kN128SingleAccumulator: return "N128-single";
+    case Sm90BlockwiseGemmTile::kN128OverlapEpilogue: return "N128-overlap";
     case Sm90BlockwiseGemmTile::kN64: return "N64";
+    case Sm90BlockwiseGemmTile::kN64OverlapEpilogue: return "N64-overlap";
     default: return "auto";
   }
 }
@@ -135,11 +138,13 @@ class Sm90GemmBlockwiseTest : public ::testing::Test {
   uint64_t seed_ = 0;
 };
 
-// Full outputs against the CPU reference: several K-block counts (odd and even: the double
-// buffer's two tails), M below, at and past one 128-row tile, more tiles than SMs.
+// Full outputs against the CPU reference: several K-block counts (1, odd and even: the double
+// buffer's tails), M below, at and past one 128-row tile, more tiles than SMs (CTAs that run
+// several tiles, also with a single K block: the epilogue-overlap variants' tile hand-over).
 TEST_F(Sm90GemmBlockwiseTest, MatchesCpuReferenceOnSmallShapes) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}, {256, 384, 512},
-                         {200, 256, 640}, {130, 512, 1152}, {17, 2048, 256}, {1100, 2304, 384}}) {
+                         {200, 256, 640}, {130, 512, 1152}, {17, 2048, 256}, {1100, 2304, 384},
+                         {520, 4608, 128}}) {
     SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                  " seed=" + std::to_string(seed_));
     std::mt19937_64 rng(seed_ + m * 31 + n);
