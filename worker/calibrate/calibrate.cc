@@ -10,6 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "worker/calibrate/activation_calib.h"
+#include "worker/calibrate/eval_loss.h"
+#include "worker/calibrate/eval_model.h"
 #include "worker/calibrate/model_input.h"
 #include "worker/calibrate/report.h"
 #include "worker/calibrate/selection.h"
@@ -36,12 +39,22 @@ struct Action {
   std::string scale_name;         // kQuantize: the scale written; kDequantize: the scale read
   const TensorInfo* scale = nullptr;  // kDequantize
   size_t scale_shard = 0;             // kDequantize: shard holding the scale
+  std::string input_scale_name;       // kQuantize with static activation scales
+  float input_scale = 0;
 };
 
 struct Plan {
   std::vector<std::vector<Action>> shards;  // per input shard, in its data order
   std::vector<std::string> not_converted;   // modules of 2-D *.weight left in high precision
   int64_t total_tensors = 0;
+};
+
+// Static activation scales and the eval loss, for fp8d's GPT models (activations.data set):
+// the model on the CPU backend with its original weights, and the calibration shards.
+struct GptCalibration {
+  std::unique_ptr<train::GptModel> model;
+  data::TokenDataset data;
+  ActivationCalibration activations;
 };
 
 StatusOr<std::optional<json>> ReadJsonIfExists(const fs::path& p) {
@@ -95,6 +108,39 @@ StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts) 
   return plan;
 }
 
+// Runs before any output is written, so a model or data the calibration cannot use fails fast.
+StatusOr<std::unique_ptr<GptCalibration>> StartGptCalibration(const ModelInput& in, const ActivationOptions& opts) {
+  auto g = std::make_unique<GptCalibration>();
+  FP8_ASSIGN_OR_RETURN(g->model, LoadGptModel(in));
+  const train::ModelConfig& cfg = g->model->config();
+  auto data = data::TokenDataset::Load(opts.data, cfg.seq_len, cfg.vocab_size);
+  if (!data.ok()) {
+    if (data.status().code() == StatusCode::kNotFound)  // the glob names nothing: a spec error
+      return FailedPreconditionError("spec field \"activations.data\": " + data.status().message());
+    return DataLossError("activations.data: " + data.status().message());
+  }
+  g->data = std::move(*data);
+  FP8_ASSIGN_OR_RETURN(g->activations, CalibrateActivations(*g->model, g->data, opts));
+  return g;
+}
+
+// Every quantized linear weight whose layer was calibrated gets `<layer>.input_scale`.
+Status AddInputScales(const ModelInput& in, const ActivationCalibration& cal, Plan* plan) {
+  for (auto& actions : plan->shards) {
+    for (auto& a : actions) {
+      if (a.kind != Action::kQuantize) continue;
+      const ActivationLayerStats* l = cal.Find(ModuleOf(a.tensor->name));
+      if (!l) continue;
+      a.input_scale_name = l->layer + kInputScaleSuffix;
+      a.input_scale = l->scale;
+      if (in.tensor_shard.count(a.input_scale_name))
+        return InvalidArgumentError(in.dir + ": tensor \"" + a.input_scale_name +
+                                    "\" already exists (is the model already quantized?)");
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<Plan> PlanDequantize(const ModelInput& in, const std::string& input) {
   if (in.config && in.config->contains("quantization_config")) {
     const json& qc = (*in.config)["quantization_config"];
@@ -120,7 +166,12 @@ StatusOr<Plan> PlanDequantize(const ModelInput& in, const std::string& input) {
     for (const auto& t : in.readers[s].tensors()) {
       Action a;
       a.tensor = &t;
-      if (scales_used.count(t.name)) {
+      const bool static_input_scale =
+          t.name.ends_with(kInputScaleSuffix) &&
+          scales_used.count(t.name.substr(0, t.name.size() - std::string(kInputScaleSuffix).size()) + ".weight" +
+                            kScaleSuffix);
+      if (scales_used.count(t.name) || static_input_scale) {
+        // Scales of FP8 layers mean nothing next to BF16 weights.
         a.kind = Action::kDrop;
       } else if (t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2) {
         a.kind = Action::kDequantize;
@@ -135,8 +186,8 @@ StatusOr<Plan> PlanDequantize(const ModelInput& in, const std::string& input) {
   return plan;
 }
 
-json QuantizationConfig(const CalibrateOptions& opts, const Plan& plan) {
-  json qc = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}};
+json QuantizationConfig(const CalibrateOptions& opts, const Plan& plan, bool static_activations) {
+  json qc = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", static_activations ? "static" : "dynamic"}};
   if (opts.weights.granularity == WeightGranularity::kBlock) {
     qc["weight_block_size"] = {kernels::kTile, kernels::kTile};
   } else {
@@ -192,6 +243,13 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
   if (in_dir == out_abs) return FailedPreconditionError("spec field \"output_dir\": the same directory as the input");
 
   FP8_ASSIGN_OR_RETURN(Plan plan, opts.direction == Direction::kQuantize ? PlanQuantize(in, opts) : PlanDequantize(in, opts.input));
+  // CUDA when this build has it and a GPU is visible (spec field backend), the CPU otherwise.
+  FP8_ASSIGN_OR_RETURN(std::unique_ptr<WeightConverter> converter, MakeWeightConverter(opts.backend));
+  std::unique_ptr<GptCalibration> gpt;
+  if (!opts.activations.data.empty()) {
+    FP8_ASSIGN_OR_RETURN(gpt, StartGptCalibration(in, opts.activations));
+    FP8_RETURN_IF_ERROR(AddInputScales(in, gpt->activations, &plan));
+  }
 
   // Staging: resume only when the spec and the input are exactly those of the earlier attempt.
   FP8_ASSIGN_OR_RETURN(auto state, ReadJsonIfExists(state_dir / kStateFile));
@@ -249,6 +307,7 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
           case Action::kQuantize:
             infos.push_back({t.name, DType::F8_E4M3, t.shape});
             infos.push_back({a.scale_name, DType::F32, ScaleShape(opts.weights.granularity, t.shape[0], t.shape[1])});
+            if (!a.input_scale_name.empty()) infos.push_back({a.input_scale_name, DType::F32, {}});  // a scalar
             break;
           case Action::kDequantize: infos.push_back({t.name, DType::BF16, t.shape}); break;
           case Action::kDrop: break;
@@ -273,12 +332,14 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
             rep.bytes_in = rep.bytes_out = t.nbytes();
             break;
           case Action::kQuantize: {
-            FP8_ASSIGN_OR_RETURN(rep, QuantizeWeight(reader, t, opts.weights, a.scale_name, writer));
+            FP8_ASSIGN_OR_RETURN(rep, converter->Quantize(reader, t, opts.weights, a.scale_name, writer));
+            if (!a.input_scale_name.empty())
+              FP8_RETURN_IF_ERROR(writer.Write(a.input_scale_name, &a.input_scale, sizeof(float)));
             ++shard_converted;
             break;
           }
           case Action::kDequantize:
-            FP8_RETURN_IF_ERROR(DequantizeWeight(reader, t, *a.scale, in.readers[a.scale_shard], writer));
+            FP8_RETURN_IF_ERROR(converter->Dequantize(reader, t, *a.scale, in.readers[a.scale_shard], writer));
             rep.name = t.name;
             rep.dtype = safetensors::DTypeName(t.dtype);
             rep.shape = t.shape;
@@ -329,7 +390,7 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
     FP8_RETURN_IF_ERROR(WriteJson(staging / kIndexFile, index));
     json config = in.config.value_or(json::object());
     if (opts.direction == Direction::kQuantize) {
-      config["quantization_config"] = QuantizationConfig(opts, plan);
+      config["quantization_config"] = QuantizationConfig(opts, plan, gpt != nullptr);
     } else {
       config.erase("quantization_config");
     }
@@ -360,7 +421,7 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
         {"bytes_out", total_size},
         {"seconds", seconds},
         {"input_gb_per_sec", seconds > 0 ? bytes_this_run / seconds / 1e9 : 0.0},
-        {"backend", "cpu"},
+        {"backend", converter->backend()},
     };
     if (opts.direction == Direction::kQuantize) {
       summary["granularity"] = GranularityName(opts.weights.granularity);
@@ -369,11 +430,32 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
       summary["max_rel_error"] = max_rel;
       summary["max_frac_saturated"] = max_sat;
     }
-    json tensors = json::array();
-    for (const auto& r : reports) tensors.push_back(r.ToJson());
-    FP8_RETURN_IF_ERROR(WriteJson(staging / kReportJson,
-                                  {{"fingerprint", fingerprint}, {"summary", summary}, {"tensors", tensors}}));
-    FP8_RETURN_IF_ERROR(safetensors::WriteFileAtomically((staging / kReportText).string(), FormatReportTable(reports, summary)));
+    json report = {{"fingerprint", fingerprint}, {"summary", summary}, {"tensors", json::array()}};
+    for (const auto& r : reports) report["tensors"].push_back(r.ToJson());
+    std::string table = FormatReportTable(reports, summary);
+    if (gpt) {
+      // Only the layers that got an input_scale (a user's exclude may have kept some in BF16).
+      ActivationCalibration written = gpt->activations;
+      std::erase_if(written.layers, [&](const ActivationLayerStats& l) {
+        return !weight_map.contains(l.layer + kInputScaleSuffix);
+      });
+      FP8_ASSIGN_OR_RETURN(EvalLossReport eval,
+                           EvaluateLossBeforeAfter(*gpt->model, gpt->data, gpt->activations.num_samples,
+                                                   staging.string(), weight_map, &written));
+      summary["activation_scheme"] = "static";
+      summary["activation_method"] = written.method;
+      summary["eval_loss_bf16"] = eval.loss_bf16;
+      summary["eval_loss_fp8_weights"] = eval.loss_fp8_weights;
+      summary["eval_rel_diff_fp8_weights"] = eval.rel_diff_fp8_weights;
+      summary["eval_loss_fp8_static"] = eval.loss_fp8_static;
+      summary["eval_rel_diff_fp8_static"] = eval.rel_diff_fp8_static;
+      report["summary"] = summary;
+      report["activations"] = written.ToJson();
+      report["eval"] = eval.ToJson();
+      table = FormatReportTable(reports, summary) + FormatActivationTable(written) + FormatEvalTable(eval);
+    }
+    FP8_RETURN_IF_ERROR(WriteJson(staging / kReportJson, report));
+    FP8_RETURN_IF_ERROR(safetensors::WriteFileAtomically((staging / kReportText).string(), table));
 
     fs::remove_all(state_dir, ec);
     if (ec) return UnavailableError(state_dir.string() + ": cannot remove: " + ec.message());

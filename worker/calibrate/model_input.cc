@@ -13,8 +13,6 @@ namespace fp8::calibrate {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
 StatusOr<json> ReadJsonFile(const std::string& path) {
   std::ifstream f(path);
   if (!f) return DataLossError(path + ": cannot be read");
@@ -26,8 +24,6 @@ StatusOr<json> ReadJsonFile(const std::string& path) {
     return InvalidArgumentError(path + ": malformed JSON: " + e.what());
   }
 }
-
-}  // namespace
 
 Status ValidateShardName(const std::string& name, const std::string& where) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||

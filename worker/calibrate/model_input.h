@@ -40,6 +40,9 @@ Status ValidateShardName(const std::string& name, const std::string& where);
 // Tensor names must not look like paths that escape a directory, nor hold control bytes.
 Status ValidateTensorName(const std::string& name, const std::string& where);
 
+// DataLoss when unreadable, InvalidArgument when not JSON; both name the file.
+StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
+
 // FailedPrecondition when `input` does not exist (the spec names nothing); DataLoss /
 // InvalidArgument naming the file and the problem for bad data.
 StatusOr<ModelInput> OpenModelInput(const std::string& input);

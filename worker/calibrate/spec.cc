@@ -158,13 +158,6 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(const json& spec) {
       o.activations.percentile = p;
     }
   }
-  if (!o.activations.data.empty())
-    // Static activation scales need a forward pass of the model over the calibration data;
-    // this build calibrates weights only (activation_scheme: dynamic).
-    return FieldError("activations.data",
-                      "static activation calibration is not supported by this worker build; "
-                      "leave it empty for dynamic activation scaling");
-
   FP8_ASSIGN_OR_RETURN(o.direction, (GetEnum<Direction>(spec, "direction", "direction",
                                                         {{"quantize", Direction::kQuantize},
                                                          {"dequantize", Direction::kDequantize}})));
@@ -172,6 +165,8 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(const json& spec) {
                                                     {{"auto", Backend::kAuto},
                                                      {"cpu", Backend::kCpu},
                                                      {"cuda", Backend::kCuda}})));
+  if (!o.activations.data.empty() && o.direction != Direction::kQuantize)
+    return FieldError("activations.data", "static activation scales are calibrated by direction quantize only");
 
   o.canonical = {
       {"input", o.input},
@@ -184,6 +179,13 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(const json& spec) {
         {"exclude", o.weights.exclude}}},
       {"direction", o.direction == Direction::kQuantize ? "quantize" : "dequantize"},
   };
+  // Only with static calibration, so the fingerprint of a weights-only job stays what it was.
+  if (!o.activations.data.empty()) {
+    o.canonical["activations"] = {{"data", o.activations.data},
+                                  {"num_samples", o.activations.num_samples},
+                                  {"method", o.activations.method},
+                                  {"percentile", o.activations.percentile}};
+  }
   return o;
 }
 

@@ -25,9 +25,11 @@ struct WeightOptions {
   std::vector<std::string> exclude;
 };
 
+// Static activation calibration and the eval loss before/after (fp8d's GPT models only; see
+// activation_calib.h and eval_loss.h).
 struct ActivationOptions {
-  std::string data;  // empty: no static activation calibration (activation_scheme dynamic)
-  int num_samples = 0;
+  std::string data;     // glob of token shards; empty: activation_scheme dynamic, no eval loss
+  int num_samples = 0;  // sequences; 0: kDefaultCalibrationSamples
   std::string method = "max";
   double percentile = 99.9;
 };

@@ -20,6 +20,7 @@ GptModel::GptModel(const ModelConfig& cfg, const PrecisionConfig& precision)
     Block& b = blocks_[static_cast<size_t>(l)];
     const std::string p = "h." + std::to_string(l) + ".";
     auto linear = [&](Linear& lin, const std::string& name, int64_t in, int64_t out) {
+      lin.name = p + name;
       lin.in = in;
       lin.out = out;
       lin.w = AddTensor(p + name + ".weight", {out, in}, true);
@@ -122,16 +123,20 @@ void GptModel::Resize(int batch) {
 }
 
 void GptModel::LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training) {
-  if (training) {
-    l.precision.InputFwd(x, m, l.in, l.xq.data());
-    l.precision.WeightFwd(params_.data() + l.w, l.out, l.in, l.wq.data());
-  } else {
-    // Evaluation must not move the delayed-scaling history: quantize a copy of the state.
-    LinearPrecision frozen = l.precision;
-    frozen.InputFwd(x, m, l.in, l.xq.data());
-    frozen.WeightFwd(params_.data() + l.w, l.out, l.in, l.wq.data());
-  }
+  // Evaluation must not move the delayed-scaling history: quantize with a copy of the state.
+  LinearPrecision frozen;
+  LinearPrecision& precision = training ? l.precision : (frozen = l.precision);
+  const bool hooked = input_hook_ && input_hook_(l.name, x, m, l.in, l.xq.data());
+  if (!hooked) precision.InputFwd(x, m, l.in, l.xq.data());
+  precision.WeightFwd(params_.data() + l.w, l.out, l.in, l.wq.data());
   LinearForward<float>(l.xq.data(), l.wq.data(), params_.data() + l.b, m, l.in, l.out, y);
+}
+
+std::vector<std::string> GptModel::LinearLayerNames() const {
+  std::vector<std::string> out;
+  for (const Block& b : blocks_)
+    for (const Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) out.push_back(l->name);
+  return out;
 }
 
 void GptModel::LinearBwd(Linear& l, const float* dy, const float* x, int64_t m, float* dx) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,12 +47,24 @@ class GptModel {
   const ModelConfig& config() const { return cfg_; }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
 
+  // Calibration's view into Forward: called with each linear layer's input x [m, k] before the
+  // recipe casts it (layer = "h.<i>.attn.c_attn" | "attn.c_proj" | "mlp.c_fc" | "mlp.c_proj").
+  // Returning true means the hook wrote the GEMM operand into `operand` [m, k] itself (how
+  // calibration simulates static FP8 input scales); false keeps the recipe's cast. The trainer
+  // sets none.
+  using LinearInputHook =
+      std::function<bool(const std::string& layer, const float* x, int64_t m, int64_t k, float* operand)>;
+  void SetLinearInputHook(LinearInputHook hook) { input_hook_ = std::move(hook); }
+  // Names of the linear layers in forward order (the prefixes of their .weight / .bias).
+  std::vector<std::string> LinearLayerNames() const;
+
   // Delayed-scaling state of every linear layer (fp8-tensorwise), for trainer_state.json.
   nlohmann::json PrecisionState() const;
   Status RestorePrecisionState(const nlohmann::json& state);
 
  private:
   struct Linear {
+    std::string name;      // "h.<i>.attn.c_attn", ...
     int64_t w = 0, b = 0;  // offsets of weight [out, in] and bias [out]
     int64_t in = 0, out = 0;
     LinearPrecision precision;
@@ -76,6 +89,7 @@ class GptModel {
   std::vector<float> params_, grads_;
   int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
+  LinearInputHook input_hook_;
 
   int batch_ = 0;
   std::vector<int32_t> inputs_, targets_;
