@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -318,6 +319,18 @@ void BenchGemms() {
         std::snprintf(buf, sizeof(buf), "%.1e", CalcDiffBf16(c[0], d[0], m * n));
         row.diff = buf;
       }
+      // Host cost of one call (enqueue only): small GEMMs take a few microseconds on the GPU,
+      // and events measure an idle GPU waiting for the host as kernel time.
+      auto host_us = [&](const std::function<Status(int)>& fn) {
+        FP8_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 100; ++i) FP8_CHECK_OK(fn(i));
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 100;
+        FP8_CUDA_CHECK(cudaDeviceSynchronize());
+        return us;
+      };
+      std::printf("host enqueue per call: cuBLASLt %.1f us, own %.1f us\n", host_us(fp8),
+                  host_us(own(Sm90BlockwiseGemmTile::kAuto)));
       for (int v = 0; v < kVariants; ++v) {
         const auto [tf, err] = measure(own(variants[v]));
         row.variants[v] = cell(tf, err);

@@ -6,6 +6,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -58,10 +59,37 @@ StatusOr<CUtensorMap> MakeTensorMap(const void* ptr, CUtensorMapDataType type, i
   return map;
 }
 
+// Small GEMMs run in a few microseconds, so the per-call host work is kept to the launch and
+// three tensor-map encodings: the SM count and the kernels' shared-memory attribute are looked
+// up / set once per device (up to 64 devices; beyond that every call asks again).
+constexpr int kCachedDevices = 64;
+
+StatusOr<int> SmCount(int device) {
+  static std::atomic<int> cached[kCachedDevices] = {};
+  if (device < kCachedDevices) {
+    if (const int sms = cached[device].load(std::memory_order_relaxed); sms > 0) return sms;
+  }
+  int sms = 0;
+  FP8_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device < kCachedDevices) cached[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+template <class Cfg>
+Status AllowLargeSharedMemory(int device) {
+  static std::atomic<uint64_t> done_devices{0};
+  const uint64_t bit = device < kCachedDevices ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_relaxed) & bit) != 0) return OkStatus();
+  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  done_devices.fetch_or(bit, std::memory_order_relaxed);
+  return OkStatus();
+}
+
 template <class Cfg>
 Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
               const float* b_scale_inv, int64_t m, int64_t n, int64_t k, __nv_bfloat16* d,
-              cudaStream_t stream) {
+              int device, int sms, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a, MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, blockwise_gemm::kBlockM, blockwise_gemm::kBlockK, "A"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b, MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, blockwise_gemm::kBlockK, "B"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_d, MakeTensorMap(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, m, n, 64, 64, "D"));
@@ -74,11 +102,8 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   args.num_k_blocks = static_cast<uint32_t>(k / blockwise_gemm::kBlockK);
   args.b_scale_ld = static_cast<uint32_t>(Sm90BlockScaleLd(k));
 
-  int device = 0, sms = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  FP8_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FP8_RETURN_IF_ERROR(AllowLargeSharedMemory<Cfg>(device));
   auto* kernel = blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>;
-  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t tiles = int64_t{args.num_m_blocks} * args.num_n_blocks;
   const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
   kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
@@ -125,23 +150,21 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
     return InvalidArgumentError("blockwise GEMM: a, b, d, a_scale_inv and b_scale_inv must be device pointers, got null");
   if (!Aligned16(a) || !Aligned16(b) || !Aligned16(d))
     return InvalidArgumentError("blockwise GEMM: a, b and d must be 16-byte aligned (TMA)");
-  if (tile == Sm90BlockwiseGemmTile::kAuto) {
-    int device = 0, sms = 0;
-    FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-    FP8_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    tile = ChooseTile((m + 127) / 128 * (n / 128), sms);
-  }
+  int device = 0;
+  FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  FP8_ASSIGN_OR_RETURN(const int sms, SmCount(device));
+  if (tile == Sm90BlockwiseGemmTile::kAuto) tile = ChooseTile((m + 127) / 128 * (n / 128), sms);
   switch (tile) {
     case Sm90BlockwiseGemmTile::kN128SingleAccumulator:
-      return Launch<ConfigN128Single>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+      return Launch<ConfigN128Single>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128OverlapEpilogue:
-      return Launch<ConfigN128Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+      return Launch<ConfigN128Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN64:
-      return Launch<ConfigN64>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+      return Launch<ConfigN64>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN64OverlapEpilogue:
-      return Launch<ConfigN64Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+      return Launch<ConfigN64Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
-      return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, stream);
+      return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }
 }
 
