@@ -35,8 +35,8 @@ namespace fp8::kernels::cuda {
 //          while the finished tile is converted and stored
 //   kN64, kN64OverlapEpilogue: 128x64 tiles, twice the CTAs for small M (M = 128 gives only
 //          N/128 tiles of 128x128)
-//   kAuto: the 128x128 kind with at least 4 waves of 128x128 tiles, else whichever tile fills
-//          the SMs' waves better (128x64 for M = 128 on the shapes)
+//   kAuto: epilogue overlap; 128x128 with at least 4 waves of 128x128 tiles, else whichever
+//          tile fills the SMs' waves better (128x64 for M = 128 on the shapes)
 enum class Sm90BlockwiseGemmTile : uint8_t {
   kAuto,
   kN128,
