@@ -32,11 +32,11 @@ namespace fp8::kernels::cuda {
 //   kN128SingleAccumulator: 128x128 with one partial accumulator (wgmma and promotion
 //          alternate; kept to measure what the double buffer buys)
 //   kN128OverlapEpilogue: kN128, and the next tile's first K block runs on the tensor cores
-//          while the finished tile is converted and stored
+//          while the finished tile is converted and stored (measured slower; kept to compare)
 //   kN64, kN64OverlapEpilogue: 128x64 tiles, twice the CTAs for small M (M = 128 gives only
 //          N/128 tiles of 128x128)
-//   kAuto: epilogue overlap; 128x128 with at least 4 waves of 128x128 tiles, else whichever
-//          tile fills the SMs' waves better (128x64 for M = 128 on the shapes)
+//   kAuto: kN128 with at least 4 waves of 128x128 tiles, else whichever of kN128 / kN64 fills
+//          the SMs' waves better (kN64 for M = 128 on the shapes)
 enum class Sm90BlockwiseGemmTile : uint8_t {
   kAuto,
   kN128,
