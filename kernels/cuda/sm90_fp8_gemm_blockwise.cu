@@ -115,7 +115,7 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
 // SMs idle, and 128x64 tiles (twice as many) fill the waves better. Small-M GEMMs are bound by
 // streaming B, not by the tensor cores, so there wave fill is what counts.
 Sm90BlockwiseGemmTile ChooseTile(int64_t tiles_128, int sms) {
-  // The epilogue-overlap variants measured 2-26% slower than these on every issue shape
+  // The epilogue-overlap variants measured 3-27% slower than these on every issue shape
   // (docs/performance.md), so they are not chosen here.
   if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128;
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
