@@ -30,7 +30,8 @@ StatusOr<PFN_cuTensorMapEncodeTiled_v12000> TensorMapEncoder() {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   });
   if (fn == nullptr) {
     return InternalError(std::string("cuTensorMapEncodeTiled not available from the driver: ") +
@@ -90,16 +91,22 @@ template <class Cfg>
 Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
               const float* b_scale_inv, int64_t m, int64_t n, int64_t k, __nv_bfloat16* d,
               int device, int sms, cudaStream_t stream) {
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a, MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, blockwise_gemm::kBlockM, blockwise_gemm::kBlockK, "A"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b, MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, blockwise_gemm::kBlockK, "B"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_d, MakeTensorMap(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, m, n, 64, 64, "D"));
+  using blockwise_gemm::kBlockK;
+  using blockwise_gemm::kBlockM;
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a,
+                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, kBlockM, kBlockK, "A"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b,
+                       MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, kBlockK, "B"));
+  // D is stored in 64x64 boxes: 128 bytes a row, the widest the 128B swizzle allows.
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap map_d,
+                       MakeTensorMap(d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, m, n, 64, 64, "D"));
   KernelArgs args{};
   args.a_scale = a_scale_inv;
   args.b_scale = b_scale_inv;
   args.m = static_cast<uint32_t>(m);
-  args.num_m_blocks = static_cast<uint32_t>((m + blockwise_gemm::kBlockM - 1) / blockwise_gemm::kBlockM);
+  args.num_m_blocks = static_cast<uint32_t>((m + kBlockM - 1) / kBlockM);
   args.num_n_blocks = static_cast<uint32_t>(n / Cfg::kBlockN);
-  args.num_k_blocks = static_cast<uint32_t>(k / blockwise_gemm::kBlockK);
+  args.num_k_blocks = static_cast<uint32_t>(k / kBlockK);
   args.b_scale_ld = static_cast<uint32_t>(Sm90BlockScaleLd(k));
 
   FP8_RETURN_IF_ERROR(AllowLargeSharedMemory<Cfg>(device));
@@ -119,7 +126,8 @@ Sm90BlockwiseGemmTile ChooseTile(int64_t tiles_128, int sms) {
   // (docs/performance.md), so they are not chosen here.
   if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128;
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
-  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64 : Sm90BlockwiseGemmTile::kN128;
+  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64
+                                                         : Sm90BlockwiseGemmTile::kN128;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -138,9 +146,11 @@ Status Sm90ValidateGemmFp8BlockwiseOwnShape(int64_t m, int64_t n, int64_t k) {
   if (m < 1 || m > (int64_t{1} << 31) - 1)
     return InvalidArgumentError("blockwise GEMM: m=" + std::to_string(m) + " must be in [1, 2^31)");
   if (n < 128 || n % 128 != 0 || n > (int64_t{1} << 31) - 1)
-    return InvalidArgumentError("blockwise GEMM: n=" + std::to_string(n) + " must be a positive multiple of 128 (whole 128x128 weight blocks)");
+    return InvalidArgumentError("blockwise GEMM: n=" + std::to_string(n) +
+                                " must be a positive multiple of 128 (whole 128x128 weight blocks)");
   if (k < 128 || k % 128 != 0 || k > (int64_t{1} << 31) - 1)
-    return InvalidArgumentError("blockwise GEMM: k=" + std::to_string(k) + " must be a positive multiple of 128 (whole scale blocks)");
+    return InvalidArgumentError("blockwise GEMM: k=" + std::to_string(k) +
+                                " must be a positive multiple of 128 (whole scale blocks)");
   return OkStatus();
 }
 
@@ -149,7 +159,8 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
                             __nv_bfloat16* d, cudaStream_t stream, Sm90BlockwiseGemmTile tile) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmFp8BlockwiseOwnShape(m, n, k));
   if (a == nullptr || b == nullptr || d == nullptr || a_scale_inv == nullptr || b_scale_inv == nullptr)
-    return InvalidArgumentError("blockwise GEMM: a, b, d, a_scale_inv and b_scale_inv must be device pointers, got null");
+    return InvalidArgumentError(
+        "blockwise GEMM: a, b, d, a_scale_inv and b_scale_inv must be device pointers, got null");
   if (!Aligned16(a) || !Aligned16(b) || !Aligned16(d))
     return InvalidArgumentError("blockwise GEMM: a, b and d must be 16-byte aligned (TMA)");
   int device = 0;
