@@ -4,7 +4,8 @@
 // CTA = 3 warpgroups. Warpgroup 2 is the producer: one thread streams 128x128 A and
 // 128xBLOCK_N B tiles of each K block through a kStages-deep shared-memory ring with TMA,
 // completing on "full" mbarriers. Warpgroups 0 and 1 are consumers, 64 rows each: wgmma
-// m64nBLOCK_Nk32 (4 per K block) into an FP32 partial accumulator, then promotion
+// m64nBLOCK_Nk32 (4 per K block) into an FP32 partial accumulator (two of them, alternating,
+// so K block kb is on the tensor cores while kb - 1 is promoted), promotion
 // total += (scale_a[row] · scale_b) · partial in registers, then release of the stage on its
 // "empty" mbarrier. The epilogue converts to bf16 into a 128B-swizzled staging tile and stores
 // it with TMA while the producer already loads the next tile. Tiles are walked persistently
