@@ -16,11 +16,11 @@ export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 D=/tmp/fp8d-data; mkdir -p $D
 python3 scripts/gpu/byte_shards.py "$PWD/data/corpus.txt" $D
 timeout ${LOSS_TIMEOUT:-150} $C/bin/bench_trainer_cuda --shapes bytes-l12 --recipes bf16,fp8-tensorwise,fp8-blockwise \
-  --steps "$STEPS" --warmup 0 --loss-window "$WINDOW" --data "$D/train_*.bin" --json "$OUT/loss.json" \
+  --steps "$STEPS" --warmup 0 --loss-window "$WINDOW" --data "$D/train_*.bin" --json /tmp/fp8d-loss.json \
   > "$OUT/loss.txt" 2> "$OUT/loss.log"
 echo "loss run rc=$?"
 cat "$OUT/loss.txt"
-python3 - "$OUT/loss.json" "$STEPS" <<'PY'
+python3 - /tmp/fp8d-loss.json "$STEPS" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
 ref = next((r for r in rows if r["recipe"] == "bf16"), None)

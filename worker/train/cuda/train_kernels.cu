@@ -3,6 +3,8 @@
 #include "worker/train/cuda/train_kernels.h"
 
 #include <cfloat>
+#include <cstdint>
+#include <initializer_list>
 #include <cmath>
 
 #include "kernels/cuda/sm90_cuda_check.h"
@@ -49,6 +51,40 @@ __device__ float BlockMax(float v, float* sh) {
 
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// 16-byte accesses (8 bf16 / 2×4 fp32 per thread) for the elementwise passes: scalar 2-byte
+// accesses and a 64-bit modulo per element left them at under half the memory bandwidth
+// (bench_trainer_cuda --breakdown). The launchers use them when sizes and pointers allow.
+__device__ __forceinline__ void Load8(const bf16* p, float (&f)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 t = __bfloat1622float2(h[k]);
+    f[2 * k] = t.x, f[2 * k + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void Store8(bf16* p, const float (&f)[8]) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  *reinterpret_cast<uint4*>(p) = u;
+}
+__device__ __forceinline__ void Load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void Store8(float* p, const float (&f)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+bool Vec8(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n % 8) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  return true;
+}
 
 __global__ void EmbeddingForwardKernel(const int32_t* tok, const float* wte, const float* wpe,
                                        int64_t n, int64_t t, int64_t c, float* out) {
@@ -182,6 +218,88 @@ __global__ void GeluBackwardKernel(const bf16* dy, const bf16* x, int64_t n, bf1
   }
 }
 
+__device__ __forceinline__ float Gelu(float v) {
+  return 0.5f * v * (1.0f + tanhf(kGeluS * (v + kGeluC * v * v * v)));
+}
+
+// Vector twins of the kernels above (n, the row length and every pointer 8-aligned).
+__global__ void AddBias8Kernel(bf16* y, const float* b, int64_t m, int64_t n) {
+  GRID_STRIDE(q, m * n / 8) {
+    float f[8], bb[8];
+    Load8(y + q * 8, f);
+    Load8(b + (q * 8) % n, bb);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] += bb[k];
+    Store8(y + q * 8, f);
+  }
+}
+__global__ void ResidualAdd8Kernel(const float* res, const bf16* y, const float* b, int64_t m,
+                                   int64_t n, float* out) {
+  GRID_STRIDE(q, m * n / 8) {
+    float r[8], f[8], bb[8];
+    Load8(res + q * 8, r);
+    Load8(y + q * 8, f);
+    Load8(b + (q * 8) % n, bb);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r[k] = r[k] + f[k] + bb[k];
+    Store8(out + q * 8, r);
+  }
+}
+// pre = y + b (rounded to bf16, kept for backward), out = gelu(pre): AddBias then GeluForward
+// in one pass, same roundings.
+__global__ void BiasGelu8Kernel(bf16* pre, const float* b, int64_t m, int64_t n, bf16* out) {
+  GRID_STRIDE(q, m * n / 8) {
+    float f[8], bb[8];
+    Load8(pre + q * 8, f);
+    Load8(b + (q * 8) % n, bb);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = __bfloat162float(__float2bfloat16(f[k] + bb[k]));
+    Store8(pre + q * 8, f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = Gelu(f[k]);
+    Store8(out + q * 8, f);
+  }
+}
+__global__ void GeluForward8Kernel(const bf16* x, int64_t n, bf16* y) {
+  GRID_STRIDE(q, n / 8) {
+    float f[8];
+    Load8(x + q * 8, f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = Gelu(f[k]);
+    Store8(y + q * 8, f);
+  }
+}
+__global__ void GeluBackward8Kernel(const bf16* dy, const bf16* x, int64_t n, bf16* dx) {
+  GRID_STRIDE(q, n / 8) {
+    float d[8], v[8];
+    Load8(dy + q * 8, d);
+    Load8(x + q * 8, v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float th = tanhf(kGeluS * (v[k] + kGeluC * v[k] * v[k] * v[k]));
+      d[k] *= 0.5f * (1.0f + th) + 0.5f * v[k] * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * kGeluC * v[k] * v[k]);
+    }
+    Store8(dx + q * 8, d);
+  }
+}
+__global__ void CastF32ToBf16x8Kernel(const float* x, int64_t n, bf16* y) {
+  GRID_STRIDE(q, n / 8) {
+    float f[8];
+    Load8(x + q * 8, f);
+    Store8(y + q * 8, f);
+  }
+}
+__global__ void Accumulate8Kernel(const float* x, int64_t n, float* y) {
+  GRID_STRIDE(q, n / 8) {
+    float a[8], b[8];
+    Load8(x + q * 8, a);
+    Load8(y + q * 8, b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) b[k] += a[k];
+    Store8(y + q * 8, b);
+  }
+}
+
 __global__ void CastF32ToBf16Kernel(const float* x, int64_t n, bf16* y) {
   GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
 }
@@ -259,28 +377,54 @@ __global__ void CausalSoftmaxBackwardKernel(const bf16* p, const bf16* dp, int64
     o[j] = __float2bfloat16(j <= i ? __bfloat162float(pr[j]) * (__bfloat162float(dr[j]) - dot) : 0.0f);
 }
 
-// One block per row.
+// One block per row: one read pass with a running max and rescaled sum (16-byte loads when rows
+// are 16-byte aligned), then the gradient pass.
 __global__ void CrossEntropyKernel(bf16* logits, const int32_t* targets, int64_t v, int64_t ld,
-                                   float grad_scale, bool write_grad, float* losses) {
+                                   float grad_scale, bool write_grad, bool vec, float* losses) {
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
   bf16* x = logits + row * ld;
-  float mx = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, __bfloat162float(x[j]));
-  mx = BlockMax(mx, sh);
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += __expf(__bfloat162float(x[j]) - mx);
-  sum = BlockSum(sum, sh);
+  const int64_t v8 = vec ? v / 8 : 0;  // vec: rows 16-byte aligned
+  float mx = -FLT_MAX, sum = 0;
+  for (int64_t q = threadIdx.x; q < v8; q += blockDim.x) {
+    float f[8];
+    Load8(x + q * 8, f);
+    float lm = f[0];
+#pragma unroll
+    for (int k = 1; k < 8; ++k) lm = fmaxf(lm, f[k]);
+    if (lm > mx) {
+      sum *= __expf(mx - lm);
+      mx = lm;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sum += __expf(f[k] - mx);
+  }
+  for (int64_t j = v8 * 8 + threadIdx.x; j < v; j += blockDim.x) {
+    const float f = __bfloat162float(x[j]);
+    if (f > mx) {
+      sum *= __expf(mx - f);
+      mx = f;
+    }
+    sum += __expf(f - mx);
+  }
+  const float gmx = BlockMax(mx, sh);
+  sum = BlockSum(sum * __expf(mx - gmx), sh);
   const int32_t tgt = targets[row];
   const float xt = __bfloat162float(x[tgt]);
   __syncthreads();  // everyone has read x[tgt] before it may be overwritten
-  if (threadIdx.x == 0) losses[row] = logf(sum) + mx - xt;
-  if (write_grad) {
-    const float inv = 1.0f / sum;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-      const float pj = __expf(__bfloat162float(x[j]) - mx) * inv;
-      x[j] = __float2bfloat16((pj - (j == tgt ? 1.0f : 0.0f)) * grad_scale);
-    }
+  if (threadIdx.x == 0) losses[row] = logf(sum) + gmx - xt;
+  if (!write_grad) return;
+  const float inv = 1.0f / sum;
+  for (int64_t q = threadIdx.x; q < v8; q += blockDim.x) {
+    float f[8];
+    Load8(x + q * 8, f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = (__expf(f[k] - gmx) * inv - (q * 8 + k == tgt ? 1.0f : 0.0f)) * grad_scale;
+    Store8(x + q * 8, f);
+  }
+  for (int64_t j = v8 * 8 + threadIdx.x; j < v; j += blockDim.x) {
+    const float pj = __expf(__bfloat162float(x[j]) - gmx) * inv;
+    x[j] = __float2bfloat16((pj - (j == tgt ? 1.0f : 0.0f)) * grad_scale);
   }
 }
 
@@ -318,18 +462,35 @@ __global__ void SumDoublesKernel(const double* partial, int n, double* out) {
   }
 }
 
+__device__ __forceinline__ void AdamWOne(float& p, float g, float& m, float& v, bool decay, const AdamWArgs& a) {
+  const float gi = g * a.grad_scale;
+  const float mi = a.beta1 * m + (1.0f - a.beta1) * gi;
+  const float vi = a.beta2 * v + (1.0f - a.beta2) * gi * gi;
+  m = mi;
+  v = vi;
+  const float mhat = mi / a.bias_correction1, vhat = vi / a.bias_correction2;
+  float pi = p;
+  if (decay) pi -= a.lr * a.weight_decay * pi;
+  p = pi - a.lr * mhat / (sqrtf(vhat) + a.eps);
+}
 __global__ void AdamWKernel(float* p, const float* g, float* m, float* v, const uint8_t* decay,
                             int64_t n, AdamWArgs a) {
-  GRID_STRIDE(i, n) {
-    const float gi = g[i] * a.grad_scale;
-    const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
-    const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi / a.bias_correction1, vhat = vi / a.bias_correction2;
-    float pi = p[i];
-    if (decay[i]) pi -= a.lr * a.weight_decay * pi;
-    p[i] = pi - a.lr * mhat / (sqrtf(vhat) + a.eps);
+  GRID_STRIDE(i, n) AdamWOne(p[i], g[i], m[i], v[i], decay[i] != 0, a);
+}
+// 4 parameters per thread (float4 / uchar4 accesses); the same arithmetic per element.
+__global__ void AdamW4Kernel(float* p, const float* g, float* m, float* v, const uint8_t* decay,
+                             int64_t n, AdamWArgs a) {
+  GRID_STRIDE(q, n / 4) {
+    float4 pp = reinterpret_cast<float4*>(p)[q], mm = reinterpret_cast<float4*>(m)[q], vv = reinterpret_cast<float4*>(v)[q];
+    const float4 gg = reinterpret_cast<const float4*>(g)[q];
+    const uchar4 dd = reinterpret_cast<const uchar4*>(decay)[q];
+    AdamWOne(pp.x, gg.x, mm.x, vv.x, dd.x != 0, a);
+    AdamWOne(pp.y, gg.y, mm.y, vv.y, dd.y != 0, a);
+    AdamWOne(pp.z, gg.z, mm.z, vv.z, dd.z != 0, a);
+    AdamWOne(pp.w, gg.w, mm.w, vv.w, dd.w != 0, a);
+    reinterpret_cast<float4*>(p)[q] = pp;
+    reinterpret_cast<float4*>(m)[q] = mm;
+    reinterpret_cast<float4*>(v)[q] = vv;
   }
 }
 
@@ -451,28 +612,42 @@ Status ColumnSumAccumulate(const bf16* dy, int64_t m, int64_t n, float* db, floa
 }
 
 Status AddBias(bf16* y, const float* b, int64_t m, int64_t n, cudaStream_t s) {
-  AddBiasKernel<<<Blocks(m * n), kThreads, 0, s>>>(y, b, m, n);
+  if (Vec8(n, {y, b})) AddBias8Kernel<<<Blocks(m * n / 8), kThreads, 0, s>>>(y, b, m, n);
+  else AddBiasKernel<<<Blocks(m * n), kThreads, 0, s>>>(y, b, m, n);
   LAUNCH_CHECK();
 }
 
 Status ResidualAdd(const float* res, const bf16* y, const float* b, int64_t m, int64_t n,
                    float* out, cudaStream_t s) {
-  ResidualAddKernel<<<Blocks(m * n), kThreads, 0, s>>>(res, y, b, m, n, out);
+  if (Vec8(n, {res, y, b, out})) ResidualAdd8Kernel<<<Blocks(m * n / 8), kThreads, 0, s>>>(res, y, b, m, n, out);
+  else ResidualAddKernel<<<Blocks(m * n), kThreads, 0, s>>>(res, y, b, m, n, out);
   LAUNCH_CHECK();
 }
 
 Status GeluForward(const bf16* x, int64_t n, bf16* y, cudaStream_t s) {
-  GeluForwardKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
+  if (Vec8(n, {x, y})) GeluForward8Kernel<<<Blocks(n / 8), kThreads, 0, s>>>(x, n, y);
+  else GeluForwardKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
+  LAUNCH_CHECK();
+}
+
+Status BiasGeluForward(bf16* pre, const float* b, int64_t m, int64_t n, bf16* out, cudaStream_t s) {
+  if (!Vec8(n, {pre, b, out})) {
+    FP8_RETURN_IF_ERROR(AddBias(pre, b, m, n, s));
+    return GeluForward(pre, m * n, out, s);
+  }
+  BiasGelu8Kernel<<<Blocks(m * n / 8), kThreads, 0, s>>>(pre, b, m, n, out);
   LAUNCH_CHECK();
 }
 
 Status GeluBackward(const bf16* dy, const bf16* x, int64_t n, bf16* dx, cudaStream_t s) {
-  GeluBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(dy, x, n, dx);
+  if (Vec8(n, {dy, x, dx})) GeluBackward8Kernel<<<Blocks(n / 8), kThreads, 0, s>>>(dy, x, n, dx);
+  else GeluBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(dy, x, n, dx);
   LAUNCH_CHECK();
 }
 
 Status CastF32ToBf16(const float* x, int64_t n, bf16* y, cudaStream_t s) {
-  CastF32ToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
+  if (Vec8(n, {x, y})) CastF32ToBf16x8Kernel<<<Blocks(n / 8), kThreads, 0, s>>>(x, n, y);
+  else CastF32ToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
   LAUNCH_CHECK();
 }
 Status CastBf16ToF32(const bf16* x, int64_t n, float* y, cudaStream_t s) {
@@ -480,7 +655,8 @@ Status CastBf16ToF32(const bf16* x, int64_t n, float* y, cudaStream_t s) {
   LAUNCH_CHECK();
 }
 Status Accumulate(const float* x, int64_t n, float* y, cudaStream_t s) {
-  AccumulateKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
+  if (Vec8(n, {x, y})) Accumulate8Kernel<<<Blocks(n / 8), kThreads, 0, s>>>(x, n, y);
+  else AccumulateKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
   LAUNCH_CHECK();
 }
 Status Scale(float* x, int64_t n, float factor, cudaStream_t s) {
@@ -523,7 +699,8 @@ Status CausalSoftmaxBackward(const bf16* probs, const bf16* dprobs, int64_t rows
 
 Status CrossEntropy(bf16* logits, const int32_t* targets, int64_t n, int64_t v, int64_t ld,
                     float grad_scale, bool write_grad, float* losses, cudaStream_t s) {
-  CrossEntropyKernel<<<static_cast<unsigned>(n), 512, 0, s>>>(logits, targets, v, ld, grad_scale, write_grad, losses);
+  const bool vec = Vec8(ld, {logits});
+  CrossEntropyKernel<<<static_cast<unsigned>(n), 512, 0, s>>>(logits, targets, v, ld, grad_scale, write_grad, vec, losses);
   LAUNCH_CHECK();
 }
 
@@ -542,7 +719,9 @@ Status SumSquares(const float* x, int64_t n, double* partial, double* out, cudaS
 
 Status AdamWStep(float* p, const float* g, float* m, float* v, const uint8_t* decay, int64_t n,
              const AdamWArgs& a, cudaStream_t s) {
-  AdamWKernel<<<Blocks(n), kThreads, 0, s>>>(p, g, m, v, decay, n, a);
+  const bool vec4 = n % 4 == 0 && Vec8(8, {p, g, m, v}) && reinterpret_cast<uintptr_t>(decay) % 4 == 0;
+  if (vec4) AdamW4Kernel<<<Blocks(n / 4), kThreads, 0, s>>>(p, g, m, v, decay, n, a);
+  else AdamWKernel<<<Blocks(n), kThreads, 0, s>>>(p, g, m, v, decay, n, a);
   LAUNCH_CHECK();
 }
 

@@ -47,6 +47,8 @@ Status ResidualAdd(const float* res, const bf16* y, const float* b, int64_t m, i
                    float* out, cudaStream_t s);
 
 Status GeluForward(const bf16* x, int64_t n, bf16* y, cudaStream_t s);
+// pre[i, j] += b[j] (kept: GeluBackward's input), out = gelu(pre): AddBias + GeluForward in one pass.
+Status BiasGeluForward(bf16* pre, const float* b, int64_t m, int64_t n, bf16* out, cudaStream_t s);
 Status GeluBackward(const bf16* dy, const bf16* x, int64_t n, bf16* dx, cudaStream_t s);
 
 Status CastF32ToBf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
