@@ -432,5 +432,32 @@ TEST_F(UntrainedModelTest, BadActivationsInputNamesTheProblem) {
   EXPECT_THAT(error_, HasSubstr("activations.num_samples"));
 }
 
+// A Hugging Face style directory whose GPT-2 config.json gives the shape (no trainer_state.json).
+TEST_F(UntrainedModelTest, Gpt2ConfigJsonGivesTheShape) {
+  const fs::path hf = root_ / "hf";
+  fs::create_directories(hf);
+  fs::copy_file(*checkpoint_, hf / "model.safetensors");
+  json config = {{"model_type", "gpt2"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 128},
+                 {"n_positions", 64},    {"vocab_size", 256}};
+  std::ofstream(hf / "config.json") << config.dump();
+  json spec = Spec("hf-fp8", "max");
+  spec["input"] = hf.string();
+  spec["activations"]["num_samples"] = 8;
+  ASSERT_EQ(Run(spec), 0) << error_;
+  EXPECT_EQ(InputScales(root_ / "hf-fp8").size(), 8u);
+  const json out_config = ReadJson(root_ / "hf-fp8" / "config.json");
+  EXPECT_EQ(out_config["model_type"], "gpt2");
+  EXPECT_EQ(out_config["quantization_config"]["activation_scheme"], "static");
+  EXPECT_EQ(ReadJson(root_ / "hf-fp8" / "report.json")["eval"]["num_samples"], 8);
+
+  // A config that disagrees with the tensors: 65, naming the tensor.
+  config["n_embd"] = 64;
+  std::ofstream(hf / "config.json") << config.dump();
+  spec["output_dir"] = (root_ / "hf-bad").string();
+  EXPECT_EQ(Run(spec), 65);
+  EXPECT_THAT(error_, HasSubstr("wte.weight"));
+  EXPECT_FALSE(fs::exists(root_ / "hf-bad"));
+}
+
 }  // namespace
 }  // namespace fp8::calibrate
