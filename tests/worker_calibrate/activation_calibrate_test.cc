@@ -230,11 +230,12 @@ class TrainedModelTest : public ::testing::Test {
     if (method == "percentile") a["percentile"] = kPercentile;
     return {{"input", *checkpoint_}, {"output_dir", (root_ / out).string()}, {"activations", a}};
   }
-  int Run(const json& spec) {
+  int Run(const json& spec, const std::vector<std::string>& extra = {}) {
     const fs::path spec_path = root_ / "spec.json", events = root_ / "events.ndjson";
     std::ofstream(spec_path) << spec.dump(2);
     fs::remove(events);
     std::vector<std::string> args = {"--spec", spec_path.string(), "--events", events.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     const int rc = CalibrateMain(static_cast<int>(argv.size()), argv.data());
@@ -293,10 +294,15 @@ class TrainedModelTest : public ::testing::Test {
       all += m * k;
       return false;
     });
-    std::vector<int32_t> in(cfg.seq_len), tg(cfg.seq_len);
-    for (int i = 0; i < kSamples; ++i) {
-      data->Sample(kCalibrationSeed, static_cast<uint64_t>(i), in.data(), tg.data());
-      model.Forward(in.data(), tg.data(), 1, false);
+    // The calibration's sequences in the calibration's batches, so every activation is the
+    // same float (the GEMM's blocking could depend on the batch).
+    std::vector<int32_t> in(static_cast<size_t>(kCalibrationBatch) * cfg.seq_len), tg(in.size());
+    for (int first = 0; first < kSamples; first += kCalibrationBatch) {
+      const int n = std::min(kCalibrationBatch, kSamples - first);
+      for (int j = 0; j < n; ++j)
+        data->Sample(kCalibrationSeed, static_cast<uint64_t>(first + j), in.data() + j * cfg.seq_len,
+                     tg.data() + j * cfg.seq_len);
+      model.Forward(in.data(), tg.data(), n, false);
     }
     return counts;
   }
@@ -327,8 +333,9 @@ TEST_F(TrainedModelTest, PercentileScalesKeepTheirPromiseAndFp8EvalLossIsWithinO
   for (const auto& l : layers) EXPECT_GT(scales.at(l), 0.0f) << l;
 
   // The promise, measured: at most (100 - p)% of each layer's calibration inputs saturate. No
-  // slack: the measurement repeats the calibration's forward passes bit for bit (the trainer's
-  // reductions run in a fixed order), and the clip never undershoots the percentile.
+  // slack: the measurement repeats the calibration's forward passes bit for bit (same weights,
+  // sequences and batches; the trainer's reductions run in a fixed order), and the clip never
+  // undershoots the percentile (a bin's upper edge, values strictly below it).
   const auto counts = MeasureSaturation(scales);
   const json report = ReadJson(out / "report.json");
   ASSERT_EQ(report["activations"]["layers"].size(), layers.size());
@@ -457,6 +464,45 @@ TEST_F(UntrainedModelTest, Gpt2ConfigJsonGivesTheShape) {
   EXPECT_EQ(Run(spec), 65);
   EXPECT_THAT(error_, HasSubstr("wte.weight"));
   EXPECT_FALSE(fs::exists(root_ / "hf-bad"));
+}
+
+// Killed after the first of two shards and restarted: the finished shard is kept, and the
+// output (input_scale tensors included) is that of an uninterrupted run.
+TEST_F(UntrainedModelTest, RestartKeepsFinishedShardsAndTheSameScales) {
+  const fs::path two = root_ / "two-shards";
+  fs::create_directories(two);
+  fs::copy_file(fs::path(*checkpoint_).parent_path() / "trainer_state.json", two / "trainer_state.json");
+  auto r = safetensors::Reader::Open(*checkpoint_);
+  ASSERT_TRUE(r.ok());
+  std::map<std::string, std::vector<safetensors::TensorData>> shards;
+  std::vector<std::vector<uint8_t>> bytes;
+  bytes.reserve(r->tensors().size());
+  json weight_map = json::object();
+  for (const auto& t : r->tensors()) {
+    const std::string shard = t.name.starts_with("h.1.") || t.name.starts_with("ln_f.") ? "model-00002-of-00002.safetensors"
+                                                                                       : "model-00001-of-00002.safetensors";
+    bytes.push_back(*r->Read(t.name));
+    shards[shard].push_back({t.name, t.dtype, t.shape, bytes.back().data(), bytes.back().size()});
+    weight_map[t.name] = shard;
+  }
+  for (const auto& [name, tensors] : shards) ASSERT_TRUE(safetensors::WriteFile((two / name).string(), tensors).ok());
+  std::ofstream(two / "model.safetensors.index.json") << json({{"metadata", json::object()}, {"weight_map", weight_map}}).dump();
+
+  json spec = Spec("resumed", "percentile");
+  spec["input"] = two.string();
+  spec["activations"]["num_samples"] = 8;
+  EXPECT_EQ(Run(spec, {"--max-shards", "1"}), 75) << error_;
+  EXPECT_FALSE(fs::exists(root_ / "resumed"));
+  EXPECT_TRUE(fs::exists(root_ / "resumed.partial" / "model-00001-of-00002.safetensors"));
+  ASSERT_EQ(Run(spec), 0) << error_;
+  EXPECT_EQ(ReadJson(root_ / "resumed" / "report.json")["summary"]["shards_skipped"], 1);
+
+  spec["output_dir"] = (root_ / "fresh").string();
+  ASSERT_EQ(Run(spec), 0) << error_;
+  const auto resumed = InputScales(root_ / "resumed"), fresh = InputScales(root_ / "fresh");
+  EXPECT_EQ(resumed.size(), 8u);
+  EXPECT_EQ(resumed, fresh);
+  EXPECT_EQ(ReadJson(root_ / "resumed" / "report.json")["eval"], ReadJson(root_ / "fresh" / "report.json")["eval"]);
 }
 
 }  // namespace
