@@ -16,7 +16,6 @@
 #include "kernels/cuda/sm90_cuda_check.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/device_buffer.h"
-#include "worker/train/cuda/lt_epilogue_gemm.h"
 #include "worker/train/cuda/sm90_flash_attention.h"
 #include "worker/train/cuda/train_kernels.h"
 
@@ -56,14 +55,13 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return InternalError("cublasCreate");
   cublasSetStream(cublas, s);
-  DeviceBuffer<bf16> a, b, wb, logits, aux;
+  DeviceBuffer<bf16> a, b, wb, logits;
   DeviceBuffer<float> f1, f2, w32, g32, m32, v32, stats1, stats2, scratch, lse, delta;
   DeviceBuffer<double> partial, out;
   DeviceBuffer<int32_t> tokens;
   DeviceBuffer<uint8_t> decay;
   FP8_RETURN_IF_ERROR(a.Allocate(static_cast<size_t>(4 * n * c), "a"));
   FP8_RETURN_IF_ERROR(b.Allocate(static_cast<size_t>(4 * n * c), "b"));
-  FP8_RETURN_IF_ERROR(aux.Allocate(static_cast<size_t>(4 * n * c), "aux"));
   FP8_RETURN_IF_ERROR(wb.Allocate(static_cast<size_t>(std::max(12 * c * c, v * c)), "wb"));
   FP8_RETURN_IF_ERROR(logits.Allocate(static_cast<size_t>(n * vld), "logits"));
   FP8_RETURN_IF_ERROR(f1.Allocate(static_cast<size_t>(n * c), "f1"));
@@ -95,29 +93,15 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   auto add = [&](const std::string& what, int per_step, const std::function<Status()>& op) {
     rows.push_back({what, per_step, TimeMs(s, op)});
   };
-  // The four linear layers: forward, dgrad, wgrad (FP32 accumulate) — what the bf16 recipe runs:
-  // the forward GEMMs with their epilogues (bias; bias+GELU; bias+residual) and fc_proj's dgrad
-  // with GELU backward, as cuda_linear.cc does. An epilogue cuBLASLt lacks is timed plain and
-  // its separate kernel below counts (per-step count 0 otherwise).
-  FP8_ASSIGN_OR_RETURN(std::unique_ptr<LtEpilogueGemm> lt, LtEpilogueGemm::Create());
-  const float* bias = w;
-  const LtEpilogue fwd_epi[4] = {LtEpilogue::kBias, LtEpilogue::kBiasResidualF32, LtEpilogue::kGeluAuxBias, LtEpilogue::kBiasResidualF32};
-  bool fused[5] = {};  // per linear forward, [4]: fc_proj dgrad (DGELU)
+  // The four linear layers: forward, dgrad, wgrad (FP32 accumulate) — what cuBLAS runs for bf16.
   const int64_t shapes[4][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}};
   const char* names[4] = {"qkv", "proj", "fc", "fc_proj"};
   for (int i = 0; i < 4; ++i) {
     const int64_t in = shapes[i][0], o = shapes[i][1];
-    const LtEpilogue e = fwd_epi[i];
-    fused[i] = lt->Run(e, a.get(), wb.get(), n, o, in, bias, aux.get(), f1.get(), e == LtEpilogue::kBiasResidualF32 ? static_cast<void*>(f2.get()) : b.get(), s).ok();
-    add(std::string("gemm ") + names[i] + " fwd" + (fused[i] ? " +epilogue" : ""), static_cast<int>(L), [&, in, o, i, e] {
-      if (fused[i])
-        return lt->Run(e, a.get(), wb.get(), n, o, in, bias, aux.get(), f1.get(), e == LtEpilogue::kBiasResidualF32 ? static_cast<void*>(f2.get()) : b.get(), s);
+    add(std::string("gemm ") + names[i] + " fwd", static_cast<int>(L), [&, in, o] {
       return GemmBf16(cublas, false, true, n, o, in, 1.0f, a.get(), in, wb.get(), in, 0.0f, b.get(), o, false);
     });
-    if (i == 3) fused[4] = lt->Run(LtEpilogue::kDGelu, a.get(), wb.get(), n, in, o, nullptr, aux.get(), nullptr, b.get(), s).ok();
-    const bool dgelu = i == 3 && fused[4];
-    add(std::string("gemm ") + names[i] + " dgrad" + (dgelu ? " +dgelu" : ""), static_cast<int>(L), [&, in, o, dgelu] {
-      if (dgelu) return lt->Run(LtEpilogue::kDGelu, a.get(), wb.get(), n, in, o, nullptr, aux.get(), nullptr, b.get(), s);
+    add(std::string("gemm ") + names[i] + " dgrad", static_cast<int>(L), [&, in, o] {
       return GemmBf16(cublas, false, false, n, in, o, 1.0f, a.get(), o, wb.get(), in, 0.0f, b.get(), in, false);
     });
     add(std::string("gemm ") + names[i] + " wgrad", static_cast<int>(L), [&, in, o] {
@@ -140,10 +124,10 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
     return LayerNormBackward(a.get(), f1.get(), w, stats1.get(), stats2.get(), n, c, f2.get(), g32.get(), g32.get() + c, scratch.get(), s);
   });
   const int li = static_cast<int>(L);
-  add("bias add [n,3C]", fused[0] ? 0 : li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
-  add("bias+gelu fwd [n,4C]", fused[2] ? 0 : li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
-  add("gelu bwd", fused[4] ? 0 : li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  add("residual add (fp32)", (fused[1] ? 0 : li) + (fused[3] ? 0 : li), [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
+  add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
+  add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
+  add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
+  add("residual add (fp32)", 2 * li, [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
   add("cast dres fp32->bf16", static_cast<int>(2 * L), [&] { return CastF32ToBf16(f1.get(), n * c, a.get(), s); });
   add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
   add("bias grads (column sums)", static_cast<int>(L), [&] {

@@ -7,8 +7,8 @@
 #      and d=4096 L=8 (1.8B params, B=4, T=2048), then the PyTorch torch.compile BF16 baseline
 #      on the same shapes in the same run.
 #   device run: bash scripts/gpu/trainer_cuda.sh    (carry: .trainer-cuda-carry)
-#   4. (BEFORE_ENV="FP8_CUDA_PLAIN_ATTENTION=1" or "FP8_CUDA_UNFUSED=1") bf16 again with the plain attention
-#      or without the GEMM epilogues, for before/after in one run
+#   4. (BEFORE_ENV="FP8_CUDA_PLAIN_ATTENTION=1") bf16 again with the plain attention, for
+#      before/after in one run
 #   5. (LOSS_STEPS=N, only when the attention and model tests passed; last) scripts/gpu/trainer_cuda_loss.sh: FP8 vs BF16 loss at equal steps
 #   BREAKDOWN=1 adds bench_trainer_cuda --breakdown (each op of a bf16 step timed alone).
 #   SKIP_TORCH=1 skips the baseline; TRAIN_RECIPES="" skips step 2; TRAIN_RECIPES="bf16 fp8-tensorwise" runs those.

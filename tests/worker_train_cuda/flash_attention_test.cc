@@ -3,6 +3,7 @@
 // sequence lengths that are and are not multiples of the 64-row tiles, in the two layouts the
 // trainer and a plain caller use. Skips without a GPU.
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,10 @@ struct Case {
   int64_t head_dim, seq;
   bool fused_qkv;  // q/k/v inside one [B, T, 3, H, hd] buffer and y as [B, T, H·hd] (the trainer)
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "hd" << c.head_dim << " T" << c.seq << (c.fused_qkv ? " fused qkv" : " head-major");
+}
 
 class FlashAttention : public ::testing::TestWithParam<Case> {};
 

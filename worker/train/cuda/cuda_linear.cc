@@ -105,10 +105,6 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
     case Recipe::kFp32:
     case Recipe::kBf16: {
       FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-      if (add_bias) {
-        FP8_ASSIGN_OR_RETURN(const bool fused, TryEpilogue(LtEpilogue::kBias, x, m, nullptr, nullptr, y));
-        if (fused) return OkStatus();
-      }
       FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, y, out_, false));
       break;
     }
@@ -138,51 +134,6 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
   }
   if (add_bias) FP8_RETURN_IF_ERROR(AddBias(y, b_, m, out_, s_));
   return OkStatus();
-}
-
-StatusOr<bool> CudaLinear::TryEpilogue(LtEpilogue e, const bf16* a, int64_t m, bf16* aux, const float* res, void* y) {
-  const bool dgrad = e == LtEpilogue::kDGelu;
-  const int64_t n = dgrad ? in_ : out_, k = dgrad ? out_ : in_;
-  if (!epi_ || !Bf16() || !epi_->Supported(e, m, n, k)) return false;
-  const Status st = epi_->Run(e, a, w_bf16_.get(), m, n, k, b_, aux, res, y, s_);
-  if (st.code() == StatusCode::kUnimplemented) return false;  // no kernel: unfused from now on
-  FP8_RETURN_IF_ERROR(st);
-  return true;
-}
-
-Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training) {
-  if (Bf16()) {
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-    FP8_ASSIGN_OR_RETURN(const bool fused, TryEpilogue(LtEpilogue::kGeluAuxBias, x, m, pre, nullptr, y));
-    if (fused) return OkStatus();
-    FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, pre, out_, false));
-  } else {
-    FP8_RETURN_IF_ERROR(Forward(x, m, pre, training, /*add_bias=*/false));
-  }
-  return BiasGeluForward(pre, b_, m, out_, y, s_);
-}
-
-Status CudaLinear::ForwardResidual(const bf16* x, int64_t m, const float* res, float* out, bf16* scratch, bool training) {
-  if (Bf16()) {
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-    FP8_ASSIGN_OR_RETURN(const bool fused, TryEpilogue(LtEpilogue::kBiasResidualF32, x, m, nullptr, res, out));
-    if (fused) return OkStatus();
-    FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, scratch, out_, false));
-  } else {
-    FP8_RETURN_IF_ERROR(Forward(x, m, scratch, training, /*add_bias=*/false));
-  }
-  return ResidualAdd(res, scratch, b_, m, out_, out, s_);
-}
-
-Status CudaLinear::BackwardGelu(const bf16* dy, const bf16* x, const bf16* pre, int64_t m, bf16* dpre) {
-  // dgrad with DGELU first: when it runs, only the bias and weight gradients remain.
-  FP8_ASSIGN_OR_RETURN(const bool fused, TryEpilogue(LtEpilogue::kDGelu, dy, m, const_cast<bf16*>(pre), nullptr, dpre));
-  if (!fused) {
-    FP8_RETURN_IF_ERROR(Backward(dy, x, m, dpre));
-    return GeluBackward(dpre, pre, m * in_, dpre, s_);
-  }
-  FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
-  return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
 }
 
 Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) {

@@ -21,7 +21,6 @@
 #include "common/status.h"
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
 #include "worker/train/cuda/device_buffer.h"
-#include "worker/train/cuda/lt_epilogue_gemm.h"
 #include "worker/train/cuda/train_kernels.h"
 #include "worker/train/spec.h"
 
@@ -51,17 +50,6 @@ class CudaLinear {
   // weights must not have changed since that Forward (bf16 reuses its cast of W).
   Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx);
 
-  // The linear layer fused with what follows it. bf16 folds the extra work into cuBLASLt
-  // epilogues (SetEpilogues); the FP8 recipes, and bf16 where cuBLASLt has no kernel, run the
-  // separate kernels (BiasGeluForward, ResidualAdd, GeluBackward).
-  //   ForwardGelu:     pre = x·Wᵀ + b (kept for BackwardGelu), y = gelu(pre)
-  //   ForwardResidual: out (fp32) = res + x·Wᵀ + b; `scratch` [m, out] bf16 for the unfused path
-  //   BackwardGelu:    Backward with dx replaced by dpre = (dy·W) ∘ gelu'(pre)
-  Status ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training);
-  Status ForwardResidual(const bf16* x, int64_t m, const float* res, float* out, bf16* scratch, bool training);
-  Status BackwardGelu(const bf16* dy, const bf16* x, const bf16* pre, int64_t m, bf16* dpre);
-  void SetEpilogues(LtEpilogueGemm* epi) { epi_ = epi; }
-
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   const float* bias() const { return b_; }
@@ -90,11 +78,6 @@ class CudaLinear {
   DeviceBuffer<bf16> w_bf16_;       // bf16: the forward's cast of W, reused by dgrad (one cast per step)
   DeviceBuffer<float> si_x_, si_w_, si_dy_;  // scale_inv the casts of x, W, dy used (backward reads them)
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
-  bool Bf16() const { return p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32; }
-  // Runs `e` with this layer's bf16 weight (already cast) and bias when cuBLASLt can; false
-  // (nothing run) when it cannot, so the caller takes the unfused path.
-  StatusOr<bool> TryEpilogue(LtEpilogue e, const bf16* a, int64_t m, bf16* aux, const float* res, void* y);
-  LtEpilogueGemm* epi_ = nullptr;
 };
 
 }  // namespace fp8::train::cuda

@@ -128,10 +128,6 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_ASSIGN_OR_RETURN(lnf_w_, at("ln_f.weight"));
   FP8_ASSIGN_OR_RETURN(lnf_b_, at("ln_f.bias"));
   FP8_ASSIGN_OR_RETURN(ws_, LinearWorkspace::Create(precision_, n, 4 * c, 4 * c));
-  // FP8_CUDA_UNFUSED=1 keeps bias, GELU and residual adds out of the GEMMs: for before/after benchmarks.
-  if ((precision_.recipe == Recipe::kBf16 || precision_.recipe == Recipe::kFp32) && std::getenv("FP8_CUDA_UNFUSED") == nullptr) {
-    FP8_ASSIGN_OR_RETURN(epi_, LtEpilogueGemm::Create());
-  }
   float* p = params_.get();
   float* g = grads_.get();
   blocks_.resize(static_cast<size_t>(cfg_.n_layer));
@@ -146,7 +142,6 @@ Status CudaGptModel::Init(int max_batch) {
       FP8_ASSIGN_OR_RETURN(int64_t w, at(pre + name + ".weight"));
       FP8_ASSIGN_OR_RETURN(int64_t bb, at(pre + name + ".bias"));
       lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(), stream_);
-      lin->SetEpilogues(epi_.get());
       return lin->Init(n);
     };
     FP8_RETURN_IF_ERROR(linear(b.qkv, "attn.c_attn", c, 3 * c));
@@ -277,11 +272,14 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
     FP8_RETURN_IF_ERROR(LayerNormForward(b.x_in.get(), p + b.ln1_w, p + b.ln1_b, n, c, b.ln1_out.get(), b.ln1_mean.get(), b.ln1_rstd.get(), stream_));
     FP8_RETURN_IF_ERROR(b.qkv->Forward(b.ln1_out.get(), n, b.qkv_out.get(), training));
     FP8_RETURN_IF_ERROR(AttentionForward(b, batch));
-    FP8_RETURN_IF_ERROR(b.proj->ForwardResidual(b.att_y.get(), n, b.x_in.get(), b.res_mid.get(), d_c_.get(), training));
+    FP8_RETURN_IF_ERROR(b.proj->Forward(b.att_y.get(), n, d_c_.get(), training, /*add_bias=*/false));
+    FP8_RETURN_IF_ERROR(ResidualAdd(b.x_in.get(), d_c_.get(), b.proj->bias(), n, c, b.res_mid.get(), stream_));
     FP8_RETURN_IF_ERROR(LayerNormForward(b.res_mid.get(), p + b.ln2_w, p + b.ln2_b, n, c, b.ln2_out.get(), b.ln2_mean.get(), b.ln2_rstd.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.fc->ForwardGelu(b.ln2_out.get(), n, b.fc_out.get(), b.gelu_out.get(), training));
+    FP8_RETURN_IF_ERROR(b.fc->Forward(b.ln2_out.get(), n, b.fc_out.get(), training, /*add_bias=*/false));
+    FP8_RETURN_IF_ERROR(BiasGeluForward(b.fc_out.get(), b.fc->bias(), n, 4 * c, b.gelu_out.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.fc_proj->Forward(b.gelu_out.get(), n, d_c_.get(), training, /*add_bias=*/false));
     float* next = (l + 1 < blocks_.size()) ? blocks_[l + 1].x_in.get() : res_final_.get();
-    FP8_RETURN_IF_ERROR(b.fc_proj->ForwardResidual(b.gelu_out.get(), n, b.res_mid.get(), next, d_c_.get(), training));
+    FP8_RETURN_IF_ERROR(ResidualAdd(b.res_mid.get(), d_c_.get(), b.fc_proj->bias(), n, c, next, stream_));
   }
   FP8_RETURN_IF_ERROR(LayerNormForward(res_final_.get(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
   FP8_RETURN_IF_ERROR(CastF32ToBf16(p + wte_, v * c, wte_bf16_.get(), stream_));
@@ -309,7 +307,8 @@ Status CudaGptModel::Backward() {
   for (size_t li = blocks_.size(); li-- > 0;) {
     Block& b = blocks_[li];
     FP8_RETURN_IF_ERROR(CastF32ToBf16(dres_.get(), n * c, dy_c_.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.fc_proj->BackwardGelu(dy_c_.get(), b.gelu_out.get(), b.fc_out.get(), n, d_4c_.get()));
+    FP8_RETURN_IF_ERROR(b.fc_proj->Backward(dy_c_.get(), b.gelu_out.get(), n, d_4c_.get()));
+    FP8_RETURN_IF_ERROR(GeluBackward(d_4c_.get(), b.fc_out.get(), n * 4 * c, d_4c_.get(), stream_));
     FP8_RETURN_IF_ERROR(b.fc->Backward(d_4c_.get(), b.ln2_out.get(), n, d_c_.get()));
     FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.res_mid.get(), p + b.ln2_w, b.ln2_mean.get(), b.ln2_rstd.get(), n, c, dres_.get(),
                                           g + b.ln2_w, g + b.ln2_b, col_scratch_.get(), stream_));

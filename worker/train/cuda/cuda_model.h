@@ -80,7 +80,6 @@ class CudaGptModel {
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<kernels::cuda::Sm90CublasLtContext> lt_;
   std::unique_ptr<LinearWorkspace> ws_;
-  std::unique_ptr<LtEpilogueGemm> epi_;  // bf16: GEMM epilogues (null with FP8_CUDA_UNFUSED=1)
 
   int64_t num_params_ = 0;
   DeviceBuffer<float> params_, grads_;
