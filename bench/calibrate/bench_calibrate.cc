@@ -4,6 +4,12 @@
 // child's peak RSS (getrusage via wait4) against the largest tensor.
 //
 //   bench_calibrate [--dir DIR] [--d-model 4096] [--layers 2] [--vocab 16000] [--keep]
+//                   [--backends cpu,cuda]
+//
+// --backends runs every case once per backend (the spec's `backend` field), on the same model
+// in the same run, and prints each backend's GB/s relative to the first one's. The report's
+// summary.backend says which one actually ran (auto, or cuda on a build/machine without it,
+// would show up there).
 //
 // Targets: ≥ 1 GB/s on CPU, peak RSS ≤ 2× the largest tensor. The input is freshly written, so
 // it is read from the page cache; the output is fsynced (each shard, then the directory), so
@@ -18,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <string>
 #include <vector>
@@ -131,6 +138,7 @@ int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path() / "fp8_calibrate_bench";
   int64_t d = 4096, layers = 2, vocab = 16000;
   bool keep = false;
+  std::vector<std::string> backends = {"cpu"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
@@ -138,29 +146,39 @@ int main(int argc, char** argv) {
     else if (a == "--layers" && i + 1 < argc) layers = std::atol(argv[++i]);
     else if (a == "--vocab" && i + 1 < argc) vocab = std::atol(argv[++i]);
     else if (a == "--keep") keep = true;
+    else if (a == "--backends" && i + 1 < argc) {
+      backends.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string b; std::getline(list, b, ',');) backends.push_back(b);
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--dir DIR] [--d-model N] [--layers N] [--vocab N] [--keep]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--dir DIR] [--d-model N] [--layers N] [--vocab N] [--keep] [--backends cpu,cuda]\n", argv[0]);
       return 64;
     }
   }
   fs::remove_all(dir);
-  const fs::path in = dir / "bf16", fp8 = dir / "fp8", back = dir / "bf16_back";
+  const fs::path in = dir / "bf16";
   const Model m = Generate(in, d, layers, vocab);
   std::printf("model: %.3f GB in 3 shards, largest tensor %.1f MiB (d_model %ld, %ld layers, vocab %ld), %d threads\n",
               m.total_bytes / 1e9, m.largest / 1048576.0, static_cast<long>(d), static_cast<long>(layers),
               static_cast<long>(vocab), static_cast<int>(std::thread::hardware_concurrency()));
 
   struct Case {
-    const char* name;
+    std::string name;
     nlohmann::json spec;
   };
-  const std::vector<Case> cases = {
-      {"quantize (block 128x128, fp32 scales)", {{"input", in.string()}, {"output_dir", fp8.string()}}},
-      {"dequantize (fp8 -> bf16)",
-       {{"input", fp8.string()}, {"output_dir", back.string()}, {"direction", "dequantize"}}},
-  };
+  std::vector<Case> cases;
+  for (const auto& b : backends) {
+    const fs::path fp8_b = dir / ("fp8_" + b), back_b = dir / ("bf16_back_" + b);
+    cases.push_back({"quantize (block 128x128, fp32 scales)",
+                     {{"input", in.string()}, {"output_dir", fp8_b.string()}, {"backend", b}}});
+    cases.push_back({"dequantize (fp8 -> bf16)",
+                     {{"input", fp8_b.string()}, {"output_dir", back_b.string()}, {"direction", "dequantize"}, {"backend", b}}});
+  }
   int rc = 0;
-  for (const auto& c : cases) {
+  std::vector<double> first_gbps;  // per case of the first backend, for the ratios
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
     const fs::path spec = dir / "spec.json";
     std::ofstream(spec) << c.spec.dump();
     uint64_t in_bytes = 0;
@@ -168,10 +186,18 @@ int main(int argc, char** argv) {
       if (e.path().extension() == ".safetensors") in_bytes += e.file_size();
     const ChildRun r = RunChild(spec.string());
     const double rss = r.max_rss_kib * 1024.0;
-    std::printf("%-40s exit %d  %.2f s wall, %.2f s CPU  %.3f GB/s of input (wall)  %.3f GB per CPU-s  "
+    const double gbps = in_bytes / r.seconds / 1e9;
+    std::string ran = "?";
+    std::ifstream report(fs::path(c.spec["output_dir"].get<std::string>()) / "report.json");
+    if (report) {
+      const auto j = nlohmann::json::parse(report, nullptr, false);
+      if (j.is_object()) ran = j.value("/summary/backend"_json_pointer, std::string("?"));
+    }
+    if (i < 2) first_gbps.push_back(gbps);
+    std::printf("%-5s %-38s exit %d  %.2f s wall, %.2f s CPU  %.3f GB/s of input (wall, %.2fx %s)  %.3f GB per CPU-s  "
                 "peak RSS %.1f MiB = %.2fx largest tensor\n",
-                c.name, r.exit_code, r.seconds, r.cpu_seconds, in_bytes / r.seconds / 1e9,
-                in_bytes / r.cpu_seconds / 1e9, rss / 1048576.0, rss / m.largest);
+                ran.c_str(), c.name.c_str(), r.exit_code, r.seconds, r.cpu_seconds, gbps, gbps / first_gbps[i % 2],
+                backends[0].c_str(), in_bytes / r.cpu_seconds / 1e9, rss / 1048576.0, rss / m.largest);
     if (r.exit_code != 0) rc = 1;
   }
   if (!keep) fs::remove_all(dir);

@@ -1,8 +1,6 @@
 // Quantize kernels, CPU reference (design §6): the tile walkers of tile_walkers_inl.h with
 // a cast as their emit step, the fused X + Xᵀ quantizer, and the per-tensor cast with amax.
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -10,7 +8,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "kernels/cpu/quantize_stats.h"
 #include "kernels/cpu/tile_walkers_inl.h"
 #include "kernels/quantize.h"
 
@@ -18,6 +15,29 @@ namespace fp8::kernels {
 namespace {
 
 using namespace internal;  // NOLINT: the walkers and span loops of this part
+
+// The scaled casts of the quantize kernels, compiled twice — for AVX2 and for the portable
+// x86-64-v2 baseline of this library — and picked at load time (GCC function multiversioning):
+// twice the vector width where the CPU has it. Both are the same C++ (a true IEEE division and
+// integer selects, no FMA contraction: -ffp-contract=off), so they give the same bytes;
+// tests/kernels_cpu/quantize_isa_test.cc checks the one the machine picks against FloatToFp8
+// on every bf16 and fp16 pattern.
+[[gnu::target_clones("avx2", "default")]]
+void CastSpanE4M3(const float* x, int64_t n, float scale_inv, uint8_t* q) {
+  internal::CastSpan<Fp8Format::kE4M3>(x, n, scale_inv, q);
+}
+[[gnu::target_clones("avx2", "default")]]
+void CastSpanE5M2(const float* x, int64_t n, float scale_inv, uint8_t* q) {
+  internal::CastSpan<Fp8Format::kE5M2>(x, n, scale_inv, q);
+}
+template <Fp8Format kFmt>
+inline void CastSpanAnyIsa(const float* x, int64_t n, float scale_inv, uint8_t* q) {
+  if constexpr (kFmt == Fp8Format::kE4M3) {
+    CastSpanE4M3(x, n, scale_inv, q);
+  } else {
+    CastSpanE5M2(x, n, scale_inv, q);
+  }
+}
 
 #if defined(__SSE2__)
 // 16x16 byte transpose: four rounds of "interleave row i with row i+8" rotate the 8-bit
@@ -58,7 +78,7 @@ Status Quantize1x128(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, 
   FP8_RETURN_IF_ERROR(CheckQuantizeArgs("Quantize1x128", x, rows, cols, q, scale_inv));
   WithFormat(fmt, [&]<Fp8Format F>() {
     WalkRowTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t r, int64_t c0, int64_t n, float s) {
-      internal::CastSpan<F>(x + r * cols + c0, n, s, q + r * cols + c0);
+      CastSpanAnyIsa<F>(x + r * cols + c0, n, s, q + r * cols + c0);
     });
   });
   return OkStatus();
@@ -82,7 +102,7 @@ Status Quantize128x128(const float* x, int64_t rows, int64_t cols, Fp8Format fmt
   FP8_RETURN_IF_ERROR(CheckQuantizeArgs("Quantize128x128", x, rows, cols, q, scale_inv));
   WithFormat(fmt, [&]<Fp8Format F>() {
     WalkBlockTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t r, int64_t c0, int64_t n, float s) {
-      internal::CastSpan<F>(x + r * cols + c0, n, s, q + r * cols + c0);
+      CastSpanAnyIsa<F>(x + r * cols + c0, n, s, q + r * cols + c0);
     });
   });
   return OkStatus();
@@ -100,7 +120,7 @@ Status Quantize1x128WithTranspose(const float* x, int64_t rows, int64_t cols, Fp
   const int64_t blocks = CeilDiv(rows, kTile);
   WithFormat(fmt, [&]<Fp8Format F>() {
     WalkRowTiles(x, rows, cols, fmt, sf, scale_inv, [&](int64_t r, int64_t c0, int64_t n, float s) {
-      internal::CastSpan<F>(x + r * cols + c0, n, s, q + r * cols + c0);
+      CastSpanAnyIsa<F>(x + r * cols + c0, n, s, q + r * cols + c0);
     });
     WalkColumnTiles(x, rows, cols, fmt, sf, nullptr,
                     [&](int64_t b, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* s) {
@@ -142,124 +162,13 @@ float QuantizeTensor(const float* x, int64_t n, float scale_inv, Fp8Format fmt, 
         for (int64_t j = b; j < e; j += 4096) {
           const int64_t len = std::min<int64_t>(4096, e - j);
           m = AbsMaxBits(x + j, len, m);
-          internal::CastSpan<F>(x + j, len, scale_inv, q + j);
+          CastSpanAnyIsa<F>(x + j, len, scale_inv, q + j);
         }
         partial[i] = m;
       }
     });
   });
   return BitsToFloat(*std::max_element(partial.begin(), partial.end()));
-}
-
-}  // namespace fp8::kernels
-
-// ---- Fused cast + round-trip statistics (kernels/cpu/quantize_stats.h) ----
-
-namespace fp8::kernels {
-namespace {
-
-// Elements per fused chunk: the widened source (1 KiB of FP32) stays in L1 between the widening
-// and the cast, and the float partial sums stay short enough to lose nothing that matters.
-constexpr int kStatsChunk = 256;
-
-const float* HalfToFloatTable() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t i = 0; i < 65536; ++i) t[i] = HalfToFloat(static_cast<uint16_t>(i));
-    return t;
-  }();
-  return table.data();
-}
-
-// Up to kStatsChunk source elements as FP32 (exact for all three types). F32 needs no copy.
-[[gnu::always_inline]] inline const float* WidenChunk(SourceType type, const void* src, int64_t at, int n,
-                                                      const float* half_table, float* buf) {
-  if (type == SourceType::kF32) return static_cast<const float*>(src) + at;
-  const uint16_t* s = static_cast<const uint16_t*>(src) + at;
-  if (type == SourceType::kBf16) {
-    // BF16 is the top half of an FP32.
-    for (int i = 0; i < n; ++i) buf[i] = std::bit_cast<float>(static_cast<uint32_t>(s[i]) << 16);
-  } else {
-    for (int i = 0; i < n; ++i) buf[i] = half_table[s[i]];
-  }
-  return buf;
-}
-
-// Sum of n ≤ kStatsChunk floats by pairwise halving: every level is a plain element-wise add
-// the compiler vectorizes (a float reduction loop would need -fassociative-math, which this
-// file must not use: it would also reassociate the encoder's magic-number adds).
-[[gnu::always_inline]] inline float PairwiseSum(float* v, int n) {
-  for (int i = n; i < kStatsChunk; ++i) v[i] = 0.0f;
-  for (int w = kStatsChunk / 2; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) v[i] += v[i + w];
-  }
-  return v[0];
-}
-
-// One chunk: bytes exactly as CastSpan, x̂ = RoundToFp8Grid(x / s) · s (equal bit for bit to
-// decode(q) · s, without the table gather). Squares go to buffers (no float reduction in the
-// element loop, so it vectorizes), the counts are integer reductions.
-template <Fp8Format kFmt>
-[[gnu::always_inline]] inline void CastChunkWithStats(const float* x, int n, float s, float limit, uint8_t* q,
-                                                      RoundTripSums* sums) {
-  float x2[kStatsChunk], e2[kStatsChunk];
-  int32_t sat = 0, fl = 0, nz = 0;
-  for (int i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float y = v / s;
-    q[i] = internal::EncodeFp8<kFmt, true>(y);
-    const float h = internal::RoundToFp8Grid<kFmt>(y) * s;
-    const float e = v - h;
-    x2[i] = v * v;
-    e2[i] = e * e;
-    sat += std::fabs(v) >= limit;
-    fl += (v != 0.0f) & (h == 0.0f);
-    nz += v != 0.0f;
-  }
-  sums->sum_x2 += PairwiseSum(x2, n);
-  sums->sum_e2 += PairwiseSum(e2, n);
-  sums->saturated += sat;
-  sums->flushed += fl;
-  sums->nonzero += nz;
-}
-
-}  // namespace
-
-// Compiled for AVX2 and for the baseline; the loader picks one (GCC function multiversioning).
-[[gnu::target_clones("avx2", "default")]]
-uint32_t SourceAbsMaxBits(SourceType type, const void* src, int64_t n, uint32_t init) {
-  uint32_t m = init;
-  if (type == SourceType::kBf16) {
-    // |x| of BF16 as bits is (h & 0x7FFF) << 16: take the max of the 16-bit values, shift once.
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    uint16_t m16 = 0;
-    for (int64_t i = 0; i < n; ++i) m16 = std::max<uint16_t>(m16, s[i] & 0x7FFFu);
-    return std::max(m, static_cast<uint32_t>(m16) << 16);
-  }
-  const float* half_table = type == SourceType::kF16 ? HalfToFloatTable() : nullptr;
-  float buf[kStatsChunk];
-  for (int64_t at = 0; at < n; at += kStatsChunk) {
-    const int len = static_cast<int>(std::min<int64_t>(kStatsChunk, n - at));
-    m = internal::AbsMaxBits(WidenChunk(type, src, at, len, half_table, buf), len, m);
-  }
-  return m;
-}
-
-[[gnu::target_clones("avx2", "default")]]
-void CastSpanWithStats(SourceType type, const void* src, int64_t n, float scale_inv, Fp8Format fmt, uint8_t* q,
-                       RoundTripSums* sums) {
-  const float limit = Fp8ClipThreshold(fmt) * scale_inv;
-  const float* half_table = type == SourceType::kF16 ? HalfToFloatTable() : nullptr;
-  float buf[kStatsChunk];
-  for (int64_t at = 0; at < n; at += kStatsChunk) {
-    const int len = static_cast<int>(std::min<int64_t>(kStatsChunk, n - at));
-    const float* x = WidenChunk(type, src, at, len, half_table, buf);
-    if (fmt == Fp8Format::kE4M3) {
-      CastChunkWithStats<Fp8Format::kE4M3>(x, len, scale_inv, limit, q + at, sums);
-    } else {
-      CastChunkWithStats<Fp8Format::kE5M2>(x, len, scale_inv, limit, q + at, sums);
-    }
-  }
 }
 
 }  // namespace fp8::kernels

@@ -11,6 +11,10 @@
 #include "kernels/quantize.h"
 #include "kernels/scaling.h"
 
+#if FP8_CALIBRATE_CUDA
+#include "worker/calibrate/cuda_weight_converter.h"
+#endif
+
 namespace fp8::calibrate {
 
 using safetensors::DType;
@@ -36,12 +40,6 @@ int64_t BandsPerGroup(int64_t rows, int64_t cols) {
   return std::min(want, kernels::CeilDiv(rows, kBandRows));
 }
 
-// The cast clipped a value when, without saturation, it would have rounded past the largest
-// finite value: |x/s| ≥ max + half an ulp at max (E4M3: 448 + 16; E5M2: 57344 + 4096).
-float ClipThreshold(kernels::Fp8Format fmt) {
-  return fmt == kernels::Fp8Format::kE4M3 ? 464.0f : 61440.0f;
-}
-
 const float* HalfTable() {
   static const std::vector<float> table = [] {
     std::vector<float> t(65536);
@@ -51,7 +49,9 @@ const float* HalfTable() {
   return table.data();
 }
 
-// Source elements → FP32. BF16 is the top half of an FP32, so the widening is exact.
+// Source elements → FP32. BF16 is the top half of an FP32, so the widening is exact (in either
+// build of the function: AVX2 or baseline, picked at load time).
+[[gnu::target_clones("avx2", "default")]]
 void ToFloat(DType dtype, const void* src, int64_t n, float* dst) {
   if (dtype == DType::BF16) {
     const auto* s = static_cast<const uint16_t*>(src);
@@ -73,52 +73,41 @@ inline uint16_t ToBf16(float x) {
   return (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t{0x7FFF} : static_cast<uint16_t>(rounded);
 }
 
-struct RoundTripSums {
-  double sum_x2 = 0, sum_e2 = 0;
-  int64_t saturated = 0, flushed = 0, nonzero = 0;
-  float amax = 0;
-
-  void Add(const RoundTripSums& o) {
-    sum_x2 += o.sum_x2;
-    sum_e2 += o.sum_e2;
-    saturated += o.saturated;
-    flushed += o.flushed;
-    nonzero += o.nonzero;
-    amax = std::max(amax, o.amax);
-  }
-  // One run of elements sharing scale_inv `s`; x̂ = decode[q]·s exactly as Dequantize* do.
-  // Two loops: the table lookups (a gather, scalar on SSE), then a branch-free loop the
-  // compiler vectorizes (this file is built with -fassociative-math for the float sums; amax
-  // is reduced on the bit patterns, which order like the values for |x|).
-  void AddSpan(const float* x, const uint8_t* q, int64_t n, float s, const float* decode, float clip) {
-    const float limit = clip * s;
-    for (int64_t i0 = 0; i0 < n; i0 += kernels::kTile) {
-      const int len = static_cast<int>(std::min<int64_t>(kernels::kTile, n - i0));
-      float h[kernels::kTile];
-      for (int i = 0; i < len; ++i) h[i] = decode[q[i0 + i]];
-      float x2 = 0, e2 = 0;
-      uint32_t m = 0;
-      int sat = 0, fl = 0, nz = 0;
-      const float* xs = x + i0;
-      for (int i = 0; i < len; ++i) {
-        const float v = xs[i], hv = h[i] * s, e = v - hv;
-        const uint32_t abits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
-        x2 += v * v;
-        e2 += e * e;
-        m = std::max(m, abits);
-        sat += std::fabs(v) >= limit;
-        fl += (v != 0.0f) & (hv == 0.0f);
-        nz += v != 0.0f;
-      }
-      sum_x2 += x2;
-      sum_e2 += e2;
-      saturated += sat;
-      flushed += fl;
-      nonzero += nz;
-      amax = std::max(amax, std::bit_cast<float>(m));
+// One run of elements sharing scale_inv `s`; x̂ = decode[q]·s exactly as Dequantize* do.
+// Two loops: the table lookups (a gather), then a branch-free loop the compiler vectorizes
+// (this file is built with -fassociative-math for the float sums; amax is reduced on the bit
+// patterns, which order like the values for |x|). Compiled for AVX2 and the baseline, picked
+// at load time: only the order of the float sums differs between the two.
+[[gnu::target_clones("avx2", "default")]]
+void AddRoundTripSpan(RoundTripSums& sums, const float* x, const uint8_t* q, int64_t n, float s, const float* decode,
+                      float clip) {
+  const float limit = clip * s;
+  for (int64_t i0 = 0; i0 < n; i0 += kernels::kTile) {
+    const int len = static_cast<int>(std::min<int64_t>(kernels::kTile, n - i0));
+    float h[kernels::kTile];
+    for (int i = 0; i < len; ++i) h[i] = decode[q[i0 + i]];
+    float x2 = 0, e2 = 0;
+    uint32_t m = 0;
+    int sat = 0, fl = 0, nz = 0;
+    const float* xs = x + i0;
+    for (int i = 0; i < len; ++i) {
+      const float v = xs[i], hv = h[i] * s, e = v - hv;
+      const uint32_t abits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+      x2 += v * v;
+      e2 += e * e;
+      m = std::max(m, abits);
+      sat += std::fabs(v) >= limit;
+      fl += (v != 0.0f) & (hv == 0.0f);
+      nz += v != 0.0f;
     }
+    sums.sum_x2 += x2;
+    sums.sum_e2 += e2;
+    sums.saturated += sat;
+    sums.flushed += fl;
+    sums.nonzero += nz;
+    sums.amax = std::max(sums.amax, std::bit_cast<float>(m));
   }
-};
+}
 
 Status NonFinite(const Reader& reader, const TensorInfo& w) {
   return DataLossError(reader.path() + ": tensor \"" + w.name + "\" contains NaN or Inf");
@@ -148,6 +137,43 @@ StatusOr<WeightGranularity> GranularityFromScaleShape(const std::vector<int64_t>
   for (int64_t d : ss) s += (s.empty() ? "" : ", ") + std::to_string(d);
   return InvalidArgumentError("scale_inv shape [" + s + "] is neither 128x128 blocks, per channel nor per tensor for weight [" +
                               std::to_string(ws[0]) + ", " + std::to_string(ws[1]) + "]");
+}
+
+// The cast clipped a value when, without saturation, it would have rounded past the largest
+// finite value: |x/s| ≥ max + half an ulp at max (E4M3: 448 + 16; E5M2: 57344 + 4096).
+float ClipThreshold(kernels::Fp8Format fmt) { return fmt == kernels::Fp8Format::kE4M3 ? 464.0f : 61440.0f; }
+
+void RoundTripSums::Add(const RoundTripSums& o) {
+  sum_x2 += o.sum_x2;
+  sum_e2 += o.sum_e2;
+  saturated += o.saturated;
+  flushed += o.flushed;
+  nonzero += o.nonzero;
+  amax = std::max(amax, o.amax);
+}
+
+TensorReport MakeQuantizeReport(const TensorInfo& w, WeightGranularity g, const std::vector<float>& scales,
+                                const RoundTripSums& sums) {
+  TensorReport rep;
+  rep.name = w.name;
+  rep.dtype = safetensors::DTypeName(w.dtype);
+  rep.shape = w.shape;
+  rep.quantized = true;
+  rep.granularity = GranularityName(g);
+  rep.amax = sums.amax;
+  if (!scales.empty()) {
+    auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
+    rep.scale_inv_min = *lo;
+    rep.scale_inv_max = *hi;
+  }
+  const double n = static_cast<double>(std::max<int64_t>(1, w.numel()));
+  rep.frac_saturated = sums.saturated / n;
+  rep.frac_flushed = sums.nonzero > 0 ? static_cast<double>(sums.flushed) / sums.nonzero : 0.0;
+  rep.rel_error = sums.sum_x2 > 0 ? std::sqrt(sums.sum_e2 / sums.sum_x2) : 0.0;
+  rep.snr_db = sums.sum_e2 > 0 ? 10.0 * std::log10(sums.sum_x2 / sums.sum_e2) : std::numeric_limits<double>::infinity();
+  rep.bytes_in = w.nbytes();
+  rep.bytes_out = static_cast<uint64_t>(w.numel()) + scales.size() * sizeof(float);
+  return rep;
 }
 
 bool IsQuantizableDType(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
@@ -235,7 +261,7 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
             for (int64_t r = 0; r < rb; ++r)
               for (int64_t t = 0; t < tiles; ++t) {
                 const int64_t c0 = t * kernels::kTile, n = std::min(cols - c0, kernels::kTile);
-                s.AddSpan(xb + r * cols + c0, qb + r * cols + c0, n, sb[t], decode, clip);
+                AddRoundTripSpan(s, xb + r * cols + c0, qb + r * cols + c0, n, sb[t], decode, clip);
               }
             break;
           }
@@ -249,12 +275,12 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
               }
               scales[r0 + r] = sc;
               kernels::QuantizeTensor(xr, cols, sc, fmt, qb + r * cols);
-              s.AddSpan(xr, qb + r * cols, cols, sc, decode, clip);
+              AddRoundTripSpan(s, xr, qb + r * cols, cols, sc, decode, clip);
             }
             break;
           case WeightGranularity::kTensor:
             kernels::QuantizeTensor(xb, rb * cols, tensor_scale, fmt, qb);
-            s.AddSpan(xb, qb, rb * cols, tensor_scale, decode, clip);
+            AddRoundTripSpan(s, xb, qb, rb * cols, tensor_scale, decode, clip);
             break;
         }
         if (st[i].ok())
@@ -266,27 +292,7 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
   }
   FP8_RETURN_IF_ERROR(writer.Write(scale_name, scales.data(), scales.size() * sizeof(float)));
 
-  TensorReport rep;
-  rep.name = w.name;
-  rep.dtype = safetensors::DTypeName(w.dtype);
-  rep.shape = w.shape;
-  rep.quantized = true;
-  rep.granularity = GranularityName(opts.granularity);
-  rep.amax = total.amax;
-  if (!scales.empty()) {
-    auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
-    rep.scale_inv_min = *lo;
-    rep.scale_inv_max = *hi;
-  }
-  const double n = static_cast<double>(std::max<int64_t>(1, rows * cols));
-  rep.frac_saturated = total.saturated / n;
-  rep.frac_flushed = total.nonzero > 0 ? static_cast<double>(total.flushed) / total.nonzero : 0.0;
-  rep.rel_error = total.sum_x2 > 0 ? std::sqrt(total.sum_e2 / total.sum_x2) : 0.0;
-  rep.snr_db = total.sum_e2 > 0 ? 10.0 * std::log10(total.sum_x2 / total.sum_e2)
-                                : std::numeric_limits<double>::infinity();
-  rep.bytes_in = w.nbytes();
-  rep.bytes_out = static_cast<uint64_t>(rows * cols) + scales.size() * sizeof(float);
-  return rep;
+  return MakeQuantizeReport(w, opts.granularity, scales, total);
 }
 
 Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorInfo& scale,
@@ -341,6 +347,38 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
     for (auto& s : st) FP8_RETURN_IF_ERROR(s);
   }
   return OkStatus();
+}
+
+namespace {
+
+class CpuWeightConverter final : public WeightConverter {
+ public:
+  const char* backend() const override { return "cpu"; }
+  StatusOr<TensorReport> Quantize(const Reader& reader, const TensorInfo& w, const WeightOptions& opts,
+                                  const std::string& scale_name, Writer& writer) override {
+    return QuantizeWeight(reader, w, opts, scale_name, writer);
+  }
+  Status Dequantize(const Reader& reader, const TensorInfo& w, const TensorInfo& scale, const Reader& scale_reader,
+                    Writer& writer) override {
+    return DequantizeWeight(reader, w, scale, scale_reader, writer);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<WeightConverter> MakeCpuWeightConverter() { return std::make_unique<CpuWeightConverter>(); }
+
+StatusOr<std::unique_ptr<WeightConverter>> MakeWeightConverter(Backend backend) {
+  if (backend == Backend::kCpu) return MakeCpuWeightConverter();
+#if FP8_CALIBRATE_CUDA
+  if (CudaDeviceAvailable()) return MakeCudaWeightConverter();
+  if (backend == Backend::kCuda)
+    return FailedPreconditionError("spec field \"backend\": cuda requested, but no CUDA device is visible");
+#else
+  if (backend == Backend::kCuda)
+    return FailedPreconditionError("spec field \"backend\": cuda requested, but this fp8-worker was built without CUDA");
+#endif
+  return MakeCpuWeightConverter();
 }
 
 nlohmann::json TensorReport::ToJson() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,24 @@ StatusOr<WeightGranularity> GranularityFromScaleShape(const std::vector<int64_t>
 
 bool IsQuantizableDType(safetensors::DType d);  // F32, BF16, F16
 
+// Sums over a round trip x → q = fp8(x / s) → x̂ = decode(q)·s, from which a TensorReport's
+// statistics come (CPU: tensor_convert.cc; GPU: cuda_round_trip_stats.cu).
+struct RoundTripSums {
+  double sum_x2 = 0, sum_e2 = 0;  // Σx², Σ(x − x̂)²
+  int64_t saturated = 0;          // |x| ≥ ClipThreshold·s: the cast clipped
+  int64_t flushed = 0;            // x ≠ 0, x̂ = 0
+  int64_t nonzero = 0;
+  float amax = 0;
+  void Add(const RoundTripSums& o);
+};
+
+// max + half an ulp at max (E4M3: 464): |x / s| at or above it was clipped by the cast.
+float ClipThreshold(kernels::Fp8Format fmt);
+
+// The report of a quantized weight from its scales and round-trip sums (CPU and CUDA paths).
+TensorReport MakeQuantizeReport(const safetensors::TensorInfo& w, WeightGranularity g, const std::vector<float>& scales,
+                                const RoundTripSums& sums);
+
 // Reads `weight` (2-D, F32/BF16/F16) from `reader`; writes `weight.name` as F8_E4M3 and
 // `scale_name` as F32 into `writer` (both declared there already).
 StatusOr<TensorReport> QuantizeWeight(const safetensors::Reader& reader,
@@ -56,5 +75,26 @@ StatusOr<TensorReport> QuantizeWeight(const safetensors::Reader& reader,
 Status DequantizeWeight(const safetensors::Reader& reader, const safetensors::TensorInfo& weight,
                         const safetensors::TensorInfo& scale, const safetensors::Reader& scale_reader,
                         safetensors::Writer& writer);
+
+// Converts weights on one backend: the two functions above on the CPU, or kernels/cuda on a GPU
+// (worker/calibrate/cuda_weight_converter.h). Both write the same bytes and scales.
+class WeightConverter {
+ public:
+  virtual ~WeightConverter() = default;
+  virtual const char* backend() const = 0;  // "cpu" | "cuda": the report's summary.backend
+  virtual StatusOr<TensorReport> Quantize(const safetensors::Reader& reader, const safetensors::TensorInfo& weight,
+                                          const WeightOptions& opts, const std::string& scale_name,
+                                          safetensors::Writer& writer) = 0;
+  virtual Status Dequantize(const safetensors::Reader& reader, const safetensors::TensorInfo& weight,
+                            const safetensors::TensorInfo& scale, const safetensors::Reader& scale_reader,
+                            safetensors::Writer& writer) = 0;
+};
+
+std::unique_ptr<WeightConverter> MakeCpuWeightConverter();
+
+// The spec's `backend`: auto = CUDA when this build has it (FP8D_CUDA) and a device is
+// visible, the CPU otherwise; cpu = CPU; cuda = CUDA, or FailedPrecondition naming the field
+// when this build or this machine has none.
+StatusOr<std::unique_ptr<WeightConverter>> MakeWeightConverter(Backend backend);
 
 }  // namespace fp8::calibrate
