@@ -8,8 +8,10 @@
 #      on the same shapes in the same run.
 #   device run: bash scripts/gpu/trainer_cuda.sh    (carry: .trainer-cuda-carry)
 #   4. (BEFORE_ENV="FP8_CUDA_PLAIN_ATTENTION=1") bf16 again with the plain attention, for
-#      before/after in one run
-#   5. (LOSS_STEPS=N, only when the attention and model tests passed; last) scripts/gpu/trainer_cuda_loss.sh: FP8 vs BF16 loss at equal steps
+#      before/after in one run; BEFORE_RECIPES / BEFORE_SHAPES pick what reruns (default bf16 at
+#      both shapes; e.g. BEFORE_ENV=FP8_CUDA_DW_SCRATCH=1 BEFORE_RECIPES=fp8-tensorwise,fp8-blockwise)
+#   1b. (LOSS_STEPS=N, only when the attention and model tests passed; right after the tests, since
+#      it is the longest part) scripts/gpu/trainer_cuda_loss.sh: FP8 vs BF16 held-out loss at equal steps
 #   BREAKDOWN=1 adds bench_trainer_cuda --breakdown (each op of a bf16 step timed alone).
 #   SKIP_TORCH=1 skips the baseline; TRAIN_RECIPES="" skips step 2; TRAIN_RECIPES="bf16 fp8-tensorwise" runs those.
 set -uo pipefail
@@ -29,6 +31,16 @@ timeout ${TEST_TIMEOUT:-120} $C/bin/worker_train_cuda_test --gtest_color=no > "$
 TEST_RC=$?
 echo "rc=$TEST_RC" >> "$OUT/summary.txt"
 grep -E "^\[  (FAILED|PASSED|SKIPPED|     OK) |Failure|Expected|Which is|actual|rel|tests ran" "$OUT/test.log" | head -60 >> "$OUT/summary.txt"
+
+# The loss run needs the attention and the model to be right (not every test: a missing cuBLASLt
+# epilogue only costs speed).
+MODEL_OK=1
+grep -qE "FAILED  \] .*(FlashAttention|CudaModelVsCpu|CudaTraining)" "$OUT/test.log" && MODEL_OK=0
+[ "$TEST_RC" -eq 124 ] && MODEL_OK=0
+if [ "${LOSS_STEPS:-0}" -gt 0 ] && [ "$MODEL_OK" -eq 1 ]; then
+echo "== loss at equal steps" | tee -a "$OUT/summary.txt"
+OUT=$OUT bash scripts/gpu/trainer_cuda_loss.sh >> "$OUT/summary.txt" 2>&1
+fi
 
 # Byte-token shards of the corpus (llm.c format: 256 int32 header, uint16 tokens).
 D=/tmp/fp8d-data; mkdir -p $D
@@ -57,8 +69,8 @@ cat "$OUT/bench.txt" >> "$OUT/summary.txt"
 grep -E "error|FAILED|:[0-9]+:" "$OUT/bench.log" | head -10 >> "$OUT/summary.txt"
 
 if [ -n "${BEFORE_ENV:-}" ]; then
-echo "== bench (ours, bf16, with $BEFORE_ENV: before)" | tee -a "$OUT/summary.txt"
-env $BEFORE_ENV timeout 45 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 5 --warmup 1 \
+echo "== bench (ours, ${BEFORE_RECIPES:-bf16}, with $BEFORE_ENV: before)" | tee -a "$OUT/summary.txt"
+env $BEFORE_ENV timeout 45 $C/bin/bench_trainer_cuda --shapes ${BEFORE_SHAPES:-gpt2-124m,d4096-l8} --recipes ${BEFORE_RECIPES:-bf16} --steps 5 --warmup 1 \
   >> "$OUT/summary.txt" 2>> "$OUT/bench.log"
 echo "rc=$?" >> "$OUT/summary.txt"
 fi
@@ -70,15 +82,6 @@ PYTHONUNBUFFERED=1 timeout 130 python3 scripts/gpu/torch_gpt_baseline.py --shape
 echo "rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/torch.txt" >> "$OUT/summary.txt"
 tail -5 "$OUT/torch.log" >> "$OUT/summary.txt"
-fi
-# The loss run needs the attention and the model to be right (not every test: a missing cuBLASLt
-# epilogue only costs speed).
-MODEL_OK=1
-grep -qE "FAILED  \] .*(FlashAttention|CudaModelVsCpu|CudaTraining)" "$OUT/test.log" && MODEL_OK=0
-[ "$TEST_RC" -eq 124 ] && MODEL_OK=0
-if [ "${LOSS_STEPS:-0}" -gt 0 ] && [ "$MODEL_OK" -eq 1 ]; then
-echo "== loss at equal steps" | tee -a "$OUT/summary.txt"
-OUT=$OUT bash scripts/gpu/trainer_cuda_loss.sh >> "$OUT/summary.txt" 2>&1
 fi
 
 cat "$OUT/summary.txt"
