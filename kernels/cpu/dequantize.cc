@@ -15,6 +15,26 @@ using namespace internal;  // NOLINT: the walkers and span loops of this part
 
 namespace {
 
+// x = decode(q) · scale_inv over a span, compiled for AVX2 and for the x86-64-v2 baseline and
+// picked at load time (as the casts in quantize.cc): an integer decode and one IEEE multiply,
+// so both builds give the same floats; tests/kernels_cpu/quantize_isa_test.cc checks every code.
+[[gnu::target_clones("avx2", "default")]]
+void DequantSpanE4M3(const uint8_t* q, int64_t n, float scale_inv, float* x) {
+  internal::DequantSpan<Fp8Format::kE4M3>(q, n, scale_inv, x);
+}
+[[gnu::target_clones("avx2", "default")]]
+void DequantSpanE5M2(const uint8_t* q, int64_t n, float scale_inv, float* x) {
+  internal::DequantSpan<Fp8Format::kE5M2>(q, n, scale_inv, x);
+}
+template <Fp8Format kFmt>
+inline void DequantSpanAnyIsa(const uint8_t* q, int64_t n, float scale_inv, float* x) {
+  if constexpr (kFmt == Fp8Format::kE4M3) {
+    DequantSpanE4M3(q, n, scale_inv, x);
+  } else {
+    DequantSpanE5M2(q, n, scale_inv, x);
+  }
+}
+
 Status CheckDequantizeArgs(const char* op, const uint8_t* q, const float* scale_inv,
                            int64_t rows, int64_t cols, const float* x) {
   FP8_RETURN_IF_ERROR(CheckShape(op, rows, cols));
@@ -34,7 +54,7 @@ Status Dequantize1x128(const uint8_t* q, const float* scale_inv, int64_t rows, i
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t c0 = t * kTile;
-          internal::DequantSpan<F>(q + r * cols + c0, std::min(kTile, cols - c0), scale_inv[r * tiles + t],
+          DequantSpanAnyIsa<F>(q + r * cols + c0, std::min(kTile, cols - c0), scale_inv[r * tiles + t],
                                    x + r * cols + c0);
         }
       }
@@ -65,7 +85,7 @@ Status Dequantize128x128(const uint8_t* q, const float* scale_inv, int64_t rows,
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t c0 = t * kTile;
-          internal::DequantSpan<F>(q + r * cols + c0, std::min(kTile, cols - c0),
+          DequantSpanAnyIsa<F>(q + r * cols + c0, std::min(kTile, cols - c0),
                                    scale_inv[(r / kTile) * tiles + t], x + r * cols + c0);
         }
       }
@@ -77,7 +97,7 @@ Status Dequantize128x128(const uint8_t* q, const float* scale_inv, int64_t rows,
 void DequantizeTensor(const uint8_t* q, int64_t n, float scale_inv, Fp8Format fmt, float* x) {
   WithFormat(fmt, [&]<Fp8Format F>() {
     ParallelFor(n, kMinElementsPerChunk, [&](int64_t b, int64_t e) {
-      internal::DequantSpan<F>(q + b, e - b, scale_inv, x + b);
+      DequantSpanAnyIsa<F>(q + b, e - b, scale_inv, x + b);
     });
   });
 }

@@ -1,9 +1,9 @@
-// The quantize kernels' casts run in an AVX2 build or the baseline build of the same code,
+// The quantize and dequantize kernels' spans run in an AVX2 build or the baseline build of the same code,
 // whichever the loader picks for this CPU (kernels/cpu/quantize.cc). Whichever it is must give
 // FloatToFp8's bytes: QuantizeTensor (the per-tensor cast with a given scale, the same cast
 // Quantize1x128 / Quantize128x128 use) on every bf16 and fp16 pattern and a dense float32
 // sample, both formats, several scales. scripts/gpu/calibrate_cuda.sh also runs this suite on
-// an AVX2 host.
+// an AVX2 host. Dequantization: every code, both formats, the same scales, against the table.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -46,6 +46,23 @@ TEST(QuantizeIsa, CastEqualsFloatToFp8OnEveryPattern) {
                         << " s = " << s << ": got 0x" << int(q[i]) << ", want 0x" << int(want) << std::dec;
       }
       EXPECT_EQ(mismatches, 0) << Fp8FormatName(fmt) << " s = " << s;
+    }
+  }
+}
+
+TEST(QuantizeIsa, DequantizeEqualsTheDecodeTableForEveryCode) {
+  std::vector<uint8_t> q;
+  for (int rep = 0; rep < 5; ++rep)  // several vectors' worth, so the vector loop body runs
+    for (int c = 0; c < 256; ++c) q.push_back(static_cast<uint8_t>(c));
+  std::vector<float> x(q.size());
+  for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (float s : kScales) {
+      DequantizeTensor(q.data(), static_cast<int64_t>(q.size()), s, fmt, x.data());
+      for (size_t i = 0; i < q.size(); ++i) {
+        const float want = Fp8ToFloat(q[i], fmt) * s;
+        ASSERT_EQ(std::bit_cast<uint32_t>(x[i]), std::bit_cast<uint32_t>(want))
+            << Fp8FormatName(fmt) << " code 0x" << std::hex << int(q[i]) << std::dec << " s = " << s;
+      }
     }
   }
 }

@@ -128,7 +128,7 @@ TEST_F(CalibrateCudaTest, QuantizeAndDequantizeMatchTheCpuByteForByte) {
       EXPECT_EQ(c["scale_inv_max"], g["scale_inv_max"]);
       EXPECT_EQ(c["frac_saturated"], g["frac_saturated"]);
       EXPECT_EQ(c["frac_flushed"], g["frac_flushed"]);
-      EXPECT_NEAR(c["rel_error"].get<double>(), g["rel_error"].get<double>(), 1e-6 * c["rel_error"].get<double>());
+      EXPECT_NEAR(c["rel_error"].get<double>(), g["rel_error"].get<double>(), 1e-4 * c["rel_error"].get<double>());
     }
 
     const fs::path back_cpu = root_ / (std::string("back_cpu_") + sf), back_gpu = root_ / (std::string("back_cuda_") + sf);

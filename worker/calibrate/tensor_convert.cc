@@ -73,6 +73,12 @@ inline uint16_t ToBf16(float x) {
   return (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t{0x7FFF} : static_cast<uint16_t>(rounded);
 }
 
+// ToBf16 over a span, for AVX2 or the baseline (picked at load time; integer ops only).
+[[gnu::target_clones("avx2", "default")]]
+void FloatsToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ToBf16(x[i]);
+}
+
 // One run of elements sharing scale_inv `s`; x̂ = decode[q]·s exactly as Dequantize* do.
 // Two loops: the table lookups (a gather), then a branch-free loop the compiler vectorizes
 // (this file is built with -fassociative-math for the float sums; amax is reduced on the bit
@@ -337,9 +343,8 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
             kernels::DequantizeTensor(q.data() + at, rb * cols, scales[0], fmt, x.data() + at);
             break;
         }
-        const float* xs = x.data() + at;
         uint16_t* os = out.data() + at;
-        for (int64_t k = 0; k < rb * cols; ++k) os[k] = ToBf16(xs[k]);
+        FloatsToBf16(x.data() + at, rb * cols, os);
         if (st[i].ok())
           st[i] = writer.WriteAt(w.name, static_cast<uint64_t>(r0 * cols) * 2, os, static_cast<size_t>(rb * cols) * 2);
       }
