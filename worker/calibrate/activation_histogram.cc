@@ -104,17 +104,29 @@ double AbsHistogram::MseClip() const {
     }
     return err;
   };
+  // Coarse to fine: every 4th bin edge from amax down to amax/1024, then every edge next to
+  // the best coarse one (the error is smooth on the scale of a few bins, and 4x fewer error
+  // evaluations matter: each costs one FP8 cast per non-empty bin). Ties keep the larger clip
+  // (fewer saturated values).
   double best_clip = amax_, best_err = error(amax_);
-  const int top = BinOf(amax_);
-  const double floor_clip = amax_ / 1024.0;
-  // Ties keep the larger clip (fewer saturated values).
-  for (int b = top - 1; b >= 0 && UpperEdge(b) >= floor_clip; --b) {
+  auto consider = [&](int b) {
     const double e = error(UpperEdge(b));
-    if (e < best_err) {
+    if (e < best_err || (e == best_err && UpperEdge(b) > best_clip)) {
       best_err = e;
       best_clip = UpperEdge(b);
     }
+  };
+  const int top = BinOf(amax_);
+  const double floor_clip = amax_ / 1024.0;
+  constexpr int kCoarse = 4;
+  int best_bin = top;
+  for (int b = top - 1; b >= 0 && UpperEdge(b) >= floor_clip; b -= kCoarse) {
+    const double before = best_clip;
+    consider(b);
+    if (best_clip != before) best_bin = b;
   }
+  for (int b = std::min(top - 1, best_bin + kCoarse - 1); b >= std::max(0, best_bin - kCoarse + 1); --b)
+    if (b != best_bin) consider(b);
   return best_clip;
 }
 

@@ -6,8 +6,8 @@
 //               (100 - p)% of the values exceed it (bins are 1/64 of a power of two wide: the
 //               clip overshoots the exact percentile by less than 1.6%, never undershoots);
 //   mse         the clip ≤ amax minimising the quantize→dequantize squared error of the values,
-//               searched over the bin edges from amax down to amax/1024, each bin's values
-//               stood in for by its centre. E4M3's relative precision is the same from 2^-6 to
+//               searched over the bin edges from amax down to amax/1024 (every 4th, then the
+//               neighbours of the best), each bin's values stood in for by its centre. E4M3's relative precision is the same from 2^-6 to
 //               448, so a smaller clip only pays where it lifts small values out of the
 //               subnormals: on typical activations the mse clip is amax or a little below.
 #pragma once
