@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "kernels/parallel.h"
 #include "worker/data/shards.h"
@@ -124,8 +125,8 @@ void GptModel::Resize(int batch) {
 
 void GptModel::LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training) {
   // Evaluation must not move the delayed-scaling history: quantize with a copy of the state.
-  LinearPrecision frozen;
-  LinearPrecision& precision = training ? l.precision : (frozen = l.precision);
+  std::optional<LinearPrecision> frozen;
+  LinearPrecision& precision = training ? l.precision : frozen.emplace(l.precision);
   const bool hooked = input_hook_ && input_hook_(l.name, x, m, l.in, l.xq.data());
   if (!hooked) precision.InputFwd(x, m, l.in, l.xq.data());
   precision.WeightFwd(params_.data() + l.w, l.out, l.in, l.wq.data());
