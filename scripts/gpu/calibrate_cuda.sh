@@ -4,7 +4,7 @@
 # scripts/gpu/calibrate_cuda_pack.sh):
 #   1. calibrate_cuda_test: CUDA vs CPU output byte for byte (quantize and dequantize)
 #   2. test_kernels_cpu (QuantizeStats*) and calibrate_test: the CPU paths on an AVX2 host
-#   3. bench_calibrate --backends cuda,cpu: GPU and CPU GB/s in one run, 2 threads pinned to
+#   3. bench_calibrate --backends cpu,cuda: GPU and CPU GB/s in one run, 2 threads pinned to
 #      2 cores (taskset -c 0,1, FP8_NUM_THREADS=2), to /tmp (disk) and /dev/shm; then the CPU
 #      with all cores
 #   4. scripts/gpu/calibrate_check.py on the CUDA backend's output (torch + safetensors)
@@ -29,11 +29,11 @@ timeout 120 $C/bin/calibrate_test --gtest_color=no >> "$OUT/tests.log" 2>&1
 echo "rc=$?" >> "$S"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|differs" "$OUT/tests.log" | head -40 >> "$S"
 
-echo "== bench: 2 threads on 2 cores, cuda then cpu, /tmp (disk)" >> "$S"
-FP8_NUM_THREADS=2 timeout 100 taskset -c 0,1 $C/bin/bench_calibrate --backends cuda,cpu >> "$S" 2>> "$OUT/bench.log"
+echo "== bench: 2 threads on 2 cores, cpu then cuda, /tmp (disk)" >> "$S"
+FP8_NUM_THREADS=2 timeout 100 taskset -c 0,1 $C/bin/bench_calibrate --backends cpu,cuda >> "$S" 2>> "$OUT/bench.log"
 echo "rc=$?" >> "$S"
-echo "== bench: 2 threads on 2 cores, cuda then cpu, /dev/shm" >> "$S"
-FP8_NUM_THREADS=2 timeout 100 taskset -c 0,1 $C/bin/bench_calibrate --backends cuda,cpu --dir /dev/shm/fp8cb >> "$S" 2>> "$OUT/bench.log"
+echo "== bench: 2 threads on 2 cores, cpu then cuda, /dev/shm" >> "$S"
+FP8_NUM_THREADS=2 timeout 100 taskset -c 0,1 $C/bin/bench_calibrate --backends cpu,cuda --dir /dev/shm/fp8cb >> "$S" 2>> "$OUT/bench.log"
 echo "rc=$?" >> "$S"
 echo "== bench: all cores ($(nproc)), cpu then cuda, /dev/shm" >> "$S"
 timeout 60 $C/bin/bench_calibrate --backends cpu,cuda --dir /dev/shm/fp8cb >> "$S" 2>> "$OUT/bench.log"
