@@ -439,6 +439,26 @@ TEST_F(UntrainedModelTest, BadActivationsInputNamesTheProblem) {
   EXPECT_THAT(error_, HasSubstr("activations.num_samples"));
 }
 
+// The step-N directory itself as input: only model.safetensors is the model; the optimizer's
+// moments are neither quantized nor copied.
+TEST_F(UntrainedModelTest, CheckpointDirectoryMeansItsModel) {
+  const fs::path step = fs::path(*checkpoint_).parent_path();
+  ASSERT_TRUE(fs::exists(step / "optimizer.safetensors"));
+  json spec = Spec("from-dir", "max");
+  spec["input"] = step.string();
+  spec["activations"]["num_samples"] = 8;
+  ASSERT_EQ(Run(spec), 0) << error_;
+  const fs::path out = root_ / "from-dir";
+  EXPECT_FALSE(fs::exists(out / "optimizer.safetensors"));
+  const json index = ReadJson(out / "model.safetensors.index.json");
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    EXPECT_FALSE(it.key().starts_with("exp_avg")) << it.key();
+    EXPECT_EQ(it.value(), "model.safetensors");
+  }
+  EXPECT_EQ(ReadJson(out / "report.json")["summary"]["tensors_converted"], 8);
+  EXPECT_EQ(InputScales(out).size(), 8u);
+}
+
 // A Hugging Face style directory whose GPT-2 config.json gives the shape (no trainer_state.json).
 TEST_F(UntrainedModelTest, Gpt2ConfigJsonGivesTheShape) {
   const fs::path hf = root_ / "hf";

@@ -2,9 +2,10 @@
 // fixed sample (stream kEvalSeed of the activations.data shards):
 //   bf16        the original weights; every GEMM operand rounded to BF16 (the trainer's
 //               compute);
-//   fp8_weights the FP8 weights read back from the output and dequantized (float(q)·scale_inv),
-//               activations as in bf16: the loss a weight-only FP8 (dynamic) engine sees, up
-//               to its activation casts;
+//   fp8_weights the FP8 weights read back from the output and dequantized, float(q)·scale_inv
+//               rounded to BF16 as `direction: dequantize` writes them (the recipe rounds the
+//               weight operand; the extra error is ~2^-9 relative, far below FP8's 2^-4);
+//               activations as in bf16: the weights' share of the loss change;
 //   fp8_static  (with static scales) fp8_weights plus every layer's input cast to E4M3 with
 //               its static input_scale, saturating: what activation_scheme static computes.
 #pragma once

@@ -48,7 +48,7 @@ Status ReadAsFloat(const safetensors::Reader& r, const safetensors::TensorInfo& 
 
 StatusOr<train::ModelConfig> GptConfigOf(const ModelInput& in) {
   train::ModelConfig cfg;
-  const std::string state_path = (fs::path(in.dir) / "trainer_state.json").string();
+  const std::string state_path = (fs::path(in.dir) / kTrainerStateFile).string();
   if (fs::exists(state_path)) {
     FP8_ASSIGN_OR_RETURN(json state, ReadJsonFile(state_path));
     const json m = state.is_object() ? state.value("spec", json::object()).value("model", json::object()) : json();

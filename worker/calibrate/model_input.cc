@@ -85,6 +85,10 @@ StatusOr<ModelInput> OpenModelInput(const std::string& input) {
       if (shards.empty()) return InvalidArgumentError(index_path + ": weight_map is empty");
       m.shards.assign(shards.begin(), shards.end());
       m.index = std::move(index);
+    } else if (fs::exists(fs::path(input) / kTrainerStateFile) && fs::exists(fs::path(input) / kTrainerModelFile)) {
+      // An fp8d checkpoint (step-N): the model is model.safetensors; optimizer.safetensors
+      // holds the AdamW moments, training state that must be neither converted nor copied.
+      m.shards.push_back(kTrainerModelFile);
     } else {
       for (const auto& e : fs::directory_iterator(input)) {
         const std::string name = e.path().filename().string();

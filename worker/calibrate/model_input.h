@@ -1,5 +1,7 @@
-// The model a calibration job reads: one .safetensors file, or a Hugging Face style directory
-// (config.json, shards, model.safetensors.index.json, tokenizer files...). Everything read from
+// The model a calibration job reads: one .safetensors file, a Hugging Face style directory
+// (config.json, shards, model.safetensors.index.json, tokenizer files...), or an fp8d
+// checkpoint directory (step-N: model.safetensors, trainer_state.json, optimizer.safetensors,
+// of which only the model is read). Everything read from
 // disk is validated here, before any output is written, so bad input fails fast (exit 65) and
 // leaves nothing behind.
 #pragma once
@@ -34,6 +36,9 @@ struct ModelInput {
 
 inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kConfigFile = "config.json";
+// An fp8d training checkpoint directory (step-N) holds these two (and optimizer.safetensors).
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+inline constexpr const char* kTrainerModelFile = "model.safetensors";
 
 // A shard named in an index must be a plain file name in the model directory.
 Status ValidateShardName(const std::string& name, const std::string& where);
