@@ -39,6 +39,15 @@ inline void CastSpanAnyIsa(const float* x, int64_t n, float scale_inv, uint8_t* 
   }
 }
 
+}  // namespace
+
+namespace internal {
+[[gnu::target_clones("avx2", "default")]]
+uint32_t AbsMaxBitsAnyIsa(const float* x, int64_t n, uint32_t init) { return AbsMaxBits(x, n, init); }
+}  // namespace internal
+
+namespace {
+
 #if defined(__SSE2__)
 // 16x16 byte transpose: four rounds of "interleave row i with row i+8" rotate the 8-bit
 // (row, column) index left by one bit each, so after four the rows and columns have swapped.

@@ -15,6 +15,10 @@
 
 namespace fp8::kernels::internal {
 
+// max |x| of a span as bits (AbsMaxBits), built for AVX2 and the baseline and picked at load
+// time (quantize.cc); an integer max, so both builds agree exactly.
+uint32_t AbsMaxBitsAnyIsa(const float* x, int64_t n, uint32_t init);
+
 // Work per parallel chunk, in elements: small enough to use both cores on a 128x1024 tensor,
 // big enough that the pool's wake-up cost (a few µs) stays negligible.
 constexpr int64_t kMinElementsPerChunk = 1 << 15;
@@ -51,7 +55,7 @@ void WalkRowTiles(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, Sca
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t c0 = t * kTile;
         const int64_t n = std::min(kTile, cols - c0);
-        const float s = ScaleInvFromAmax(BitsToFloat(AbsMaxBits(x + r * cols + c0, n)), fmt, sf);
+        const float s = ScaleInvFromAmax(BitsToFloat(AbsMaxBitsAnyIsa(x + r * cols + c0, n, 0)), fmt, sf);
         if (scale_inv != nullptr) scale_inv[r * tiles + t] = s;
         emit(r, c0, n, s);
       }
@@ -97,7 +101,7 @@ void WalkBlockTiles(const float* x, int64_t rows, int64_t cols, Fp8Format fmt, S
       const int64_t r0 = b * kTile, r1 = std::min(rows, r0 + kTile);
       const int64_t c0 = t * kTile, n = std::min(kTile, cols - c0);
       uint32_t m = 0;
-      for (int64_t r = r0; r < r1; ++r) m = AbsMaxBits(x + r * cols + c0, n, m);
+      for (int64_t r = r0; r < r1; ++r) m = AbsMaxBitsAnyIsa(x + r * cols + c0, n, m);
       const float s = ScaleInvFromAmax(BitsToFloat(m), fmt, sf);
       if (scale_inv != nullptr) scale_inv[b * tiles + t] = s;
       for (int64_t r = r0; r < r1; ++r) emit(r, c0, n, s);
