@@ -9,10 +9,17 @@
 // With --loss-window N the last column is the mean training loss of the last N steps and the
 // loss is logged every 50 steps: the FP8-vs-BF16 loss comparison at equal steps (shape
 // bytes-l12, byte tokens, same batches for every recipe; scripts/gpu/trainer_cuda_loss.sh).
+// --val GLOB adds held-out loss: every --eval-every steps and after the last step, the mean loss
+// (Forward without training, so the FP8 scaling state does not move) of the same --eval-batches
+// batches of the val shards for every recipe; the JSON gets val_loss_final and val_losses.
+// --cosine: lr warms up linearly over the first 5% of steps, then decays (cosine) to 10% at the
+// last step, so the final losses compare models that have settled rather than a noisy step.
+// --batch overrides the shape's batch size.
 //
 //   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
-//                      [--loss-window N] [--breakdown]
+//                      [--loss-window N] [--breakdown] [--batch N] [--cosine]
+//                      [--val 'DIR/val_*.bin' --eval-every N --eval-batches M]
 // --breakdown: after each shape's bf16 row, the step's operations timed one by one (step_breakdown.h).
 #include <cuda_runtime_api.h>
 
@@ -73,10 +80,27 @@ struct Result {
   double tokens_per_s, mfu, mem_gib, loss_first, loss_last, ms_per_step;
   double loss_tail_mean = 0;  // mean loss of the last --loss-window steps
   int64_t params;
+  double val_loss_final = 0;  // --val: held-out loss after the last step
+  std::vector<std::pair<int, double>> val_losses;  // (steps done, held-out loss)
 };
 
+// What the loss runs add to a throughput case: schedule and held-out evaluation.
+struct LossOptions {
+  bool cosine = false;
+  const fp8::data::TokenDataset* val = nullptr;
+  int eval_every = 0, eval_batches = 8;
+};
+
+// Linear warm-up over the first 5% of `total` steps, then cosine from lr to lr/10.
+float CosineLr(float lr, int step, int total) {
+  const int warm = std::max(1, total / 20);
+  if (step < warm) return lr * static_cast<float>(step + 1) / static_cast<float>(warm);
+  const double t = static_cast<double>(step - warm) / std::max(1, total - 1 - warm);
+  return static_cast<float>(lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(3.14159265358979 * std::min(1.0, t)))));
+}
+
 std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int steps, int loss_window,
-                              const fp8::data::TokenDataset* ds) {
+                              const fp8::data::TokenDataset* ds, const LossOptions& lo) {
   ModelConfig cfg;
   cfg.n_layer = sh.n_layer;
   cfg.n_head = sh.n_head;
@@ -135,6 +159,22 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
       }
     }
   };
+  // Held-out loss over the same batches (seed 7, samples 0..) for every recipe and every eval.
+  std::vector<int32_t> vin(in.size()), vtg(tg.size());
+  auto eval_val = [&]() -> std::optional<double> {
+    double sum = 0;
+    for (int e = 0; e < lo.eval_batches; ++e) {
+      for (int j = 0; j < sh.batch; ++j)
+        lo.val->Sample(7, static_cast<uint64_t>(e) * sh.batch + j, vin.data() + j * sh.seq_len, vtg.data() + j * sh.seq_len);
+      auto l = model->Forward(vin.data(), vtg.data(), sh.batch, false, 1.0f);
+      if (!l.ok()) {
+        std::fprintf(stderr, "eval forward: %s\n", l.status().message().c_str());
+        return std::nullopt;
+      }
+      sum += *l;
+    }
+    return sum / lo.eval_batches;
+  };
   Result r{};
   r.params = np;
   std::chrono::steady_clock::time_point t0;
@@ -160,11 +200,20 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
     const double gn = std::sqrt(sq);
     const float clip = gn > 1.0 ? static_cast<float>(1.0 / (gn + 1e-6)) : 1.0f;
     const int64_t k = step + 1;
-    AdamWArgs a{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
+    const float lr = lo.cosine ? CosineLr(6e-4f, step, warmup + steps) : 6e-4f;
+    AdamWArgs a{lr, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
     CHECK_OK(AdamWStep(model->params(), model->grads(), m.get(), v.get(), decay.get(), np, a, s));
     if (step >= warmup + steps - loss_window) r.loss_tail_mean += *loss / loss_window;
     if (step < 3 || step == warmup + steps - 1 || (loss_window > 0 && step % 50 == 0))
       std::fprintf(stderr, "  %s %s step %d loss %.4f grad_norm %.3f\n", sh.name.c_str(), RecipeName(recipe), step, *loss, gn);
+    const bool last = step == warmup + steps - 1;
+    if (lo.val && (last || (lo.eval_every > 0 && (step + 1) % lo.eval_every == 0))) {
+      auto vl = eval_val();
+      if (!vl) return std::nullopt;
+      r.val_losses.emplace_back(step + 1, *vl);
+      if (last) r.val_loss_final = *vl;
+      std::fprintf(stderr, "  %s %s after %d steps val loss %.5f\n", sh.name.c_str(), RecipeName(recipe), step + 1, *vl);
+    }
   }
   if (cudaStreamSynchronize(s) != cudaSuccess || cudaGetLastError() != cudaSuccess) return std::nullopt;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -183,7 +232,9 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
 
 int main(int argc, char** argv) {
   std::string shapes = "gpt2-124m,d4096-l8", recipes = "bf16,fp8-tensorwise,fp8-blockwise", data, json_path;
-  int steps = 10, warmup = 3, loss_window = 0;
+  std::string val;
+  int steps = 10, warmup = 3, loss_window = 0, batch = 0;
+  LossOptions lo;
   bool breakdown = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -196,8 +247,13 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_path = next();
     else if (a == "--loss-window") loss_window = std::atoi(next().c_str());
     else if (a == "--breakdown") breakdown = true;
+    else if (a == "--batch") batch = std::atoi(next().c_str());
+    else if (a == "--cosine") lo.cosine = true;
+    else if (a == "--val") val = next();
+    else if (a == "--eval-every") lo.eval_every = std::atoi(next().c_str());
+    else if (a == "--eval-batches") lo.eval_batches = std::max(1, std::atoi(next().c_str()));
     else {
-      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown]\n");
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M]\n");
       return 2;
     }
   }
@@ -213,13 +269,14 @@ int main(int argc, char** argv) {
               "loss@0", loss_window > 0 ? "loss@tail" : "loss@end");
   int failures = 0;
   for (const std::string& shape_name : Split(shapes)) {
-    const Shape* sh = nullptr;
+    std::optional<Shape> sh;
     for (const Shape& s : kShapes)
-      if (s.name == shape_name) sh = &s;
+      if (s.name == shape_name) sh = s;
     if (!sh) {
       std::fprintf(stderr, "unknown shape %s\n", shape_name.c_str());
       return 2;
     }
+    if (batch > 0) sh->batch = batch;
     std::optional<fp8::data::TokenDataset> ds;
     if (!data.empty()) {
       auto loaded = fp8::data::TokenDataset::Load(data, sh->seq_len, sh->vocab);
@@ -229,9 +286,21 @@ int main(int argc, char** argv) {
       }
       ds = std::move(loaded).value();
     }
+    std::optional<fp8::data::TokenDataset> val_ds;
+    if (!val.empty()) {
+      auto loaded = fp8::data::TokenDataset::Load(val, sh->seq_len, sh->vocab);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "--val: %s\n", loaded.status().message().c_str());
+        return 2;
+      }
+      val_ds = std::move(loaded).value();
+      lo.val = &*val_ds;
+      std::fprintf(stderr, "%s: %lld train tokens, %lld val tokens\n", sh->name.c_str(),
+                   static_cast<long long>(ds ? ds->num_tokens() : 0), static_cast<long long>(val_ds->num_tokens()));
+    }
     for (const std::string& rname : Split(recipes)) {
       Recipe recipe = rname == "bf16" ? Recipe::kBf16 : rname == "fp8-tensorwise" ? Recipe::kFp8Tensorwise : Recipe::kFp8Blockwise;
-      auto r = RunCase(*sh, recipe, warmup, steps, std::min(loss_window, warmup + steps), ds ? &*ds : nullptr);
+      auto r = RunCase(*sh, recipe, warmup, steps, std::min(loss_window, warmup + steps), ds ? &*ds : nullptr, lo);
       if (!r) {
         std::printf("%-10s %-15s FAILED\n", sh->name.c_str(), rname.c_str());
         ++failures;
@@ -251,7 +320,8 @@ int main(int argc, char** argv) {
       }
       rows.push_back({{"shape", sh->name}, {"recipe", rname}, {"params", r->params}, {"tokens_per_s", r->tokens_per_s},
                       {"mfu", r->mfu}, {"ms_per_step", r->ms_per_step}, {"mem_gib", r->mem_gib}, {"loss_first", r->loss_first},
-                      {"loss_last", r->loss_last}, {"loss_tail_mean", r->loss_tail_mean}, {"loss_window", loss_window}, {"batch", sh->batch}, {"seq_len", sh->seq_len}});
+                      {"loss_last", r->loss_last}, {"loss_tail_mean", r->loss_tail_mean}, {"loss_window", loss_window}, {"batch", sh->batch}, {"seq_len", sh->seq_len},
+                      {"val_loss_final", r->val_loss_final}, {"val_losses", r->val_losses}});
     }
   }
   if (!json_path.empty()) {

@@ -140,7 +140,7 @@ Status CheckPointers(const void* a, const void* b, const void* c) {
 Status RunScaled(Sm90CublasLtContext& ctx, int kind, const uint8_t* a, Fp8Format fa,
                  const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                  const float* b_scale_inv, int64_t m, int64_t n, int64_t k, void* c,
-                 Sm90GemmOut out, cudaStream_t stream) {
+                 Sm90GemmOut out, cudaStream_t stream, float beta) {
   FP8_RETURN_IF_ERROR(CheckPointers(a, b, c));
   if (a_scale_inv == nullptr || b_scale_inv == nullptr)
     return InvalidArgumentError("GEMM scale_inv pointer is null");
@@ -152,7 +152,9 @@ Status RunScaled(Sm90CublasLtContext& ctx, int kind, const uint8_t* a, Fp8Format
   // Scale pointers change per call; the descriptor is read when the matmul is enqueued.
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv)));
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv)));
-  const float alpha = 1.0f, beta = 0.0f;
+  // The heuristic's algo was chosen without knowing beta; cuBLASLt algos take any beta (C and D
+  // share one layout here).
+  const float alpha = 1.0f;
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(ctx.handle(), plan->desc, &alpha, b, plan->a, a,
                                             plan->b, &beta, c, plan->c, c, plan->c, &plan->algo,
                                             ctx.workspace(), ctx.workspace_bytes(), stream));
@@ -164,17 +166,19 @@ Status RunScaled(Sm90CublasLtContext& ctx, int kind, const uint8_t* a, Fp8Format
 Status Sm90GemmFp8TensorwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a, Fp8Format fa,
                                      const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                      const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
-                                     void* c, Sm90GemmOut out, cudaStream_t stream) {
+                                     void* c, Sm90GemmOut out, cudaStream_t stream,
+                                     float beta) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmFp8TensorwiseShape(m, n, k));
-  return RunScaled(ctx, kTensorwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream);
+  return RunScaled(ctx, kTensorwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream, beta);
 }
 
 Status Sm90GemmFp8BlockwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a, Fp8Format fa,
                                     const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                     const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
-                                    void* c, Sm90GemmOut out, cudaStream_t stream) {
+                                    void* c, Sm90GemmOut out, cudaStream_t stream,
+                                    float beta) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmFp8BlockwiseShape(m, n, k));
-  return RunScaled(ctx, kBlockwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream);
+  return RunScaled(ctx, kBlockwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream, beta);
 }
 
 Status Sm90GemmBf16CublasLt(Sm90CublasLtContext& ctx, const __nv_bfloat16* a,

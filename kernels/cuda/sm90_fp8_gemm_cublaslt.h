@@ -65,22 +65,26 @@ Status Sm90ValidateGemmFp8TensorwiseShape(int64_t m, int64_t n, int64_t k);
 Status Sm90ValidateGemmFp8BlockwiseShape(int64_t m, int64_t n, int64_t k);
 Status Sm90ValidateGemmBf16Shape(int64_t m, int64_t n, int64_t k);
 
-// C = (A · a_scale_inv) · (B · b_scale_inv)ᵀ; a_scale_inv / b_scale_inv: one device float each.
+// C = (A · a_scale_inv) · (B · b_scale_inv)ᵀ + beta · C; a_scale_inv / b_scale_inv: one device
+// float each. beta = 1 accumulates into C in place (C is read in the output type: a trainer adds
+// weight gradients straight into its FP32 gradient buffer instead of a scratch + extra pass).
 // E4M3 x E4M3, E4M3 x E5M2 and E5M2 x E4M3 are supported by cuBLASLt (E5M2 x E5M2 is not:
 // Unimplemented).
 Status Sm90GemmFp8TensorwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a, Fp8Format fa,
                                      const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                      const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
-                                     void* c, Sm90GemmOut out, cudaStream_t stream);
+                                     void* c, Sm90GemmOut out, cudaStream_t stream,
+                                     float beta = 0.0f);
 
 // DeepSeek-V3 blockwise scales, in the layouts cuBLASLt reads:
 //   a_scale_inv: 1x128 tiles of A, M-major [K/128, M] (Sm90ScaleLayout::kMnMajor)
 //   b_scale_inv: 128x128 blocks of B, [N/128, Sm90BlockScaleLd(K)] row-major
-// (Sm90Fp8Quantize1x128 / Sm90Fp8Quantize128x128 write exactly these.)
+// (Sm90Fp8Quantize1x128 / Sm90Fp8Quantize128x128 write exactly these.) beta as above.
 Status Sm90GemmFp8BlockwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a, Fp8Format fa,
                                     const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                     const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
-                                    void* c, Sm90GemmOut out, cudaStream_t stream);
+                                    void* c, Sm90GemmOut out, cudaStream_t stream,
+                                    float beta = 0.0f);
 
 // BF16 baseline: C = A · Bᵀ with A [M,K], B [N,K] bf16.
 Status Sm90GemmBf16CublasLt(Sm90CublasLtContext& ctx, const __nv_bfloat16* a,

@@ -1,6 +1,8 @@
 #include "worker/train/cuda/cuda_linear.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/cuda/sm90_cuda_check.h"
@@ -25,7 +27,8 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   auto ws = std::make_unique<LinearWorkspace>();
   const int64_t wmax = max_in * max_out;
   const int64_t dmax = std::max(max_in, max_out);
-  FP8_RETURN_IF_ERROR(ws->dw.Allocate(static_cast<size_t>(wmax), "linear dW scratch"));
+  ws->dw_scratch_floats = wmax;
+  ws->dw_in_place = std::getenv("FP8_CUDA_DW_SCRATCH") == nullptr;
   FP8_RETURN_IF_ERROR(ws->col_scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(max_m, dmax)), "column scratch"));
   FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
   FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
@@ -63,7 +66,9 @@ Status CudaLinear::Init(int64_t max_m) {
   for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
   if (p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32)
     return w_bf16_.Allocate(static_cast<size_t>(in_ * out_), "bf16 weight");
-  if (p_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
+  FP8_RETURN_IF_ERROR(wq_.Allocate(static_cast<size_t>(in_ * out_), "fp8 weight cast"));
+  if (p_.recipe == Recipe::kFp8Blockwise)
+    return wq_scale_.Allocate(static_cast<size_t>(Ceil128(out_) * kc::Sm90BlockScaleLd(in_)), "fp8 weight block scales");
   const int h = std::max(1, p_.amax_history_len);
   for (Scaling* sc : {&x_sc_, &w_sc_, &dy_sc_}) {
     FP8_RETURN_IF_ERROR(sc->state.Allocate(static_cast<size_t>(DelayedStateFloats(h)), "scaling state"));
@@ -100,6 +105,21 @@ Status CudaLinear::CastTensorwise(Scaling& sc, Fp8Format fmt, const T* x, int64_
   return OkStatus();
 }
 
+template <typename Gemm>
+Status CudaLinear::AccumulateWgrad(Gemm&& gemm) {
+  if (ws_->dw_in_place) {
+    const Status st = gemm(gw_, 1.0f);
+    if (st.ok()) return st;
+    // Only cuBLASLt refusing beta = 1 gets here (a bad shape or pointer fails the fallback too).
+    std::fprintf(stderr, "fp8 wgrad: in-place accumulate refused (%s); using an FP32 dW scratch\n", st.message().c_str());
+    ws_->dw_in_place = false;
+  }
+  if (ws_->dw.get() == nullptr)
+    FP8_RETURN_IF_ERROR(ws_->dw.Allocate(static_cast<size_t>(ws_->dw_scratch_floats), "linear dW scratch"));
+  FP8_RETURN_IF_ERROR(gemm(ws_->dw.get(), 0.0f));
+  return Accumulate(ws_->dw.get(), in_ * out_, gw_, s_);
+}
+
 Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, bool add_bias) {
   switch (p_.recipe) {
     case Recipe::kFp32:
@@ -113,8 +133,8 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
       const bool x_boot = !x_sc_.seeded, w_boot = !w_sc_.seeded;
       float* amax = ws_->amax.get();
       FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, Fp8Format::kE4M3, x, m * in_, xq_saved_.get(), training, amax, si_x_.get()));
-      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, Fp8Format::kE4M3, w_, in_ * out_, ws_->bq.get(), training, amax + 2, si_w_.get()));
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si_x_.get(), ws_->bq.get(),
+      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, Fp8Format::kE4M3, w_, in_ * out_, wq_.get(), training, amax + 2, si_w_.get()));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si_x_.get(), wq_.get(),
                                                             Fp8Format::kE4M3, si_w_.get(), m, out_, in_, y,
                                                             kc::Sm90GemmOut::kBf16, s_));
       if (training) {
@@ -126,9 +146,9 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
     case Recipe::kFp8Blockwise: {
       const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(), ws_->as.get(), s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(w_, out_, in_, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(), kc::Sm90BlockScaleLd(in_), s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), ws_->bq.get(), Fp8Format::kE4M3,
-                                                           ws_->bs.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(), kc::Sm90BlockScaleLd(in_), s_));
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wq_.get(), Fp8Format::kE4M3,
+                                                           wq_scale_.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
       break;
     }
   }
@@ -147,20 +167,21 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
     }
     case Recipe::kFp8Tensorwise: {
       float* amax = ws_->amax.get();
-      // W again with the scale the forward used, then Wᵀ as a byte transpose.
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(w_, in_ * out_, si_w_.get(), Fp8Format::kE4M3, ws_->bq.get(), amax + 6, s_));
-      FP8_RETURN_IF_ERROR(TransposeU8(ws_->bq.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
       const bool boot = !dy_sc_.seeded;
       FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, Fp8Format::kE5M2, dy, m * out_, ws_->aq.get(), true, amax + 4, si_dy_.get()));
-      if (dx)
+      if (dx) {
+        // Wᵀ as a byte transpose of the forward's cast (same W, same scale: no second cast).
+        FP8_RETURN_IF_ERROR(TransposeU8(wq_.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
         FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bqt.get(), Fp8Format::kE4M3,
                                                               si_w_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+      }
       // wgrad: dyᵀ [out, m] (E5M2) × xᵀ [in, m] (E4M3), both byte transposes of the casts.
       FP8_RETURN_IF_ERROR(TransposeU8(ws_->aq.get(), m, out_, out_, ws_->aqt.get(), m, s_));
       FP8_RETURN_IF_ERROR(TransposeU8(xq_saved_.get(), m, in_, in_, ws_->bq.get(), m, s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bq.get(), Fp8Format::kE4M3,
-                                                            si_x_.get(), out_, in_, m, ws_->dw.get(), kc::Sm90GemmOut::kFp32, s_));
-      FP8_RETURN_IF_ERROR(Accumulate(ws_->dw.get(), in_ * out_, gw_, s_));
+      FP8_RETURN_IF_ERROR(AccumulateWgrad([&](float* c, float beta) {
+        return kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bq.get(), Fp8Format::kE4M3,
+                                                 si_x_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
+      }));
       if (!boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(dy_sc_.state.get(), amax + 4, Params(Fp8Format::kE5M2), s_));
       return OkStatus();
     }
@@ -170,11 +191,11 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
                                                                 ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
       if (dx) {
-        // Wᵀ in 128x128 blocks = the byte transpose of W's blocks with the block scales transposed.
+        // Wᵀ in 128x128 blocks = the byte transpose of the forward's W blocks with the block
+        // scales transposed (W has not changed since: no second cast).
         const int64_t ld_w = kc::Sm90BlockScaleLd(in_), ld_wt = kc::Sm90BlockScaleLd(out_);
-        FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(w_, out_, in_, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(), ld_w, s_));
-        FP8_RETURN_IF_ERROR(TransposeU8(ws_->bq.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
-        FP8_RETURN_IF_ERROR(TransposeF32(ws_->bs.get(), Ceil128(out_), Ceil128(in_), ld_w, ws_->bst.get(), ld_wt, s_));
+        FP8_RETURN_IF_ERROR(TransposeU8(wq_.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
+        FP8_RETURN_IF_ERROR(TransposeF32(wq_scale_.get(), Ceil128(out_), Ceil128(in_), ld_w, ws_->bst.get(), ld_wt, s_));
         FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), ws_->bqt.get(), Fp8Format::kE4M3,
                                                              ws_->bst.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
       }
@@ -182,9 +203,10 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
       FP8_RETURN_IF_ERROR(TransposeBf16(x, m, in_, ws_->xt.get(), s_));
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(ws_->xt.get(), in_, m, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(),
                                                       kc::Sm90BlockScaleLd(m), s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), ws_->bq.get(), Fp8Format::kE4M3,
-                                                           ws_->bs.get(), out_, in_, m, ws_->dw.get(), kc::Sm90GemmOut::kFp32, s_));
-      return Accumulate(ws_->dw.get(), in_ * out_, gw_, s_);
+      return AccumulateWgrad([&](float* c, float beta) {
+        return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), ws_->bq.get(), Fp8Format::kE4M3,
+                                                ws_->bs.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
+      });
     }
   }
   return OkStatus();

@@ -33,7 +33,13 @@ struct LinearWorkspace {
   DeviceBuffer<uint8_t> aq, aqt, bq, bqt;          // fp8 operands and their transposes
   DeviceBuffer<float> as, ast, bs, bst;            // their scales
   DeviceBuffer<bf16> xt;                           // blockwise: xᵀ before its 128x128 cast
-  DeviceBuffer<float> dw, col_scratch, amax, tmp_state;
+  DeviceBuffer<float> col_scratch, amax, tmp_state;
+  // FP8 wgrad adds into dW in place (cuBLASLt beta = 1). The FP32 dW scratch + Accumulate pass is
+  // the fallback: allocated on first use, when cuBLASLt refuses beta for a GEMM or when
+  // FP8_CUDA_DW_SCRATCH=1 asks for it (before/after runs).
+  DeviceBuffer<float> dw;
+  bool dw_in_place = true;
+  int64_t dw_scratch_floats = 0;  // the largest weight: what the fallback allocates
 };
 
 class CudaLinear {
@@ -62,6 +68,9 @@ class CudaLinear {
     DeviceBuffer<float> state;  // DelayedStateFloats(history_len)
     bool seeded = false;        // has an amax been recorded (host mirror of count > 0)
   };
+  // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
+  template <typename Gemm>
+  Status AccumulateWgrad(Gemm&& gemm);
   template <typename T>
   Status CastTensorwise(Scaling& sc, kernels::Fp8Format fmt, const T* x, int64_t n, uint8_t* q,
                         bool training, float* amax, float* si_dst);
@@ -76,6 +85,10 @@ class CudaLinear {
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
   DeviceBuffer<bf16> w_bf16_;       // bf16: the forward's cast of W, reused by dgrad (one cast per step)
+  // fp8: the forward's cast of W (and blockwise: its 128x128 scales), reused by dgrad, so W is
+  // cast once per step (1 byte per weight of memory instead of a second read of the FP32 W)
+  DeviceBuffer<uint8_t> wq_;
+  DeviceBuffer<float> wq_scale_;
   DeviceBuffer<float> si_x_, si_w_, si_dy_;  // scale_inv the casts of x, W, dy used (backward reads them)
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/sm90_cuda_check.h"
 
@@ -157,6 +158,95 @@ __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, cons
   for (int64_t j = lane; j < c; j += 32) {
     const float dn = __bfloat162float(dr[j]) * w[j];
     dxr[j] += rs * (dn - s1 - (xr[j] - mu) * rs * s2);
+  }
+}
+
+// LayerNorm backward in one pass over dout and x (the two-kernel path above read both twice):
+// a block owns kLnRows rows. Phase 1: each warp reduces its rows' Σ dn and Σ dn·x̂ (dn = dout·w).
+// Phase 2: each thread owns 4 adjacent columns and walks the block's rows in order, adding dx and
+// keeping that column group's Σ dout·x̂ and Σ dout in registers; they land in partial[chunk, j]
+// (dw half, then db half), summed over chunks by LnColumnFinalizeKernel. Fixed order throughout,
+// so results are bitwise repeatable. The second read of a row comes from L2 (a block's rows are
+// kLnRows·c·6 bytes). Needs c % 4 == 0 and 16-byte aligned x/dx, 8-byte aligned dout rows.
+__global__ void LayerNormBackwardFusedKernel(const bf16* dout, const float* x, const float* w,
+                                             const float* mean, const float* rstd, int64_t n,
+                                             int64_t c, float* dx, float* partial) {
+  __shared__ float s_mu[kLnRows], s_rs[kLnRows], s_s1[kLnRows], s_s2[kLnRows];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLnRows;
+  const int rows = static_cast<int>(n - r0 < kLnRows ? n - r0 : kLnRows);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (int r = warp; r < rows; r += nwarps) {
+    const int64_t row = r0 + r;
+    const float mu = mean[row], rs = rstd[row];
+    const float* xr = x + row * c;
+    const bf16* dr = dout + row * c;
+    float s1 = 0, s2 = 0;
+    for (int64_t j = lane * 4; j < c; j += 128) {
+      const float4 xv = *reinterpret_cast<const float4*>(xr + j);
+      const uint2 dv = *reinterpret_cast<const uint2*>(dr + j);
+      const float2 d01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dv.x));
+      const float2 d23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dv.y));
+      const float dn0 = d01.x * w[j], dn1 = d01.y * w[j + 1], dn2 = d23.x * w[j + 2], dn3 = d23.y * w[j + 3];
+      s1 += (dn0 + dn1) + (dn2 + dn3);
+      s2 += ((dn0 * (xv.x - mu) + dn1 * (xv.y - mu)) + (dn2 * (xv.z - mu) + dn3 * (xv.w - mu))) * rs;
+    }
+    s1 = WarpSum(s1);
+    s2 = WarpSum(s2);
+    if (lane == 0) {
+      s_mu[r] = mu;
+      s_rs[r] = rs;
+      s_s1[r] = s1 * inv_c;
+      s_s2[r] = s2 * inv_c;
+    }
+  }
+  __syncthreads();
+  const int64_t chunks = gridDim.x;
+  for (int64_t j = static_cast<int64_t>(threadIdx.x) * 4; j < c; j += static_cast<int64_t>(blockDim.x) * 4) {
+    const float w4[4] = {w[j], w[j + 1], w[j + 2], w[j + 3]};
+    float aw[4] = {0, 0, 0, 0}, ab[4] = {0, 0, 0, 0};
+    for (int r = 0; r < rows; ++r) {
+      const int64_t off = (r0 + r) * c + j;
+      const float4 xv = *reinterpret_cast<const float4*>(x + off);
+      const uint2 dv = *reinterpret_cast<const uint2*>(dout + off);
+      const float2 d01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dv.x));
+      const float2 d23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dv.y));
+      float4 gv = *reinterpret_cast<float4*>(dx + off);
+      const float mu = s_mu[r], rs = s_rs[r], s1 = s_s1[r], s2 = s_s2[r];
+      const float d[4] = {d01.x, d01.y, d23.x, d23.y};
+      const float xh[4] = {(xv.x - mu) * rs, (xv.y - mu) * rs, (xv.z - mu) * rs, (xv.w - mu) * rs};
+      float g[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        g[k] += rs * (d[k] * w4[k] - s1 - xh[k] * s2);
+        aw[k] += d[k] * xh[k];
+        ab[k] += d[k];
+      }
+      *reinterpret_cast<float4*>(dx + off) = make_float4(g[0], g[1], g[2], g[3]);
+    }
+    *reinterpret_cast<float4*>(partial + blockIdx.x * c + j) = make_float4(aw[0], aw[1], aw[2], aw[3]);
+    *reinterpret_cast<float4*>(partial + (chunks + blockIdx.x) * c + j) = make_float4(ab[0], ab[1], ab[2], ab[3]);
+  }
+}
+
+// dst[j] += Σ_k partial[k, j] over many chunks: 8 warps split the chunks (fixed assignment), a
+// warp's lanes take 32 adjacent columns, then the 8 partial sums are added in warp order.
+// blockIdx.y picks the half of partial (dw / db). Deterministic.
+__global__ void LnColumnFinalizeKernel(const float* partial, int64_t chunks, int64_t c, float* dw,
+                                       float* db) {
+  __shared__ float sh[8][33];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  const float* src = partial + (blockIdx.y ? chunks * c : 0);
+  float s = 0;
+  if (j < c)
+    for (int64_t k = warp; k < chunks; k += 8) s += src[k * c + j];
+  sh[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && j < c) {
+    float t = 0;
+    for (int q = 0; q < 8; ++q) t += sh[q][lane];
+    (blockIdx.y ? db : dw)[j] += t;
   }
 }
 
@@ -591,6 +681,17 @@ Status LayerNormForward(const float* x, const float* w, const float* b, int64_t 
 Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const float* mean,
                          const float* rstd, int64_t n, int64_t c, float* dx, float* dw, float* db,
                          float* scratch, cudaStream_t s) {
+  const bool aligned = c % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(dx) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(scratch) % 16 == 0;
+  static const bool two_pass = std::getenv("FP8_CUDA_LN_TWO_PASS") != nullptr;
+  if (aligned && !two_pass) {
+    const int64_t chunks = (n + kLnRows - 1) / kLnRows;
+    LayerNormBackwardFusedKernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, scratch);
+    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((c + 31) / 32), 2), kThreads, 0, s>>>(scratch, chunks, c, dw, db);
+    LAUNCH_CHECK();
+  }
   LayerNormBackwardDxKernel<<<Blocks(n * 32), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   const int64_t chunks = (n + kColChunk - 1) / kColChunk;

@@ -32,9 +32,12 @@ Status LayerNormForward(const float* x, const float* w, const float* b, int64_t 
 Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const float* mean,
                          const float* rstd, int64_t n, int64_t c, float* dx, float* dw, float* db,
                          float* scratch, cudaStream_t s);
+// The fused LayerNorm backward (c % 4 == 0, aligned pointers) keeps its dw/db partials per
+// kLnRows rows; FP8_CUDA_LN_TWO_PASS=1 forces the older two-kernel path (before/after runs).
 constexpr int64_t kColChunk = 256;  // rows per partial sum of the column reductions
+constexpr int kLnRows = 32;         // rows per block of the fused LayerNorm backward
 inline int64_t ColumnScratchFloats(int64_t rows, int64_t cols) {
-  return 2 * ((rows + kColChunk - 1) / kColChunk) * cols;
+  return 2 * ((rows + kLnRows - 1) / kLnRows) * cols;
 }
 
 // db[j] += Σ_i dy[i, j]   (fixed order; scratch ≥ ColumnScratchFloats(m, n)/2)
