@@ -81,7 +81,7 @@ grep -E "error|FAILED|:[0-9]+:" "$OUT/bench.log" | head -10 >> "$OUT/summary.txt
 
 if [ -n "${BEFORE_ENV:-}" ]; then
 echo "== bench (ours, ${BEFORE_RECIPES:-bf16}, with $BEFORE_ENV: before)" | tee -a "$OUT/summary.txt"
-env $BEFORE_ENV timeout 45 $C/bin/bench_trainer_cuda --shapes ${BEFORE_SHAPES:-gpt2-124m,d4096-l8} --recipes ${BEFORE_RECIPES:-bf16} --steps 5 --warmup 1 \
+env $BEFORE_ENV timeout ${BEFORE_TIMEOUT:-45} $C/bin/bench_trainer_cuda --shapes ${BEFORE_SHAPES:-gpt2-124m,d4096-l8} --recipes ${BEFORE_RECIPES:-bf16} --steps 5 --warmup 1 \
   >> "$OUT/summary.txt" 2>> "$OUT/bench.log"
 echo "rc=$?" >> "$OUT/summary.txt"
 fi
