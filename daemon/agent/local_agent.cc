@@ -4,13 +4,16 @@
 // pids it started: the daemon may have other children), checks adopted pids through /proc,
 // reads new lines from every rank's events file and calls the listener. Between polls it
 // sleeps in poll(2) on a pidfd per rank, so a worker's death wakes it at once instead of at
-// the next tick (without pidfds, e.g. under a seccomp filter, it simply polls). Because one thread
+// the next tick (without pidfds, e.g. under a seccomp filter, it simply polls), and on an
+// inotify watch per events file, so a worker's event is read as soon as it is written rather
+// than up to a poll interval later (WatchJob latency). Because one thread
 // delivers everything, a rank's events arrive in file order and its exit strictly after its
 // last event. The listener is called without the agent's lock held, so it may call Signal.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -127,6 +130,7 @@ struct RankState {
   // rank is registered; `pidfd_fired` keeps a readable one out of later poll sets.
   int pidfd = -1;
   bool pidfd_fired = false;
+  int watch = -1;  // inotify watch on the events file, -1 if none
   // Guarded by LocalAgent::mu_: set once the process is gone (reaped, or seen gone).
   bool gone = false;
   WorkerExit exit;
@@ -140,6 +144,7 @@ class LocalAgent final : public Agent {
       : options_(std::move(options)), listener_(listener), slots_(ComputeSlots(options_)) {
     if (options_.poll_interval_ms <= 0) options_.poll_interval_ms = 20;
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    inotify_fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);  // -1: events are polled
     observer_ = std::thread([this] { ObserveLoop(); });
     observer_id_ = observer_.get_id();
   }
@@ -150,6 +155,7 @@ class LocalAgent final : public Agent {
     FP8_CHECK(std::this_thread::get_id() != observer_id_);
     Stop();
     if (wake_fd_ >= 0) ::close(wake_fd_);
+    if (inotify_fd_ >= 0) ::close(inotify_fd_);
   }
 
   std::vector<Slot> Slots() const override { return slots_; }
@@ -172,6 +178,9 @@ class LocalAgent final : public Agent {
   void Wake();
   // Sleeps up to one poll interval, less if a watched process exits or Wake() is called.
   void SleepUntilSomethingHappens();
+  // Wakes the observer whenever `rank`'s events file is written (best effort).
+  void WatchEvents(RankState& rank);
+  void UnwatchEvents(RankState& rank);
 
   LocalAgentOptions options_;
   AgentListener* listener_;
@@ -185,6 +194,7 @@ class LocalAgent final : public Agent {
   std::thread::id observer_id_;
   std::mutex join_mu_;
   int wake_fd_ = -1;
+  int inotify_fd_ = -1;
 };
 
 Status LocalAgent::ValidateLaunch(const LaunchRequest& request) const {
@@ -305,6 +315,7 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
       kill_started();
       return st;
     }
+    WatchEvents(*r);
     out.push_back(RankProcess{r->rank, r->pid, r->start_time, 0});
   }
   {
@@ -347,6 +358,7 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
     state->reader = std::make_unique<EventFileReader>(RankFile(AbsolutePath(attempt_dir), rp.rank, ".events"),
                                                       rp.events_offset);
     FP8_RETURN_IF_ERROR(state->reader->Open());
+    WatchEvents(*state);
     adopted.push_back(std::move(state));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -394,6 +406,17 @@ void LocalAgent::Wake() {
   cv_.notify_all();
 }
 
+void LocalAgent::WatchEvents(RankState& rank) {
+  if (inotify_fd_ < 0) return;
+  rank.watch = ::inotify_add_watch(inotify_fd_, rank.reader->path().c_str(), IN_MODIFY);
+}
+
+void LocalAgent::UnwatchEvents(RankState& rank) {
+  if (inotify_fd_ < 0 || rank.watch < 0) return;
+  ::inotify_rm_watch(inotify_fd_, rank.watch);
+  rank.watch = -1;
+}
+
 void LocalAgent::SleepUntilSomethingHappens() {
   if (wake_fd_ < 0) {
     // No eventfd: a plain timed wait that Stop() can still cut short.
@@ -408,6 +431,7 @@ void LocalAgent::SleepUntilSomethingHappens() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+    fds.push_back(pollfd{inotify_fd_, POLLIN, 0});  // ignored by poll(2) when -1
     for (auto& [key, ranks] : attempts_) {
       for (auto& r : ranks) {
         if (r->pidfd < 0 || r->pidfd_fired || r->gone) continue;
@@ -422,11 +446,17 @@ void LocalAgent::SleepUntilSomethingHappens() {
     uint64_t count;
     [[maybe_unused]] ssize_t got = ::read(wake_fd_, &count, sizeof(count));
   }
+  if (fds[1].revents != 0) {
+    // Which file changed does not matter: the poll that follows reads every rank's file.
+    alignas(inotify_event) char buf[4096];
+    while (::read(inotify_fd_, buf, sizeof(buf)) > 0) {
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 1; i < fds.size(); ++i) {
+  for (size_t i = 2; i < fds.size(); ++i) {
     // Readable stays readable: keep it out of later poll sets (the exit is picked up by this
     // poll, or by the next tick should /proc lag behind).
-    if (fds[i].revents != 0) watched[i - 1]->pidfd_fired = true;
+    if (fds[i].revents != 0) watched[i - 2]->pidfd_fired = true;
   }
 }
 
@@ -527,6 +557,7 @@ void LocalAgent::PollOnce() {
     if (!gone) continue;
     if (auto tail = r->reader->TakeUnterminatedTail()) Deliver(*r, *tail);
     if (listener_ != nullptr) listener_->OnWorkerExit(r->exit);
+    UnwatchEvents(*r);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = attempts_.find({r->job_id, r->attempt});
     if (it != attempts_.end()) {

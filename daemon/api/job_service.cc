@@ -116,13 +116,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
   return reactor;
 }
 
-grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* JobServiceImpl::WatchJob(
-    grpc::CallbackServerContext* context, const fp8d::v1::WatchJobRequest* request) {
-  fp8::Status admitted = Admit(*context, "WatchJob", ValidateWatchJobRequest(*request));
-  if (!admitted.ok()) {
-    return new FinishedWriteReactor<fp8d::v1::WatchJobResponse>(ToGrpcStatus(admitted));
-  }
-  return NewWatchReactor(io_, manager_, writers_, *request, options_.watch_queue_limit);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  fp8d::v1::WatchJobRequest request;
+  fp8::Status parsed = ParseRawRequest(*raw, &request);
+  fp8::Status admitted =
+      Admit(*context, "WatchJob", parsed.ok() ? ValidateWatchJobRequest(request) : parsed);
+  if (!admitted.ok()) return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted));
+  return NewWatchReactor(io_, manager_, writers_, std::move(request), options_.watch_queue_limit);
 }
 
 grpc::ServerWriteReactor<fp8d::v1::LogChunk>* JobServiceImpl::GetJobLogs(

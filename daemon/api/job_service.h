@@ -26,7 +26,12 @@ struct JobServiceOptions {
   int watch_writer_threads = 0;  // 0 = half the cores, at least 2, at most 8
 };
 
-class JobServiceImpl final : public fp8d::v1::JobService::CallbackService {
+// WatchJob is registered raw (bytes in, bytes out): one update goes to every watcher of a job,
+// so it is serialized once per version and the same bytes are shared by all the streams,
+// instead of once per stream by gRPC.
+class JobServiceImpl final
+    : public fp8d::v1::JobService::WithRawCallbackMethod_WatchJob<
+          fp8d::v1::JobService::CallbackService> {
  public:
   JobServiceImpl(boost::asio::io_context& io, core::JobManager* manager,
                  std::shared_ptr<const AuthPolicy> auth, JobServiceOptions options = {});
@@ -49,8 +54,9 @@ class JobServiceImpl final : public fp8d::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const fp8d::v1::CancelJobRequest* request,
                                       fp8d::v1::Job* response) override;
-  grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* WatchJob(
-      grpc::CallbackServerContext* context, const fp8d::v1::WatchJobRequest* request) override;
+  // A serialized fp8d.v1.WatchJobRequest in, serialized fp8d.v1.WatchJobResponse messages out.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerWriteReactor<fp8d::v1::LogChunk>* GetJobLogs(
       grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) override;
 

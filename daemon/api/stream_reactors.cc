@@ -3,15 +3,20 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/slice.h>
 
 #include "daemon/api/status_mapping.h"
 
@@ -20,6 +25,20 @@ namespace fp8d::api {
 bool IsTerminalState(fp8d::v1::JobState state) {
   return state == fp8d::v1::SUCCEEDED || state == fp8d::v1::FAILED ||
          state == fp8d::v1::CANCELLED;
+}
+
+fp8::Status ParseRawRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* request) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (raw.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  if (!request->ParseFromString(bytes)) {
+    return fp8::InvalidArgumentError("request: not a valid " + request->GetTypeName());
+  }
+  return fp8::OkStatus();
 }
 
 namespace {
@@ -100,12 +119,27 @@ class StreamGate {
 
 // ---------------------------------------------------------------------------------- WatchJob
 
+// One version of a job as every watcher receives it: the serialized WatchJobResponse, built
+// once, plus the state the slow-client coalescing needs.
+struct WatchUpdate {
+  grpc::ByteBuffer bytes;
+  fp8d::v1::JobState state = fp8d::v1::JOB_STATE_UNSPECIFIED;
+  int64_t version = 0;
+  std::string name;
+};
+
 class WatchSession : public std::enable_shared_from_this<WatchSession> {
+  struct PendingStart {
+    std::shared_ptr<WatchSession> session;
+    std::shared_ptr<const WatchUpdate> msg;
+  };
+  static constexpr size_t kStartsPerTask = 128;
+
  public:
   WatchSession(boost::asio::io_context& io, core::JobManager* manager,
                std::shared_ptr<boost::asio::thread_pool> writers,
                fp8d::v1::WatchJobRequest request, size_t queue_limit,
-               grpc::ServerWriteReactor<WatchJobResponse>* reactor)
+               grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor)
       : io_(io), manager_(manager), writers_(std::move(writers)), request_(std::move(request)),
         queue_limit_(queue_limit), gate_(reactor) {}
 
@@ -121,16 +155,17 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
   }
 
   // Runs on io. The manager calls every watcher of a job in a row with the same update, so
-  // the response is built once (cached by name and version) and shared by all of them, and
-  // the StartWrite calls (which may do socket work inline) run on the writer pool, not on io.
+  // the response is serialized once (cached by name and version) and its bytes are shared by
+  // all of them, and the StartWrite calls (which may do socket work inline) run on the writer
+  // pool, not on io.
   void OnUpdate(const Job& job) {
-    std::shared_ptr<const WatchJobResponse> msg = SharedResponse(job);
+    std::shared_ptr<const WatchUpdate> msg = SharedUpdate(job);
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       if (!queue_.empty() || writing_) {
         // Slow client: coalesce consecutive progress-only updates at the tail once the queue is
         // long, never a state change, so the client still sees every state in order.
-        if (queue_.size() >= queue_limit_ && queue_.back()->job().state() == job.state()) {
+        if (queue_.size() >= queue_limit_ && queue_.back()->state == job.state()) {
           queue_.back() = std::move(msg);
         } else {
           queue_.push_back(std::move(msg));
@@ -139,24 +174,61 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
       }
       writing_ = true;
     }
-    auto self = shared_from_this();
-    boost::asio::post(*writers_, [self, msg = std::move(msg)]() mutable {
-      if (!self->gate_.TryWrite(std::move(msg))) {
-        std::lock_guard<std::mutex> lock(self->queue_mu_);
-        self->writing_ = false;
-      }
-    });
+    QueueFirstWrite(std::move(msg));
   }
 
-  static std::shared_ptr<const WatchJobResponse> SharedResponse(const Job& job) {
-    static thread_local std::shared_ptr<const WatchJobResponse> last;  // io thread only
-    if (last != nullptr && last->job().version() == job.version() && last->job().name() == job.name()) {
+  // Runs on io. A Deliver to 1,000 watchers would otherwise post 1,000 tasks to the writer
+  // pool (and wake its threads 1,000 times); instead the first writes collect here and go out
+  // in a few tasks of kStartsPerTask once the io handler that delivered them returns.
+  void QueueFirstWrite(std::shared_ptr<const WatchUpdate> msg) {
+    static thread_local std::vector<PendingStart> pending;  // io thread only
+    if (pending.empty()) {
+      boost::asio::post(io_, [writers = writers_] {
+        std::vector<PendingStart> all;
+        all.swap(pending);
+        for (size_t begin = 0; begin < all.size(); begin += kStartsPerTask) {
+          const size_t end = std::min(all.size(), begin + kStartsPerTask);
+          std::vector<PendingStart> part(std::make_move_iterator(all.begin() + begin),
+                                         std::make_move_iterator(all.begin() + end));
+          boost::asio::post(*writers, [part = std::move(part)]() mutable {
+            for (PendingStart& start : part) start.session->StartFirstWrite(std::move(start.msg));
+          });
+        }
+      });
+    }
+    pending.push_back(PendingStart{shared_from_this(), std::move(msg)});
+  }
+
+  // On the writer pool.
+  void StartFirstWrite(std::shared_ptr<const WatchUpdate> msg) {
+    if (!gate_.TryWrite(Bytes(std::move(msg)))) {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      writing_ = false;
+    }
+  }
+
+  static std::shared_ptr<const WatchUpdate> SharedUpdate(const Job& job) {
+    static thread_local std::shared_ptr<const WatchUpdate> last;  // io thread only
+    if (last != nullptr && last->version == job.version() && last->name == job.name()) {
       return last;
     }
-    auto fresh = std::make_shared<WatchJobResponse>();
-    *fresh->mutable_job() = job;
+    auto fresh = std::make_shared<WatchUpdate>();
+    fresh->state = job.state();
+    fresh->version = job.version();
+    fresh->name = job.name();
+    WatchJobResponse response;
+    *response.mutable_job() = job;
+    bool own = false;
+    // Cannot fail for a message this small (it only fails above 2 GiB).
+    (void)grpc::SerializationTraits<WatchJobResponse>::Serialize(response, &fresh->bytes, &own);
     last = std::move(fresh);
     return last;
+  }
+
+  // The bytes, kept alive by the update they belong to.
+  static std::shared_ptr<const grpc::ByteBuffer> Bytes(std::shared_ptr<const WatchUpdate> update) {
+    const grpc::ByteBuffer* bytes = &update->bytes;
+    return std::shared_ptr<const grpc::ByteBuffer>(std::move(update), bytes);
   }
 
   // Runs on io.
@@ -173,7 +245,7 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
       Unwatch();
       return;
     }
-    std::shared_ptr<const WatchJobResponse> msg;
+    std::shared_ptr<const WatchUpdate> msg;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       if (queue_.empty()) {
@@ -184,7 +256,7 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
       msg = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (!gate_.TryWrite(std::move(msg))) {
+    if (!gate_.TryWrite(Bytes(std::move(msg)))) {
       std::lock_guard<std::mutex> lock(queue_mu_);
       writing_ = false;
     }
@@ -216,14 +288,14 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
   std::shared_ptr<boost::asio::thread_pool> writers_;
   const fp8d::v1::WatchJobRequest request_;
   const size_t queue_limit_;
-  StreamGate<WatchJobResponse> gate_;
+  StreamGate<grpc::ByteBuffer> gate_;
   // io-thread only.
   int64_t subscription_ = -1;
   bool ended_ = false;
   bool unwatched_ = false;
   // Updates waiting for the write in flight.
   std::mutex queue_mu_;
-  std::deque<std::shared_ptr<const WatchJobResponse>> queue_;
+  std::deque<std::shared_ptr<const WatchUpdate>> queue_;
   bool writing_ = false;
   std::optional<grpc::Status> end_;
 };
@@ -400,11 +472,11 @@ class SessionReactor final : public grpc::ServerWriteReactor<Response> {
 
 }  // namespace
 
-grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* NewWatchReactor(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewWatchReactor(
     boost::asio::io_context& io, core::JobManager* manager,
     std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
     size_t queue_limit) {
-  return new SessionReactor<fp8d::v1::WatchJobResponse, WatchSession>(
+  return new SessionReactor<grpc::ByteBuffer, WatchSession>(
       io, manager, std::move(writers), std::move(request), queue_limit);
 }
 

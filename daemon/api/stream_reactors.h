@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include "daemon/core/job_manager.h"
@@ -16,8 +17,12 @@
 
 namespace fp8d::api {
 
-// `writers` runs the StartWrite calls so the io thread only queues updates.
-grpc::ServerWriteReactor<fp8d::v1::WatchJobResponse>* NewWatchReactor(
+// Parses a raw (ByteBuffer) request of a method registered raw; INVALID_ARGUMENT if malformed.
+fp8::Status ParseRawRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* request);
+
+// `writers` runs the StartWrite calls so the io thread only queues updates. The stream carries
+// serialized fp8d.v1.WatchJobResponse messages (the method is registered raw).
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewWatchReactor(
     boost::asio::io_context& io, core::JobManager* manager,
     std::shared_ptr<boost::asio::thread_pool> writers, fp8d::v1::WatchJobRequest request,
     size_t queue_limit);

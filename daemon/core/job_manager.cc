@@ -26,7 +26,8 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
       options_(std::move(options)),
       store_(std::move(store)),
       clock_(clock),
-      tick_timer_(io) {
+      tick_timer_(io),
+      create_timer_(io) {
   std::error_code ec;
   cwd_ = std::filesystem::current_path(ec).string();
   // Attempt dirs are handed to workers that run in other directories: make them absolute.
@@ -42,6 +43,7 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
 JobManagerImpl::~JobManagerImpl() {
   alive_.reset();  // completions already posted to io become no-ops
   tick_timer_.cancel();
+  create_timer_.cancel();
   agent_->Stop();
   // Join the threads while the store and the agent they use still exist.
   launcher_.reset();
@@ -84,18 +86,23 @@ double JobManagerImpl::Uniform01() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
 }
 
-void JobManagerImpl::AddToCache(const Job& job) {
-  if (Find(job.name()) != nullptr) return;
+void JobManagerImpl::AddToCache(Job job, std::optional<Job> delivered) {
+  auto [it, inserted] = jobs_.try_emplace(job.name());
+  if (!inserted) return;
   auto entry = std::make_unique<JobEntry>();
-  entry->job = job;
-  entry->delivered = job;
+  if (delivered) {
+    entry->delivered = std::move(*delivered);
+  } else {
+    entry->delivered = job;
+  }
   entry->create_seq = next_create_seq_++;
   entry->row_saved_ms = NowMs();
   if (job.state() == fp8d::v1::QUEUED) {
-    queued_.insert(job.name());
-    newly_queued_.push_back(job.name());
+    queued_.insert(queued_.end(), it->first);  // names arrive in creation order: append
+    newly_queued_.push_back(it->first);
   }
-  jobs_.emplace(job.name(), std::move(entry));
+  entry->job = std::move(job);
+  it->second = std::move(entry);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -109,8 +116,9 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(Stat
     return;
   }
   store::CreateRequest create;
-  create.request_hash = RequestHash(request.job());  // the body as sent, before defaults
   create.request_id = request.request_id();
+  // The body as sent, before defaults; only a repeated request_id ever compares it.
+  if (!create.request_id.empty()) create.request_hash = RequestHash(request.job());
   create.job = std::move(*request.mutable_job());
   if (Status st = PrepareNewJob(&create.job, cwd_); !st.ok()) {
     done(st);
@@ -120,24 +128,61 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(Stat
   FlushCreates();
 }
 
+// With N clients creating in a closed loop, the batch after a write would hold only the first
+// caller to come back (the others are still reading their answers), the one after that the
+// other N-1: two fsyncs per N jobs. So when fewer callers are waiting than the last batch had,
+// the next batch waits for them -- at most half as long as the last write took, so the wait
+// never costs more than the fsync it saves, and a lone client (batches of 1) never waits.
 void JobManagerImpl::FlushCreates() {
   if (create_in_flight_ || pending_creates_.empty()) return;
+  if (pending_creates_.size() < last_create_batch_) {
+    if (create_timer_armed_) return;  // it fires soon, or a fuller batch comes first
+    const auto wait = std::min(last_create_write_ / 2,
+                               std::chrono::microseconds(options_.create_batch_wait_max_us));
+    if (wait.count() > 0) {
+      create_timer_armed_ = true;
+      create_timer_.expires_after(wait);
+      std::weak_ptr<int> alive = alive_;
+      create_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+        // Cancelled: the batch went out early (its writer cleared the flag) or shutdown.
+        if (alive.expired() || ec == boost::asio::error::operation_aborted) return;
+        create_timer_armed_ = false;
+        WriteCreateBatch();
+      });
+      return;
+    }
+  }
+  WriteCreateBatch();
+}
+
+void JobManagerImpl::WriteCreateBatch() {
+  if (create_in_flight_ || pending_creates_.empty()) return;
+  if (create_timer_armed_) {
+    create_timer_armed_ = false;
+    create_timer_.cancel();  // its handler runs as aborted and does nothing
+  }
   create_in_flight_ = true;
   auto batch = std::make_shared<std::vector<PendingCreate>>();
   std::vector<store::CreateRequest> requests;
   while (!pending_creates_.empty() &&
          static_cast<int64_t>(batch->size()) < options_.create_batch_max) {
-    requests.push_back(pending_creates_.front().request);
+    requests.push_back(std::move(pending_creates_.front().request));  // only `done` stays
     batch->push_back(std::move(pending_creates_.front()));
     pending_creates_.pop_front();
   }
-  using Results = StatusOr<std::vector<store::CreateResult>>;
+  last_create_batch_ = batch->size();
+  using Results = std::pair<StatusOr<std::vector<store::CreateResult>>, std::chrono::microseconds>;
   OnStore<Results>(
       [requests = std::move(requests)](store::JobStore& s) mutable {
-        return s.CreateJobs(std::move(requests));
+        const auto start = std::chrono::steady_clock::now();
+        auto results = s.CreateJobs(std::move(requests));
+        return Results(std::move(results), std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - start));
       },
-      [this, batch](Results results) {
+      [this, batch](Results timed) {
         create_in_flight_ = false;
+        last_create_write_ = timed.second;
+        auto& results = timed.first;
         bool added = false;
         for (size_t i = 0; i < batch->size(); ++i) {
           auto& done = (*batch)[i].done;
@@ -157,7 +202,7 @@ void JobManagerImpl::FlushCreates() {
                          r.job.resources().ranks(), r.job.priority());
             AddToCache(r.job);
             added = true;
-            done(r.job);
+            done(std::move(r.job));
           } else {
             // Same request_id and body: the existing job, as current as we know it.
             JobEntry* e = Find(r.job.name());

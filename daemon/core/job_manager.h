@@ -34,6 +34,8 @@ struct ManagerOptions {
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
+  // Longest wait for a group-commit batch to fill up (job_manager.cc: FlushCreates); 0: none.
+  int64_t create_batch_wait_max_us = 2000;
   int64_t progress_flush_ms = 200;               // progress rows persisted at most this often per job
   int64_t runtime_flush_ms = 1000;               // rank event offsets persisted at most this often
   // Source of the backoff jitter, uniform in [0, 1). Empty: a random generator. Tests pass

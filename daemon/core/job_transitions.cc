@@ -86,7 +86,7 @@ void JobManagerImpl::FlushOutbox(JobEntry& e) {
   // In version order: a progress update never overtakes a state change still being written.
   while (!e.outbox.empty() && e.outbox.front().ready) {
     e.delivered = std::move(e.outbox.front().snapshot);
-    e.outbox.pop_front();
+    e.outbox.erase(e.outbox.begin());
     watchers_.Deliver(e.delivered);
   }
 }

@@ -7,7 +7,9 @@
 // (synchronous=FULL) when it returns OK.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +72,12 @@ class JobStore {
   virtual StatusOr<ListResult> ListJobs(const ListFilter& filter) = 0;   // INVALID_ARGUMENT on a bad token
   // Jobs whose state is not terminal, oldest first (recovery at start-up).
   virtual StatusOr<std::vector<fp8d::v1::Job>> ListActiveJobs() = 0;
+  // The same jobs in the same order, handed to `sink` `chunk` at a time as they are read, so
+  // the caller can work on one chunk while the next is read (recovery uses both cores). A
+  // sink error stops the scan and is returned. `sink` must not call this store (the scan holds
+  // it). The default reads them all, then chunks.
+  virtual Status ScanActiveJobs(size_t chunk,
+                                const std::function<Status(std::vector<fp8d::v1::Job>)>& sink);
 
   // Writes the whole job row and, when `event` is given, appends it to the job's events, in
   // one transaction. This is how every state transition is persisted before it is acted on.

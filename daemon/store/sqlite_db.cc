@@ -57,6 +57,13 @@ std::string Stmt::ColumnBlob(int col) const {
                       : std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt_, col));
 }
 
+std::string_view Stmt::ColumnBlobView(int col) const {
+  const void* p = sqlite3_column_blob(stmt_, col);
+  return p == nullptr ? std::string_view()
+                      : std::string_view(static_cast<const char*>(p),
+                                         static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
 bool Stmt::ColumnIsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 
 StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path) {

@@ -46,6 +46,8 @@ class Stmt {
   int64_t ColumnInt(int col) const;
   std::string ColumnText(int col) const;
   std::string ColumnBlob(int col) const;
+  // The blob in place: valid until the next Step or the statement's reset. No copy.
+  std::string_view ColumnBlobView(int col) const;
   bool ColumnIsNull(int col) const;
 
  private:

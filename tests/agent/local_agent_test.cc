@@ -2,6 +2,7 @@
 // exit codes and signals, process groups, garbage and partial lines.
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/inotify.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -192,6 +193,20 @@ TEST_F(AgentTest, ExitWakesTheObserverWithoutWaitingForTheTick) {
   // The lines written before the death were drained first.
   ASSERT_FALSE(listener_.Events("job-wake", 0).empty());
   EXPECT_EQ(Type(listener_.Events("job-wake", 0).front()), "started");
+}
+
+// Same for events: with no tick in reach, only the inotify watch on the events file can
+// deliver a progress line (WatchJob latency rests on this).
+TEST_F(AgentTest, EventsWakeTheObserverWithoutWaitingForTheTick) {
+  int probe = ::inotify_init1(IN_CLOEXEC);
+  if (probe < 0) GTEST_SKIP() << "no inotify here: the agent falls back to polling";
+  ::close(probe);
+  auto agent = NewAgent(&listener_, /*poll_ms=*/600000);
+  auto ranks = LaunchTracked(*agent, Request("job-events", 1, {{"FP8_TEST_STEPS", "100000"},
+                                                               {"FP8_TEST_STEP_MS", "200"}}));
+  ASSERT_TRUE(ranks.ok()) << ranks.status().ToString();
+  ASSERT_TRUE(listener_.WaitForEventType("job-events", 0, "progress"));
+  ::kill(-static_cast<pid_t>((*ranks)[0].pid), SIGKILL);
 }
 
 TEST_F(AgentTest, EachRankLeadsItsOwnSessionAndGroup) {

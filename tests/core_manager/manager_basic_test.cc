@@ -248,6 +248,37 @@ TEST_F(ManagerTest, ConcurrentCreatesAreGroupCommitted) {
   EXPECT_EQ(create_calls_->load(), 2);
 }
 
+// Closed-loop clients come back one by one after their batch is answered: the next batch waits
+// (briefly) for as many callers as the last one had instead of going out with the first.
+TEST_F(ManagerTest, AfterABigBatchTheNextWaitsForAsManyCallers) {
+  agent_->slots.clear();
+  StartManager();
+  auto create_all = [&](int n) {
+    std::vector<std::optional<fp8::StatusOr<Job>>> results(n);
+    for (int i = 0; i < n; ++i) {  // no io in between: they arrive "at once"
+      fp8d::v1::CreateJobRequest request;
+      *request.mutable_job() = TrainJob();
+      manager_->CreateJob(request, [&results, i](fp8::StatusOr<Job> r) { results[i] = std::move(r); });
+    }
+    EXPECT_TRUE(RunUntil([&] {
+      for (const auto& r : results) if (!r) return false;
+      return true;
+    }));
+    for (const auto& r : results) EXPECT_TRUE(r && r->ok());
+  };
+  create_all(20);
+  ASSERT_EQ(create_calls_->load(), 2);  // 1, then the 19 queued behind it
+  // 19 callers again: the first no longer goes alone, all 19 share one transaction.
+  create_all(19);
+  EXPECT_EQ(create_calls_->load(), 3);
+  // Fewer callers than last time: the batch goes once the short wait is over.
+  create_all(3);
+  EXPECT_EQ(create_calls_->load(), 4);
+  // A lone caller after a batch of 3 waits at most the same short time, then goes alone.
+  create_all(1);
+  EXPECT_EQ(create_calls_->load(), 5);
+}
+
 TEST_F(ManagerTest, ListPagesPassThrough) {
   agent_->slots.clear();
   StartManager();

@@ -298,5 +298,33 @@ TEST_F(ManagerTest, RecoveryRequeuedJobKeepsItsPlaceInTheQueue) {
   EXPECT_EQ(StateOf(queued->name()), fp8d::v1::QUEUED);
 }
 
+TEST_F(ManagerTest, RecoveryOfADeepQueueCachesEveryJobInCreationOrder) {
+  // More jobs than one recovery chunk (4096 are handed from the store thread to io at a time):
+  // every chunk must arrive whole and in order.
+  agent_->slots = {agent::Slot{"node-a", -1}};
+  std::vector<store::CreateRequest> requests;
+  for (int i = 0; i < 9000; ++i) {
+    store::CreateRequest r;
+    r.job = TrainJob();
+    ASSERT_TRUE(PrepareNewJob(&r.job, data_dir_).ok());
+    requests.push_back(std::move(r));
+  }
+  auto created = store_->CreateJobs(std::move(requests));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  StartManager();
+  // FIFO across the whole queue: the oldest job gets the one slot.
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  EXPECT_EQ(agent_->Launch(0).job_id, JobIdOf((*created)[0].job.name()));
+  // Cancelling a queued job is immediate only for a job in the manager's cache (otherwise it
+  // answers UNAVAILABLE "being recovered"): the jobs on both sides of each chunk boundary and
+  // the last one are there.
+  for (size_t i : {size_t{1}, size_t{4095}, size_t{4096}, size_t{8191}, size_t{8192}, size_t{8999}}) {
+    auto cancelled = Cancel((*created)[i].job.name());
+    ASSERT_TRUE(cancelled.ok()) << i << ": " << cancelled.status().ToString();
+    EXPECT_EQ(cancelled->state(), fp8d::v1::CANCELLED) << i;
+  }
+  EXPECT_EQ(StateOf((*created)[2].job.name()), fp8d::v1::QUEUED);
+}
+
 }  // namespace
 }  // namespace fp8d::core::testing

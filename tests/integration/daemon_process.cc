@@ -17,14 +17,19 @@ extern char** environ;
 namespace fp8d::itest {
 namespace fs = std::filesystem;
 
-std::string Fp8dPath() { return FP8D_BINARY; }
-std::string Fp8ctlPath() { return FP8CTL_BINARY; }
-std::string TestWorkerPath() { return FP8_TEST_WORKER_BINARY; }
-// FP8D_ITEST_REAL_WORKER overrides the build tree's fp8-worker (e.g. one built elsewhere).
-std::string RealWorkerPath() {
-  const char* env = std::getenv("FP8D_ITEST_REAL_WORKER");
-  return env != nullptr && env[0] != '\0' ? env : FP8_WORKER_BINARY;
+namespace {
+// The build tree's binary, unless `env` names another one (binaries carried to another
+// machine, where the build tree's absolute paths do not exist).
+std::string BinaryPath(const char* env, const char* built) {
+  const char* value = std::getenv(env);
+  return value != nullptr && value[0] != '\0' ? value : built;
 }
+}  // namespace
+
+std::string Fp8dPath() { return BinaryPath("FP8D_ITEST_FP8D", FP8D_BINARY); }
+std::string Fp8ctlPath() { return BinaryPath("FP8D_ITEST_FP8CTL", FP8CTL_BINARY); }
+std::string TestWorkerPath() { return BinaryPath("FP8D_ITEST_TEST_WORKER", FP8_TEST_WORKER_BINARY); }
+std::string RealWorkerPath() { return BinaryPath("FP8D_ITEST_REAL_WORKER", FP8_WORKER_BINARY); }
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");

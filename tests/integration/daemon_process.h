@@ -20,6 +20,8 @@
 
 namespace fp8d::itest {
 
+// Where the binaries are: the build tree, unless FP8D_ITEST_FP8D, FP8D_ITEST_FP8CTL,
+// FP8D_ITEST_TEST_WORKER or FP8D_ITEST_REAL_WORKER name others (binaries carried elsewhere).
 std::string Fp8dPath();
 std::string Fp8ctlPath();
 std::string TestWorkerPath();

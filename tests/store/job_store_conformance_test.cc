@@ -537,6 +537,36 @@ TEST_P(JobStoreConformance, ListActiveJobsIsEveryNonTerminalJobOldestFirst) {
   EXPECT_EQ(active.size(), 5u);
 }
 
+TEST_P(JobStoreConformance, ScanActiveJobsHandsOutListActiveJobsInChunks) {
+  for (int i = 0; i < 7; ++i) {
+    Job job = Create();
+    if (i % 3 == 1) SetState(&job, fp8d::v1::SUCCEEDED);  // terminal: left out
+    if (i % 3 == 2) SetState(&job, fp8d::v1::RUNNING);
+  }
+  ASSERT_OK_AND_ASSIGN(auto active, store_->ListActiveJobs());
+  ASSERT_EQ(active.size(), 5u);
+  std::vector<size_t> sizes;
+  std::vector<Job> scanned;
+  ASSERT_OK(store_->ScanActiveJobs(2, [&](std::vector<Job> chunk) {
+    sizes.push_back(chunk.size());
+    for (Job& job : chunk) scanned.push_back(std::move(job));
+    return fp8::OkStatus();
+  }));
+  EXPECT_EQ(sizes, (std::vector<size_t>{2, 2, 1}));
+  ASSERT_EQ(scanned.size(), active.size());
+  for (size_t i = 0; i < active.size(); ++i) {
+    EXPECT_TRUE(MessageDifferencer::Equals(scanned[i], active[i])) << scanned[i].DebugString();
+  }
+  // A sink error stops the scan and comes back.
+  int calls = 0;
+  fp8::Status st = store_->ScanActiveJobs(2, [&](std::vector<Job>) {
+    ++calls;
+    return fp8::UnavailableError("sink full");
+  });
+  EXPECT_EQ(st.code(), fp8::StatusCode::kUnavailable);
+  EXPECT_EQ(calls, 1);
+}
+
 TEST_P(JobStoreConformance, IntegrityCheckPassesOnAHealthyStore) {
   CreateMany(50);
   ASSERT_OK(store_->IntegrityCheck());
