@@ -11,7 +11,8 @@
 // bytes-l12, byte tokens, same batches for every recipe; scripts/gpu/trainer_cuda_loss.sh).
 // --val GLOB adds held-out loss: every --eval-every steps and after the last step, the mean loss
 // (Forward without training, so the FP8 scaling state does not move) of the same --eval-batches
-// batches of the val shards for every recipe; the JSON gets val_loss_final and val_losses.
+// batches of the val shards for every recipe; the JSON gets val_loss_final and val_losses. The
+// evals run inside the timed loop: a loss run's tokens/s is not a throughput figure.
 // --cosine: lr warms up linearly over the first 5% of steps, then decays (cosine) to 10% at the
 // last step, so the final losses compare models that have settled rather than a noisy step.
 // --batch overrides the shape's batch size.
