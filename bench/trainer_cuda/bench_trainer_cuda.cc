@@ -15,7 +15,8 @@
 // evals run inside the timed loop: a loss run's tokens/s is not a throughput figure.
 // --cosine: lr warms up linearly over the first 5% of steps, then decays (cosine) to 10% at the
 // last step, so the final losses compare models that have settled rather than a noisy step.
-// --batch overrides the shape's batch size.
+// --batch overrides the shape's batch size. --amax-history N, --margin N, --amax-most-recent set
+// fp8-tensorwise's delayed scaling (PrecisionConfig; defaults 16, 0, max over the history).
 //
 //   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
@@ -87,6 +88,7 @@ struct Result {
 
 // What the loss runs add to a throughput case: schedule and held-out evaluation.
 struct LossOptions {
+  PrecisionConfig precision;  // recipe set per case; the delayed-scaling knobs from the flags
   bool cosine = false;
   const fp8::data::TokenDataset* val = nullptr;
   int eval_every = 0, eval_batches = 8;
@@ -108,7 +110,7 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   cfg.d_model = sh.d_model;
   cfg.seq_len = sh.seq_len;
   cfg.vocab_size = sh.vocab;
-  PrecisionConfig pc;
+  PrecisionConfig pc = lo.precision;
   pc.recipe = recipe;
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return std::nullopt;
@@ -253,8 +255,11 @@ int main(int argc, char** argv) {
     else if (a == "--val") val = next();
     else if (a == "--eval-every") lo.eval_every = std::atoi(next().c_str());
     else if (a == "--eval-batches") lo.eval_batches = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--amax-history") lo.precision.amax_history_len = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--margin") lo.precision.margin = std::atoi(next().c_str());
+    else if (a == "--amax-most-recent") lo.precision.amax_most_recent = true;
     else {
-      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M]\n");
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent]\n");
       return 2;
     }
   }

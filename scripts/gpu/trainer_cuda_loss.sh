@@ -11,6 +11,8 @@
 # Prints each recipe's final val loss, the mean of its last 3 evals, and the difference to bf16.
 #   bash scripts/gpu/trainer_cuda_loss.sh            (binaries in .trainer-cuda-carry, see trainer_cuda.sh)
 #   LOSS_STEPS=1000 LOSS_BATCH=16 OUT=/tmp/x bash scripts/gpu/trainer_cuda_loss.sh
+#   LOSS_RECIPES=fp8-tensorwise LOSS_BENCH_ARGS="--amax-history 1 --margin 1" ...   (scaling experiments;
+#   bf16's JSON from an earlier run in /tmp is reused for the comparison when bf16 is not rerun)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8d-trainer-out}
@@ -33,14 +35,14 @@ for r in ${LOSS_RECIPES:-bf16 fp8-tensorwise fp8-blockwise}; do
   s0=$(date +%s)
   timeout ${LOSS_TIMEOUT:-75} $C/bin/bench_trainer_cuda --shapes bytes-l12 --recipes $r --batch "$BATCH" --cosine \
     --steps "$STEPS" --warmup 0 --loss-window 100 --data "$D/train_*.bin" --val "$D/val_*.bin" \
-    --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --json /tmp/fp8d-loss-$r.json \
+    --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" ${LOSS_BENCH_ARGS:-} --json /tmp/fp8d-loss-$r.json \
     > /tmp/fp8d-loss-$r.txt 2> /tmp/fp8d-loss-$r.log
   echo "loss run $r rc=$? ($(( $(date +%s) - s0 )) s)"
   grep -E "tokens|val loss|error|:[0-9]+:" /tmp/fp8d-loss-$r.log | tail -4
   # one file for every recipe: the machine sends back at most 8 files from $OUT
   cat /tmp/fp8d-loss-$r.txt /tmp/fp8d-loss-$r.log >> "$OUT/loss.log"
 done
-python3 - "$STEPS" "$BATCH" ${LOSS_RECIPES:-bf16 fp8-tensorwise fp8-blockwise} <<'PY'
+python3 - "$STEPS" "$BATCH" $(echo bf16 ${LOSS_RECIPES:-fp8-tensorwise fp8-blockwise} | tr ' ' '\n' | awk '!s[$0]++') <<'PY'
 import json, os, sys
 steps, batch, recipes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 rows = {}
