@@ -95,8 +95,6 @@ int CalibrateMain(int argc, char** argv) {
 
   auto opts = LoadCalibrateSpec(spec_path);
   if (!opts.ok()) return Fail(events, worker::kExitInvalidSpec, "INVALID_SPEC", opts.status().message());
-  if (opts->backend == Backend::kCuda)
-    std::fprintf(stderr, "fp8-worker calibrate: backend cuda requested; weight calibration runs on the CPU backend\n");
 
   events.Emit("started", {{"rank", EnvInt("FP8D_RANK", 0)},
                           {"world_size", EnvInt("FP8D_WORLD_SIZE", 1)},
