@@ -92,6 +92,7 @@ class Writer {
  private:
   Writer() = default;
   void Abort();
+  void StartWriteback(uint64_t offset, uint64_t nbytes) const;
 
   std::string path_, tmp_path_;
   int fd_ = -1;
