@@ -30,21 +30,27 @@ constexpr int64_t kRowAlign = 16;
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+cudaError_t AllocPinned(void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocDefault); }
+cudaError_t FreePinned(void* p) { return cudaFreeHost(p); }
+cudaError_t AllocDevice(void** p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t FreeDevice(void* p) { return cudaFree(p); }
+
 // Grow-only buffers: a converter serves a whole model, so each is allocated a few times at most.
-class PinnedBuffer {
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class GrowOnlyBuffer {
  public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (p_ != nullptr) cudaFreeHost(p_);
+  GrowOnlyBuffer() = default;
+  GrowOnlyBuffer(const GrowOnlyBuffer&) = delete;
+  GrowOnlyBuffer& operator=(const GrowOnlyBuffer&) = delete;
+  ~GrowOnlyBuffer() {
+    if (p_ != nullptr) Free(p_);
   }
   Status Reserve(size_t n) {
     if (n <= cap_) return OkStatus();
-    if (p_ != nullptr) FP8_CUDA_RETURN_IF_ERROR(cudaFreeHost(p_));
+    if (p_ != nullptr) FP8_CUDA_RETURN_IF_ERROR(Free(p_));
     p_ = nullptr;
     cap_ = 0;
-    FP8_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p_, n, cudaHostAllocDefault));
+    FP8_CUDA_RETURN_IF_ERROR(Alloc(&p_, n));
     cap_ = n;
     return OkStatus();
   }
@@ -54,30 +60,8 @@ class PinnedBuffer {
   void* p_ = nullptr;
   size_t cap_ = 0;
 };
-
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  Status Reserve(size_t n) {
-    if (n <= cap_) return OkStatus();
-    if (p_ != nullptr) FP8_CUDA_RETURN_IF_ERROR(cudaFree(p_));
-    p_ = nullptr;
-    cap_ = 0;
-    FP8_CUDA_RETURN_IF_ERROR(cudaMalloc(&p_, n));
-    cap_ = n;
-    return OkStatus();
-  }
-  uint8_t* get() const { return static_cast<uint8_t*>(p_); }
-
- private:
-  void* p_ = nullptr;
-  size_t cap_ = 0;
-};
+using PinnedBuffer = GrowOnlyBuffer<AllocPinned, FreePinned>;
+using DeviceBuffer = GrowOnlyBuffer<AllocDevice, FreeDevice>;
 
 // Adds the GPU's per-block partials in order (the same order every run).
 void AddPartials(const RoundTripPartial* partials, int n, RoundTripSums* sums) {

@@ -74,6 +74,22 @@ __device__ __forceinline__ void LoadTile(bf16* tile, const bf16* g, int64_t rs, 
   }
 }
 
+// Double-buffered K/V tiles: starts loading tile j+1 into the other buffer, then waits until
+// tile j (loaded one iteration earlier) has landed and every thread sees it.
+template <int D, int BK>
+__device__ __forceinline__ void PrefetchNextKvAndWait(bf16* sK, bf16* sV, const bf16* k, const bf16* v,
+                                                      int64_t rs, int j, int n_kt, int64_t seq) {
+  if (j + 1 < n_kt) {
+    LoadTile<D, BK>(sK + ((j + 1) & 1) * BK * D, k, rs, (j + 1) * BK, seq);
+    LoadTile<D, BK>(sV + ((j + 1) & 1) * BK * D, v, rs, (j + 1) * BK, seq);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+  } else {
+    CpAsyncWait<0>();
+  }
+  __syncthreads();
+}
+
 // Rows of a swizzled tile → global (rows ≥ seq dropped), 16-byte stores.
 template <int D, int Rows>
 __device__ __forceinline__ void StoreTile(const bf16* tile, bf16* g, int64_t rs, int row0, int64_t seq) {
@@ -194,15 +210,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(Params p) {
   const int row0 = q0 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
   const int n_kt = qt + 1;
   for (int j = 0; j < n_kt; ++j) {
-    if (j + 1 < n_kt) {
-      LoadTile<D, BK>(sK + ((j + 1) & 1) * BK * D, k, rs, (j + 1) * BK, T);
-      LoadTile<D, BK>(sV + ((j + 1) & 1) * BK * D, v, rs, (j + 1) * BK, T);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, rs, j, n_kt, T);
     const bf16* cK = sK + (j & 1) * BK * D;
     const bf16* cV = sV + (j & 1) * BK * D;
     float s[BK / 8][4] = {};
@@ -385,15 +393,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(Params p) {
   const int n_kt = n_kt_seq < n_kt_causal ? n_kt_seq : n_kt_causal;
   float dq[D / 8][4] = {};
   for (int j = 0; j < n_kt; ++j) {
-    if (j + 1 < n_kt) {
-      LoadTile<D, BK>(sK + ((j + 1) & 1) * BK * D, k, rs, (j + 1) * BK, T);
-      LoadTile<D, BK>(sV + ((j + 1) & 1) * BK * D, v, rs, (j + 1) * BK, T);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, rs, j, n_kt, T);
     const bf16* cK = sK + (j & 1) * BK * D;
     const bf16* cV = sV + (j & 1) * BK * D;
     float s[BK / 8][4] = {}, dp[BK / 8][4] = {};
