@@ -29,13 +29,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using safetensors::DType;
 using testing::FixtureTensor;
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::Slurp;
 
 class CalibrateCudaTest : public ::testing::Test {
  protected:

@@ -33,13 +33,7 @@ using safetensors::Reader;
 using ::testing::HasSubstr;
 using testing::FixtureModel;
 using testing::FixtureTensor;
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::Slurp;
 
 json ReadJson(const fs::path& p) { return json::parse(Slurp(p)); }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -114,6 +115,13 @@ FixtureModel WriteFixtureModel(const std::string& dir, uint32_t seed) {
   std::ofstream((fs::path(dir) / "config.json").string()) << config.dump(2);
   std::ofstream((fs::path(dir) / "tokenizer.json").string()) << "{\"version\": \"1.0\"}";
   return m;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace fp8::calibrate::testing

@@ -37,6 +37,9 @@ FixtureModel WriteFixtureModel(const std::string& dir, uint32_t seed);
 // Writes a single-shard model with the given tensors (for bad-input cases).
 void WriteSingleShard(const std::string& path, const std::vector<FixtureTensor>& tensors);
 
+// The whole file as bytes ("" when it cannot be read), for byte-for-byte output comparisons.
+std::string Slurp(const std::string& path);
+
 FixtureTensor RandomTensor(const std::string& name, safetensors::DType dtype, std::vector<int64_t> shape,
                            uint32_t seed, float scale = 0.02f);
 
