@@ -7,19 +7,11 @@
 #   scripts/gpu/control_plane_pack.sh [BUILD_DIR]     (default build-cp)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/gpu/pack_common.sh
 B=${1:-build-cp}
 C=.cp-carry
 BINS="fp8d fp8-test-worker control_plane_bench"
-grep -qx "/$C/" .git/info/exclude 2>/dev/null || echo "/$C/" >> .git/info/exclude
-rm -rf $C && mkdir -p $C/bin $C/lib
-for b in $BINS; do strip -o $C/bin/$b $B/bin/$b; done
-if [[ -n "${BEFORE_DIR:-}" ]]; then
-  mkdir -p $C/before
-  for b in $BINS; do strip -o $C/before/$b "$BEFORE_DIR/$b"; done
-fi
-# Everything ldd resolves outside glibc and libstdc++/libgcc (the host has its own).
-ldd $C/bin/* ${BEFORE_DIR:+$C/before/*} | awk '/=> \//{print $3}' | sort -u | \
-  grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | \
-  while read -r lib; do cp -L "$lib" $C/lib/; done
-du -sh $C
-ls $C/lib | tr '\n' ' '; echo
+pack_start $C
+pack_binaries $C/bin $B/bin $BINS
+[[ -n "${BEFORE_DIR:-}" ]] && pack_binaries $C/before "$BEFORE_DIR" $BINS
+pack_libs $C $C/bin/* ${BEFORE_DIR:+$C/before/*}
