@@ -224,14 +224,15 @@ void BenchGemms() {
   struct Row {
     int64_t m, n, k;
     std::string cublas, own, bf16, ratio_cublas, ratio_bf16, diff;
-    std::string variants[5];
+    std::string variants[7];
   };
   std::vector<Row> rows;
-  constexpr int kVariants = 5;
+  constexpr int kVariants = 7;
   const Sm90BlockwiseGemmTile variants[kVariants] = {
       Sm90BlockwiseGemmTile::kN128, Sm90BlockwiseGemmTile::kN128SingleAccumulator,
       Sm90BlockwiseGemmTile::kN128OverlapEpilogue, Sm90BlockwiseGemmTile::kN64,
-      Sm90BlockwiseGemmTile::kN64OverlapEpilogue};
+      Sm90BlockwiseGemmTile::kN64OverlapEpilogue, Sm90BlockwiseGemmTile::kN128PairSharedA,
+      Sm90BlockwiseGemmTile::kN64PairSharedA};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
@@ -335,11 +336,11 @@ void BenchGemms() {
         const auto [tf, err] = measure(own(variants[v]));
         row.variants[v] = cell(tf, err);
       }
-      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s / %s / %s\n",
+      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s / %s / %s / %s / %s\n",
                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
                   row.cublas.c_str(), row.own.c_str(), row.ratio_cublas.c_str(), row.bf16.c_str(), row.diff.c_str(),
                   row.variants[0].c_str(), row.variants[1].c_str(), row.variants[2].c_str(), row.variants[3].c_str(),
-                  row.variants[4].c_str());
+                  row.variants[4].c_str(), row.variants[5].c_str(), row.variants[6].c_str());
       std::fflush(stdout);
       rows.push_back(row);
       for (int s = 0; s < sets; ++s) {
@@ -356,12 +357,12 @@ void BenchGemms() {
                 r.ratio_cublas.c_str(), r.bf16.c_str(), r.ratio_bf16.c_str(), r.diff.c_str());
   }
   std::printf("\n### Own blockwise GEMM, block tile variants, TFLOPS\n\n");
-  std::printf("| M | N | K | 128x128, 2 partial accumulators | 128x128, 1 partial accumulator | 128x128, 2 acc. + epilogue overlap | 128x64, 2 acc. | 128x64, 2 acc. + epilogue overlap |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| M | N | K | 128x128, 2 partial accumulators | 128x128, 1 partial accumulator | 128x128, 2 acc. + epilogue overlap | 128x64, 2 acc. | 128x64, 2 acc. + epilogue overlap | 128x128 CTA pairs, shared A | 128x64 CTA pairs, shared A |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    std::printf("| %lld | %lld | %lld | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
+    std::printf("| %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
                 static_cast<long long>(r.k), r.variants[0].c_str(), r.variants[1].c_str(), r.variants[2].c_str(),
-                r.variants[3].c_str(), r.variants[4].c_str());
+                r.variants[3].c_str(), r.variants[4].c_str(), r.variants[5].c_str(), r.variants[6].c_str());
   }
   std::fflush(stdout);
 }

@@ -87,6 +87,39 @@ Status AllowLargeSharedMemory(int device) {
   return OkStatus();
 }
 
+// How many CTAs run at once: #SMs, or with cluster pairs twice the pairs the GPCs hold at once
+// (a GPC with an odd number of free SMs leaves one idle; a grid beyond it would run a second,
+// almost empty wave of pairs).
+template <class Cfg>
+StatusOr<int> ResidentCtas(int device, int sms) {
+  if constexpr (Cfg::kCluster == 1) {
+    return sms;
+  } else {
+    static std::atomic<int> cached[kCachedDevices] = {};
+    if (device < kCachedDevices) {
+      if (const int n = cached[device].load(std::memory_order_relaxed); n > 0) return n;
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(sms / Cfg::kCluster * Cfg::kCluster));
+    config.blockDim = dim3(blockwise_gemm::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cfg::kCluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    FP8_CUDA_RETURN_IF_ERROR(
+        cudaOccupancyMaxActiveClusters(&clusters, blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>, &config));
+    if (clusters < 1) return InternalError("blockwise GEMM: no CTA pair (cluster of 2) fits on this GPU");
+    const int n = clusters * Cfg::kCluster;
+    if (device < kCachedDevices) cached[device].store(n, std::memory_order_relaxed);
+    return n;
+  }
+}
+
 template <class Cfg>
 Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
               const float* b_scale_inv, int64_t m, int64_t n, int64_t k, __nv_bfloat16* d,
@@ -94,7 +127,7 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   using blockwise_gemm::kBlockK;
   using blockwise_gemm::kBlockM;
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a,
-                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, kBlockM, kBlockK, "A"));
+                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, Cfg::kABoxRows, kBlockK, "A"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b,
                        MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, kBlockK, "B"));
   // D is stored in 64x64 boxes: 128 bytes a row, the widest the 128B swizzle allows.
@@ -111,9 +144,26 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
 
   FP8_RETURN_IF_ERROR(AllowLargeSharedMemory<Cfg>(device));
   auto* kernel = blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>;
+  FP8_ASSIGN_OR_RETURN(const int resident, ResidentCtas<Cfg>(device, sms));
   const int64_t tiles = int64_t{args.num_m_blocks} * args.num_n_blocks;
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
-  kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, resident));
+  if constexpr (Cfg::kCluster == 1) {
+    kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
+  } else {  // grid: whole pairs (tiles is even, the caller checked)
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid / Cfg::kCluster * Cfg::kCluster));
+    config.blockDim = dim3(blockwise_gemm::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    config.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cfg::kCluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    FP8_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, args));
+  }
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
@@ -139,6 +189,9 @@ using ConfigN128Overlap = Config<128, 6, true, true>;
 // 24 KB stages for 128x64 tiles: 8 fit beside the 16 KB staging tile.
 using ConfigN64 = Config<64, 8, true>;
 using ConfigN64Overlap = Config<64, 8, true, true>;
+// The same tiles in CTA pairs sharing A through TMA multicast.
+using ConfigN128PairA = Config<128, 6, true, false, 2>;
+using ConfigN64PairA = Config<64, 8, true, false, 2>;
 
 }  // namespace
 
@@ -167,7 +220,14 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
   FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   FP8_ASSIGN_OR_RETURN(const int sms, SmCount(device));
   if (tile == Sm90BlockwiseGemmTile::kAuto) tile = ChooseTile((m + 127) / 128 * (n / 128), sms);
+  // CTA pairs need an even number of column blocks; otherwise the same tile without pairs.
+  if (tile == Sm90BlockwiseGemmTile::kN128PairSharedA && (n / 128) % 2 != 0) tile = Sm90BlockwiseGemmTile::kN128;
+  if (tile == Sm90BlockwiseGemmTile::kN64PairSharedA && (n / 64) % 2 != 0) tile = Sm90BlockwiseGemmTile::kN64;
   switch (tile) {
+    case Sm90BlockwiseGemmTile::kN128PairSharedA:
+      return Launch<ConfigN128PairA>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN64PairSharedA:
+      return Launch<ConfigN64PairA>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128SingleAccumulator:
       return Launch<ConfigN128Single>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128OverlapEpilogue:

@@ -27,13 +27,19 @@ constexpr int kGroupM = 8;
 
 // kDoubleAccumulator: two FP32 partial accumulators, so K block kb runs on the tensor cores
 // while kb - 1 is promoted. kOverlapEpilogue (needs it): the next tile's first K block runs
-// during the epilogue.
-template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false>
+// during the epilogue. kCluster = 2: CTA pairs (a thread-block cluster) compute the tiles
+// (m, 2j) and (m, 2j + 1); each loads half of their common A tile with a TMA multicast into
+// both CTAs, so A crosses L2 -> SM once per pair instead of twice.
+template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
+          int kCluster_ = 1>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kDoubleAccumulator = kDoubleAccumulator_;
   static constexpr bool kOverlapEpilogue = kOverlapEpilogue_;
+  static constexpr int kCluster = kCluster_;
+  static_assert(kCluster == 1 || (kCluster == 2 && !kOverlapEpilogue), "cluster pairs run tile by tile");
+  static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
   static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
   static constexpr int kStageABytes = kBlockM * kBlockK;
@@ -67,6 +73,22 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
 __device__ __forceinline__ void MbarArrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// Arrive on the barrier at the same shared-memory offset in CTA `cta` of the cluster. Default
+// (.release.cta) semantics, as CUTLASS's ClusterBarrier: an explicit .release.cluster made ptxas
+// put a MEMBAR.ALL.GPU before every arrive (waits out all outstanding loads; measured 2-3.7x
+// slower). The stage's shared memory was read by wgmma, already waited for.
+__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+// All threads of all CTAs of the cluster (also a CTA-wide barrier).
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
 // Spins until the phase with parity `parity` of the barrier has completed.
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -91,6 +113,16 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, 
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// As TmaLoad2d, into the same offset `dst` of every CTA in `cta_mask`, completing on each one's
+// barrier at offset `bar`.
+__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                                   int32_t c0, int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
       : "memory");
 }
 // 2-D tile shared -> global (out-of-range rows/columns are not written).
@@ -216,11 +248,31 @@ __device__ __forceinline__ TileCoord TileOf(uint32_t t, uint32_t num_m_blocks,
   return {first_m + r % group_m, r / group_m};
 }
 
+// This CTA's tiles: t in [FirstTile, NumTiles) step TileStride indexes tiles, or with cluster
+// pairs pairs of tiles (m, 2j), (m, 2j + 1), CTA rank r of the pair taking column block 2j + r.
+template <class Cfg>
+__device__ __forceinline__ uint32_t FirstTile() { return blockIdx.x / Cfg::kCluster; }
+template <class Cfg>
+__device__ __forceinline__ uint32_t TileStride() { return gridDim.x / Cfg::kCluster; }
+template <class Cfg>
+__device__ __forceinline__ uint32_t ClusterRank() { return blockIdx.x % Cfg::kCluster; }
+
 struct KernelArgs {
   const float* a_scale;  // [K/128, M]
   const float* b_scale;  // [N/128, b_scale_ld]
   uint32_t m, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
 };
+
+template <class Cfg>
+__device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) {
+  return args.num_m_blocks * (args.num_n_blocks / Cfg::kCluster);
+}
+template <class Cfg>
+__device__ __forceinline__ TileCoord CtaTile(uint32_t t, const KernelArgs& args) {
+  TileCoord c = TileOf(t, args.num_m_blocks, args.num_n_blocks / Cfg::kCluster);
+  c.n_block = c.n_block * Cfg::kCluster + ClusterRank<Cfg>();
+  return c;
+}
 
 // Shared-memory addresses of the pipeline (all 1024-byte aligned except the barriers).
 struct SmemLayout {
@@ -258,9 +310,16 @@ struct Consumer {
       phase ^= 1;
     }
   }
-  // The stage's tiles may be overwritten once every consumer warp has arrived.
+  // The stage's tiles may be overwritten once every consumer warp has arrived (with cluster
+  // pairs: of both CTAs, since either producer's multicast writes into both).
   __device__ __forceinline__ void Release(uint32_t stage) const {
-    if (lane == 0) MbarArrive(smem.empty_bar + 8 * stage);
+    if (lane != 0) return;
+    if constexpr (Cfg::kCluster == 1) {
+      MbarArrive(smem.empty_bar + 8 * stage);
+    } else {
+#pragma unroll
+      for (uint32_t cta = 0; cta < Cfg::kCluster; ++cta) MbarArriveCluster(smem.empty_bar + 8 * stage, cta);
+    }
   }
 
   __device__ __forceinline__ Scales LoadScales(TileCoord tile, uint32_t kb) const {
@@ -346,9 +405,9 @@ template <class Cfg>
 __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                               float (&part1)[Cfg::kAccRegs]) {
   const KernelArgs& args = c.args;
-  const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks, nk = args.num_k_blocks;
-  for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    const TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+  const uint32_t num_tiles = NumTiles<Cfg>(args), nk = args.num_k_blocks;
+  for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
+    const TileCoord tile = CtaTile<Cfg>(t, args);
     c.ZeroTotal();
     uint32_t kb = 0;
     // Scales are loaded one K block ahead of their wgmma.
@@ -502,12 +561,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   smem.epilogue = base + kStages * Cfg::kStageBytes;
   smem.full_bar = base + Cfg::kBarrierOffset;
   smem.empty_bar = smem.full_bar + kStages * 8;
-  const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks;
+  const uint32_t num_tiles = NumTiles<Cfg>(args);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(smem.full_bar + 8 * s, 1);                // the producer's arrive + the TMA bytes
-      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
+      MbarInit(smem.full_bar + 8 * s, 1);  // the producer's arrive + the TMA bytes
+      // one arrive per consumer warp (of each CTA of the cluster)
+      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps * Cfg::kCluster);
     }
     FenceBarrierInit();
     FenceProxyAsyncShared();  // the initialized barriers, as the TMA unit (async proxy) sees them
@@ -517,22 +577,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     PrefetchTensorMap(&tmap_b);
     PrefetchTensorMap(&tmap_d);
   }
-  __syncthreads();
+  // With cluster pairs, the peer's barriers must be initialized before this CTA's multicast
+  // or remote arrive reaches them.
+  if constexpr (Cfg::kCluster == 1) {
+    __syncthreads();
+  } else {
+    ClusterSync();
+  }
 
   if (threadIdx.x >= 256) {
     // ---- producer warpgroup: one thread issues every TMA load ----
     SetMaxNRegDec<40>();
     if (threadIdx.x == 256) {
       uint32_t s = 0, phase = 0;
-      for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-        const TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
+      for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
+        const TileCoord tile = CtaTile<Cfg>(t, args);
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
         for (uint32_t kb = 0; kb < args.num_k_blocks; ++kb) {
           MbarWait(smem.empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
           MbarArriveExpectTx(smem.full_bar + 8 * s, Cfg::kStageBytes);
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
-          TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
+          if constexpr (Cfg::kCluster == 1) {
+            TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
+          } else {  // this CTA's rows of the pair's A tile, into both CTAs (A's full bytes arrive)
+            const uint32_t rank = ClusterRank<Cfg>();
+            TmaLoad2dMulticast(smem.a + s * Cfg::kStageABytes + rank * Cfg::kABoxRows * kBlockK, &tmap_a,
+                               smem.full_bar + 8 * s, k0, m0 + static_cast<int32_t>(rank * Cfg::kABoxRows),
+                               static_cast<uint16_t>((1u << Cfg::kCluster) - 1));
+          }
           TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
           if (++s == kStages) {
             s = 0;
@@ -553,6 +626,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       RunTileByTile(consumer, part0, part1);
     }
     if (threadIdx.x % 128 == 0) BulkWaitAll();  // shared memory must outlive the last store
+  }
+  // The peer may still arrive on this CTA's barriers: neither leaves before both are done.
+  if constexpr (Cfg::kCluster > 1) {
+    __syncwarp();
+    ClusterSync();
   }
 }
 

@@ -35,6 +35,10 @@ namespace fp8::kernels::cuda {
 //          while the finished tile is converted and stored (measured slower; kept to compare)
 //   kN64, kN64OverlapEpilogue: 128x64 tiles, twice the CTAs for small M (M = 128 gives only
 //          N/128 tiles of 128x128)
+//   kN128PairSharedA, kN64PairSharedA: kN128 / kN64 run by CTA pairs (thread-block clusters
+//          of 2) on the tiles (m, 2j) and (m, 2j + 1), each CTA loading half of their common A
+//          tile with a TMA multicast into both: half the A traffic from L2. An odd number of
+//          column blocks falls back to kN128 / kN64.
 //   kAuto: kN128 with at least 4 waves of 128x128 tiles, else whichever of kN128 / kN64 fills
 //          the SMs' waves better (kN64 for M = 128 on the shapes)
 enum class Sm90BlockwiseGemmTile : uint8_t {
@@ -44,6 +48,8 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN128OverlapEpilogue,
   kN64,
   kN64OverlapEpilogue,
+  kN128PairSharedA,
+  kN64PairSharedA,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

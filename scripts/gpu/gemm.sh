@@ -45,13 +45,14 @@ fi
 } >> "$OUT/env.txt" 2>&1
 
 # All CUDA kernel tests (the blockwise GEMM's and the rest of kernels/cuda's).
-timeout -s KILL 240 "$BIN/kernels_cuda_test" --gtest_color=no > "$OUT/test.log" 2>&1
+# Tight limits: the whole call (machine start included) has about 4 minutes of device time.
+timeout -s KILL 100 "$BIN/kernels_cuda_test" --gtest_color=no > "$OUT/test.log" 2>&1
 test_rc=$?
-if [ $test_rc -ne 0 ]; then  # a wrong or hanging kernel: where does it go wrong?
+if [ $test_rc -ne 0 ] && [ $test_rc -ne 137 ]; then  # a wrong kernel (not a hang): where does it go wrong?
   timeout -s KILL 60 compute-sanitizer --tool memcheck "$BIN/kernels_cuda_test" --gtest_color=no \
     --gtest_filter='Sm90GemmBlockwiseTest.MatchesCpuReferenceOnSmallShapes' > "$OUT/sanitizer.log" 2>&1
 fi
-timeout -s KILL 100 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
+timeout -s KILL 70 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
 bench_rc=$?
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
 

@@ -22,7 +22,8 @@ constexpr double kMaxCalcDiff = 1e-3;
 constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN128,
     Sm90BlockwiseGemmTile::kN128SingleAccumulator, Sm90BlockwiseGemmTile::kN128OverlapEpilogue,
-    Sm90BlockwiseGemmTile::kN64, Sm90BlockwiseGemmTile::kN64OverlapEpilogue};
+    Sm90BlockwiseGemmTile::kN64, Sm90BlockwiseGemmTile::kN64OverlapEpilogue,
+    Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN64PairSharedA};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -31,6 +32,8 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN128OverlapEpilogue: return "N128-overlap";
     case Sm90BlockwiseGemmTile::kN64: return "N64";
     case Sm90BlockwiseGemmTile::kN64OverlapEpilogue: return "N64-overlap";
+    case Sm90BlockwiseGemmTile::kN128PairSharedA: return "N128-pair-shared-A";
+    case Sm90BlockwiseGemmTile::kN64PairSharedA: return "N64-pair-shared-A";
     default: return "auto";
   }
 }
