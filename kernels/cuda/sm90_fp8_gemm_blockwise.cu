@@ -87,6 +87,29 @@ Status AllowLargeSharedMemory(int device) {
   return OkStatus();
 }
 
+// cudaLaunchKernelEx / occupancy configuration for Cfg's clusters of kCluster CTAs along x;
+// the grid is rounded down to whole clusters. Not copyable: config.attrs points at attr.
+template <class Cfg>
+struct ClusterLaunch {
+  ClusterLaunch(int ctas, cudaStream_t stream) {
+    config.gridDim = dim3(static_cast<unsigned>(ctas / Cfg::kCluster * Cfg::kCluster));
+    config.blockDim = dim3(blockwise_gemm::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    config.stream = stream;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = Cfg::kCluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attr{};
+};
+
 // How many CTAs run at once: #SMs, or with cluster pairs twice the pairs the GPCs hold at once
 // (a GPC with an odd number of free SMs leaves one idle; a grid beyond it would run a second,
 // almost empty wave of pairs).
@@ -99,20 +122,10 @@ StatusOr<int> ResidentCtas(int device, int sms) {
     if (device < kCachedDevices) {
       if (const int n = cached[device].load(std::memory_order_relaxed); n > 0) return n;
     }
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(sms / Cfg::kCluster * Cfg::kCluster));
-    config.blockDim = dim3(blockwise_gemm::kThreads);
-    config.dynamicSmemBytes = Cfg::kSmemBytes;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = Cfg::kCluster;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    ClusterLaunch<Cfg> launch(sms, nullptr);
     int clusters = 0;
-    FP8_CUDA_RETURN_IF_ERROR(
-        cudaOccupancyMaxActiveClusters(&clusters, blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>, &config));
+    FP8_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(
+        &clusters, blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>, &launch.config));
     if (clusters < 1) return InternalError("blockwise GEMM: no CTA pair (cluster of 2) fits on this GPU");
     const int n = clusters * Cfg::kCluster;
     if (device < kCachedDevices) cached[device].store(n, std::memory_order_relaxed);
@@ -150,19 +163,8 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   if constexpr (Cfg::kCluster == 1) {
     kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
   } else {  // grid: whole pairs (tiles is even, the caller checked)
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid / Cfg::kCluster * Cfg::kCluster));
-    config.blockDim = dim3(blockwise_gemm::kThreads);
-    config.dynamicSmemBytes = Cfg::kSmemBytes;
-    config.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = Cfg::kCluster;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    FP8_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, args));
+    ClusterLaunch<Cfg> launch(grid, stream);
+    FP8_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_d, args));
   }
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();

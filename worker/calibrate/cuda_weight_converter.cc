@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "kernels/cuda/sm90_cuda_check.h"
@@ -171,8 +172,6 @@ class CudaWeightConverter final : public WeightConverter {
     bool non_finite = false;
     // Chunk k−2's results, once its stream is done: scales, statistics, the FP8 rows to disk.
     auto finish = [&](Slot& s) -> Status {
-      FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
-      s.busy = false;
       const int64_t n = s.r1 - s.r0;
       const float* sc = reinterpret_cast<const float*>(s.host_scales.get());
       const int64_t count = kernels::CeilDiv(n, kernels::kTile) * tiles;
@@ -181,46 +180,33 @@ class CudaWeightConverter final : public WeightConverter {
       AddPartials(reinterpret_cast<const RoundTripPartial*>(s.host_partials.get()), s.partials, &sums);
       return ParallelWrite(writer, w.name, static_cast<uint64_t>(s.r0 * cols), s.host_out.get(), static_cast<size_t>(n * cols));
     };
-    auto run = [&]() -> Status {
-      const int64_t chunks = kernels::CeilDiv(rows, chunk_rows);
-      for (int64_t k = 0; k < chunks; ++k) {
-        Slot& s = slots_[k % 2];
-        if (s.busy) FP8_RETURN_IF_ERROR(finish(s));
-        s.r0 = k * chunk_rows;
-        s.r1 = std::min(rows, s.r0 + chunk_rows);
-        const int64_t n = s.r1 - s.r0;
-        FP8_RETURN_IF_ERROR(ParallelRead(reader, w.name, static_cast<uint64_t>(s.r0 * cols * esize), s.host_in.get(),
-                                         static_cast<size_t>(n * cols * esize)));
-        FP8_RETURN_IF_ERROR(CopyRowsIn(s.dev_in.get(), ld * esize, s.host_in.get(), cols * esize, n, s.stream));
-        float* dev_scales = reinterpret_cast<float*>(s.dev_scales.get());
-        if (bf16) {
-          FP8_RETURN_IF_ERROR(kernels::cuda::Sm90Fp8Quantize128x128(reinterpret_cast<const __nv_bfloat16*>(s.dev_in.get()), n,
-                                                                    ld, opts.fmt, opts.scale_format, s.dev_out.get(),
-                                                                    dev_scales, tiles, s.stream));
-        } else {
-          FP8_RETURN_IF_ERROR(kernels::cuda::Sm90Fp8Quantize128x128(reinterpret_cast<const float*>(s.dev_in.get()), n, ld,
-                                                                    opts.fmt, opts.scale_format, s.dev_out.get(),
-                                                                    dev_scales, tiles, s.stream));
-        }
-        s.partials = RoundTripPartials(n);
-        auto* dev_partials = reinterpret_cast<RoundTripPartial*>(s.dev_partials.get());
-        FP8_RETURN_IF_ERROR(RoundTripStats128x128(s.dev_in.get(), bf16, s.dev_out.get(), dev_scales, n, cols, ld, tiles,
-                                                  opts.fmt, ClipThreshold(opts.fmt), dev_partials, s.stream));
-        FP8_RETURN_IF_ERROR(CopyRowsOut(s.host_out.get(), cols, s.dev_out.get(), ld, n, s.stream));
-        const size_t scale_bytes = static_cast<size_t>(kernels::CeilDiv(n, kernels::kTile) * tiles) * sizeof(float);
-        FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_scales.get(), dev_scales, scale_bytes, cudaMemcpyDeviceToHost, s.stream));
-        FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_partials.get(), dev_partials,
-                                                 static_cast<size_t>(s.partials) * sizeof(RoundTripPartial),
-                                                 cudaMemcpyDeviceToHost, s.stream));
-        s.busy = true;
+    auto enqueue = [&](Slot& s, int64_t n) -> Status {
+      FP8_RETURN_IF_ERROR(ParallelRead(reader, w.name, static_cast<uint64_t>(s.r0 * cols * esize), s.host_in.get(),
+                                       static_cast<size_t>(n * cols * esize)));
+      FP8_RETURN_IF_ERROR(CopyRowsIn(s.dev_in.get(), ld * esize, s.host_in.get(), cols * esize, n, s.stream));
+      float* dev_scales = reinterpret_cast<float*>(s.dev_scales.get());
+      if (bf16) {
+        FP8_RETURN_IF_ERROR(kernels::cuda::Sm90Fp8Quantize128x128(reinterpret_cast<const __nv_bfloat16*>(s.dev_in.get()), n,
+                                                                  ld, opts.fmt, opts.scale_format, s.dev_out.get(),
+                                                                  dev_scales, tiles, s.stream));
+      } else {
+        FP8_RETURN_IF_ERROR(kernels::cuda::Sm90Fp8Quantize128x128(reinterpret_cast<const float*>(s.dev_in.get()), n, ld,
+                                                                  opts.fmt, opts.scale_format, s.dev_out.get(),
+                                                                  dev_scales, tiles, s.stream));
       }
-      // The last two chunks, in chunk order (the statistics add up in a fixed order).
-      for (int64_t k = std::max<int64_t>(0, chunks - 2); k < chunks; ++k) FP8_RETURN_IF_ERROR(finish(slots_[k % 2]));
+      s.partials = RoundTripPartials(n);
+      auto* dev_partials = reinterpret_cast<RoundTripPartial*>(s.dev_partials.get());
+      FP8_RETURN_IF_ERROR(RoundTripStats128x128(s.dev_in.get(), bf16, s.dev_out.get(), dev_scales, n, cols, ld, tiles,
+                                                opts.fmt, ClipThreshold(opts.fmt), dev_partials, s.stream));
+      FP8_RETURN_IF_ERROR(CopyRowsOut(s.host_out.get(), cols, s.dev_out.get(), ld, n, s.stream));
+      const size_t scale_bytes = static_cast<size_t>(kernels::CeilDiv(n, kernels::kTile) * tiles) * sizeof(float);
+      FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_scales.get(), dev_scales, scale_bytes, cudaMemcpyDeviceToHost, s.stream));
+      FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_partials.get(), dev_partials,
+                                               static_cast<size_t>(s.partials) * sizeof(RoundTripPartial),
+                                               cudaMemcpyDeviceToHost, s.stream));
       return OkStatus();
     };
-    Status st = run();
-    Drain();  // on an error, nothing may still be copying into the buffers
-    FP8_RETURN_IF_ERROR(st);
+    FP8_RETURN_IF_ERROR(RunChunks(rows, chunk_rows, enqueue, finish));
     if (non_finite) return DataLossError(reader.path() + ": tensor \"" + w.name + "\" contains NaN or Inf");
     FP8_RETURN_IF_ERROR(writer.Write(scale_name, scales.data(), scales.size() * sizeof(float)));
     return MakeQuantizeReport(w, opts.granularity, scales, sums);
@@ -248,35 +234,20 @@ class CudaWeightConverter final : public WeightConverter {
       FP8_RETURN_IF_ERROR(s.dev_out.Reserve(static_cast<size_t>(chunk_rows * ld * 2)));
     }
     auto finish = [&](Slot& s) -> Status {
-      FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
-      s.busy = false;
       return ParallelWrite(writer, w.name, static_cast<uint64_t>(s.r0 * cols) * 2, s.host_out.get(),
                            static_cast<size_t>((s.r1 - s.r0) * cols) * 2);
     };
-    auto run = [&]() -> Status {
-      const int64_t chunks = kernels::CeilDiv(rows, chunk_rows);
-      for (int64_t k = 0; k < chunks; ++k) {
-        Slot& s = slots_[k % 2];
-        if (s.busy) FP8_RETURN_IF_ERROR(finish(s));
-        s.r0 = k * chunk_rows;
-        s.r1 = std::min(rows, s.r0 + chunk_rows);
-        const int64_t n = s.r1 - s.r0;
-        FP8_RETURN_IF_ERROR(ParallelRead(reader, w.name, static_cast<uint64_t>(s.r0 * cols), s.host_in.get(),
-                                         static_cast<size_t>(n * cols)));
-        FP8_RETURN_IF_ERROR(CopyRowsIn(s.dev_in.get(), ld, s.host_in.get(), cols, n, s.stream));
-        const float* sc = reinterpret_cast<const float*>(all_scales_.get()) + s.r0 / kernels::kTile * tiles;
-        FP8_RETURN_IF_ERROR(kernels::cuda::Sm90Fp8Dequantize128x128(s.dev_in.get(), sc, tiles, n, ld, fmt,
-                                                                    reinterpret_cast<__nv_bfloat16*>(s.dev_out.get()),
-                                                                    s.stream));
-        FP8_RETURN_IF_ERROR(CopyRowsOut(s.host_out.get(), cols * 2, s.dev_out.get(), ld * 2, n, s.stream));
-        s.busy = true;
-      }
-      for (int64_t k = std::max<int64_t>(0, chunks - 2); k < chunks; ++k) FP8_RETURN_IF_ERROR(finish(slots_[k % 2]));
-      return OkStatus();
+    auto enqueue = [&](Slot& s, int64_t n) -> Status {
+      FP8_RETURN_IF_ERROR(ParallelRead(reader, w.name, static_cast<uint64_t>(s.r0 * cols), s.host_in.get(),
+                                       static_cast<size_t>(n * cols)));
+      FP8_RETURN_IF_ERROR(CopyRowsIn(s.dev_in.get(), ld, s.host_in.get(), cols, n, s.stream));
+      const float* sc = reinterpret_cast<const float*>(all_scales_.get()) + s.r0 / kernels::kTile * tiles;
+      FP8_RETURN_IF_ERROR(kernels::cuda::Sm90Fp8Dequantize128x128(s.dev_in.get(), sc, tiles, n, ld, fmt,
+                                                                  reinterpret_cast<__nv_bfloat16*>(s.dev_out.get()),
+                                                                  s.stream));
+      return CopyRowsOut(s.host_out.get(), cols * 2, s.dev_out.get(), ld * 2, n, s.stream);
     };
-    Status st = run();
-    Drain();
-    return st;
+    return RunChunks(rows, chunk_rows, enqueue, finish);
   }
 
  private:
@@ -288,6 +259,36 @@ class CudaWeightConverter final : public WeightConverter {
   // Whole 128-row bands, about chunk_bytes_ of input, at least one band.
   int64_t ChunkRows(int64_t row_bytes) const {
     return std::max<int64_t>(1, chunk_bytes_ / std::max<int64_t>(1, kernels::kTile * row_bytes)) * kernels::kTile;
+  }
+  // The two-slot pipeline over chunks of chunk_rows rows: chunk k is enqueued on slot k % 2
+  // (`enqueue(slot, rows)`, rows [slot.r0, slot.r1)) once that slot's previous chunk has
+  // finished (its stream synchronized, then `finish(slot)`), so chunk k's reads and writes
+  // overlap chunk k±1's GPU work. The last two finish in chunk order, so every chunk finishes
+  // in order (the statistics add up the same way every run). On an error nothing may still be
+  // copying into the buffers: the streams are drained before returning.
+  Status RunChunks(int64_t rows, int64_t chunk_rows, const std::function<Status(Slot&, int64_t)>& enqueue,
+                   const std::function<Status(Slot&)>& finish) {
+    auto complete = [&](Slot& s) -> Status {
+      FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+      s.busy = false;
+      return finish(s);
+    };
+    auto run = [&]() -> Status {
+      const int64_t chunks = kernels::CeilDiv(rows, chunk_rows);
+      for (int64_t k = 0; k < chunks; ++k) {
+        Slot& s = slots_[k % 2];
+        if (s.busy) FP8_RETURN_IF_ERROR(complete(s));
+        s.r0 = k * chunk_rows;
+        s.r1 = std::min(rows, s.r0 + chunk_rows);
+        FP8_RETURN_IF_ERROR(enqueue(s, s.r1 - s.r0));
+        s.busy = true;
+      }
+      for (int64_t k = std::max<int64_t>(0, chunks - 2); k < chunks; ++k) FP8_RETURN_IF_ERROR(complete(slots_[k % 2]));
+      return OkStatus();
+    };
+    Status st = run();
+    Drain();
+    return st;
   }
   void Drain() {
     for (auto& s : slots_) {
