@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -236,19 +237,23 @@ TEST_F(ApiTest, IdempotentCreate) {
   std::vector<std::thread> threads;
   std::vector<std::string> names(50);
   std::atomic<int> failures{0};
+  std::mutex error_mu;
+  std::string first_error;
   for (int i = 0; i < 50; ++i) {
     threads.emplace_back([&, i] {
       fp8d::client::JobClient c(daemon_->address());
       auto r = c.CreateJob(job, "req-2");
       if (!r.ok()) {
         ++failures;
+        std::lock_guard lock(error_mu);
+        if (first_error.empty()) first_error = r.status().ToString();
         return;
       }
       names[i] = r->name();
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures.load(), 0) << "first failure: " << first_error;
   std::set<std::string> distinct(names.begin(), names.end());
   EXPECT_EQ(distinct.size(), 1u);
   EXPECT_NE(*distinct.begin(), first->name());
