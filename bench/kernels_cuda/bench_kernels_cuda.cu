@@ -224,15 +224,17 @@ void BenchGemms() {
   struct Row {
     int64_t m, n, k;
     std::string cublas, own, bf16, ratio_cublas, ratio_bf16, diff;
-    std::string variants[7];
+    std::string variants[6];
   };
   std::vector<Row> rows;
-  constexpr int kVariants = 7;
+  // The candidates kAuto chooses from. The single-accumulator, epilogue-overlap and 128x64-pair
+  // variants measured slower everywhere (docs/performance.md) and are left out to keep the
+  // run short; the tests still run them.
+  constexpr int kVariants = 6;
   const Sm90BlockwiseGemmTile variants[kVariants] = {
-      Sm90BlockwiseGemmTile::kN128, Sm90BlockwiseGemmTile::kN128SingleAccumulator,
-      Sm90BlockwiseGemmTile::kN128OverlapEpilogue, Sm90BlockwiseGemmTile::kN64,
-      Sm90BlockwiseGemmTile::kN64OverlapEpilogue, Sm90BlockwiseGemmTile::kN128PairSharedA,
-      Sm90BlockwiseGemmTile::kN64PairSharedA};
+      Sm90BlockwiseGemmTile::kN128,         Sm90BlockwiseGemmTile::kN64,
+      Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN128SplitK2,
+      Sm90BlockwiseGemmTile::kN128SplitK4,  Sm90BlockwiseGemmTile::kN128SplitK8};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
@@ -332,15 +334,23 @@ void BenchGemms() {
       };
       std::printf("host enqueue per call: cuBLASLt %.1f us, own %.1f us\n", host_us(fp8),
                   host_us(own(Sm90BlockwiseGemmTile::kAuto)));
-      for (int v = 0; v < kVariants; ++v) {
-        const auto [tf, err] = measure(own(variants[v]));
-        row.variants[v] = cell(tf, err);
+      // Variants: best of two rounds, the second in reverse order (as the headline columns).
+      double variant_tf[kVariants] = {};
+      std::string variant_err[kVariants];
+      for (int round = 0; round < 2; ++round) {
+        for (int i = 0; i < kVariants; ++i) {
+          const int v = round == 0 ? i : kVariants - 1 - i;
+          const auto [tf, err] = measure(own(variants[v]));
+          variant_tf[v] = std::max(variant_tf[v], tf);
+          if (!err.empty()) variant_err[v] = err;
+        }
       }
-      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s / %s / %s / %s / %s\n",
+      for (int v = 0; v < kVariants; ++v) row.variants[v] = cell(variant_tf[v], variant_err[v]);
+      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s / %s / %s / %s\n",
                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
                   row.cublas.c_str(), row.own.c_str(), row.ratio_cublas.c_str(), row.bf16.c_str(), row.diff.c_str(),
                   row.variants[0].c_str(), row.variants[1].c_str(), row.variants[2].c_str(), row.variants[3].c_str(),
-                  row.variants[4].c_str(), row.variants[5].c_str(), row.variants[6].c_str());
+                  row.variants[4].c_str(), row.variants[5].c_str());
       std::fflush(stdout);
       rows.push_back(row);
       for (int s = 0; s < sets; ++s) {
@@ -356,13 +366,13 @@ void BenchGemms() {
                 static_cast<long long>(r.n), static_cast<long long>(r.k), r.cublas.c_str(), r.own.c_str(),
                 r.ratio_cublas.c_str(), r.bf16.c_str(), r.ratio_bf16.c_str(), r.diff.c_str());
   }
-  std::printf("\n### Own blockwise GEMM, block tile variants, TFLOPS\n\n");
-  std::printf("| M | N | K | 128x128, 2 partial accumulators | 128x128, 1 partial accumulator | 128x128, 2 acc. + epilogue overlap | 128x64, 2 acc. | 128x64, 2 acc. + epilogue overlap | 128x128 CTA pairs, shared A | 128x64 CTA pairs, shared A |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("\n### Own blockwise GEMM, block tile variants (best of two rounds), TFLOPS\n\n");
+  std::printf("| M | N | K | 128x128 | 128x64 | 128x128 CTA pairs, shared A | 128x128 split-K 2 | 128x128 split-K 4 | 128x128 split-K 8 |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    std::printf("| %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
+    std::printf("| %lld | %lld | %lld | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
                 static_cast<long long>(r.k), r.variants[0].c_str(), r.variants[1].c_str(), r.variants[2].c_str(),
-                r.variants[3].c_str(), r.variants[4].c_str(), r.variants[5].c_str(), r.variants[6].c_str());
+                r.variants[3].c_str(), r.variants[4].c_str(), r.variants[5].c_str());
   }
   std::fflush(stdout);
 }

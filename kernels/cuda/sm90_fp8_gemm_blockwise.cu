@@ -6,6 +6,8 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -87,17 +89,17 @@ Status AllowLargeSharedMemory(int device) {
   return OkStatus();
 }
 
-// cudaLaunchKernelEx / occupancy configuration for Cfg's clusters of kCluster CTAs along x;
+// cudaLaunchKernelEx / occupancy configuration for Cfg's clusters of kClusterDim CTAs along x;
 // the grid is rounded down to whole clusters. Not copyable: config.attrs points at attr.
 template <class Cfg>
 struct ClusterLaunch {
   ClusterLaunch(int ctas, cudaStream_t stream) {
-    config.gridDim = dim3(static_cast<unsigned>(ctas / Cfg::kCluster * Cfg::kCluster));
+    config.gridDim = dim3(static_cast<unsigned>(ctas / Cfg::kClusterDim * Cfg::kClusterDim));
     config.blockDim = dim3(blockwise_gemm::kThreads);
     config.dynamicSmemBytes = Cfg::kSmemBytes;
     config.stream = stream;
     attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = Cfg::kCluster;
+    attr.val.clusterDim.x = Cfg::kClusterDim;
     attr.val.clusterDim.y = 1;
     attr.val.clusterDim.z = 1;
     config.attrs = &attr;
@@ -110,24 +112,28 @@ struct ClusterLaunch {
   cudaLaunchAttribute attr{};
 };
 
-// How many CTAs run at once: #SMs, or with cluster pairs twice the pairs the GPCs hold at once
-// (a GPC with an odd number of free SMs leaves one idle; a grid beyond it would run a second,
-// almost empty wave of pairs).
+// How many CTAs run at once: #SMs, or with clusters kClusterDim times the clusters the GPCs
+// hold at once (a GPC whose free SMs are not a multiple of the cluster size leaves some idle; a
+// grid beyond it would run a second, almost empty wave of clusters).
 template <class Cfg>
 StatusOr<int> ResidentCtas(int device, int sms) {
-  if constexpr (Cfg::kCluster == 1) {
+  if constexpr (Cfg::kClusterDim == 1) {
     return sms;
   } else {
     static std::atomic<int> cached[kCachedDevices] = {};
     if (device < kCachedDevices) {
       if (const int n = cached[device].load(std::memory_order_relaxed); n > 0) return n;
     }
+    FP8_RETURN_IF_ERROR(AllowLargeSharedMemory<Cfg>(device));  // the query sees the kernel's limit
     ClusterLaunch<Cfg> launch(sms, nullptr);
     int clusters = 0;
     FP8_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(
         &clusters, blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>, &launch.config));
-    if (clusters < 1) return InternalError("blockwise GEMM: no CTA pair (cluster of 2) fits on this GPU");
-    const int n = clusters * Cfg::kCluster;
+    if (clusters < 1) {
+      return InternalError("blockwise GEMM: no cluster of " + std::to_string(Cfg::kClusterDim) +
+                           " CTAs fits on this GPU");
+    }
+    const int n = clusters * Cfg::kClusterDim;
     if (device < kCachedDevices) cached[device].store(n, std::memory_order_relaxed);
     return n;
   }
@@ -149,7 +155,9 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   KernelArgs args{};
   args.a_scale = a_scale_inv;
   args.b_scale = b_scale_inv;
+  args.d = d;
   args.m = static_cast<uint32_t>(m);
+  args.n = static_cast<uint32_t>(n);
   args.num_m_blocks = static_cast<uint32_t>((m + kBlockM - 1) / kBlockM);
   args.num_n_blocks = static_cast<uint32_t>(n / Cfg::kBlockN);
   args.num_k_blocks = static_cast<uint32_t>(k / kBlockK);
@@ -157,29 +165,24 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
 
   FP8_RETURN_IF_ERROR(AllowLargeSharedMemory<Cfg>(device));
   auto* kernel = blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>;
-  FP8_ASSIGN_OR_RETURN(const int resident, ResidentCtas<Cfg>(device, sms));
   const int64_t tiles = int64_t{args.num_m_blocks} * args.num_n_blocks;
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, resident));
-  if constexpr (Cfg::kCluster == 1) {
+  int grid = 0;
+  if constexpr (Cfg::kSplitK > 1) {
+    // One tile per cluster (the reduction reuses the stage memory): clusters beyond the resident
+    // ones wait for a later wave. The caller keeps tiles x kSplitK < 2^31.
+    grid = static_cast<int>(tiles * Cfg::kSplitK);
+  } else {
+    FP8_ASSIGN_OR_RETURN(const int resident, ResidentCtas<Cfg>(device, sms));
+    grid = static_cast<int>(std::min<int64_t>(tiles, resident));
+  }
+  if constexpr (Cfg::kClusterDim == 1) {
     kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
-  } else {  // grid: whole pairs (tiles is even, the caller checked)
+  } else {  // grid: whole clusters (pairs: tiles is even, the caller checked)
     ClusterLaunch<Cfg> launch(grid, stream);
     FP8_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_d, args));
   }
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
-}
-
-// 128x128 tiles move the fewest bytes per FLOP; with few tiles (small M) the last wave leaves
-// SMs idle, and 128x64 tiles (twice as many) fill the waves better. Small-M GEMMs are bound by
-// streaming B, not by the tensor cores, so there wave fill is what counts.
-Sm90BlockwiseGemmTile ChooseTile(int64_t tiles_128, int sms) {
-  // The epilogue-overlap variants measured 3-27% slower than these on every issue shape
-  // (docs/performance.md), so they are not chosen here.
-  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128;
-  auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
-  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64
-                                                         : Sm90BlockwiseGemmTile::kN128;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -194,6 +197,45 @@ using ConfigN64Overlap = Config<64, 8, true, true>;
 // The same tiles in CTA pairs sharing A through TMA multicast.
 using ConfigN128PairA = Config<128, 6, true, false, 2>;
 using ConfigN64PairA = Config<64, 8, true, false, 2>;
+// 128x128 tiles, K split over clusters of 2, 4 or 8 CTAs; no staging tile, so 7 stages fit.
+using ConfigN128SplitK2 = Config<128, 7, true, false, 1, 2>;
+using ConfigN128SplitK4 = Config<128, 7, true, false, 1, 4>;
+using ConfigN128SplitK8 = Config<128, 7, true, false, 1, 8>;
+
+int SplitOf(Sm90BlockwiseGemmTile tile) {
+  switch (tile) {
+    case Sm90BlockwiseGemmTile::kN128SplitK2: return 2;
+    case Sm90BlockwiseGemmTile::kN128SplitK4: return 4;
+    case Sm90BlockwiseGemmTile::kN128SplitK8: return 8;
+    default: return 1;
+  }
+}
+
+// Small M (fewer 128x128 tiles than SMs) is bound by streaming B, and each CTA streams at a
+// limited rate, so as many SMs as possible should stream: split K over the largest cluster
+// size S whose tiles x S CTAs all run at once and that leaves every CTA >= 4 K blocks (a
+// shorter K loop does not fill the pipeline). Otherwise 128x128 tiles (the fewest bytes per
+// FLOP) with at least 4 waves, else whichever of 128x128 / 128x64 fills the waves better.
+StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, int device, int sms) {
+  if (tiles_128 < sms) {
+    FP8_ASSIGN_OR_RETURN(const int resident8, ResidentCtas<ConfigN128SplitK8>(device, sms));
+    FP8_ASSIGN_OR_RETURN(const int resident4, ResidentCtas<ConfigN128SplitK4>(device, sms));
+    FP8_ASSIGN_OR_RETURN(const int resident2, ResidentCtas<ConfigN128SplitK2>(device, sms));
+    const std::pair<int, Sm90BlockwiseGemmTile> splits[] = {{resident8, Sm90BlockwiseGemmTile::kN128SplitK8},
+                                                            {resident4, Sm90BlockwiseGemmTile::kN128SplitK4},
+                                                            {resident2, Sm90BlockwiseGemmTile::kN128SplitK2}};
+    for (const auto& [resident, tile] : splits) {
+      const int split = SplitOf(tile);
+      if (tiles_128 * split <= resident && k_blocks >= 4 * split) return tile;
+    }
+  }
+  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128;
+  // The epilogue-overlap variants measured 3-27% slower than these on every issue shape
+  // (docs/performance.md), so they are not chosen here.
+  auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
+  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64
+                                                         : Sm90BlockwiseGemmTile::kN128;
+}
 
 }  // namespace
 
@@ -221,7 +263,14 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
   int device = 0;
   FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   FP8_ASSIGN_OR_RETURN(const int sms, SmCount(device));
-  if (tile == Sm90BlockwiseGemmTile::kAuto) tile = ChooseTile((m + 127) / 128 * (n / 128), sms);
+  const int64_t tiles_128 = (m + 127) / 128 * (n / 128), k_blocks = k / 128;
+  if (tile == Sm90BlockwiseGemmTile::kAuto) {
+    FP8_ASSIGN_OR_RETURN(tile, ChooseTile(tiles_128, k_blocks, device, sms));
+  }
+  // Split-K needs a K block per CTA and a grid of tiles x split < 2^31 CTAs; otherwise the
+  // plain 128x128 tile.
+  if (const int split = SplitOf(tile); split > 1 && (k_blocks < split || tiles_128 * split > INT32_MAX))
+    tile = Sm90BlockwiseGemmTile::kN128;
   // CTA pairs need an even number of column blocks; otherwise the same tile without pairs.
   if (tile == Sm90BlockwiseGemmTile::kN128PairSharedA && (n / 128) % 2 != 0) tile = Sm90BlockwiseGemmTile::kN128;
   if (tile == Sm90BlockwiseGemmTile::kN64PairSharedA && (n / 64) % 2 != 0) tile = Sm90BlockwiseGemmTile::kN64;
@@ -238,6 +287,12 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN64>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN64OverlapEpilogue:
       return Launch<ConfigN64Overlap>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128SplitK2:
+      return Launch<ConfigN128SplitK2>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128SplitK4:
+      return Launch<ConfigN128SplitK4>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128SplitK8:
+      return Launch<ConfigN128SplitK8>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -10,6 +10,12 @@
 // "empty" mbarrier. The epilogue converts to bf16 into a 128B-swizzled staging tile and stores
 // it with TMA while the producer already loads the next tile. Tiles are walked persistently
 // (grid = #SMs) in groups of kGroupM row blocks, so concurrent CTAs share A and B tiles in L2.
+//
+// Split-K (kSplitK = S > 1, for small M where the tiles alone leave SMs idle): a thread-block
+// cluster of S CTAs computes one tile, CTA r over the r-th of S equal K ranges. Each CTA parks
+// its FP32 total in its own (now idle) stage memory, and after a cluster barrier CTA r sums
+// slice r of the tile over the S CTAs' shared memory (DSMEM) in rank order 0..S-1 and writes it
+// as bf16: no workspace, no atomics, and the same bits on every run.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (types only: the encoder is fetched through the runtime)
@@ -30,8 +36,10 @@ constexpr int kGroupM = 8;
 // during the epilogue. kCluster = 2: CTA pairs (a thread-block cluster) compute the tiles
 // (m, 2j) and (m, 2j + 1); each loads half of their common A tile with a TMA multicast into
 // both CTAs, so A crosses L2 -> SM once per pair instead of twice.
+// kSplitK = S > 1: clusters of S CTAs split each tile's K blocks (file comment); one tile per
+// cluster (grid = tiles x S), so the stage memory is free for the reduction after the K loop.
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
-          int kCluster_ = 1>
+          int kCluster_ = 1, int kSplitK_ = 1>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -39,6 +47,10 @@ struct Config {
   static constexpr bool kOverlapEpilogue = kOverlapEpilogue_;
   static constexpr int kCluster = kCluster_;
   static_assert(kCluster == 1 || (kCluster == 2 && !kOverlapEpilogue), "cluster pairs run tile by tile");
+  static constexpr int kSplitK = kSplitK_;
+  static_assert(kSplitK == 1 || (kCluster == 1 && !kOverlapEpilogue && kDoubleAccumulator),
+                "split-K runs the plain tile loop, without A-sharing pairs");
+  static constexpr int kClusterDim = kCluster * kSplitK;  // CTAs per thread-block cluster
   static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
   static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
@@ -49,10 +61,18 @@ struct Config {
   // row, the widest box the 128B swizzle allows).
   static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
   static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kBlockN / 64);
-  static constexpr int kBarrierOffset = kStages * kStageBytes + 2 * kEpilogueWgBytes;
+  // Split-K writes D from registers (no staging tile), which leaves room for one more stage.
+  static constexpr int kStagingBytes = kSplitK > 1 ? 0 : 2 * kEpilogueWgBytes;
+  static constexpr int kBarrierOffset = kStages * kStageBytes + kStagingBytes;
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");
+  // Split-K: each consumer thread's FP32 total, kAccRegs / 4 float4s, parked in stage memory.
+  static constexpr int kReduceVecs = kAccRegs / 4;
+  static_assert(kSplitK == 1 || kConsumerWarps * 32 * kAccRegs * 4 <= kStages * kStageBytes,
+                "the split-K partials must fit in the stage ring");
+  static_assert(kReduceVecs % kSplitK == 0, "each CTA of the cluster reduces an equal slice");
 };
 
 // ---- PTX wrappers ----------------------------------------------------------------------------
@@ -84,6 +104,22 @@ __device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
       "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta)
       : "memory");
+}
+// 16 bytes at the shared-memory offset `addr` of CTA `cta` of the cluster (DSMEM).
+__device__ __forceinline__ float4 LdSharedCluster(uint32_t addr, uint32_t cta) {
+  float4 v;
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %4, %5;\n"
+      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(addr), "r"(cta)
+      : "memory");
+  return v;
+}
+__device__ __forceinline__ void StSharedV4(uint32_t addr, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
 }
 // All threads of all CTAs of the cluster (also a CTA-wide barrier).
 __device__ __forceinline__ void ClusterSync() {
@@ -250,18 +286,31 @@ __device__ __forceinline__ TileCoord TileOf(uint32_t t, uint32_t num_m_blocks,
 
 // This CTA's tiles: t in [FirstTile, NumTiles) step TileStride indexes tiles, or with cluster
 // pairs pairs of tiles (m, 2j), (m, 2j + 1), CTA rank r of the pair taking column block 2j + r.
+// With split-K the S CTAs of a cluster share one tile t.
 template <class Cfg>
-__device__ __forceinline__ uint32_t FirstTile() { return blockIdx.x / Cfg::kCluster; }
+__device__ __forceinline__ uint32_t FirstTile() { return blockIdx.x / Cfg::kClusterDim; }
 template <class Cfg>
-__device__ __forceinline__ uint32_t TileStride() { return gridDim.x / Cfg::kCluster; }
+__device__ __forceinline__ uint32_t TileStride() { return gridDim.x / Cfg::kClusterDim; }
 template <class Cfg>
 __device__ __forceinline__ uint32_t ClusterRank() { return blockIdx.x % Cfg::kCluster; }
 
 struct KernelArgs {
   const float* a_scale;  // [K/128, M]
   const float* b_scale;  // [N/128, b_scale_ld]
-  uint32_t m, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
+  __nv_bfloat16* d;      // [M, N]; written directly only by the split-K reduction
+  uint32_t m, n, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
 };
+
+// This CTA's K blocks [begin, end): all of them, or with split-K the rank-th of kSplitK equal
+// ranges (the host keeps kSplitK <= the number of K blocks, so none is empty).
+struct KRange {
+  uint32_t begin, end;
+};
+template <class Cfg>
+__device__ __forceinline__ KRange CtaKRange(const KernelArgs& args) {
+  const uint32_t r = blockIdx.x % Cfg::kSplitK, nk = args.num_k_blocks;
+  return {r * nk / Cfg::kSplitK, (r + 1) * nk / Cfg::kSplitK};
+}
 
 template <class Cfg>
 __device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) {
@@ -397,7 +446,120 @@ struct Consumer {
       BulkCommit();
     }
   }
+
+  // Split-K, step 1: this CTA's FP32 total into its own stage memory, float4 j of thread i at
+  // (j * 256 + i) * 16 (consecutive threads, consecutive 16 bytes: no bank conflicts). The stage
+  // ring is idle once both warpgroups' last wgmma has completed (the CTA's only tile).
+  __device__ __forceinline__ void StorePartial() {
+    NamedBarrierSync(3, kConsumerWarps * 32);
+    const uint32_t i = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < Cfg::kReduceVecs; ++j) {
+      StSharedV4(smem.a + (j * kConsumerWarps * 32 + i) * 16, total[4 * j], total[4 * j + 1], total[4 * j + 2],
+                 total[4 * j + 3]);
+    }
+  }
+
+  // Split-K, step 2 (after a cluster barrier): the rank-th slice of the float4s, summed over the
+  // cluster's CTAs in rank order (fixed, so the result is bitwise reproducible), written as bf16.
+  // Every CTA holds the same fragment layout, so float4 j of thread i is total[4j .. 4j + 3] of
+  // this thread's rows and columns.
+  __device__ __forceinline__ void ReduceAndStore(TileCoord tile) const {
+    constexpr int kSlice = Cfg::kReduceVecs / Cfg::kSplitK;
+    const uint32_t rank = blockIdx.x % Cfg::kSplitK, i = threadIdx.x;
+    const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
+    float4 sum[kSlice];
+#pragma unroll
+    for (int q = 0; q < kSlice; ++q) {
+      const uint32_t addr = smem.a + ((rank * kSlice + q) * kConsumerWarps * 32 + i) * 16;
+      sum[q] = LdSharedCluster(addr, 0);
+#pragma unroll
+      for (int cta = 1; cta < Cfg::kSplitK; ++cta) {
+        const float4 v = LdSharedCluster(addr, cta);
+        sum[q].x += v.x;
+        sum[q].y += v.y;
+        sum[q].z += v.z;
+        sum[q].w += v.w;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kSlice; ++q) {
+      const uint32_t col = tile.n_block * kBlockN + 8 * (rank * kSlice + q) + 2 * (lane % 4);
+      if (r0 < args.m) {
+        *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r0) * args.n + col) =
+            __floats2bfloat162_rn(sum[q].x, sum[q].y);
+      }
+      if (r1 < args.m) {
+        *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r1) * args.n + col) =
+            __floats2bfloat162_rn(sum[q].z, sum[q].w);
+      }
+    }
+  }
 };
+
+// One tile's K blocks [kr.begin, kr.end) into c.total (zeroed here).
+template <class Cfg>
+__device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, KRange kr,
+                                             float (&part0)[Cfg::kAccRegs], float (&part1)[Cfg::kAccRegs]) {
+  const uint32_t end = kr.end;
+  c.ZeroTotal();
+  uint32_t kb = kr.begin;
+  // Scales are loaded one K block ahead of their wgmma.
+  Scales ahead = c.LoadScales(tile, kb);
+  auto fetch = [&] {  // waits for K block kb's tiles; returns its scales
+    const Scales cur = ahead;
+    ahead = c.LoadScales(tile, min(kb + 1, end - 1));
+    c.WaitFull();
+    return cur;
+  };
+  auto advance = [&] {
+    ++kb;
+    c.NextStage();
+  };
+  if constexpr (Cfg::kDoubleAccumulator) {
+    // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
+    // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
+    // which accumulators are in flight).
+    Scales pending = fetch();
+    uint32_t pending_stage = c.s;
+    auto step = [&](float(&issue_into)[Cfg::kAccRegs], float(&promote_from)[Cfg::kAccRegs]) {
+      const Scales cur = fetch();
+      const uint32_t cur_stage = c.s;
+      c.Issue(issue_into);
+      WgmmaWait<1>();
+      c.Release(pending_stage);
+      c.Promote(promote_from, pending);
+      pending = cur;
+      pending_stage = cur_stage;
+      advance();
+    };
+    c.Issue(part0);
+    advance();
+    while (kb + 1 < end) {
+      step(part1, part0);
+      step(part0, part1);
+    }
+    if (kb < end) {
+      step(part1, part0);
+      WgmmaWait<0>();
+      c.Release(pending_stage);
+      c.Promote(part1, pending);
+    } else {
+      WgmmaWait<0>();
+      c.Release(pending_stage);
+      c.Promote(part0, pending);
+    }
+  } else {
+    while (kb < end) {
+      const Scales cur = fetch();
+      c.Issue(part0);
+      WgmmaWait<0>();
+      c.Release(c.s);
+      c.Promote(part0, cur);
+      advance();
+    }
+  }
+}
 
 // Tile by tile: K loop, then the epilogue (tensor cores idle during it unless the other
 // warpgroup is still busy).
@@ -405,68 +567,30 @@ template <class Cfg>
 __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                               float (&part1)[Cfg::kAccRegs]) {
   const KernelArgs& args = c.args;
-  const uint32_t num_tiles = NumTiles<Cfg>(args), nk = args.num_k_blocks;
+  const uint32_t num_tiles = NumTiles<Cfg>(args);
   for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
     const TileCoord tile = CtaTile<Cfg>(t, args);
-    c.ZeroTotal();
-    uint32_t kb = 0;
-    // Scales are loaded one K block ahead of their wgmma.
-    Scales ahead = c.LoadScales(tile, 0);
-    auto fetch = [&] {  // waits for K block kb's tiles; returns its scales
-      const Scales cur = ahead;
-      ahead = c.LoadScales(tile, min(kb + 1, nk - 1));
-      c.WaitFull();
-      return cur;
-    };
-    auto advance = [&] {
-      ++kb;
-      c.NextStage();
-    };
-    if constexpr (Cfg::kDoubleAccumulator) {
-      // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
-      // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
-      // which accumulators are in flight).
-      Scales pending = fetch();
-      uint32_t pending_stage = c.s;
-      auto step = [&](float(&issue_into)[Cfg::kAccRegs], float(&promote_from)[Cfg::kAccRegs]) {
-        const Scales cur = fetch();
-        const uint32_t cur_stage = c.s;
-        c.Issue(issue_into);
-        WgmmaWait<1>();
-        c.Release(pending_stage);
-        c.Promote(promote_from, pending);
-        pending = cur;
-        pending_stage = cur_stage;
-        advance();
-      };
-      c.Issue(part0);
-      advance();
-      while (kb + 1 < nk) {
-        step(part1, part0);
-        step(part0, part1);
-      }
-      if (kb < nk) {
-        step(part1, part0);
-        WgmmaWait<0>();
-        c.Release(pending_stage);
-        c.Promote(part1, pending);
-      } else {
-        WgmmaWait<0>();
-        c.Release(pending_stage);
-        c.Promote(part0, pending);
-      }
-    } else {
-      while (kb < nk) {
-        const Scales cur = fetch();
-        c.Issue(part0);
-        WgmmaWait<0>();
-        c.Release(c.s);
-        c.Promote(part0, cur);
-        advance();
-      }
-    }
+    TileMainLoop(c, tile, KRange{0, args.num_k_blocks}, part0, part1);
     c.Epilogue(tile);
   }
+}
+
+// Split-K: this CTA's K range of the cluster's one tile, then the reduction over the cluster.
+// The two cluster barriers are matched by the producer warpgroup (SplitKProducerSync).
+template <class Cfg>
+__device__ __forceinline__ void RunSplitK(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
+                                          float (&part1)[Cfg::kAccRegs]) {
+  const TileCoord tile = CtaTile<Cfg>(FirstTile<Cfg>(), c.args);
+  TileMainLoop(c, tile, CtaKRange<Cfg>(c.args), part0, part1);
+  c.StorePartial();
+  ClusterSync();  // every CTA's partial is in its shared memory
+  c.ReduceAndStore(tile);
+  ClusterSync();  // no CTA exits (its shared memory gone) while a peer still reads it
+}
+__device__ __forceinline__ void SplitKProducerSync() {
+  __syncwarp();
+  ClusterSync();
+  ClusterSync();
 }
 
 // One flat stream of K blocks over all of this CTA's tiles: the first K block of the next
@@ -594,7 +718,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const TileCoord tile = CtaTile<Cfg>(t, args);
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
-        for (uint32_t kb = 0; kb < args.num_k_blocks; ++kb) {
+        const KRange kr = CtaKRange<Cfg>(args);
+        for (uint32_t kb = kr.begin; kb < kr.end; ++kb) {
           MbarWait(smem.empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
           MbarArriveExpectTx(smem.full_bar + 8 * s, Cfg::kStageBytes);
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
@@ -614,6 +739,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if constexpr (Cfg::kSplitK > 1) SplitKProducerSync();
   } else {
     // ---- consumer warpgroups 0 and 1: rows [64·wg, 64·wg + 64) of each tile ----
     SetMaxNRegInc<232>();
@@ -622,6 +748,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float part1[Cfg::kAccRegs];
     if constexpr (Cfg::kOverlapEpilogue) {
       RunOverlappingEpilogue(consumer, part0, part1);
+    } else if constexpr (Cfg::kSplitK > 1) {
+      RunSplitK(consumer, part0, part1);
     } else {
       RunTileByTile(consumer, part0, part1);
     }

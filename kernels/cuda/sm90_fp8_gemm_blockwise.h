@@ -39,8 +39,13 @@ namespace fp8::kernels::cuda {
 //          of 2) on the tiles (m, 2j) and (m, 2j + 1), each CTA loading half of their common A
 //          tile with a TMA multicast into both: half the A traffic from L2. An odd number of
 //          column blocks falls back to kN128 / kN64.
-//   kAuto: kN128 with at least 4 waves of 128x128 tiles, else whichever of kN128 / kN64 fills
-//          the SMs' waves better (kN64 for M = 128 on the shapes)
+//   kN128SplitK2/4/8: 128x128 tiles, each computed by a thread-block cluster of 2/4/8 CTAs
+//          over equal K ranges, summed through distributed shared memory in a fixed order
+//          (bitwise reproducible; no workspace). One tile per cluster. Falls back to kN128 when
+//          K has fewer 128-blocks than the split.
+//   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
+//          and leave >= 4 K blocks per CTA; else kN128 with at least 4 waves of 128x128 tiles,
+//          else whichever of kN128 / kN64 fills the SMs' waves better
 enum class Sm90BlockwiseGemmTile : uint8_t {
   kAuto,
   kN128,
@@ -50,6 +55,9 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN64OverlapEpilogue,
   kN128PairSharedA,
   kN64PairSharedA,
+  kN128SplitK2,
+  kN128SplitK4,
+  kN128SplitK8,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

@@ -1,8 +1,9 @@
 // The own sm_90a blockwise FP8 GEMM (Sm90GemmFp8Blockwise) against the CPU reference
 // (kernels/gemm.h GemmFp8Blockwise, FP32 promotion per K block) and against the cuBLASLt
 // blockwise path, by DeepSeek's calc_diff < 1e-3, on fresh random inputs; every block tile
-// variant; M not a multiple of 128; each (N, K) of issue #3. Outputs start poisoned (NaN), so
-// an unwritten element fails, and rows past M must stay untouched.
+// variant; M not a multiple of 128; each (N, K) of issue #3; split-K bitwise reproducible.
+// Outputs start poisoned (NaN), so an unwritten element fails, and rows past M must stay
+// untouched.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -23,7 +24,12 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN128,
     Sm90BlockwiseGemmTile::kN128SingleAccumulator, Sm90BlockwiseGemmTile::kN128OverlapEpilogue,
     Sm90BlockwiseGemmTile::kN64, Sm90BlockwiseGemmTile::kN64OverlapEpilogue,
-    Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN64PairSharedA};
+    Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN64PairSharedA,
+    Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
+    Sm90BlockwiseGemmTile::kN128SplitK8};
+constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {Sm90BlockwiseGemmTile::kN128SplitK2,
+                                                  Sm90BlockwiseGemmTile::kN128SplitK4,
+                                                  Sm90BlockwiseGemmTile::kN128SplitK8};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -34,6 +40,9 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN64OverlapEpilogue: return "N64-overlap";
     case Sm90BlockwiseGemmTile::kN128PairSharedA: return "N128-pair-shared-A";
     case Sm90BlockwiseGemmTile::kN64PairSharedA: return "N64-pair-shared-A";
+    case Sm90BlockwiseGemmTile::kN128SplitK2: return "N128-split-K-2";
+    case Sm90BlockwiseGemmTile::kN128SplitK4: return "N128-split-K-4";
+    case Sm90BlockwiseGemmTile::kN128SplitK8: return "N128-split-K-8";
     default: return "auto";
   }
 }
@@ -144,6 +153,8 @@ class Sm90GemmBlockwiseTest : public ::testing::Test {
 // Full outputs against the CPU reference: several K-block counts (1, odd and even: the double
 // buffer's tails), M below, at and past one 128-row tile, more tiles than SMs (CTAs that run
 // several tiles, also with a single K block: the epilogue-overlap variants' tile hand-over).
+// Split-K: K ranges of unequal length (9 K blocks over 2, 4, 8 CTAs; 3 over 2), more clusters
+// than fit at once (1100 x 2304), and fewer K blocks than the split (the kN128 fallback).
 TEST_F(Sm90GemmBlockwiseTest, MatchesCpuReferenceOnSmallShapes) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}, {256, 384, 512},
                          {200, 256, 640}, {130, 512, 1152}, {17, 2048, 256}, {1100, 2304, 384},
@@ -196,6 +207,31 @@ TEST_F(Sm90GemmBlockwiseTest, MatchesCublasLtAndCpuOnIssueShapes) {
       const std::vector<double> tail_rows = Bf16Rows(d, n, 128, m);
       rows.insert(rows.end(), tail_rows.begin(), tail_rows.end());
       EXPECT_LT(testing::CalcDiff(ref, rows), kMaxCalcDiff) << "vs CPU reference";
+    }
+  }
+}
+
+// Split-K sums the CTAs' partials in rank order, so two runs give the same bits (an order
+// that depended on timing would differ between runs in the last bits); and they agree with
+// the unsplit 128x128 tile. M = 128 on issue #3's shapes where kAuto splits K.
+TEST_F(Sm90GemmBlockwiseTest, SplitKIsBitwiseReproducible) {
+  const int64_t m = 128;
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 7168}, {7168, 2048}}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k) + " seed=" + std::to_string(seed_));
+    std::mt19937_64 rng(seed_ + 7 * n + k);
+    const Operands op = MakeOperands(m, n, k, rng);
+    const DeviceOperands dev(op);
+    const std::vector<double> unsplit = Bf16Rows(RunOwn(dev, m, n, k, Sm90BlockwiseGemmTile::kN128), n, 0, m);
+    for (Sm90BlockwiseGemmTile tile : kSplitKTiles) {
+      SCOPED_TRACE(TileName(tile));
+      const std::vector<uint16_t> first = RunOwn(dev, m, n, k, tile);
+      const std::vector<uint16_t> second = RunOwn(dev, m, n, k, tile);
+      size_t differing = 0;
+      for (size_t i = 0; i < first.size(); ++i) differing += first[i] != second[i];
+      EXPECT_EQ(differing, 0u) << "elements that differ between two runs";
+      const std::vector<double> got = Bf16Rows(first, n, 0, m);
+      ASSERT_TRUE(AllFinite(got));
+      EXPECT_LT(testing::CalcDiff(unsplit, got), kMaxCalcDiff) << "vs the unsplit tile";
     }
   }
 }
