@@ -1,0 +1,196 @@
+// The trainer's fused causal attention (worker/train/cuda/sm90_flash_attention.h) alone, at the
+// two trainer shapes, with q/k/v read out of the fused [B, T, 3C] qkv buffer and y written as
+// [B, T, C], as the model does. Each shape runs the current kernels and the previous ones
+// (FP8_CUDA_FLASH_OLD=1) in the same process, checks that the two agree and that two backward
+// runs give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's output),
+// prints PyTorch SDPA's times beside ours.
+//
+// Times: CUDA events around --reps launches after --warmup, mean per launch. The backward time
+// includes its rowsum(dy∘y) pass. TFLOP/s counts causal FLOPs: forward 2·2·B·H·T²·hd / 2 (two
+// GEMMs over half the score matrix), backward 2.5× that (five GEMMs: S, dP, dV, dK, dQ).
+//
+//   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE]
+// FILE: one line per shape, "hd64 FWD_MS FWD_BWD_MS" (torch's forward and forward+backward).
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "worker/train/cuda/device_buffer.h"
+#include "worker/train/cuda/sm90_flash_attention.h"
+
+namespace {
+
+using namespace fp8::train::cuda;
+using bf16 = __nv_bfloat16;
+
+struct Shape {
+  std::string key, what;
+  int64_t batch, heads, seq, head_dim;
+};
+const Shape kShapes[] = {
+    {"hd64", "GPT-2 124M: B32 H12 T1024 hd64", 32, 12, 1024, 64},
+    {"hd128", "d4096: B4 H32 T2048 hd128", 4, 32, 2048, 128},
+};
+
+// Deterministic uniform values in [-scale, scale] (an LCG: tens of millions of values in well
+// under a second, and the timings do not depend on them).
+std::vector<bf16> RandomBf16(size_t n, uint64_t seed, float scale) {
+  std::vector<bf16> v(n);
+  uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (bf16& e : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    e = __float2bfloat16(scale * (static_cast<float>(x >> 40) / 8388608.0f - 1.0f));
+  }
+  return v;
+}
+
+std::vector<float> HostF32(const bf16* d, size_t n) {
+  std::vector<bf16> h(n);
+  cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+
+double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * double(a[i] - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Mean ms per call of `op` over `reps` calls after `warmup`; -1 if any call failed.
+double TimeMs(cudaStream_t s, int warmup, int reps, const std::function<fp8::Status()>& op) {
+  for (int i = 0; i < warmup; ++i)
+    if (!op().ok()) return -1;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a), cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  bool ok = true;
+  for (int i = 0; i < reps; ++i) ok = ok && op().ok();
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ok && cudaGetLastError() == cudaSuccess ? ms / reps : -1;
+}
+
+struct Result {
+  double fwd_ms = -1, bwd_ms = -1;
+  std::vector<float> y, dqkv;
+  bool repeatable = false;
+};
+
+int Run(int argc, char** argv) {
+  int reps = 20, warmup = 3;
+  std::string torch_file;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) warmup = std::atoi(argv[++i]);
+    else if (a == "--torch" && i + 1 < argc) torch_file = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE]\n");
+      return 2;
+    }
+  }
+  std::map<std::string, std::pair<double, double>> torch_ms;  // key → (fwd, fwd+bwd)
+  if (!torch_file.empty()) {
+    std::ifstream in(torch_file);
+    std::string key;
+    double f, fb;
+    while (in >> key >> f >> fb) torch_ms[key] = {f, fb};
+    if (torch_ms.empty()) std::fprintf(stderr, "--torch %s: no 'KEY FWD_MS FWD_BWD_MS' lines\n", torch_file.c_str());
+  }
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+
+  std::printf("| shape | kernels | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | vs torch fwd | vs torch fwd+bwd |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::vector<std::string> notes;
+  for (const Shape& sh : kShapes) {
+    const int64_t b = sh.batch, h = sh.heads, t = sh.seq, hd = sh.head_dim, c = h * hd, n = b * t * c;
+    const AttentionDims dims{b, h, t, hd};
+    const HeadLayout ql = RowMajorHeads(t, hd, 3 * c), yl = RowMajorHeads(t, hd, c);
+    DeviceBuffer<bf16> qkv, y, dy, dqkv, dqkv2;
+    DeviceBuffer<float> lse, scratch;
+    bool ok = qkv.Allocate(static_cast<size_t>(3 * n), "qkv").ok() && y.Allocate(static_cast<size_t>(n), "y").ok() &&
+              dy.Allocate(static_cast<size_t>(n), "dy").ok() && dqkv.Allocate(static_cast<size_t>(3 * n), "dqkv").ok() &&
+              dqkv2.Allocate(static_cast<size_t>(3 * n), "dqkv2").ok() &&
+              lse.Allocate(static_cast<size_t>(b * h * t), "lse").ok() &&
+              scratch.Allocate(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)), "scratch").ok();
+    if (!ok) {
+      std::fprintf(stderr, "%s: allocation failed\n", sh.what.c_str());
+      return 1;
+    }
+    // 1.5 spreads the softmax (neither flat nor one-hot), as in the tests.
+    const std::vector<bf16> qkv_h = RandomBf16(static_cast<size_t>(3 * n), 1, 1.5f * std::sqrt(3.0f));
+    const std::vector<bf16> dy_h = RandomBf16(static_cast<size_t>(n), 2, 1.0f);
+    cudaMemcpy(qkv.get(), qkv_h.data(), qkv_h.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+    cudaMemcpy(dy.get(), dy_h.data(), dy_h.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+    const bf16 *q = qkv.get(), *k = q + c, *v = q + 2 * c;
+    auto fwd = [&] { return FlashAttentionForward(dims, q, k, v, ql, y.get(), yl, lse.get(), s); };
+    auto bwd = [&](bf16* out) {
+      return FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), out, out + c,
+                                    out + 2 * c, s);
+    };
+    const double fwd_flop = 2.0 * 2.0 * b * h * double(t) * t * hd / 2.0, bwd_flop = 2.5 * fwd_flop;
+    Result res[2];
+    for (int old = 1; old >= 0; --old) {  // previous kernels first: the "before" row
+      if (old) setenv("FP8_CUDA_FLASH_OLD", "1", 1);
+      else unsetenv("FP8_CUDA_FLASH_OLD");
+      Result& r = res[old];
+      r.fwd_ms = TimeMs(s, warmup, reps, fwd);
+      // y and lse from this variant's forward feed its backward.
+      r.bwd_ms = TimeMs(s, warmup, reps, [&] { return bwd(dqkv.get()); });
+      (void)bwd(dqkv2.get());
+      cudaStreamSynchronize(s);
+      r.y = HostF32(y.get(), static_cast<size_t>(n));
+      r.dqkv = HostF32(dqkv.get(), static_cast<size_t>(3 * n));
+      r.repeatable = std::memcmp(r.dqkv.data(), HostF32(dqkv2.get(), static_cast<size_t>(3 * n)).data(),
+                                 r.dqkv.size() * sizeof(float)) == 0;
+      const auto tq = torch_ms.find(sh.key);
+      char vs_f[32] = "-", vs_fb[32] = "-";
+      if (tq != torch_ms.end() && r.fwd_ms > 0 && r.bwd_ms > 0) {
+        std::snprintf(vs_f, sizeof(vs_f), "%.2fx", tq->second.first / r.fwd_ms);
+        std::snprintf(vs_fb, sizeof(vs_fb), "%.2fx", tq->second.second / (r.fwd_ms + r.bwd_ms));
+      }
+      std::printf("| %s | %s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(),
+                  old ? "previous (FP8_CUDA_FLASH_OLD=1)" : "current", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9, r.bwd_ms,
+                  bwd_flop / r.bwd_ms / 1e9, r.fwd_ms + r.bwd_ms, (fwd_flop + bwd_flop) / (r.fwd_ms + r.bwd_ms) / 1e9,
+                  vs_f, vs_fb);
+    }
+    unsetenv("FP8_CUDA_FLASH_OLD");
+    const auto tq = torch_ms.find(sh.key);
+    if (tq != torch_ms.end()) {
+      const double tf = tq->second.first, tfb = tq->second.second, tb = tfb - tf;
+      std::printf("| %s | torch SDPA (is_causal, bf16) | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | 1.00x | 1.00x |\n",
+                  sh.what.c_str(), tf, fwd_flop / tf / 1e9, tb, bwd_flop / tb / 1e9, tfb, (fwd_flop + bwd_flop) / tfb / 1e9);
+    }
+    char note[256];
+    std::snprintf(note, sizeof(note), "%s: current vs previous rel. L2 diff y %.2e dqkv %.2e; backward bitwise repeatable: current %s, previous %s",
+                  sh.what.c_str(), RelDiff(res[0].y, res[1].y), RelDiff(res[0].dqkv, res[1].dqkv),
+                  res[0].repeatable ? "yes" : "NO", res[1].repeatable ? "yes" : "NO");
+    notes.push_back(note);
+  }
+  std::printf("\nvs torch: torch time / our time (above 1 = we are faster). bwd = fwd+bwd − fwd for torch.\n");
+  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }
