@@ -17,6 +17,8 @@
 // last step, so the final losses compare models that have settled rather than a noisy step.
 // --batch overrides the shape's batch size. --amax-history N, --margin N, --amax-most-recent set
 // fp8-tensorwise's delayed scaling (PrecisionConfig; defaults 16, 0, max over the history).
+// --init-seed N (default 1) seeds the weight initialisation only (the batches stay the same):
+// two bf16 runs with different seeds give the loss comparison's noise floor.
 //
 //   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
@@ -92,6 +94,7 @@ struct LossOptions {
   bool cosine = false;
   const fp8::data::TokenDataset* val = nullptr;
   int eval_every = 0, eval_batches = 8;
+  uint64_t init_seed = 1;
 };
 
 // Linear warm-up over the first 5% of `total` steps, then cosine from lr to lr/10.
@@ -124,7 +127,8 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   const int64_t np = model->num_params();
   // GPT-2 initialisation on the device (LayerNorm weights 1, biases 0, N(0, 0.02), residual
   // projections N(0, 0.02/√(2L))).
-  uint64_t seed = 1;
+  // Tensor i is seeded 1 + i (the default, as before) or init_seed·1000 + i: no shared streams.
+  uint64_t seed = lo.init_seed == 1 ? 1 : lo.init_seed * 1000;
   for (const ParamTensor& t : layout) {
     float* p = model->params() + t.offset;
     const bool ln_w = t.name.find("ln_") != std::string::npos && t.name.ends_with(".weight");
@@ -258,8 +262,9 @@ int main(int argc, char** argv) {
     else if (a == "--amax-history") lo.precision.amax_history_len = std::max(1, std::atoi(next().c_str()));
     else if (a == "--margin") lo.precision.margin = std::atoi(next().c_str());
     else if (a == "--amax-most-recent") lo.precision.amax_most_recent = true;
+    else if (a == "--init-seed") lo.init_seed = std::strtoull(next().c_str(), nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent]\n");
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent] [--init-seed N]\n");
       return 2;
     }
   }

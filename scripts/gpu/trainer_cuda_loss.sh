@@ -31,18 +31,38 @@ else
   python3 scripts/gpu/byte_shards.py "$PWD/data/corpus.txt" $D
 fi
 ls -la $D
-for r in ${LOSS_RECIPES:-bf16 fp8-tensorwise fp8-blockwise}; do
-  s0=$(date +%s)
-  timeout ${LOSS_TIMEOUT:-75} $C/bin/bench_trainer_cuda --shapes bytes-l12 --recipes $r --batch "$BATCH" --cosine \
+# LOSS_RUNS: recipe[@init-seed] entries, e.g. "bf16 bf16@2 fp8-tensorwise fp8-blockwise" (a second
+# bf16 seed gives the noise floor). Run i goes to GPU i mod LOSS_GPUS (default: every GPU the
+# machine has); the runs of one GPU follow each other, the GPUs run side by side.
+RUNS=${LOSS_RUNS:-${LOSS_RECIPES:-bf16 fp8-tensorwise fp8-blockwise}}
+GPUS=${LOSS_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+[ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
+tag_of() { echo "$1" | sed 's/@/-seed/'; }
+run_one() {  # $1 = recipe[@seed], $2 = GPU
+  local r=${1%@*} seed=1 t; t=$(tag_of "$1")
+  [[ "$1" == *@* ]] && seed=${1#*@}
+  local s0; s0=$(date +%s)
+  CUDA_VISIBLE_DEVICES=$2 timeout ${LOSS_TIMEOUT:-75} $C/bin/bench_trainer_cuda --shapes bytes-l12 --recipes $r --batch "$BATCH" --cosine \
     --steps "$STEPS" --warmup 0 --loss-window 100 --data "$D/train_*.bin" --val "$D/val_*.bin" \
-    --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" ${LOSS_BENCH_ARGS:-} --json /tmp/fp8d-loss-$r.json \
-    > /tmp/fp8d-loss-$r.txt 2> /tmp/fp8d-loss-$r.log
-  echo "loss run $r rc=$? ($(( $(date +%s) - s0 )) s)"
-  grep -E "tokens|val loss|error|:[0-9]+:" /tmp/fp8d-loss-$r.log | tail -4
-  # one file for every recipe: the machine sends back at most 8 files from $OUT
-  cat /tmp/fp8d-loss-$r.txt /tmp/fp8d-loss-$r.log >> "$OUT/loss.log"
+    --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --init-seed "$seed" ${LOSS_BENCH_ARGS:-} --json /tmp/fp8d-loss-$t.json \
+    > /tmp/fp8d-loss-$t.txt 2> /tmp/fp8d-loss-$t.log
+  echo "loss run $1 on GPU $2 rc=$? ($(( $(date +%s) - s0 )) s)" > /tmp/fp8d-loss-$t.rc
+}
+i=0
+declare -a PER_GPU
+for run in $RUNS; do PER_GPU[$((i % GPUS))]+="$run "; i=$((i + 1)); done
+for g in $(seq 0 $((GPUS - 1))); do
+  ( for run in ${PER_GPU[$g]:-}; do run_one "$run" "$g"; done ) &
 done
-python3 - "$STEPS" "$BATCH" $(echo bf16 ${LOSS_RECIPES:-fp8-tensorwise fp8-blockwise} | tr ' ' '\n' | awk '!s[$0]++') <<'PY'
+wait
+for run in $RUNS; do
+  t=$(tag_of "$run")
+  cat /tmp/fp8d-loss-$t.rc
+  grep -E "tokens|val loss|error|:[0-9]+:" /tmp/fp8d-loss-$t.log | tail -4
+  # one file for every run: the machine sends back at most 8 files from $OUT
+  cat /tmp/fp8d-loss-$t.txt /tmp/fp8d-loss-$t.log >> "$OUT/loss.log"
+done
+python3 - "$STEPS" "$BATCH" $(for run in bf16 $RUNS; do tag_of "$run"; done | awk '!s[$0]++') <<'PY'
 import json, os, sys
 steps, batch, recipes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 rows = {}

@@ -2,10 +2,7 @@
 // from the environment, and 2 ranks over Gloo against 1 rank with the same global batch.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,87 +12,27 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_util.h"
+#include "tests/worker_train/worker_process.h"
 #include "worker/train/checkpoint.h"
-
-extern char** environ;
 
 namespace fp8::train {
 namespace {
 
 using nlohmann::json;
 
-struct Proc {
-  pid_t pid = -1;
-  std::string events_path;
-};
+using testing::Events;
+using testing::Losses;
+using testing::OfType;
+using testing::TinySpecJson;
+using testing::WriteSpec;
+using Proc = testing::WorkerProcess;
 
-// Starts fp8-worker with extra environment entries; stdout → events file, stderr → log file.
 Proc Start(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& dir,
            const std::string& tag) {
-  Proc p;
-  p.events_path = dir + "/" + tag + ".events";
-  const std::string log = dir + "/" + tag + ".log";
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, p.events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> argv_s = {FP8_WORKER_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s = env;
-  env_s.push_back("FP8_NUM_THREADS=1");
-  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  EXPECT_EQ(posix_spawn(&p.pid, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  return p;
+  return testing::StartWorker(FP8_WORKER_BINARY, args, env, dir, tag);
 }
 
-int Wait(const Proc& p) {
-  int status = 0;
-  waitpid(p.pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::vector<json> Events(const std::string& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << line;
-    if (!j.is_discarded()) out.push_back(j);
-  }
-  return out;
-}
-
-std::vector<json> OfType(const std::vector<json>& ev, const std::string& type) {
-  std::vector<json> out;
-  for (const json& e : ev)
-    if (e["type"] == type) out.push_back(e);
-  return out;
-}
-
-std::string WriteSpec(const std::string& dir, const json& spec) {
-  const std::string path = dir + "/spec.json";
-  std::ofstream(path) << spec.dump(2);
-  return path;
-}
-
-json TinySpecJson(const std::string& dir, int64_t steps, int batch) {
-  const std::string data = testing::CorpusShardDir();
-  return json{{"model", {{"preset", "tiny"}}},
-              {"data", {{"train", data + "/train_*.bin"}, {"val", data + "/val_*.bin"}}},
-              {"precision", {{"recipe", "bf16"}}},
-              {"training", {{"max_steps", steps}, {"per_device_train_batch_size", batch}, {"logging_steps", 1},
-                            {"eval_steps", 1000}, {"save_steps", 1000}}},
-              {"output_dir", dir + "/out"}};
-}
+int Wait(const Proc& p) { return testing::WaitWorker(p); }
 
 TEST(WorkerCli, InvalidSpecExits64AndNamesTheField) {
   const std::string dir = testing::MakeTempDir("cli-invalid");
@@ -161,12 +98,6 @@ TEST(WorkerCli, SigtermCheckpointsThenResumeFromEnvironmentFinishes) {
   EXPECT_EQ(ev2.back()["result"]["interrupted"], false);
   EXPECT_TRUE(ev2.back()["result"]["final_loss"].is_number());
   EXPECT_EQ(OfType(ev2, "checkpoint").back()["step"], 40);
-}
-
-std::vector<double> Losses(const std::string& events_path) {
-  std::vector<double> out;
-  for (const json& e : OfType(Events(events_path), "progress")) out.push_back(e["loss"]);
-  return out;
 }
 
 TEST(WorkerCli, TwoRanksOverGlooMatchOneRankWithSameGlobalBatch) {

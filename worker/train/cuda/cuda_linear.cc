@@ -60,7 +60,7 @@ DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
   return {std::max(1, p_.amax_history_len), p_.margin, p_.amax_most_recent, p_.ue8m0, kernels::Fp8Max(fmt)};
 }
 
-Status CudaLinear::Init(int64_t max_m) {
+Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
   // One allocation per scale: cuBLASLt answered NOT_SUPPORTED (H200, CUDA 13.0) for a
   // tensorwise scale pointer 4 bytes into an allocation; cudaMalloc's alignment is accepted.
   for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
@@ -70,6 +70,10 @@ Status CudaLinear::Init(int64_t max_m) {
   if (p_.recipe == Recipe::kFp8Blockwise)
     return wq_scale_.Allocate(static_cast<size_t>(Ceil128(out_) * kc::Sm90BlockScaleLd(in_)), "fp8 weight block scales");
   const int h = std::max(1, p_.amax_history_len);
+  x_sc_.amax = amax_slots;
+  w_sc_.amax = amax_slots + 1;
+  dy_sc_.amax = amax_slots + 2;
+  dy_sc_.format = Fp8Format::kE5M2;
   for (Scaling* sc : {&x_sc_, &w_sc_, &dy_sc_}) {
     FP8_RETURN_IF_ERROR(sc->state.Allocate(static_cast<size_t>(DelayedStateFloats(h)), "scaling state"));
     // Empty history, scale_inv 1 (DelayedScaling's initial state).
@@ -80,28 +84,39 @@ Status CudaLinear::Init(int64_t max_m) {
   return xq_saved_.Allocate(static_cast<size_t>(max_m * in_), "saved x cast");
 }
 
-// Casts with the delayed scale and copies the scale_inv it used to *si_dst (the history
-// update that follows may change the state's). The cast's amax lands in amax[0]; amax[1] is
-// scratch. The very first cast bootstraps from its own amax, as LinearPrecision::Tensorwise
-// does; evaluation works on a copy of the state.
+// Casts with the delayed scale and copies the scale_inv it used to *si_dst (backward reads it
+// there). A training cast records its amax in sc.amax for ApplyScalingUpdates; evaluation casts
+// leave the state and the slot alone. The very first cast has no history yet: it is scaled by
+// its own amax (on a copy of the state, as LinearPrecision::Tensorwise bootstraps), and that
+// amax goes into the history like any other.
 template <typename T>
-Status CudaLinear::CastTensorwise(Scaling& sc, Fp8Format fmt, const T* x, int64_t n, uint8_t* q,
-                                  bool training, float* amax, float* si_dst) {
+Status CudaLinear::CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst) {
   const int h = std::max(1, p_.amax_history_len);
-  float* state = sc.state.get();
+  float* scratch_amax = ws_->amax.get();
+  float* amax_out = training ? sc.amax : scratch_amax;
+  const float* scale_inv = DelayedScaleInv(sc.state.get(), h);
   if (!sc.seeded) {
-    if (!training) {
-      FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_->tmp_state.get(), state, DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
-      state = ws_->tmp_state.get();
-    }
-    FP8_RETURN_IF_ERROR(kc::Sm90Amax(x, n, amax, s_));
-    FP8_RETURN_IF_ERROR(DelayedScalingUpdate(state, amax, Params(fmt), s_));
-    FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(state, h), fmt, q, amax + 1, s_));
-    if (training) sc.seeded = true;
+    float* tmp = ws_->tmp_state.get();
+    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tmp, sc.state.get(), DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
+    FP8_RETURN_IF_ERROR(kc::Sm90Amax(x, n, amax_out, s_));
+    FP8_RETURN_IF_ERROR(DelayedScalingUpdate(tmp, amax_out, Params(sc.format), s_));
+    FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(tmp, h), sc.format, q, scratch_amax + 1, s_));
+    scale_inv = DelayedScaleInv(tmp, h);
   } else {
-    FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(state, h), fmt, q, amax, s_));
+    FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, scale_inv, sc.format, q, amax_out, s_));
   }
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(si_dst, DelayedScaleInv(state, h), sizeof(float), cudaMemcpyDeviceToDevice, s_));
+  if (training) sc.pending = true;
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(si_dst, scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, s_));
+  return OkStatus();
+}
+
+Status CudaLinear::ApplyScalingUpdates() {
+  for (Scaling* sc : {&x_sc_, &w_sc_, &dy_sc_}) {
+    if (!sc->pending) continue;
+    FP8_RETURN_IF_ERROR(DelayedScalingUpdate(sc->state.get(), sc->amax, Params(sc->format), s_));
+    sc->pending = false;
+    sc->seeded = true;
+  }
   return OkStatus();
 }
 
@@ -129,18 +144,13 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training, boo
       break;
     }
     case Recipe::kFp8Tensorwise: {
-      // Updates run after the GEMM so a cast never sees a scale its own amax produced.
-      const bool x_boot = !x_sc_.seeded, w_boot = !w_sc_.seeded;
-      float* amax = ws_->amax.get();
-      FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, Fp8Format::kE4M3, x, m * in_, xq_saved_.get(), training, amax, si_x_.get()));
-      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, Fp8Format::kE4M3, w_, in_ * out_, wq_.get(), training, amax + 2, si_w_.get()));
+      // The histories take this step's amaxes only in ApplyScalingUpdates: a cast never sees a
+      // scale its own amax produced.
+      FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, x, m * in_, xq_saved_.get(), training, si_x_.get()));
+      FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, w_, in_ * out_, wq_.get(), training, si_w_.get()));
       FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si_x_.get(), wq_.get(),
                                                             Fp8Format::kE4M3, si_w_.get(), m, out_, in_, y,
                                                             kc::Sm90GemmOut::kBf16, s_));
-      if (training) {
-        if (!x_boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(x_sc_.state.get(), amax, Params(Fp8Format::kE4M3), s_));
-        if (!w_boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(w_sc_.state.get(), amax + 2, Params(Fp8Format::kE4M3), s_));
-      }
       break;
     }
     case Recipe::kFp8Blockwise: {
@@ -166,9 +176,7 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
       return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
     }
     case Recipe::kFp8Tensorwise: {
-      float* amax = ws_->amax.get();
-      const bool boot = !dy_sc_.seeded;
-      FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, Fp8Format::kE5M2, dy, m * out_, ws_->aq.get(), true, amax + 4, si_dy_.get()));
+      FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, dy, m * out_, ws_->aq.get(), true, si_dy_.get()));
       if (dx) {
         // Wᵀ as a byte transpose of the forward's cast (same W, same scale: no second cast).
         FP8_RETURN_IF_ERROR(TransposeU8(wq_.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
@@ -182,7 +190,6 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx) 
         return kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bq.get(), Fp8Format::kE4M3,
                                                  si_x_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
       }));
-      if (!boot) FP8_RETURN_IF_ERROR(DelayedScalingUpdate(dy_sc_.state.get(), amax + 4, Params(Fp8Format::kE5M2), s_));
       return OkStatus();
     }
     case Recipe::kFp8Blockwise: {

@@ -3,7 +3,10 @@
 //   bf16            x, W, dy in BF16, cuBLAS GEMMs, FP32 accumulation; dW accumulated in FP32
 //   fp8-tensorwise  x, W: E4M3 / dy: E5M2, per-tensor scales from delayed scaling (amax history
 //                   on the device), cuBLASLt FP8 GEMMs; the transposed operands of dgrad/wgrad
-//                   are byte transposes of the same casts (same scales)
+//                   are byte transposes of the same casts (same scales). A training cast
+//                   records its amax in the layer's slots; the histories take them in only at
+//                   ApplyScalingUpdates, after the model has reduced the slots over the ranks, so
+//                   every rank keeps the same scaling state (Transformer Engine's amax reduction)
 //   fp8-blockwise   x, dy: E4M3 1x128 tiles along the contraction dim, W: E4M3 128x128 blocks,
 //                   cuBLASLt blockwise-scaled GEMMs (kernels/cuda). wgrad: dyᵀ 1x128 along M
 //                   (the CPU's 128x1 of dy) × xᵀ in 128x128 blocks (cuBLASLt takes 128x128 for
@@ -48,7 +51,12 @@ class CudaLinear {
              const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
              kernels::cuda::Sm90CublasLtContext* lt, cudaStream_t s);
   // Allocates the per-layer state (tensorwise: scaling histories and the stored x cast).
-  Status Init(int64_t max_m);
+  // `amax_slots`: 3 device floats owned by the model (tensorwise: the amax of the step's x, W
+  // and dy casts, in that order).
+  Status Init(int64_t max_m, float* amax_slots);
+  // Tensorwise: feeds the amaxes recorded since the last call into the histories (the scales
+  // of the next casts). Other recipes: nothing to do.
+  Status ApplyScalingUpdates();
 
   // y [m, out] (bf16) = x [m, in]·Wᵀ + b. `training` false leaves the scaling state untouched.
   Status Forward(const bf16* x, int64_t m, bf16* y, bool training, bool add_bias = true);
@@ -67,13 +75,15 @@ class CudaLinear {
   struct Scaling {
     DeviceBuffer<float> state;  // DelayedStateFloats(history_len)
     bool seeded = false;        // has an amax been recorded (host mirror of count > 0)
+    bool pending = false;       // a training cast recorded an amax not yet in the history
+    float* amax = nullptr;      // its slot
+    kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
   };
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
   template <typename T>
-  Status CastTensorwise(Scaling& sc, kernels::Fp8Format fmt, const T* x, int64_t n, uint8_t* q,
-                        bool training, float* amax, float* si_dst);
+  Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
 
   int64_t in_, out_;
   float *w_, *b_, *gw_, *gb_;

@@ -130,6 +130,7 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_ASSIGN_OR_RETURN(ws_, LinearWorkspace::Create(precision_, n, 4 * c, 4 * c));
   float* p = params_.get();
   float* g = grads_.get();
+  FP8_RETURN_IF_ERROR(amax_slots_.Allocate(static_cast<size_t>(12 * cfg_.n_layer), "amax slots"));
   blocks_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     Block& b = blocks_[static_cast<size_t>(l)];
@@ -138,16 +139,17 @@ Status CudaGptModel::Init(int max_batch) {
     FP8_ASSIGN_OR_RETURN(b.ln1_b, at(pre + "ln_1.bias"));
     FP8_ASSIGN_OR_RETURN(b.ln2_w, at(pre + "ln_2.weight"));
     FP8_ASSIGN_OR_RETURN(b.ln2_b, at(pre + "ln_2.bias"));
-    auto linear = [&](std::unique_ptr<CudaLinear>& lin, const std::string& name, int64_t in, int64_t out) -> Status {
+    // Linear layer k of block l has amax slots 3·(4·l + k) .. +2.
+    auto linear = [&](std::unique_ptr<CudaLinear>& lin, int k, const std::string& name, int64_t in, int64_t out) -> Status {
       FP8_ASSIGN_OR_RETURN(int64_t w, at(pre + name + ".weight"));
       FP8_ASSIGN_OR_RETURN(int64_t bb, at(pre + name + ".bias"));
       lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(), stream_);
-      return lin->Init(n);
+      return lin->Init(n, amax_slots_.get() + 3 * (4 * l + k));
     };
-    FP8_RETURN_IF_ERROR(linear(b.qkv, "attn.c_attn", c, 3 * c));
-    FP8_RETURN_IF_ERROR(linear(b.proj, "attn.c_proj", c, c));
-    FP8_RETURN_IF_ERROR(linear(b.fc, "mlp.c_fc", c, 4 * c));
-    FP8_RETURN_IF_ERROR(linear(b.fc_proj, "mlp.c_proj", 4 * c, c));
+    FP8_RETURN_IF_ERROR(linear(b.qkv, 0, "attn.c_attn", c, 3 * c));
+    FP8_RETURN_IF_ERROR(linear(b.proj, 1, "attn.c_proj", c, c));
+    FP8_RETURN_IF_ERROR(linear(b.fc, 2, "mlp.c_fc", c, 4 * c));
+    FP8_RETURN_IF_ERROR(linear(b.fc_proj, 3, "mlp.c_proj", 4 * c, c));
     const size_t nc = static_cast<size_t>(n * c);
     FP8_RETURN_IF_ERROR(b.x_in.Allocate(nc, "x_in"));
     FP8_RETURN_IF_ERROR(b.res_mid.Allocate(nc, "res_mid"));
@@ -319,7 +321,12 @@ Status CudaGptModel::Backward() {
     FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.x_in.get(), p + b.ln1_w, b.ln1_mean.get(), b.ln1_rstd.get(), n, c, dres_.get(),
                                           g + b.ln1_w, g + b.ln1_b, col_scratch_.get(), stream_));
   }
-  return EmbeddingBackward(dres_.get(), inputs_.get(), n, t, c, g + wte_, g + wpe_, stream_);
+  FP8_RETURN_IF_ERROR(EmbeddingBackward(dres_.get(), inputs_.get(), n, t, c, g + wte_, g + wpe_, stream_));
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
+  if (amax_reduce_) FP8_RETURN_IF_ERROR(amax_reduce_(amax_slots_.get(), static_cast<size_t>(12 * cfg_.n_layer), stream_));
+  for (Block& b : blocks_)
+    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) FP8_RETURN_IF_ERROR(lin->ApplyScalingUpdates());
+  return OkStatus();
 }
 
 nlohmann::json CudaGptModel::PrecisionState() const {

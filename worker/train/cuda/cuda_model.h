@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -46,7 +47,9 @@ class CudaGptModel {
   // writes d(loss_scale · loss)/dlogits for Backward and advances the FP8 scaling state.
   StatusOr<double> Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training,
                            float loss_scale);
-  // Accumulates the gradients of the last training Forward into grads().
+  // Accumulates the gradients of the last training Forward into grads(), then (fp8-tensorwise)
+  // feeds the step's amaxes into the scaling histories, reduced over the ranks first when an
+  // amax reduction is set.
   Status Backward();
   Status ZeroGrad();
 
@@ -58,6 +61,12 @@ class CudaGptModel {
 
   nlohmann::json PrecisionState() const;
   Status RestorePrecisionState(const nlohmann::json& state);
+
+  // fp8-tensorwise under data parallelism: an in-place max over the ranks of `n` device floats on
+  // the model's stream. Every rank then updates its histories with the same amaxes, so the
+  // ranks keep one scaling state (and rank 0's checkpoint holds everyone's).
+  using AmaxReduce = std::function<Status(float* amax, size_t n, cudaStream_t stream)>;
+  void SetAmaxReduce(AmaxReduce reduce) { amax_reduce_ = std::move(reduce); }
 
  private:
   struct Block {
@@ -101,6 +110,8 @@ class CudaGptModel {
   DeviceBuffer<float> dres_;
   DeviceBuffer<bf16> dy_c_, d_c_, d_4c_;
   DeviceBuffer<double> loss_sum_;
+  DeviceBuffer<float> amax_slots_;  // fp8-tensorwise: 3 per linear layer (x, W, dy), one reduction
+  AmaxReduce amax_reduce_;
 };
 
 // GptModel's parameter layout (names, shapes, offsets, decay flags) without allocating the host

@@ -50,6 +50,8 @@ class CudaLoop {
   StatusOr<double> Evaluate();
   Status Save(int64_t step);
   Status Step(double* loss, double* grad_norm, double* lr, bool* stop);
+  // Sums v[0..n) (n ≤ 2) over the ranks in place, through a device buffer allocated once.
+  Status AllReduceHost(double* v, int n);
   nlohmann::json State(int64_t step) const;
 
   const TrainSpec& spec_;
@@ -61,9 +63,9 @@ class CudaLoop {
   std::unique_ptr<NcclComm> comm_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CudaGptModel> model_;
-  DeviceBuffer<float> m_, v_, scalars_;
+  DeviceBuffer<float> m_, v_;
   DeviceBuffer<uint8_t> decay_;
-  DeviceBuffer<double> norm_partial_, norm_;
+  DeviceBuffer<double> norm_partial_, norm_, host_sums_;
   std::optional<data::TokenDataset> train_, val_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<std::pair<int64_t, double>> loss_history_;
@@ -81,12 +83,14 @@ Status CudaLoop::InitDevice() {
   FP8_ASSIGN_OR_RETURN(comm_, NcclComm::Create(dist_.rank, dist_.world_size, dist_.rendezvous_dir, dist_.timeout));
   FP8_ASSIGN_OR_RETURN(model_, CudaGptModel::Create(spec_.model, spec_.precision, host_.tensors(),
                                                     spec_.training.per_device_train_batch_size, stream_));
+  if (dist_.world_size > 1)
+    model_->SetAmaxReduce([comm = comm_.get()](float* amax, size_t n, cudaStream_t s) { return comm->AllReduceMax(amax, n, s); });
   const size_t n = static_cast<size_t>(host_.num_params());
   FP8_RETURN_IF_ERROR(m_.Allocate(n, "adam m"));
   FP8_RETURN_IF_ERROR(v_.Allocate(n, "adam v"));
   FP8_RETURN_IF_ERROR(decay_.Allocate(n, "decay mask"));
-  FP8_RETURN_IF_ERROR(scalars_.Allocate(4, "scalars"));
   FP8_RETURN_IF_ERROR(norm_partial_.Allocate(1024, "norm partials"));
+  FP8_RETURN_IF_ERROR(host_sums_.Allocate(2, "all-reduced scalars"));
   FP8_RETURN_IF_ERROR(norm_.Allocate(1, "norm"));
   std::vector<uint8_t> mask(n, 0);
   for (const ParamTensor& t : host_.tensors())
@@ -159,14 +163,7 @@ StatusOr<double> CudaLoop::Evaluate() {
     count += n;
   }
   double buf[2] = {sum, static_cast<double>(count)};
-  if (dist_.world_size > 1) {
-    DeviceBuffer<double> d;
-    FP8_RETURN_IF_ERROR(d.Allocate(2, "eval sums"));
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.get(), buf, sizeof(buf), cudaMemcpyHostToDevice));
-    FP8_RETURN_IF_ERROR(comm_->AllReduceSum(d.get(), 2, stream_));
-    FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf, d.get(), sizeof(buf), cudaMemcpyDeviceToHost));
-  }
+  if (dist_.world_size > 1) FP8_RETURN_IF_ERROR(AllReduceHost(buf, 2));
   return buf[0] / buf[1];
 }
 
@@ -227,12 +224,7 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
   if (world > 1) {
     FP8_RETURN_IF_ERROR(comm_->AllReduceSum(model_->grads(), static_cast<size_t>(model_->num_params()), stream_));
     double sc[2] = {loss, stop_here ? 1.0 : 0.0};
-    DeviceBuffer<double> d;
-    FP8_RETURN_IF_ERROR(d.Allocate(2, "step scalars"));
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.get(), sc, sizeof(sc), cudaMemcpyHostToDevice, stream_));
-    FP8_RETURN_IF_ERROR(comm_->AllReduceSum(d.get(), 2, stream_));
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sc, d.get(), sizeof(sc), cudaMemcpyDeviceToHost, stream_));
-    FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    FP8_RETURN_IF_ERROR(AllReduceHost(sc, 2));
     loss = sc[0] / world;
     *stop = sc[1] > 0;
   }
@@ -254,6 +246,14 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
   FP8_RETURN_IF_ERROR(AdamWStep(model_->params(), model_->grads(), m_.get(), v_.get(), decay_.get(), model_->num_params(), a, stream_));
   *grad_norm_out = grad_norm;
   *lr_out = lr;
+  return OkStatus();
+}
+
+Status CudaLoop::AllReduceHost(double* v, int n) {
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_ERROR(comm_->AllReduceSum(host_sums_.get(), static_cast<size_t>(n), stream_));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(v, host_sums_.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return OkStatus();
 }
 

@@ -16,7 +16,7 @@ constexpr int kNcclUniqueIdBytes = 128;
 struct NcclUniqueId {
   char internal[kNcclUniqueIdBytes];
 };
-constexpr int kNcclFloat32 = 7, kNcclFloat64 = 8, kNcclSum = 0;
+constexpr int kNcclFloat32 = 7, kNcclFloat64 = 8, kNcclSum = 0, kNcclMax = 2;
 using GetUniqueIdFn = int (*)(NcclUniqueId*);
 using CommInitRankFn = int (*)(void**, int, NcclUniqueId, int);
 using AllReduceFn = int (*)(const void*, void*, size_t, int, int, void*, cudaStream_t);
@@ -82,14 +82,15 @@ NcclComm::~NcclComm() {
   // The library stays loaded: NCCL's own threads may outlive the communicator briefly.
 }
 
-Status NcclComm::AllReduce(void* data, size_t n, int type, cudaStream_t stream) {
+Status NcclComm::AllReduce(void* data, size_t n, int type, int op, cudaStream_t stream) {
   if (world_ <= 1 || n == 0) return OkStatus();
   auto fn = Sym<AllReduceFn>(lib_, "ncclAllReduce");
-  if (int rc = fn(data, data, n, type, kNcclSum, comm_, stream); rc != 0) return NcclError(lib_, rc, "ncclAllReduce");
+  if (int rc = fn(data, data, n, type, op, comm_, stream); rc != 0) return NcclError(lib_, rc, "ncclAllReduce");
   return OkStatus();
 }
 
-Status NcclComm::AllReduceSum(float* data, size_t n, cudaStream_t stream) { return AllReduce(data, n, kNcclFloat32, stream); }
-Status NcclComm::AllReduceSum(double* data, size_t n, cudaStream_t stream) { return AllReduce(data, n, kNcclFloat64, stream); }
+Status NcclComm::AllReduceSum(float* data, size_t n, cudaStream_t stream) { return AllReduce(data, n, kNcclFloat32, kNcclSum, stream); }
+Status NcclComm::AllReduceSum(double* data, size_t n, cudaStream_t stream) { return AllReduce(data, n, kNcclFloat64, kNcclSum, stream); }
+Status NcclComm::AllReduceMax(float* data, size_t n, cudaStream_t stream) { return AllReduce(data, n, kNcclFloat32, kNcclMax, stream); }
 
 }  // namespace fp8::train::cuda

@@ -26,10 +26,12 @@ class NcclComm {
   // In place, Σ over ranks, enqueued on `stream`. No-op for world_size 1.
   Status AllReduceSum(float* data, size_t n, cudaStream_t stream);
   Status AllReduceSum(double* data, size_t n, cudaStream_t stream);
+  // In place, max over ranks (fp8-tensorwise amaxes). No-op for world_size 1.
+  Status AllReduceMax(float* data, size_t n, cudaStream_t stream);
 
  private:
   NcclComm() = default;
-  Status AllReduce(void* data, size_t n, int nccl_type, cudaStream_t stream);
+  Status AllReduce(void* data, size_t n, int nccl_type, int nccl_op, cudaStream_t stream);
   int rank_ = 0, world_ = 1;
   void* lib_ = nullptr;
   void* comm_ = nullptr;
