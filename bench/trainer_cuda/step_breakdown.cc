@@ -74,7 +74,7 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   FP8_RETURN_IF_ERROR(stats2.Allocate(static_cast<size_t>(n), "rstd"));
   FP8_RETURN_IF_ERROR(scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(n, 4 * c)), "scratch"));
   FP8_RETURN_IF_ERROR(lse.Allocate(static_cast<size_t>(batch * h * cfg.seq_len), "lse"));
-  FP8_RETURN_IF_ERROR(delta.Allocate(static_cast<size_t>(batch * h * cfg.seq_len), "delta"));
+  FP8_RETURN_IF_ERROR(delta.Allocate(static_cast<size_t>(FlashAttentionBackwardScratchFloats({batch, h, cfg.seq_len, hd})), "attention scratch"));
   FP8_RETURN_IF_ERROR(partial.Allocate(1024, "partial"));
   FP8_RETURN_IF_ERROR(out.Allocate(1, "out"));
   FP8_RETURN_IF_ERROR(tokens.Allocate(static_cast<size_t>(n), "tokens"));

@@ -1,8 +1,11 @@
 // The fused causal attention (worker/train/cuda/sm90_flash_attention.h) against a float64 CPU
 // reference on random BF16 inputs: output, logsumexp, dq, dk, dv, for head dims 32/64/128 and
-// sequence lengths that are and are not multiples of the 64-row tiles, in the two layouts the
-// trainer and a plain caller use. Skips without a GPU.
+// sequence lengths that are and are not multiples of the 32/64/128-row tiles, in the two layouts
+// the trainer and a plain caller use; and the backward's bitwise repeatability (its dq adds are
+// ordered across blocks), which the trainer's resume test relies on. Skips without a GPU.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -118,8 +121,8 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   }
   Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
   Dev<bf16> dqkv(qkv_host.size());
-  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(bh * t));
   const AttentionDims dims{b, h, t, hd};
+  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
   ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
   ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                    delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));
@@ -147,11 +150,42 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, FlashAttention,
     ::testing::Values(Case{64, 1, true}, Case{64, 37, true}, Case{64, 64, true}, Case{64, 200, true},
                       Case{128, 37, true}, Case{128, 130, true}, Case{128, 257, false}, Case{32, 100, true},
-                      Case{32, 64, false}, Case{64, 129, false}),
+                      Case{32, 64, false}, Case{64, 129, false}, Case{64, 300, true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return "hd" + std::to_string(i.param.head_dim) + "_t" + std::to_string(i.param.seq) +
              (i.param.fused_qkv ? "_fused" : "_headmajor");
     });
+
+// Two backward runs on the same inputs give the same bits, at a size where many key blocks of
+// many heads run at once and add into the same dq tiles. No reference: the shapes above check values.
+class FlashAttentionRepeat : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
+  SKIP_WITHOUT_GPU();
+  const int64_t b = 4, h = 8, t = 520, hd = GetParam(), cdim = h * hd, n = b * t * cdim;
+  const AttentionDims dims{b, h, t, hd};
+  const HeadLayout ql = RowMajorHeads(t, hd, 3 * cdim), yl = RowMajorHeads(t, hd, cdim);
+  Dev<bf16> qkv(ToBf16(Random(static_cast<size_t>(3 * n), 5, 1.5f))), dy(ToBf16(Random(static_cast<size_t>(n), 6)));
+  Dev<bf16> y(static_cast<size_t>(n)), dqkv1(static_cast<size_t>(3 * n)), dqkv2(static_cast<size_t>(3 * n));
+  Dev<float> lse(static_cast<size_t>(b * h * t)), scratch(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
+  ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + cdim, qkv.get() + 2 * cdim, ql, y.get(), yl, lse.get(), nullptr));
+  for (Dev<bf16>* out : {&dqkv1, &dqkv2})
+    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + cdim, qkv.get() + 2 * cdim, ql, y.get(), dy.get(), yl, lse.get(),
+                                     scratch.get(), out->get(), out->get() + cdim, out->get() + 2 * cdim, nullptr));
+  const std::vector<bf16> a = dqkv1.Host(), c = dqkv2.Host();
+  size_t differ = 0, nonzero = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint16_t x, z;
+    std::memcpy(&x, &a[i], 2), std::memcpy(&z, &c[i], 2);
+    differ += x != z;
+    nonzero += x != 0;
+  }
+  EXPECT_EQ(differ, 0u);
+  EXPECT_GT(nonzero, a.size() / 2);  // the gradients were written at all
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat, ::testing::Values(64, 128),
+                         [](const ::testing::TestParamInfo<int64_t>& i) { return "hd" + std::to_string(i.param); });
 
 TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {
   const AttentionDims bad_hd{1, 1, 16, 48};

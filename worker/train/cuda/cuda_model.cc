@@ -180,7 +180,7 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(lnf_out_.Allocate(nc, "lnf out"));
   FP8_RETURN_IF_ERROR(logits_.Allocate(static_cast<size_t>(n * vocab_ld_), "logits"));
   if (flash_) {
-    FP8_RETURN_IF_ERROR(att_delta_.Allocate(static_cast<size_t>(max_batch * h * t), "attention delta"));
+    FP8_RETURN_IF_ERROR(att_delta_.Allocate(static_cast<size_t>(FlashAttentionBackwardScratchFloats({max_batch, h, t, c / h})), "attention backward scratch"));
   } else {
     for (DeviceBuffer<bf16>* buf : {&q_, &k_, &v_, &yh_, &dq_, &dk_, &dv_})
       FP8_RETURN_IF_ERROR(buf->Allocate(nc, "attention heads"));

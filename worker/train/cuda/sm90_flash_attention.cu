@@ -10,6 +10,7 @@
 #include "worker/train/cuda/sm90_flash_attention.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/sm90_cuda_check.h"
@@ -33,6 +34,8 @@ struct Params {
   const float* lse;
   float* lse_out;
   float* delta;
+  float* dq_acc;  // fused backward: FP32 dq, dense [B·H][T][D], unscaled
+  int* turns;     // fused backward: per (head, query tile), how many key blocks have added to dq_acc
 };
 
 // Element offset of (row, col) in a [rows][D] tile, col a multiple of 8. 8 consecutive rows at
@@ -417,6 +420,358 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(Params p) {
   StoreTile<D, kTile>(sQ, p.dq + hp.qkv_off, rs, q0, T);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The kernels the launchers use by default (FP8_CUDA_FLASH_OLD=1 brings back the ones above).
+//
+// Forward: a warp owns 32 query rows (two m16 fragments), so every K/V fragment it reads from
+// shared memory feeds twice the MMAs: with 16 rows per warp the ldmatrix traffic, not the tensor
+// cores, bounded the old kernel. Blocks own 128 queries; key tiles wholly after a warp's rows
+// are skipped by that warp, the causal mask is applied only on the tiles that cross a warp's
+// diagonal, and the score scale is folded into the exp2 argument (one FFMA per score).
+//
+// Backward: one pass per 64-key block. Sᵀ and dPᵀ are computed once per query tile; dK and dV
+// accumulate in registers as before, and dS goes through shared memory to a dQ partial (dS·K)
+// that is added into an FP32 accumulator. Those adds are ordered: for each (head, query tile)
+// the key blocks add in descending key order (a per-tile turn counter, acquire/release), so the
+// float sums, and therefore dq, are bitwise the same on every run. Descending order means a
+// block's first query tile (its diagonal) never waits, and key block j's tile i waits only on
+// block j+1's tile i, which that block reached one iteration earlier. Blocks of a head are
+// launched highest key block first, so a block only ever waits on blocks dispatched before it.
+
+// Fragments of rows a_row0..a_row0+16·MR−1 of a [rows][D] tile as MMA A operands, one per k16.
+template <int D, int MR>
+__device__ __forceinline__ void LoadAFrags(uint32_t (&af)[MR][D / 16][4], const bf16* a, int a_row0) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      Ldsm4(af[m][kk], a + Swz<D>(a_row0 + m * 16 + r8 + (mi & 1) * 8, kk * 16 + (mi >> 1) * 8));
+}
+
+// acc[MR][16×N] += A·Bᵀ, A = MR 16-row fragments (registers, or rows a_row0.. of tile a when
+// kARegs is false), B = rows 0..N-1 of tile b. Each B fragment is loaded once for MR MMAs.
+template <int D, int N, int MR, bool kARegs>
+__device__ __forceinline__ void MmaABtM(float (&acc)[MR][N / 8][4], const uint32_t (&areg)[kARegs ? MR : 1][kARegs ? D / 16 : 1][4],
+                                        const bf16* a, int a_row0, const bf16* b) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[MR][4];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      if constexpr (kARegs) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) af[m][x] = areg[m][kk][x];
+      } else {
+        Ldsm4(af[m], a + Swz<D>(a_row0 + m * 16 + r8 + (mi & 1) * 8, kk * 16 + (mi >> 1) * 8));
+      }
+    }
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += 16) {
+      uint32_t bf[4];
+      Ldsm4(bf, b + Swz<D>(n0 + r8 + (mi >> 1) * 8, kk * 16 + (mi & 1) * 8));
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        Mma(acc[m][n0 / 8], af[m], bf[0], bf[1]);
+        Mma(acc[m][n0 / 8 + 1], af[m], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
+// acc[MR][16×D] += P·B, P [MR][16×K] as C fragments (rounded to BF16 here), B = rows 0..K-1.
+template <int D, int K, int MR>
+__device__ __forceinline__ void MmaPVM(float (&acc)[MR][D / 8][4], const float (&p)[MR][K / 8][4], const bf16* b) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t af[MR][4];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      af[m][0] = Pack(p[m][2 * kk][0], p[m][2 * kk][1]);
+      af[m][1] = Pack(p[m][2 * kk][2], p[m][2 * kk][3]);
+      af[m][2] = Pack(p[m][2 * kk + 1][0], p[m][2 * kk + 1][1]);
+      af[m][3] = Pack(p[m][2 * kk + 1][2], p[m][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int n0 = 0; n0 < D; n0 += 16) {
+      uint32_t bf[4];
+      Ldsm4T(bf, b + Swz<D>(kk * 16 + r8 + (mi & 1) * 8, n0 + (mi >> 1) * 8));
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        Mma(acc[m][n0 / 8], af[m], bf[0], bf[1]);
+        Mma(acc[m][n0 / 8 + 1], af[m], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
+constexpr int kFwdRows = 128;  // queries per forward block: 32 per warp
+// Keys per forward K/V tile: 32 at D = 128, where a 64-key score tile (64 more registers beside
+// the 128 of o) made ptxas spill.
+template <int D>
+constexpr int kFwdKeys = D == 128 ? 32 : 64;
+constexpr int kBwdKeys = 64;   // keys per fused-backward block: 16 per warp
+
+template <int D, int BK>
+__global__ void __launch_bounds__(kThreads) FlashForwardWideKernel(Params p) {
+  constexpr int MR = 2;
+  constexpr bool kQRegs = D <= 64;  // 32 registers at D = 64; at 128 they would crowd out o and s
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sK = sQ + kFwdRows * D;  // 2 stages
+  bf16* sV = sK + 2 * BK * D;    // 2 stages
+  const int qt = gridDim.x - 1 - blockIdx.x;  // longest causal rows first
+  const int q0 = qt * kFwdRows;
+  const HeadPtrs hp = Head(p);
+  const int64_t rs = p.qkv.row_stride, T = p.seq;
+  const bf16* q = p.q + hp.qkv_off;
+  const bf16* k = p.k + hp.qkv_off;
+  const bf16* v = p.v + hp.qkv_off;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int wrow = warp * 16 * MR;  // this warp's first row in the tile
+
+  LoadTile<D, kFwdRows>(sQ, q, rs, q0, T);
+  LoadTile<D, BK>(sK, k, rs, 0, T);
+  LoadTile<D, BK>(sV, v, rs, 0, T);
+  CpAsyncCommit();
+
+  const float sl2 = p.scale_log2;
+  float o[MR][D / 8][4] = {};
+  float m[MR][2], l[MR][2];
+#pragma unroll
+  for (int i = 0; i < MR; ++i) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.f;
+  uint32_t qf[kQRegs ? MR : 1][kQRegs ? D / 16 : 1][4];
+  const int n_kt_seq = static_cast<int>((T + BK - 1) / BK), n_kt_causal = (q0 + kFwdRows - 1) / BK + 1;
+  const int n_kt = n_kt_seq < n_kt_causal ? n_kt_seq : n_kt_causal;
+  for (int j = 0; j < n_kt; ++j) {
+    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, rs, j, n_kt, T);
+    if constexpr (kQRegs) {
+      if (j == 0) LoadAFrags<D, MR>(qf, sQ, wrow);
+    }
+    const int key0 = j * BK;
+    if (key0 <= q0 + wrow + 16 * MR - 1) {  // else every key of the tile is after this warp's rows
+      const bf16* cK = sK + (j & 1) * BK * D;
+      const bf16* cV = sV + (j & 1) * BK * D;
+      float s[MR][BK / 8][4] = {};
+      MmaABtM<D, BK, MR, kQRegs>(s, qf, sQ, wrow, cK);
+      const bool mask = key0 + BK - 1 > q0 + wrow;  // the tile crosses this warp's diagonal (or T)
+#pragma unroll
+      for (int i = 0; i < MR; ++i) {
+        float mx[2] = {m[i][0], m[i][1]};
+        const int row = q0 + wrow + i * 16 + g;  // and row + 8
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (mask && key0 + nt * 8 + 2 * tq + (e & 1) > row + (e >> 1) * 8) s[i][nt][e] = -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[i][nt][e]);
+          }
+        // Raw-score maxima: tile 0 always holds key 0 ≤ every row, so mx is finite from the
+        // first tile on and exp2((m − mx)·scale) is 0 there, never NaN.
+        float alpha[2], neg_mx[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+          alpha[r] = exp2f((m[i][r] - mx[r]) * sl2);
+          m[i][r] = mx[r];
+          neg_mx[r] = -mx[r] * sl2;
+        }
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[i][nt][e] = exp2f(fmaf(s[i][nt][e], sl2, neg_mx[e >> 1]));
+            sum[e >> 1] += s[i][nt][e];
+          }
+        l[i][0] = l[i][0] * alpha[0] + sum[0];
+        l[i][1] = l[i][1] * alpha[1] + sum[1];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o[i][dt][0] *= alpha[0], o[i][dt][1] *= alpha[0];
+          o[i][dt][2] *= alpha[1], o[i][dt][3] *= alpha[1];
+        }
+      }
+      MmaPVM<D, BK, MR>(o, s, cV);
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+#pragma unroll
+  for (int i = 0; i < MR; ++i) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
+      l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
+      const int row = q0 + wrow + i * 16 + g + r * 8;
+      if (tq == 0 && row < T) p.lse_out[hp.bh * T + row] = m[i][r] * sl2 + log2f(l[i][r]);
+    }
+    AccToTile<D>(o[i], 1.f / l[i][0], 1.f / l[i][1], sQ, wrow + i * 16);
+  }
+  __syncthreads();
+  StoreTile<D, kFwdRows>(sQ, p.out + hp.y_off, p.yl.row_stride, q0, T);
+}
+
+__device__ __forceinline__ int LoadAcquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void StoreRelease(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+template <int D, int BQ>
+__global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
+  constexpr int BK = kBwdKeys;
+  constexpr bool kKvRegs = D <= 64;  // K and V as A fragments in registers (32 of them at D = 64)
+  // The dQ partial [BQ × D]: warps split its rows in 16s, and its columns when BQ < 64.
+  constexpr int kRowGroups = BQ / 16, kColSplit = kWarps / kRowGroups, DC = D / kColSplit;
+  static_assert(kRowGroups * kColSplit == kWarps && DC % 16 == 0, "dQ partial split");
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);
+  bf16* sV = sK + BK * D;
+  bf16* sQ = sV + BK * D;       // 2 stages
+  bf16* sDo = sQ + 2 * BQ * D;  // 2 stages
+  bf16* sDs = sDo + 2 * BQ * D;  // dSᵀ: [BK keys][BQ queries]
+  const int n_kb = gridDim.x, kb = n_kb - 1 - blockIdx.x;  // highest keys first (see above)
+  const int k0 = kb * BK;
+  const HeadPtrs hp = Head(p);
+  const int64_t rs = p.qkv.row_stride, yrs = p.yl.row_stride, T = p.seq;
+  const int n_qt = static_cast<int>((T + BQ - 1) / BQ);
+  const bf16* q = p.q + hp.qkv_off;
+  const bf16* dy = p.dy + hp.y_off;
+  const float* lse = p.lse + hp.bh * T;
+  const float* delta = p.delta + hp.bh * T;
+  float* dq_acc = p.dq_acc + hp.bh * T * D;
+  int* turns = p.turns + hp.bh * n_qt;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int mi = lane >> 3, r8 = lane & 7;
+
+  const int i0 = k0 / BQ;
+  LoadTile<D, BK>(sK, p.k + hp.qkv_off, rs, k0, T);
+  LoadTile<D, BK>(sV, p.v + hp.qkv_off, rs, k0, T);
+  LoadTile<D, BQ>(sQ, q, rs, i0 * BQ, T);
+  LoadTile<D, BQ>(sDo, dy, yrs, i0 * BQ, T);
+  CpAsyncCommit();
+
+  uint32_t kf[1][kKvRegs ? D / 16 : 1][4], vf[1][kKvRegs ? D / 16 : 1][4];
+  float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
+  const int key0 = k0 + warp * 16 + g;  // this thread's keys: key0, key0 + 8
+  const int wr = warp % kRowGroups, wc = warp / kRowGroups;
+  for (int i = i0; i < n_qt; ++i) {
+    const int st = (i - i0) & 1;
+    if (i + 1 < n_qt) {
+      LoadTile<D, BQ>(sQ + (st ^ 1) * BQ * D, q, rs, (i + 1) * BQ, T);
+      LoadTile<D, BQ>(sDo + (st ^ 1) * BQ * D, dy, yrs, (i + 1) * BQ, T);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if constexpr (kKvRegs) {
+      if (i == i0) {
+        LoadAFrags<D, 1>(kf, sK, warp * 16);
+        LoadAFrags<D, 1>(vf, sV, warp * 16);
+      }
+    }
+    const bf16* cQ = sQ + st * BQ * D;
+    const bf16* cDo = sDo + st * BQ * D;
+    float s[1][BQ / 8][4] = {}, dp[1][BQ / 8][4] = {};
+    MmaABtM<D, BQ, 1, kKvRegs>(s, kf, sK, warp * 16, cQ);    // Sᵀ = K·Qᵀ
+    MmaABtM<D, BQ, 1, kKvRegs>(dp, vf, sV, warp * 16, cDo);  // dPᵀ = V·dOᵀ
+    const bool edge = i * BQ < k0 + BK || (i + 1) * BQ > T;  // diagonal or past the end
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int qi = i * BQ + nt * 8 + 2 * tq + c;
+        const bool in = qi < T;
+        const float lq = in ? __ldg(lse + qi) : 0.f, dl = in ? __ldg(delta + qi) : 0.f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = r * 2 + c;
+          float pv = exp2f(fmaf(s[0][nt][e], p.scale_log2, -lq));
+          if (edge && (!in || key0 + r * 8 > qi)) pv = 0.f;
+          s[0][nt][e] = pv;
+          dp[0][nt][e] = pv * (dp[0][nt][e] - dl);  // dSᵀ
+        }
+      }
+    // dSᵀ rows (keys) → shared memory, rounded to BF16 exactly as the dK GEMM below rounds it.
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<uint32_t*>(sDs + Swz<BQ>(warp * 16 + g + r * 8, nt * 8) + 2 * tq) =
+            Pack(dp[0][nt][2 * r], dp[0][nt][2 * r + 1]);
+    MmaPVM<D, BQ, 1>(dv, s, cDo);  // dV += Pᵀ·dO
+    MmaPVM<D, BQ, 1>(dk, dp, cQ);  // dK += dSᵀ·Q
+    __syncthreads();  // sDs complete
+
+    // dQ partial (rows wr·16.., columns wc·DC..) = dS·K: A = dS read transposed out of sDsᵀ.
+    float dqp[DC / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t af[4];
+      Ldsm4T(af, sDs + Swz<BQ>(kk * 16 + (mi >> 1) * 8 + r8, wr * 16 + (mi & 1) * 8));
+#pragma unroll
+      for (int n0 = 0; n0 < DC; n0 += 16) {
+        uint32_t bf[4];
+        Ldsm4T(bf, sK + Swz<D>(kk * 16 + r8 + (mi & 1) * 8, wc * DC + n0 + (mi >> 1) * 8));
+        Mma(dqp[n0 / 8], af, bf[0], bf[1]);
+        Mma(dqp[n0 / 8 + 1], af, bf[2], bf[3]);
+      }
+    }
+    // Our turn on this query tile: after every key block above ours that reaches it.
+    const int last_kb = min((i * BQ + BQ - 1) / BK, n_kb - 1);
+    const int turn = last_kb - kb;
+    if (threadIdx.x == 0)
+      while (LoadAcquire(turns + i) != turn) __nanosleep(32);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = static_cast<int64_t>(i) * BQ + wr * 16 + g + r * 8;
+      if (row >= T) continue;
+      float* dst = dq_acc + row * D + wc * DC + 2 * tq;
+#pragma unroll
+      for (int dt = 0; dt < DC / 8; ++dt) {
+        const float2 val = make_float2(dqp[dt][2 * r], dqp[dt][2 * r + 1]);
+        if (turn == 0) *reinterpret_cast<float2*>(dst + dt * 8) = val;  // first: no zeroing pass
+        else atomicAdd(reinterpret_cast<float2*>(dst + dt * 8), val);   // serialised by the turn
+      }
+    }
+    // Release (as CUTLASS's semaphores do): the barrier orders every thread's adds before thread
+    // 0's fence, whose cumulativity publishes them with the counter. The barrier also keeps sDs
+    // and this stage from being rewritten while a warp still reads them.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      StoreRelease(turns + i, turn + 1);
+    }
+  }
+  AccToTile<D>(dk[0], p.scale, p.scale, sK, warp * 16);
+  AccToTile<D>(dv[0], 1.f, 1.f, sV, warp * 16);
+  __syncthreads();
+  StoreTile<D, BK>(sK, p.dk + hp.qkv_off, rs, k0, T);
+  StoreTile<D, BK>(sV, p.dv + hp.qkv_off, rs, k0, T);
+}
+
+// dq (BF16, layout qkv) = scale · dq_acc; one thread per 8 elements.
+template <int D>
+__global__ void __launch_bounds__(256) FlashDqStoreKernel(Params p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.batch * p.heads * p.seq * (D / 8)) return;
+  const int64_t c = (i % (D / 8)) * 8, row = i / (D / 8), bh = row / p.seq, t = row % p.seq;
+  const float4* src = reinterpret_cast<const float4*>(p.dq_acc + row * D + c);
+  const float4 a = src[0], b = src[1];
+  const float f = p.scale;
+  const uint4 out = {Pack(a.x * f, a.y * f), Pack(a.z * f, a.w * f), Pack(b.x * f, b.y * f), Pack(b.z * f, b.w * f)};
+  const int64_t off = (bh / p.heads) * p.qkv.batch_stride + (bh % p.heads) * p.qkv.head_stride + t * p.qkv.row_stride + c;
+  *reinterpret_cast<uint4*>(p.dq + off) = out;
+}
+
 // Query tile of the dk/dv kernel and key tile of the dq kernel: smaller at D = 128 so the two
 // D-wide accumulators plus the score fragments stay in registers.
 template <int D>
@@ -431,21 +786,77 @@ Status Launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t s, const Param
   return OkStatus();
 }
 
+// FP8_CUDA_FLASH_OLD=1 (read on every call, so a bench can flip it): the previous kernels (64-row
+// forward blocks, two-kernel backward), kept for before/after measurements and as a fallback.
+bool UseOldKernels() {
+  const char* e = std::getenv("FP8_CUDA_FLASH_OLD");
+  return e != nullptr && *e != '\0' && *e != '0';
+}
+
+// Tile-size overrides for tuning runs of bench_attention_cuda (FP8_CUDA_FLASH_FWD_KEYS=64: 64-key
+// forward tiles at D = 128; FP8_CUDA_FLASH_BWD_BQ=32: 32-query backward tiles at D ≤ 64).
+bool EnvIs(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string(e) == value;
+}
+
+unsigned Blocks(int64_t n, int64_t per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
+
+template <int D, int BK>
+Status ForwardWide(const Params& p, unsigned bh, cudaStream_t s) {
+  return Launch(FlashForwardWideKernel<D, BK>, dim3(Blocks(p.seq, kFwdRows), bh), sizeof(bf16) * (kFwdRows + 4 * BK) * D, s, p);
+}
+
 template <int D>
 Status Forward(const Params& p, int64_t batch, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((p.seq + kTile - 1) / kTile), static_cast<unsigned>(batch * p.heads));
-  return Launch(FlashForwardKernel<D>, grid, sizeof(bf16) * (kTile + 4 * kTile) * D, s, p);
+  const unsigned bh = static_cast<unsigned>(batch * p.heads);
+  if (UseOldKernels())
+    return Launch(FlashForwardKernel<D>, dim3(Blocks(p.seq, kTile), bh), sizeof(bf16) * (kTile + 4 * kTile) * D, s, p);
+  if constexpr (D == 128)
+    if (EnvIs("FP8_CUDA_FLASH_FWD_KEYS", "64")) return ForwardWide<D, 64>(p, bh, s);
+  return ForwardWide<D, kFwdKeys<D>>(p, bh, s);
+}
+
+// Query tile of the fused backward: 32 at D = 128 so dK, dV (128 registers) and the score tiles fit.
+template <int D>
+constexpr int kFusedBq = D == 128 ? 32 : 64;
+
+template <int D, int BQ>
+Status BackwardFused(const Params& p, unsigned bh, cudaStream_t s) {
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.turns, 0, sizeof(int) * bh * Blocks(p.seq, BQ), s));
+  FP8_RETURN_IF_ERROR(Launch(FlashBackwardFusedKernel<D, BQ>, dim3(Blocks(p.seq, kBwdKeys), bh),
+                             sizeof(bf16) * ((2 * kBwdKeys + 4 * BQ) * D + kBwdKeys * BQ), s, p));
+  const int64_t chunks = static_cast<int64_t>(bh) * p.seq * (D / 8);
+  FlashDqStoreKernel<D><<<Blocks(chunks, 256), 256, 0, s>>>(p);
+  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return OkStatus();
 }
 
 template <int D>
 Status Backward(const Params& p, int64_t batch, cudaStream_t s) {
-  constexpr int kInner = kBwdInner<D>;
   const unsigned bh = static_cast<unsigned>(batch * p.heads);
-  const unsigned tiles = static_cast<unsigned>((p.seq + kTile - 1) / kTile);
-  const dim3 delta_grid(static_cast<unsigned>((batch * p.heads * p.seq + kWarps - 1) / kWarps));
-  FP8_RETURN_IF_ERROR(Launch(FlashDeltaKernel<D>, delta_grid, 0, s, p));
-  FP8_RETURN_IF_ERROR(Launch(FlashBackwardKvKernel<D, kInner>, dim3(tiles, bh), sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p));
-  return Launch(FlashBackwardQKernel<D, kInner>, dim3(tiles, bh), sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
+  FP8_RETURN_IF_ERROR(Launch(FlashDeltaKernel<D>, dim3(Blocks(batch * p.heads * p.seq, kWarps)), 0, s, p));
+  if (UseOldKernels()) {
+    constexpr int kInner = kBwdInner<D>;
+    const dim3 grid(Blocks(p.seq, kTile), bh);
+    FP8_RETURN_IF_ERROR(Launch(FlashBackwardKvKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p));
+    return Launch(FlashBackwardQKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
+  }
+  if constexpr (D == 64)
+    if (EnvIs("FP8_CUDA_FLASH_BWD_BQ", "32")) return BackwardFused<D, 32>(p, bh, s);
+  return BackwardFused<D, kFusedBq<D>>(p, bh, s);
+}
+
+// Backward scratch: delta [B·H·T] | turn counters [B·H·ceil(T/16)] ints | dq_acc [B·H·T·hd],
+// each part starting on a 256-byte boundary.
+struct ScratchParts {
+  int64_t turns, dq_acc, total;  // offsets and size, in floats
+};
+ScratchParts Scratch(const AttentionDims& d) {
+  auto round = [](int64_t n) { return (n + 63) / 64 * 64; };
+  const int64_t bh = d.batch * d.heads;
+  const int64_t turns = round(bh * d.seq), dq_acc = turns + round(bh * ((d.seq + 15) / 16));
+  return {turns, dq_acc, dq_acc + bh * d.seq * d.head_dim};
 }
 
 bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -483,6 +894,8 @@ bool FlashAttentionSupportsHeadDim(int64_t head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
+int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims) { return Scratch(dims).total; }
+
 Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
                              HeadLayout qkv, bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
   FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, y}));
@@ -497,11 +910,13 @@ Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf1
 
 Status FlashAttentionBackward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
                               HeadLayout qkv, const bf16* y, const bf16* dy, HeadLayout yl,
-                              const float* lse, float* delta, bf16* dq, bf16* dk, bf16* dv,
+                              const float* lse, float* scratch, bf16* dq, bf16* dk, bf16* dv,
                               cudaStream_t s) {
   FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, y, dy, dq, dk, dv}));
   Params p = MakeParams(dims, qkv, yl);
-  p.q = q, p.k = k, p.v = v, p.y = y, p.dy = dy, p.lse = lse, p.delta = delta;
+  const ScratchParts parts = Scratch(dims);
+  p.q = q, p.k = k, p.v = v, p.y = y, p.dy = dy, p.lse = lse, p.delta = scratch;
+  p.turns = reinterpret_cast<int*>(scratch + parts.turns), p.dq_acc = scratch + parts.dq_acc;
   p.dq = dq, p.dk = dk, p.dv = dv;
   switch (dims.head_dim) {
     case 32: return Backward<32>(p, dims.batch, s);

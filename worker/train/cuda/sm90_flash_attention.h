@@ -4,7 +4,8 @@
 // probabilities from it. Tiles wholly above the causal diagonal are never visited.
 //
 // Tensor cores through mma.sync m16n8k16 (BF16 → FP32), operands staged in shared memory by
-// cp.async (two stages) and read with ldmatrix. Head dims 32, 64 and 128.
+// cp.async (two stages) and read with ldmatrix. Head dims 32, 64 and 128. Measured against
+// PyTorch SDPA by bench/trainer_cuda/bench_attention_cuda.cc (docs/performance.md).
 //
 // Layout: element (b, h, t, d) of q, k, v, y (and their gradients) sits at
 //   ptr[b·batch_stride + h·head_stride + t·row_stride + d]
@@ -46,13 +47,19 @@ Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
                              const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
                              __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s);
 
-// dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y). `delta` is scratch of
-// B·H·T floats (rowsum(dy∘y)). Two kernels, one owning a key tile (dk, dv), one a query tile
-// (dq): no atomics, so the result is bitwise reproducible.
+// Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
+// larger batch's scratch): rowsum(dy∘y), turn counters and an FP32 dq accumulator, ≈ B·H·T·(hd+1).
+int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
+
+// dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y); `scratch` holds
+// FlashAttentionBackwardScratchFloats(dims) floats. One pass per key block computes dk and dv and
+// adds its dq share into an FP32 accumulator in a fixed order of key blocks, so the result is
+// bitwise reproducible run to run. FP8_CUDA_FLASH_OLD=1 selects the previous kernels (64-query
+// forward blocks; a dk/dv kernel and a dq kernel that each recompute the probabilities).
 Status FlashAttentionBackward(const AttentionDims& dims, const __nv_bfloat16* q,
                               const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
                               const __nv_bfloat16* y, const __nv_bfloat16* dy, HeadLayout yl,
-                              const float* lse, float* delta, __nv_bfloat16* dq,
+                              const float* lse, float* scratch, __nv_bfloat16* dq,
                               __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t s);
 
 }  // namespace fp8::train::cuda

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The fused causal attention on the GPU machine, in one call: the CUDA trainer tests (the
+# FlashAttention ones also on the previous kernels), bench_attention_cuda (current vs previous
+# kernels) beside PyTorch SDPA, and the bf16 training step with its breakdown, current kernels
+# then previous ones.
+#   here:   scripts/gpu/attention.sh pack [BUILD_DIR]   binaries (default build-attn: targets
+#           worker_train_cuda_test bench_attention_cuda bench_trainer_cuda) + libraries → .attn-carry
+#   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
+#   TUNE_ENV="VAR=VALUE …" adds a bench_attention_cuda run with those tile overrides.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+C=.attn-carry
+if [ "${1:-}" = pack ]; then
+  set -e
+  . scripts/gpu/pack_common.sh
+  pack_start $C
+  pack_binaries $C/bin "${2:-build-attn}/bin" worker_train_cuda_test bench_attention_cuda bench_trainer_cuda
+  pack_libs $C $C/bin/*
+  exit 0
+fi
+OUT=${OUT:-/tmp/fp8d-attention-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+S=$OUT/summary.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv > "$S" 2>&1
+ldd $C/bin/bench_trainer_cuda | grep -i "not found" >> "$S"
+# The tests were built with the corpus path of the build machine.
+mkdir -p /work/main/data 2>/dev/null && [ -e /work/main/data/corpus.txt ] || ln -sf "$PWD/data/corpus.txt" /work/main/data/corpus.txt
+
+echo "== tests" >> "$S"
+timeout ${TEST_TIMEOUT:-100} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1
+echo "rc=$?" >> "$S"
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|actual|tests ran" "$OUT/test.log" | head -40 >> "$S"
+grep -E "^\[       OK \] .*FlashAttention" "$OUT/test.log" >> "$S"
+echo "== FlashAttention tests on the previous kernels (FP8_CUDA_FLASH_OLD=1)" >> "$S"
+FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*' > "$OUT/test_old.log" 2>&1
+echo "rc=$?" >> "$S"
+grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_old.log" | head -20 >> "$S"
+
+echo "== torch SDPA" >> "$S"
+timeout ${TORCH_TIMEOUT:-60} python3 scripts/gpu/attention_torch.py --reps 20 --warmup 3 > "$OUT/torch_attention.txt" 2> "$OUT/torch.log"
+echo "rc=$?" >> "$S"
+cat "$OUT/torch_attention.txt" >> "$S"; tail -3 "$OUT/torch.log" >> "$S"
+echo "== bench_attention_cuda --reps 20 --warmup 3 --torch torch_attention.txt" >> "$S"
+timeout 60 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --torch "$OUT/torch_attention.txt" > "$OUT/bench_attention.txt" 2>&1
+echo "rc=$?" >> "$S"
+cat "$OUT/bench_attention.txt" >> "$S"
+if [ -n "${TUNE_ENV:-}" ]; then  # e.g. TUNE_ENV="FP8_CUDA_FLASH_FWD_KEYS=64 FP8_CUDA_FLASH_BWD_BQ=32"
+  echo "== bench_attention_cuda with $TUNE_ENV" >> "$S"
+  env $TUNE_ENV timeout 60 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --torch "$OUT/torch_attention.txt" > "$OUT/bench_attention_tune.txt" 2>&1
+  echo "rc=$?" >> "$S"
+  grep -E "current|repeatable" "$OUT/bench_attention_tune.txt" >> "$S"
+fi
+
+echo "== bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 --breakdown" >> "$S"
+timeout ${STEP_TIMEOUT:-80} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 --breakdown \
+  > "$OUT/bench_trainer.txt" 2>&1
+echo "rc=$?" >> "$S"
+cat "$OUT/bench_trainer.txt" >> "$S"
+echo "== same, FP8_CUDA_FLASH_OLD=1, no breakdown" >> "$S"
+FP8_CUDA_FLASH_OLD=1 timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
+  > "$OUT/bench_trainer_old.txt" 2>&1
+echo "rc=$?" >> "$S"
+cat "$OUT/bench_trainer_old.txt" >> "$S"
