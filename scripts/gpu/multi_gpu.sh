@@ -18,8 +18,9 @@ export NCCL_NVLS_ENABLE=0
 S=$OUT/summary.txt
 { nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv; nvidia-smi topo -m; } > "$S" 2>&1
 ldd $C/bin/* | grep -i "not found" >> "$S"
-# The tests were built with the corpus path of the build machine.
-mkdir -p /work/main/data 2>/dev/null && [ -e /work/main/data/corpus.txt ] || ln -sf "$PWD/data/corpus.txt" /work/main/data/corpus.txt
+# The tests were built with the corpus path of the build machine: put the corpus there.
+CORPUS_PATH=$(strings $C/bin/worker_train_cuda_test | grep -m1 '/data/corpus.txt$')
+if [ -n "$CORPUS_PATH" ] && [ ! -e "$CORPUS_PATH" ]; then mkdir -p "$(dirname "$CORPUS_PATH")" && ln -sf "$PWD/data/corpus.txt" "$CORPUS_PATH"; fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
 echo "== worker_train_cuda_test" >> "$S"
@@ -46,7 +47,7 @@ dp_run() {  # $1 recipe, $2 world size
  "output_dir": "$dir/out", "backend": "cuda"}
 JSON
   for r in $(seq 0 $(($2 - 1))); do
-    FP8D_RANK=$r FP8D_WORLD_SIZE=$2 FP8D_RENDEZVOUS_DIR=$dir/rdzv timeout 120 $C/bin/fp8-train-cuda --spec $dir/spec.json \
+    FP8D_RANK=$r FP8D_WORLD_SIZE=$2 FP8D_RENDEZVOUS_DIR=$dir/rdzv FP8D_COLLECTIVE_TIMEOUT_S=30 timeout 60 $C/bin/fp8-train-cuda --spec $dir/spec.json \
       > $dir/rank$r.events 2> $dir/rank$r.log &
   done
   wait

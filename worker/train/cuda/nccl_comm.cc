@@ -53,12 +53,13 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(int rank, int world_size, c
   if (rank == 0) {
     if (int rc = get_id(&id); rc != 0) return NcclError(c->lib_, rc, "ncclGetUniqueId");
     const fs::path tmp = id_path.string() + ".tmp";
+    std::error_code ec;  // the agent makes the directory; a rank started by hand may not have it
+    fs::create_directories(rendezvous_dir, ec);
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
       f.write(id.internal, kNcclUniqueIdBytes);
       if (!f) return UnavailableError("cannot write " + tmp.string());
     }
-    std::error_code ec;
     fs::rename(tmp, id_path, ec);
     if (ec) return UnavailableError("cannot rename " + tmp.string() + ": " + ec.message());
   } else {
