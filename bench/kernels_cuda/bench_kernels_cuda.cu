@@ -224,17 +224,18 @@ void BenchGemms() {
   struct Row {
     int64_t m, n, k;
     std::string cublas, own, bf16, ratio_cublas, ratio_bf16, diff;
-    std::string variants[6];
+    std::string variants[8];
   };
   std::vector<Row> rows;
-  // The candidates kAuto chooses from. The single-accumulator, epilogue-overlap and 128x64-pair
-  // variants measured slower everywhere (docs/performance.md) and are left out to keep the
-  // run short; the tests still run them.
-  constexpr int kVariants = 6;
+  // The candidates kAuto chooses from, and the B-prefetch experiments. The single-accumulator,
+  // epilogue-overlap and 128x64-pair variants measured slower everywhere (docs/performance.md)
+  // and are left out to keep the run short; the tests still run them.
+  constexpr int kVariants = 8;
   const Sm90BlockwiseGemmTile variants[kVariants] = {
-      Sm90BlockwiseGemmTile::kN128,         Sm90BlockwiseGemmTile::kN64,
+      Sm90BlockwiseGemmTile::kN128,          Sm90BlockwiseGemmTile::kN64,
       Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN128SplitK2,
-      Sm90BlockwiseGemmTile::kN128SplitK4,  Sm90BlockwiseGemmTile::kN128SplitK8};
+      Sm90BlockwiseGemmTile::kN128SplitK4,   Sm90BlockwiseGemmTile::kN128SplitK8,
+      Sm90BlockwiseGemmTile::kN64PrefetchB,  Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
@@ -294,20 +295,26 @@ void BenchGemms() {
         return std::string(buf);
       };
       Row row{m, n, k};
-      // Two rounds in alternating order, best median of each: the first FP8 GEMM after a
-      // cuBLASLt FP8 run measured up to 12% lower than the same kernel later in the run
-      // (power/clock state), which would otherwise favour whichever runs first.
+      // Three rounds, the order rotated each round (each GEMM once first, once after each of
+      // the others), best median of each: the first FP8 GEMM after a cuBLASLt FP8 run measured
+      // up to 12% lower than the same kernel later in the run (power/clock state), which would
+      // otherwise favour whichever runs first.
       double fp8_tf = 0, own_tf = 0, bf16_tf = 0;
       std::string fp8_err, own_err, bf16_err;
-      for (int round = 0; round < 2; ++round) {
+      const auto own_auto = own(Sm90BlockwiseGemmTile::kAuto);
+      for (int round = 0; round < 3; ++round) {
         auto best = [&](const std::function<Status(int)>& fn, double& tf, std::string& err) {
           const auto [t, e] = measure(fn);
           tf = std::max(tf, t);
           if (!e.empty()) err = e;
         };
-        best(fp8, fp8_tf, fp8_err);
-        best(own(Sm90BlockwiseGemmTile::kAuto), own_tf, own_err);
-        best(bf16, bf16_tf, bf16_err);
+        for (int j = 0; j < 3; ++j) {
+          switch ((round + j) % 3) {
+            case 0: best(fp8, fp8_tf, fp8_err); break;
+            case 1: best(own_auto, own_tf, own_err); break;
+            default: best(bf16, bf16_tf, bf16_err); break;
+          }
+        }
       }
       row.cublas = cell(fp8_tf, fp8_err);
       row.own = cell(own_tf, own_err);
@@ -346,11 +353,11 @@ void BenchGemms() {
         }
       }
       for (int v = 0; v < kVariants; ++v) row.variants[v] = cell(variant_tf[v], variant_err[v]);
-      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s / %s / %s / %s\n",
+      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, variants %s / %s / %s / %s / %s / %s / %s / %s\n",
                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
                   row.cublas.c_str(), row.own.c_str(), row.ratio_cublas.c_str(), row.bf16.c_str(), row.diff.c_str(),
                   row.variants[0].c_str(), row.variants[1].c_str(), row.variants[2].c_str(), row.variants[3].c_str(),
-                  row.variants[4].c_str(), row.variants[5].c_str());
+                  row.variants[4].c_str(), row.variants[5].c_str(), row.variants[6].c_str(), row.variants[7].c_str());
       std::fflush(stdout);
       rows.push_back(row);
       for (int s = 0; s < sets; ++s) {
@@ -367,22 +374,52 @@ void BenchGemms() {
                 r.ratio_cublas.c_str(), r.bf16.c_str(), r.ratio_bf16.c_str(), r.diff.c_str());
   }
   std::printf("\n### Own blockwise GEMM, block tile variants (best of two rounds), TFLOPS\n\n");
-  std::printf("| M | N | K | 128x128 | 128x64 | 128x128 CTA pairs, shared A | 128x128 split-K 2 | 128x128 split-K 4 | 128x128 split-K 8 |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| M | N | K | 128x128 | 128x64 | 128x128 CTA pairs, shared A | 128x128 split-K 2 | 128x128 split-K 4 | 128x128 split-K 8 | 128x64 + B prefetch | split-K 2 + B prefetch |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    std::printf("| %lld | %lld | %lld | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
+    std::printf("| %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m), static_cast<long long>(r.n),
                 static_cast<long long>(r.k), r.variants[0].c_str(), r.variants[1].c_str(), r.variants[2].c_str(),
-                r.variants[3].c_str(), r.variants[4].c_str(), r.variants[5].c_str());
+                r.variants[3].c_str(), r.variants[4].c_str(), r.variants[5].c_str(), r.variants[6].c_str(),
+                r.variants[7].c_str());
   }
   std::fflush(stdout);
+}
+
+// One launch each of the cuBLASLt blockwise GEMM and of the own kernel's kAuto and B-prefetch
+// variants on one shape, for a profiler (scripts/gpu/gemm.sh runs it under ncu).
+void ProfileGemm(int64_t m, int64_t n, int64_t k) {
+  auto ctx_or = Sm90CublasLtContext::Create();
+  FP8_CHECK_OK(ctx_or.status());
+  const int64_t ld = Sm90BlockScaleLd(k);
+  auto* a = Alloc<__nv_bfloat16>(m * k);
+  auto* b = Alloc<__nv_bfloat16>(n * k);
+  auto* d = Alloc<__nv_bfloat16>(m * n);
+  auto* qa = Alloc<uint8_t>(m * k);
+  auto* qb = Alloc<uint8_t>(n * k);
+  auto* sa = Alloc<float>(m * (k / 128));
+  auto* sb = Alloc<float>((n / 128) * ld);
+  FillBf16(a, m * k, 77);
+  FillBf16(b, n * k, 78);
+  FP8_CHECK_OK(Sm90Fp8Quantize1x128(a, m, k, Fp8Format::kE4M3, ScaleFormat::kFp32, Sm90ScaleLayout::kMnMajor, qa, sa, nullptr));
+  FP8_CHECK_OK(Sm90Fp8Quantize128x128(b, n, k, Fp8Format::kE4M3, ScaleFormat::kFp32, qb, sb, ld, nullptr));
+  FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(**ctx_or, qa, Fp8Format::kE4M3, sa, qb, Fp8Format::kE4M3, sb, m, n, k, d,
+                                            Sm90GemmOut::kBf16, nullptr));
+  for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN64, Sm90BlockwiseGemmTile::kN64PrefetchB,
+                    Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB}) {
+    FP8_CHECK_OK(Sm90GemmFp8Blockwise(qa, sa, qb, sb, m, n, k, d, nullptr, tile));
+  }
+  FP8_CUDA_CHECK(cudaDeviceSynchronize());
+  for (void* p : std::initializer_list<void*>{a, b, d, qa, qb, sa, sb}) cudaFree(p);
 }
 
 }  // namespace
 }  // namespace fp8::kernels::cuda
 
-// `bench_kernels_cuda gemm` runs only the GEMM tables (the own-GEMM GPU script, scripts/gpu/gemm.sh).
+// `bench_kernels_cuda gemm` runs only the GEMM tables (the own-GEMM GPU script, scripts/gpu/gemm.sh);
+// `bench_kernels_cuda gemm-profile M N K` one launch of each GEMM variant for ncu.
 int main(int argc, char** argv) {
   const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
+  const bool profile = argc > 4 && std::string(argv[1]) == "gemm-profile";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("bench_kernels_cuda: no CUDA device, nothing to measure\n");
@@ -395,6 +432,10 @@ int main(int argc, char** argv) {
   cudaRuntimeGetVersion(&runtime);
   std::printf("device: %s, %d SMs, L2 %.0f MB, sm_%d%d, driver %d, runtime %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize / 1e6, prop.major, prop.minor, driver, runtime);
+  if (profile) {
+    fp8::kernels::cuda::ProfileGemm(std::stoll(argv[2]), std::stoll(argv[3]), std::stoll(argv[4]));
+    return 0;
+  }
   if (!gemm_only) fp8::kernels::cuda::BenchMemoryBound();
   fp8::kernels::cuda::BenchGemms();
   return 0;

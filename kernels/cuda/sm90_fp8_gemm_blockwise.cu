@@ -156,6 +156,7 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   args.a_scale = a_scale_inv;
   args.b_scale = b_scale_inv;
   args.d = d;
+  args.b = b;
   args.m = static_cast<uint32_t>(m);
   args.n = static_cast<uint32_t>(n);
   args.num_m_blocks = static_cast<uint32_t>((m + kBlockM - 1) / kBlockM);
@@ -201,21 +202,29 @@ using ConfigN64PairA = Config<64, 8, true, false, 2>;
 using ConfigN128SplitK2 = Config<128, 7, true, false, 1, 2>;
 using ConfigN128SplitK4 = Config<128, 7, true, false, 1, 4>;
 using ConfigN128SplitK8 = Config<128, 7, true, false, 1, 8>;
+// Experiments: B rows prefetched into L2 ahead of the TMA loads.
+using ConfigN64PrefetchB = Config<64, 8, true, false, 1, 1, true>;
+using ConfigN128SplitK2PrefetchB = Config<128, 7, true, false, 1, 2, true>;
 
 int SplitOf(Sm90BlockwiseGemmTile tile) {
   switch (tile) {
     case Sm90BlockwiseGemmTile::kN128SplitK2: return 2;
+    case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK4: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK8: return 8;
     default: return 1;
   }
 }
 
-// Small M (fewer 128x128 tiles than SMs) is bound by streaming B, and each CTA streams at a
-// limited rate, so as many SMs as possible should stream: split K over the largest cluster
-// size S whose tiles x S CTAs all run at once and that leaves every CTA >= 4 K blocks (a
-// shorter K loop does not fill the pipeline). Otherwise 128x128 tiles (the fewest bytes per
-// FLOP) with at least 4 waves, else whichever of 128x128 / 128x64 fills the waves better.
+// Measured on the H200 (docs/performance.md, own blockwise GEMM, 2026-11-29 runs):
+// - Small M (fewer 128x128 tiles than SMs): split K over the largest cluster size S whose
+//   tiles x S CTAs all run at once and that leaves every CTA >= 16 K blocks. M = 128: split 2
+//   was the fastest variant at (7168, 16384) and level with 128x64 at (4096, 7168); with 8 K
+//   blocks per CTA (7168, 2048) it lost 20% to 128x64, and splits 4 and 8 lost everywhere
+//   (a global limit on how fast B streams from HBM, not the SM count, bounds these shapes).
+// - Many tiles (>= 4 waves of 128x128): 128x128; with K >= 12288 the CTA-pair variant sharing
+//   A (fastest at K = 16384 in both runs that measured it, 1-3% behind elsewhere).
+// - Otherwise whichever of 128x128 / 128x64 fills the SMs' waves better.
 StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, int device, int sms) {
   if (tiles_128 < sms) {
     FP8_ASSIGN_OR_RETURN(const int resident8, ResidentCtas<ConfigN128SplitK8>(device, sms));
@@ -226,10 +235,12 @@ StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, 
                                                             {resident2, Sm90BlockwiseGemmTile::kN128SplitK2}};
     for (const auto& [resident, tile] : splits) {
       const int split = SplitOf(tile);
-      if (tiles_128 * split <= resident && k_blocks >= 4 * split) return tile;
+      if (tiles_128 * split <= resident && k_blocks >= 16 * split) return tile;
     }
   }
-  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128;
+  if (tiles_128 >= 4 * int64_t{sms}) {
+    return k_blocks >= 96 ? Sm90BlockwiseGemmTile::kN128PairSharedA : Sm90BlockwiseGemmTile::kN128;
+  }
   // The epilogue-overlap variants measured 3-27% slower than these on every issue shape
   // (docs/performance.md), so they are not chosen here.
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
@@ -293,6 +304,10 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN128SplitK4>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128SplitK8:
       return Launch<ConfigN128SplitK8>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN64PrefetchB:
+      return Launch<ConfigN64PrefetchB>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB:
+      return Launch<ConfigN128SplitK2PrefetchB>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

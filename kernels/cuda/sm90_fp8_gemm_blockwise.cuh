@@ -38,8 +38,12 @@ constexpr int kGroupM = 8;
 // both CTAs, so A crosses L2 -> SM once per pair instead of twice.
 // kSplitK = S > 1: clusters of S CTAs split each tile's K blocks (file comment); one tile per
 // cluster (grid = tiles x S), so the stage memory is free for the reduction after the K loop.
+// kPrefetchB: the producer also asks L2 for each of the tile's B rows kPrefetchWindow K blocks
+// (1 KB of the row) at a time, a window ahead of its TMA loads (experiment: a TMA box reads
+// 128 bytes of each of 128 rows K bytes apart, so HBM sees short scattered pieces; at small M,
+// where B streams from HBM once, both GEMMs reached 1.2-1.5 TB/s of the ~4 a copy reaches).
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
-          int kCluster_ = 1, int kSplitK_ = 1>
+          int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -51,6 +55,8 @@ struct Config {
   static_assert(kSplitK == 1 || (kCluster == 1 && !kOverlapEpilogue && kDoubleAccumulator),
                 "split-K runs the plain tile loop, without A-sharing pairs");
   static constexpr int kClusterDim = kCluster * kSplitK;  // CTAs per thread-block cluster
+  static constexpr bool kPrefetchB = kPrefetchB_;
+  static_assert(!kPrefetchB || (kCluster == 1 && !kOverlapEpilogue), "B prefetch: plain or split-K tiles");
   static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
   static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
@@ -139,6 +145,11 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
+// [ptr, ptr + bytes) from HBM into L2, nothing into shared memory (bytes: a multiple of 16).
+__device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -298,8 +309,27 @@ struct KernelArgs {
   const float* a_scale;  // [K/128, M]
   const float* b_scale;  // [N/128, b_scale_ld]
   __nv_bfloat16* d;      // [M, N]; written directly only by the split-K reduction
+  const uint8_t* b;      // [N, K]; read directly only by the L2 prefetch (kPrefetchB)
   uint32_t m, n, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
 };
+
+constexpr uint32_t kPrefetchWindow = 8;  // K blocks per B-row L2 prefetch (1 KB of the row)
+
+// kPrefetchB: at the start of each window of kPrefetchWindow K blocks of [begin, end), the
+// next window of the tile's B rows into L2 (at the first, this window too), one contiguous
+// bulk prefetch per row.
+template <class Cfg>
+__device__ __forceinline__ void PrefetchBWindow(const KernelArgs& args, uint32_t n0, uint32_t kb, uint32_t begin,
+                                                uint32_t end) {
+  if ((kb - begin) % kPrefetchWindow != 0) return;
+  const uint32_t from = kb == begin ? kb : kb + kPrefetchWindow;
+  const uint32_t to = min(kb + 2 * kPrefetchWindow, end);
+  if (from >= to) return;
+  const size_t row_bytes = size_t{args.num_k_blocks} * 128;
+  const uint8_t* p = args.b + size_t{n0} * row_bytes + size_t{from} * 128;
+#pragma unroll 4
+  for (int row = 0; row < Cfg::kBlockN; ++row) PrefetchL2(p + row * row_bytes, (to - from) * 128);
+}
 
 // This CTA's K blocks [begin, end): all of them, or with split-K the rank-th of kSplitK equal
 // ranges (the host keeps kSplitK <= the number of K blocks, so none is empty).
@@ -720,6 +750,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
         const KRange kr = CtaKRange<Cfg>(args);
         for (uint32_t kb = kr.begin; kb < kr.end; ++kb) {
+          if constexpr (Cfg::kPrefetchB) PrefetchBWindow<Cfg>(args, static_cast<uint32_t>(n0), kb, kr.begin, kr.end);
           MbarWait(smem.empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
           MbarArriveExpectTx(smem.full_bar + 8 * s, Cfg::kStageBytes);
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);

@@ -43,9 +43,13 @@ namespace fp8::kernels::cuda {
 //          over equal K ranges, summed through distributed shared memory in a fixed order
 //          (bitwise reproducible; no workspace). One tile per cluster. Falls back to kN128 when
 //          K has fewer 128-blocks than the split.
+//   kN64PrefetchB, kN128SplitK2PrefetchB: kN64 / kN128SplitK2 whose producer also prefetches
+//          the tile's B rows into L2, 1 KB of each row at a time, ahead of the TMA loads
+//          (experiment for small M, where B streams from HBM in 128-byte pieces per row)
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
-//          and leave >= 4 K blocks per CTA; else kN128 with at least 4 waves of 128x128 tiles,
-//          else whichever of kN128 / kN64 fills the SMs' waves better
+//          and leave >= 16 K blocks per CTA; else with at least 4 waves of 128x128 tiles kN128
+//          (kN128PairSharedA for K >= 12288), else whichever of kN128 / kN64 fills the SMs'
+//          waves better (choices measured: docs/performance.md)
 enum class Sm90BlockwiseGemmTile : uint8_t {
   kAuto,
   kN128,
@@ -58,6 +62,8 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN128SplitK2,
   kN128SplitK4,
   kN128SplitK8,
+  kN64PrefetchB,
+  kN128SplitK2PrefetchB,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

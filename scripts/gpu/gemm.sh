@@ -45,20 +45,32 @@ fi
 } >> "$OUT/env.txt" 2>&1
 
 # All CUDA kernel tests (the blockwise GEMM's and the rest of kernels/cuda's).
-# Tight limits: the whole call (machine start included) has about 4 minutes of device time.
+# Tight limits: the whole command must end inside the call's 300 s.
 timeout -s KILL 100 "$BIN/kernels_cuda_test" --gtest_color=no > "$OUT/test.log" 2>&1
 test_rc=$?
 if [ $test_rc -ne 0 ] && [ $test_rc -ne 137 ]; then  # a wrong kernel (not a hang): where does it go wrong?
   timeout -s KILL 60 compute-sanitizer --tool memcheck "$BIN/kernels_cuda_test" --gtest_color=no \
     --gtest_filter='Sm90GemmBlockwiseTest.MatchesCpuReferenceOnSmallShapes' > "$OUT/sanitizer.log" 2>&1
 fi
-timeout -s KILL 70 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
+timeout -s KILL 110 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
 bench_rc=$?
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
+
+# Counters of one launch per GEMM at M = 128, (N, K) = (4096, 7168): cuBLASLt, own kAuto and
+# the B-prefetch experiments (ncu flushes the caches before each, so B comes from HBM, as in
+# the bench's rotation). Clocks left alone (--clock-control none).
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ]; then
+  timeout -s KILL 90 "$NCU" --clock-control none -k 'regex:Gemm|gemm|nvjet|xmma|cutlass' \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics dram__bytes_read.sum \
+    "$BIN/bench_kernels_cuda" gemm-profile 128 4096 7168 > "$OUT/ncu.txt" 2>&1
+  echo "ncu rc=$?" >> "$OUT/env.txt"
+fi
 
 cat "$OUT/env.txt"
 echo "== tests (rc=$test_rc)"
 grep -E "^\[  (FAILED|PASSED|SKIPPED|  OK) |tests ran|Failure|error|differ|calc|Which is|Expected|vs " "$OUT/test.log" | head -60
 [ -f "$OUT/sanitizer.log" ] && { echo "== sanitizer"; grep -E "ERROR|Invalid|at 0x|by thread|SUMMARY" "$OUT/sanitizer.log" | head -20; }
+[ -f "$OUT/ncu.txt" ] && { echo "== ncu"; grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Compute \(SM\) Throughput|dram__bytes_read|Max Bandwidth|==ERR|==WARN" "$OUT/ncu.txt" | cut -c1-150 | head -60; }
 echo "== bench (rc=$bench_rc)"; cat "$OUT/bench.txt"
 [ $test_rc -eq 0 ] && [ $bench_rc -eq 0 ]

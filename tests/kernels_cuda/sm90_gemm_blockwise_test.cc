@@ -26,10 +26,11 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN64, Sm90BlockwiseGemmTile::kN64OverlapEpilogue,
     Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN64PairSharedA,
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
-    Sm90BlockwiseGemmTile::kN128SplitK8};
-constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {Sm90BlockwiseGemmTile::kN128SplitK2,
-                                                  Sm90BlockwiseGemmTile::kN128SplitK4,
-                                                  Sm90BlockwiseGemmTile::kN128SplitK8};
+    Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN64PrefetchB,
+    Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB};
+constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
+    Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
+    Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -43,6 +44,8 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN128SplitK2: return "N128-split-K-2";
     case Sm90BlockwiseGemmTile::kN128SplitK4: return "N128-split-K-4";
     case Sm90BlockwiseGemmTile::kN128SplitK8: return "N128-split-K-8";
+    case Sm90BlockwiseGemmTile::kN64PrefetchB: return "N64-prefetch-B";
+    case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB: return "N128-split-K-2-prefetch-B";
     default: return "auto";
   }
 }
