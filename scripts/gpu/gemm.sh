@@ -2,7 +2,8 @@
 # One GPU-machine call for the own blockwise FP8 GEMM (issue #3, kernels/cuda/
 # sm90_fp8_gemm_blockwise.*): SASS check of the kernel (QGMMA present, no local memory), the
 # CUDA kernel tests, then the GEMM tables of bench_kernels_cuda (cuBLASLt blockwise, own kernel and
-# its tile variants, BF16, same run). Runs the binaries built on the development machine when
+# its tile variants, BF16, same run), and ncu counters of one launch per GEMM variant at
+# M = 128 (bench_kernels_cuda gemm-profile). Runs the binaries built on the development machine when
 # they start there (saves the build's device time), else builds the standalone CMake project.
 # Every step has a timeout (a pipeline bug shows up as a hang). Logs go to $OUT.
 #   cmake --build build-kernels-cuda -j2 --target kernels_cuda_test bench_kernels_cuda
