@@ -100,14 +100,23 @@ TEST(WorkerCli, SigtermCheckpointsThenResumeFromEnvironmentFinishes) {
   EXPECT_EQ(OfType(ev2, "checkpoint").back()["step"], 40);
 }
 
-TEST(WorkerCli, TwoRanksOverGlooMatchOneRankWithSameGlobalBatch) {
+class WorkerCliRanks : public ::testing::TestWithParam<std::string> {};
+
+// fp8-tensorwise too: the ranks max-reduce their amaxes before the histories take them, so they
+// keep one scaling state (only the first step's casts are scaled by each rank's own amax).
+TEST_P(WorkerCliRanks, TwoRanksOverGlooMatchOneRankWithSameGlobalBatch) {
   const int steps = 12;
+  auto spec_json = [&](const std::string& dir, int batch) {
+    json s = TinySpecJson(dir, steps, batch);
+    s["precision"]["recipe"] = GetParam();
+    return s;
+  };
   const std::string dir1 = testing::MakeTempDir("cli-1rank");
-  Proc one = Start({"train", "--spec", WriteSpec(dir1, TinySpecJson(dir1, steps, 8))}, {}, dir1, "w");
+  Proc one = Start({"train", "--spec", WriteSpec(dir1, spec_json(dir1, 8))}, {}, dir1, "w");
   ASSERT_EQ(Wait(one), 0);
 
   const std::string dir2 = testing::MakeTempDir("cli-2rank");
-  const std::string spec2 = WriteSpec(dir2, TinySpecJson(dir2, steps, 4));
+  const std::string spec2 = WriteSpec(dir2, spec_json(dir2, 4));
   std::vector<Proc> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(Start({"train", "--spec", spec2},
@@ -125,7 +134,19 @@ TEST(WorkerCli, TwoRanksOverGlooMatchOneRankWithSameGlobalBatch) {
   EXPECT_EQ(OfType(Events(ranks[0].events_path), "checkpoint").size(), 1u);
   EXPECT_TRUE(OfType(Events(ranks[1].events_path), "checkpoint").empty());
   EXPECT_EQ(OfType(Events(ranks[1].events_path), "started")[0]["world_size"], 2);
+
+  // Both ranks end with one scaling state (fp8-tensorwise; the others have none).
+  const json d0 = OfType(Events(ranks[0].events_path), "done").back()["result"];
+  const json d1 = OfType(Events(ranks[1].events_path), "done").back()["result"];
+  EXPECT_EQ(d0.contains("fp8_scaling_digest"), GetParam() == "fp8-tensorwise");
+  EXPECT_EQ(d0.value("fp8_scaling_digest", ""), d1.value("fp8_scaling_digest", ""));
 }
+
+INSTANTIATE_TEST_SUITE_P(Recipes, WorkerCliRanks, ::testing::Values("bf16", "fp8-tensorwise"), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n) if (ch == '-') ch = '_';
+  return n;
+});
 
 }  // namespace
 }  // namespace fp8::train

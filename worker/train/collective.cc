@@ -17,6 +17,7 @@ class SingleProcess final : public Collective {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   Status AllReduceSum(float*, size_t) override { return OkStatus(); }
+  Status AllReduceMax(float*, size_t) override { return OkStatus(); }
   Status Barrier() override { return OkStatus(); }
 };
 
@@ -27,20 +28,8 @@ class GlooCollective final : public Collective {
   int rank() const override { return ctx_->rank; }
   int world_size() const override { return ctx_->size; }
 
-  Status AllReduceSum(float* data, size_t n) override {
-    try {
-      gloo::AllreduceOptions opts(ctx_);
-      opts.setOutput(data, n);
-      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      opts.setTag(tag_++);
-      gloo::allreduce(opts);
-    } catch (const std::exception& e) {
-      return UnavailableError(std::string("gloo allreduce failed: ") + e.what());
-    }
-    return OkStatus();
-  }
+  Status AllReduceSum(float* data, size_t n) override { return AllReduce(data, n, &gloo::sum<float>); }
+  Status AllReduceMax(float* data, size_t n) override { return AllReduce(data, n, &gloo::max<float>); }
 
   Status Barrier() override {
     try {
@@ -54,6 +43,21 @@ class GlooCollective final : public Collective {
   }
 
  private:
+  using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+  Status AllReduce(float* data, size_t n, ReduceFn reduce) {
+    try {
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setOutput(data, n);
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(reduce);
+      opts.setTag(tag_++);
+      gloo::allreduce(opts);
+    } catch (const std::exception& e) {
+      return UnavailableError(std::string("gloo allreduce failed: ") + e.what());
+    }
+    return OkStatus();
+  }
+
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::shared_ptr<gloo::transport::Device> dev_;
   uint32_t tag_ = 1;

@@ -19,6 +19,8 @@ class Collective {
   virtual int world_size() const = 0;
   // In place: data[i] = Σ_ranks data[i].
   virtual Status AllReduceSum(float* data, size_t n) = 0;
+  // In place: data[i] = max over ranks of data[i] (fp8-tensorwise amaxes).
+  virtual Status AllReduceMax(float* data, size_t n) = 0;
   virtual Status Barrier() = 0;
 };
 

@@ -216,6 +216,23 @@ void GptModel::Backward(float loss_scale) {
                              b.ln1_rstd.data(), n, c, dres_.data(), g + b.ln1_w, g + b.ln1_b);
   }
   EmbeddingBackward<float>(dres_.data(), inputs_.data(), n, t, c, g + wte_, g + wpe_);
+  if (!defer_scaling_updates_)
+    for (Block& b : blocks_)
+      for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) l->precision.ApplyPendingAmaxes(nullptr);
+}
+
+std::vector<float> GptModel::PendingAmaxes() const {
+  std::vector<float> out;
+  for (const Block& b : blocks_)
+    for (const Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) l->precision.AppendPendingAmaxes(&out);
+  return out;
+}
+
+void GptModel::ApplyPendingAmaxes(const std::vector<float>& reduced) {
+  FP8_CHECK(reduced.size() == PendingAmaxes().size());
+  const float* next = reduced.data();
+  for (Block& b : blocks_)
+    for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) next = l->precision.ApplyPendingAmaxes(next);
 }
 
 nlohmann::json GptModel::PrecisionState() const {

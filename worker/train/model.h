@@ -37,8 +37,17 @@ class GptModel {
   // Runs the model on `batch` sequences of seq_len tokens; returns the mean cross-entropy.
   // `training` false (evaluation) leaves the FP8 delayed-scaling state untouched.
   double Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training = true);
-  // Accumulates d(loss_scale · loss)/dθ of the last Forward into grads().
+  // Accumulates d(loss_scale · loss)/dθ of the last Forward into grads(). Then (fp8-tensorwise)
+  // the amaxes of the step's casts go into the delayed-scaling histories, unless deferred.
   void Backward(float loss_scale);
+
+  // Data parallelism (fp8-tensorwise): with updates deferred, Backward leaves the amaxes waiting;
+  // the trainer max-reduces PendingAmaxes() over the ranks and hands the result to
+  // ApplyPendingAmaxes, so every rank keeps the same history (and rank 0's checkpoint is
+  // everyone's). Other recipes have no amaxes (empty vector).
+  void DeferScalingUpdates(bool defer) { defer_scaling_updates_ = defer; }
+  std::vector<float> PendingAmaxes() const;
+  void ApplyPendingAmaxes(const std::vector<float>& reduced);
   void ZeroGrad();
 
   std::vector<float>& params() { return params_; }
@@ -63,6 +72,7 @@ class GptModel {
   Status RestorePrecisionState(const nlohmann::json& state);
 
  private:
+  bool defer_scaling_updates_ = false;
   struct Linear {
     std::string name;      // "h.<i>.attn.c_attn", ...
     int64_t w = 0, b = 0;  // offsets of weight [out, in] and bias [out]

@@ -43,15 +43,35 @@ void RoundToBf16(const float* x, int64_t n, float* out) {
   });
 }
 
-void LinearPrecision::Tensorwise(kernels::DelayedScaling& ds, const float* x, int64_t n, float* out) {
+void LinearPrecision::Tensorwise(Slot slot, const float* x, int64_t n, float* out) {
+  kernels::DelayedScaling& ds = Scaling(slot);
   const float amax = kernels::Amax(x, n);
+  float scale_inv = ds.scale_inv();
   // The very first cast has no history: use the current amax rather than the initial scale of 1,
   // which would flush every gradient below E5M2's smallest subnormal on step 0.
-  const bool bootstrap = ds.history().empty();
-  if (bootstrap) ds.Update(amax);
-  FP8_CHECK_OK(kernels::FakeQuantize(x, 1, n, Granularity::kTensor, ds.config().fmt,
-                                     ds.config().scale_format, ds.scale_inv(), out, nullptr));
-  if (!bootstrap) ds.Update(amax);
+  if (ds.history().empty()) {
+    kernels::DelayedScaling first = ds;
+    first.Update(amax);
+    scale_inv = first.scale_inv();
+  }
+  FP8_CHECK_OK(kernels::FakeQuantize(x, 1, n, Granularity::kTensor, ds.config().fmt, ds.config().scale_format, scale_inv,
+                                     out, nullptr));
+  pending_[slot] = {amax, true};
+}
+
+void LinearPrecision::AppendPendingAmaxes(std::vector<float>* out) const {
+  for (const PendingAmax& p : pending_)
+    if (p.set) out->push_back(p.amax);
+}
+
+const float* LinearPrecision::ApplyPendingAmaxes(const float* amaxes) {
+  for (Slot slot : {kX, kW, kDy}) {
+    PendingAmax& p = pending_[slot];
+    if (!p.set) continue;
+    Scaling(slot).Update(amaxes ? *amaxes++ : p.amax);
+    p.set = false;
+  }
+  return amaxes;
 }
 
 void LinearPrecision::Blockwise(const float* x, int64_t rows, int64_t cols, int granularity, float* out) {
@@ -64,7 +84,7 @@ void LinearPrecision::InputFwd(const float* x, int64_t m, int64_t k, float* out)
   switch (cfg_.recipe) {
     case Recipe::kFp32: std::memcpy(out, x, sizeof(float) * m * k); break;
     case Recipe::kBf16: RoundToBf16(x, m * k, out); break;
-    case Recipe::kFp8Tensorwise: Tensorwise(x_scale_, x, m * k, out); break;
+    case Recipe::kFp8Tensorwise: Tensorwise(kX, x, m * k, out); break;
     case Recipe::kFp8Blockwise: Blockwise(x, m, k, static_cast<int>(Granularity::k1x128), out); break;
   }
 }
@@ -73,7 +93,7 @@ void LinearPrecision::WeightFwd(const float* w, int64_t n, int64_t k, float* out
   switch (cfg_.recipe) {
     case Recipe::kFp32: std::memcpy(out, w, sizeof(float) * n * k); break;
     case Recipe::kBf16: RoundToBf16(w, n * k, out); break;
-    case Recipe::kFp8Tensorwise: Tensorwise(w_scale_, w, n * k, out); break;
+    case Recipe::kFp8Tensorwise: Tensorwise(kW, w, n * k, out); break;
     case Recipe::kFp8Blockwise: Blockwise(w, n, k, static_cast<int>(Granularity::k128x128), out); break;
   }
 }
@@ -82,7 +102,7 @@ void LinearPrecision::GradForDx(const float* dy, int64_t m, int64_t n, float* ou
   switch (cfg_.recipe) {
     case Recipe::kFp32: std::memcpy(out, dy, sizeof(float) * m * n); break;
     case Recipe::kBf16: RoundToBf16(dy, m * n, out); break;
-    case Recipe::kFp8Tensorwise: Tensorwise(dy_scale_, dy, m * n, out); break;
+    case Recipe::kFp8Tensorwise: Tensorwise(kDy, dy, m * n, out); break;
     case Recipe::kFp8Blockwise: Blockwise(dy, m, n, static_cast<int>(Granularity::k1x128), out); break;
   }
 }

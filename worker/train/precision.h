@@ -34,16 +34,32 @@ class LinearPrecision {
   void InputForDw(const float* x, int64_t m, int64_t k, float* out);
   bool NeedsSeparateDw() const { return cfg_.recipe == Recipe::kFp8Blockwise; }
 
+  // fp8-tensorwise: a cast is scaled from the history as it stood before the step, and its amax
+  // waits here until ApplyPendingAmaxes feeds it in, so data-parallel ranks can first reduce
+  // the amaxes (max) and keep one history. Appends the waiting amaxes (x, W, dy order) to *out.
+  void AppendPendingAmaxes(std::vector<float>* out) const;
+  // Feeds the waiting amaxes into the histories: the values from `amaxes` (consumed in the
+  // order AppendPendingAmaxes gave them; returns the position after them), or the layer's own
+  // when `amaxes` is null.
+  const float* ApplyPendingAmaxes(const float* amaxes);
+
   // Delayed-scaling state (tensorwise), for checkpoints.
   nlohmann::json State() const;
   Status Restore(const nlohmann::json& state);
 
  private:
-  void Tensorwise(kernels::DelayedScaling& ds, const float* x, int64_t n, float* out);
+  enum Slot { kX, kW, kDy };
+  void Tensorwise(Slot slot, const float* x, int64_t n, float* out);
   void Blockwise(const float* x, int64_t rows, int64_t cols, int granularity, float* out);
 
   PrecisionConfig cfg_;
   kernels::DelayedScaling x_scale_, w_scale_, dy_scale_;
+  struct PendingAmax {
+    float amax = 0;
+    bool set = false;
+  };
+  PendingAmax pending_[3];
+  kernels::DelayedScaling& Scaling(Slot slot) { return slot == kX ? x_scale_ : slot == kW ? w_scale_ : dy_scale_; }
 };
 
 // Round to bf16 and back (round to nearest even), elementwise.

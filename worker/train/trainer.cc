@@ -188,6 +188,7 @@ TrainResult Loop::Run() {
   const int b = t.per_device_train_batch_size, accum = t.gradient_accumulation_steps;
   const uint64_t global_batch = static_cast<uint64_t>(world) * b * accum;
   const float loss_scale = 1.0f / static_cast<float>(accum * world);
+  model_.DeferScalingUpdates(world > 1);
   double last_loss = NAN;
   bool stop = false;
   while (step_ < t.max_steps && !stop) {
@@ -201,6 +202,14 @@ TrainResult Loop::Run() {
       FillBatch(static_cast<uint64_t>(t.seed), first, b, *train_);
       loss_sum += model_.Forward(inputs_.data(), targets_.data(), b);
       model_.Backward(loss_scale);
+      // fp8-tensorwise: every rank's histories take the same (max-reduced) amaxes.
+      if (std::vector<float> amax = model_.PendingAmaxes(); !amax.empty()) {
+        if (Status s = coll_.AllReduceMax(amax.data(), amax.size()); !s.ok()) {
+          Fail(ev_, "INTERNAL_ERROR", s.message(), worker::kExitTemporary, &result_);
+          return result_;
+        }
+        model_.ApplyPendingAmaxes(amax);
+      }
     }
     // Ranks agree on the loss and on stopping through the same all-reduce.
     const bool stop_here = worker::StopRequested().load() || (opt_.stop_after_step > 0 && step_ + 1 >= opt_.stop_after_step);
@@ -262,6 +271,7 @@ TrainResult Loop::Run() {
                         {"seconds", secs}, {"interrupted", result_.interrupted}};
   if (result_.eval_loss >= 0) res["eval_loss"] = result_.eval_loss;
   if (!result_.last_checkpoint.empty()) res["checkpoint"] = result_.last_checkpoint;
+  if (spec_.precision.recipe == Recipe::kFp8Tensorwise) res["fp8_scaling_digest"] = ScalingStateDigest(model_.PrecisionState());
   ev_.StopHeartbeat();
   ev_.Emit("done", {{"result", res}});
   result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
@@ -271,6 +281,14 @@ TrainResult Loop::Run() {
 }
 
 }  // namespace
+
+std::string ScalingStateDigest(const nlohmann::json& precision_state) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char ch : precision_state.dump()) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
 
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
                         EventWriter& events) {

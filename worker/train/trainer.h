@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "worker/common/events.h"
@@ -34,5 +36,10 @@ struct TrainResult {
 
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
                         fp8::worker::EventWriter& events);
+
+// FNV-1a 64 (hex) of the delayed-scaling state as the checkpoint stores it. The `done` event of
+// an fp8-tensorwise run carries it (`fp8_scaling_digest`), so it shows that data-parallel ranks
+// ended with one and the same scaling state.
+std::string ScalingStateDigest(const nlohmann::json& precision_state);
 
 }  // namespace fp8::train

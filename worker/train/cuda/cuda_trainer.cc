@@ -334,6 +334,7 @@ TrainResult CudaLoop::Run() {
                         {"device_memory_used_bytes", static_cast<int64_t>(total_b - free_b)}};
   if (result_.eval_loss >= 0) res["eval_loss"] = result_.eval_loss;
   if (!result_.last_checkpoint.empty()) res["checkpoint"] = result_.last_checkpoint;
+  if (spec_.precision.recipe == Recipe::kFp8Tensorwise) res["fp8_scaling_digest"] = ScalingStateDigest(model_->PrecisionState());
   ev_.StopHeartbeat();
   ev_.Emit("done", {{"result", res}});
   result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
