@@ -61,10 +61,15 @@ TEST_P(CudaDataParallel, TwoRanksOverNcclMatchOneRankWithSameGlobalBatch) {
   EXPECT_EQ(started[0]["world_size"], 2);
   EXPECT_EQ(OfType(Events(ranks[0].events_path), "checkpoint").size(), 1u);  // rank 0 writes checkpoints
   EXPECT_TRUE(OfType(Events(ranks[1].events_path), "checkpoint").empty());
+  // Both ranks end with one scaling state (fp8-tensorwise; the others have none).
+  const nlohmann::json d0 = OfType(Events(ranks[0].events_path), "done").back()["result"];
+  const nlohmann::json d1 = OfType(Events(ranks[1].events_path), "done").back()["result"];
+  EXPECT_EQ(d0.contains("fp8_scaling_digest"), GetParam() == "fp8-tensorwise");
+  EXPECT_EQ(d0.value("fp8_scaling_digest", ""), d1.value("fp8_scaling_digest", ""));
 }
 
 // fp8-tensorwise too: its amaxes are reduced (max) over the ranks before the histories take
-// them, and the max over two halves of the batch is the amax of the whole batch.
+// them, so the ranks keep one scaling state.
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaDataParallel, ::testing::Values("bf16", "fp8-tensorwise", "fp8-blockwise"),
                          [](const auto& info) {
                            std::string n = info.param;
