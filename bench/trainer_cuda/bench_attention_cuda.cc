@@ -9,7 +9,8 @@
 // includes its rowsum(dy∘y) pass. TFLOP/s counts causal FLOPs: forward 2·2·B·H·T²·hd / 2 (two
 // GEMMs over half the score matrix), backward 2.5× that (five GEMMs: S, dP, dV, dK, dQ).
 //
-//   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE]
+//   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE] [--no-previous]
+// --no-previous: the current kernels only (tuning runs, one per FP8_CUDA_FLASH_* setting).
 // FILE: one line per shape, "hd64 FWD_MS FWD_BWD_MS" (torch's forward and forward+backward).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -94,13 +95,15 @@ struct Result {
 int Run(int argc, char** argv) {
   int reps = 20, warmup = 3;
   std::string torch_file;
+  bool previous = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--warmup" && i + 1 < argc) warmup = std::atoi(argv[++i]);
     else if (a == "--torch" && i + 1 < argc) torch_file = argv[++i];
+    else if (a == "--no-previous") previous = false;
     else {
-      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE]\n");
+      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE] [--no-previous]\n");
       return 2;
     }
   }
@@ -149,7 +152,7 @@ int Run(int argc, char** argv) {
     };
     const double fwd_flop = 2.0 * 2.0 * b * h * double(t) * t * hd / 2.0, bwd_flop = 2.5 * fwd_flop;
     Result res[2];
-    for (int old = 1; old >= 0; --old) {  // previous kernels first: the "before" row
+    for (int old = previous ? 1 : 0; old >= 0; --old) {  // previous kernels first: the "before" row
       if (old) setenv("FP8_CUDA_FLASH_OLD", "1", 1);
       else unsetenv("FP8_CUDA_FLASH_OLD");
       Result& r = res[old];
@@ -180,6 +183,7 @@ int Run(int argc, char** argv) {
       std::printf("| %s | torch SDPA (is_causal, bf16) | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | 1.00x | 1.00x |\n",
                   sh.what.c_str(), tf, fwd_flop / tf / 1e9, tb, bwd_flop / tb / 1e9, tfb, (fwd_flop + bwd_flop) / tfb / 1e9);
     }
+    if (!previous) continue;
     char note[256];
     std::snprintf(note, sizeof(note), "%s: current vs previous rel. L2 diff y %.2e dqkv %.2e; backward bitwise repeatable: current %s, previous %s",
                   sh.what.c_str(), RelDiff(res[0].y, res[1].y), RelDiff(res[0].dqkv, res[1].dqkv),

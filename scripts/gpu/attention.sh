@@ -6,7 +6,8 @@
 #   here:   scripts/gpu/attention.sh pack [BUILD_DIR]   binaries (default build-attn: targets
 #           worker_train_cuda_test bench_attention_cuda bench_trainer_cuda) + libraries → .attn-carry
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
-#   TUNE_ENV="VAR=VALUE …" adds a bench_attention_cuda run with those tile overrides.
+#   VARIANTS="VAR=VALUE …;VAR=VALUE …" adds, per setting, the FlashAttention tests, the bench and
+#   the bf16 step under those FP8_CUDA_FLASH_* overrides (sm90_flash_attention.cu lists them).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=.attn-carry
@@ -46,12 +47,17 @@ echo "== bench_attention_cuda --reps 20 --warmup 3 --torch torch_attention.txt" 
 timeout 60 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --torch "$OUT/torch_attention.txt" > "$OUT/bench_attention.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_attention.txt" >> "$S"
-if [ -n "${TUNE_ENV:-}" ]; then  # e.g. TUNE_ENV="FP8_CUDA_FLASH_FWD_KEYS=64 FP8_CUDA_FLASH_BWD_BQ=32"
-  echo "== bench_attention_cuda with $TUNE_ENV" >> "$S"
-  env $TUNE_ENV timeout 60 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --torch "$OUT/torch_attention.txt" > "$OUT/bench_attention_tune.txt" 2>&1
-  echo "rc=$?" >> "$S"
-  grep -E "current|repeatable" "$OUT/bench_attention_tune.txt" >> "$S"
-fi
+# VARIANTS="A=1 B=2;C=1": for each ';'-separated setting, the FlashAttention tests, the bench
+# (current kernels) and the bf16 step, all under that setting.
+IFS=';' read -ra VARS <<< "${VARIANTS:-}"
+for V in "${VARS[@]}"; do
+  echo "== variant: $V" >> "$S"
+  env $V timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*' > "$OUT/test_variant.log" 2>&1
+  echo "tests rc=$?" >> "$S"
+  grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_variant.log" | head -10 >> "$S"
+  env $V timeout 40 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --no-previous --torch "$OUT/torch_attention.txt" 2>&1 | grep -E "current|rror" >> "$S"
+  env $V timeout 40 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 2>&1 | grep -E "^(gpt2|d4096)" >> "$S"
+done
 
 echo "== bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 --breakdown" >> "$S"
 timeout ${STEP_TIMEOUT:-80} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 --breakdown \

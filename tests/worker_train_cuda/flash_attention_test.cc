@@ -5,9 +5,11 @@
 // ordered across blocks), which the trainer's resume test relies on. Skips without a GPU.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -90,6 +92,13 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << "hd" << c.head_dim << " T" << c.seq << (c.fused_qkv ? " fused qkv" : " head-major");
 }
 
+// Sets one of the launchers' FP8_CUDA_FLASH_* switches (read on every call) for a scope.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
 class FlashAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashAttention, MatchesFloat64Reference) {
@@ -120,12 +129,17 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     dy_host[static_cast<size_t>(offset(yl, i))] = dyf[static_cast<size_t>(i)];
   }
   Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
-  Dev<bf16> dqkv(qkv_host.size());
+  Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size());
   const AttentionDims dims{b, h, t, hd};
   Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
   ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
   ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                    delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));
+  {
+    const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
+    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
+                                     delta.get(), dqkv_fused.get(), dqkv_fused.get() + k_off, dqkv_fused.get() + v_off, nullptr));
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   auto to_d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
@@ -138,9 +152,11 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   };
   // BF16 outputs carry ~2^-9 relative rounding; P and dS are rounded to BF16 before their GEMMs.
   EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2);
-  EXPECT_LT(RelErrD(gather(dqkv_dev, ql, 0), ref.dq), 2e-2);
-  EXPECT_LT(RelErrD(gather(dqkv_dev, ql, k_off), ref.dk), 2e-2);
-  EXPECT_LT(RelErrD(gather(dqkv_dev, ql, v_off), ref.dv), 2e-2);
+  for (const std::vector<float>& g : {dqkv_dev, ToF32(dqkv_fused.Host())}) {  // two-kernel, one-pass
+    EXPECT_LT(RelErrD(gather(g, ql, 0), ref.dq), 2e-2);
+    EXPECT_LT(RelErrD(gather(g, ql, k_off), ref.dk), 2e-2);
+    EXPECT_LT(RelErrD(gather(g, ql, v_off), ref.dv), 2e-2);
+  }
   double lse_err = 0;  // the kernel stores log2 of the sum: convert to natural log
   for (size_t i = 0; i < ref.lse.size(); ++i) lse_err = std::max(lse_err, std::abs(lse_dev[i] * std::log(2.0) - ref.lse[i]));
   EXPECT_LT(lse_err, 1e-3);
@@ -156,13 +172,15 @@ INSTANTIATE_TEST_SUITE_P(
              (i.param.fused_qkv ? "_fused" : "_headmajor");
     });
 
-// Two backward runs on the same inputs give the same bits, at a size where many key blocks of
-// many heads run at once and add into the same dq tiles. No reference: the shapes above check values.
-class FlashAttentionRepeat : public ::testing::TestWithParam<int64_t> {};
+// Two backward runs on the same inputs give the same bits, for both backwards, at a size where
+// many key blocks of many heads run at once and (one-pass backward) add into the same dq tiles.
+// No reference: the shapes above check values.
+class FlashAttentionRepeat : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
-  const int64_t b = 4, h = 8, t = 520, hd = GetParam(), cdim = h * hd, n = b * t * cdim;
+  const int64_t b = 4, h = 8, t = 520, hd = std::get<0>(GetParam()), cdim = h * hd, n = b * t * cdim;
+  const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", std::get<1>(GetParam()) ? "1" : "0");
   const AttentionDims dims{b, h, t, hd};
   const HeadLayout ql = RowMajorHeads(t, hd, 3 * cdim), yl = RowMajorHeads(t, hd, cdim);
   Dev<bf16> qkv(ToBf16(Random(static_cast<size_t>(3 * n), 5, 1.5f))), dy(ToBf16(Random(static_cast<size_t>(n), 6)));
@@ -184,8 +202,10 @@ TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
   EXPECT_GT(nonzero, a.size() / 2);  // the gradients were written at all
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat, ::testing::Values(64, 128),
-                         [](const ::testing::TestParamInfo<int64_t>& i) { return "hd" + std::to_string(i.param); });
+INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat, ::testing::Combine(::testing::Values(int64_t{64}, int64_t{128}), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int64_t, bool>>& i) {
+                           return "hd" + std::to_string(std::get<0>(i.param)) + (std::get<1>(i.param) ? "_one_pass" : "_two_kernel");
+                         });
 
 TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {
   const AttentionDims bad_hd{1, 1, 16, 48};

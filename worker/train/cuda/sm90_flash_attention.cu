@@ -1,8 +1,8 @@
 // Fused causal attention (see sm90_flash_attention.h). Kernels first, launchers at the end.
 //
-// Every kernel runs 4 warps; a warp owns 16 rows of the tile its block is responsible for
-// (queries in the forward and the dq kernel, keys in the dk/dv kernel), so softmax statistics
-// and accumulators never cross warps. Shared-memory tiles are [rows][D] BF16 with their 16-byte
+// Every kernel runs 4 warps; a warp owns 16 rows (32 in the wide forward) of the tile its block
+// is responsible for (queries in the forward and the dq kernel, keys in the dk/dv kernel), so
+// softmax statistics and accumulators never cross warps. Shared-memory tiles are [rows][D] BF16 with their 16-byte
 // chunks XOR-swizzled (Swz) so that ldmatrix of 8 rows and the cp.async writes are free of bank
 // conflicts. All GEMMs are one of two warp-level shapes:
 //   MmaABt: acc[16×N] += A·Bᵀ, A = 16 rows of one tile, B = N rows of another (contract over D)
@@ -421,15 +421,18 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The kernels the launchers use by default (FP8_CUDA_FLASH_OLD=1 brings back the ones above).
+// The wide forward (default; FP8_CUDA_FLASH_OLD=1 brings back the 64-query one above) and the
+// one-pass backward (opt-in: FP8_CUDA_FLASH_BWD_FUSED=1; measured slower than the two kernels
+// above on the H200, docs/performance.md "Flash attention").
 //
 // Forward: a warp owns 32 query rows (two m16 fragments), so every K/V fragment it reads from
-// shared memory feeds twice the MMAs: with 16 rows per warp the ldmatrix traffic, not the tensor
-// cores, bounded the old kernel. Blocks own 128 queries; key tiles wholly after a warp's rows
-// are skipped by that warp, the causal mask is applied only on the tiles that cross a warp's
-// diagonal, and the score scale is folded into the exp2 argument (one FFMA per score).
+// shared memory feeds twice the MMAs. Blocks own 128 queries; key tiles wholly after a warp's
+// rows are skipped by that warp, the causal mask is applied only on the tiles that cross a
+// warp's diagonal, and the score scale is folded into the exp2 argument (one FFMA per score).
+// On the H200 this gained only 2–3% over the 64-query blocks: at 254 registers two blocks fit
+// per SM, and the exp2 work does not overlap the MMAs of the same warp.
 //
-// Backward: one pass per 64-key block. Sᵀ and dPᵀ are computed once per query tile; dK and dV
+// Backward (fused): one pass per 64-key block. Sᵀ and dPᵀ are computed once per query tile; dK and dV
 // accumulate in registers as before, and dS goes through shared memory to a dQ partial (dS·K)
 // that is added into an FP32 accumulator. Those adds are ordered: for each (head, query tile)
 // the key blocks add in descending key order (a per-tile turn counter, acquire/release), so the
@@ -512,7 +515,6 @@ constexpr int kFwdRows = 128;  // queries per forward block: 32 per warp
 // the 128 of o) made ptxas spill.
 template <int D>
 constexpr int kFwdKeys = D == 128 ? 32 : 64;
-constexpr int kBwdKeys = 64;   // keys per fused-backward block: 16 per warp
 
 template <int D, int BK>
 __global__ void __launch_bounds__(kThreads) FlashForwardWideKernel(Params p) {
@@ -613,6 +615,22 @@ __global__ void __launch_bounds__(kThreads) FlashForwardWideKernel(Params p) {
   StoreTile<D, kFwdRows>(sQ, p.out + hp.y_off, p.yl.row_stride, q0, T);
 }
 
+// lse and delta of query rows q0..q0+BQ-1 (BQ ≤ 64) into shared memory with the Q/dO stage they
+// belong to, so the softmax recompute reads them there instead of waiting on global loads in the
+// middle of every iteration. Rows ≥ T read as 0.
+template <int BQ>
+__device__ __forceinline__ void LoadRowStats(float* s_lse, float* s_delta, const float* lse, const float* delta,
+                                             int q0, int64_t T) {
+  static_assert(BQ <= kThreads / 2, "one thread per row and statistic");
+  const int t = threadIdx.x % (kThreads / 2);
+  if (t >= BQ) return;
+  const bool is_delta = threadIdx.x >= kThreads / 2, ok = q0 + t < T;
+  const float* src = (is_delta ? delta : lse) + (ok ? q0 + t : 0);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr((is_delta ? s_delta : s_lse) + t)), "l"(src),
+               "r"(ok ? 4 : 0)
+               : "memory");
+}
+
 __device__ __forceinline__ int LoadAcquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -622,10 +640,14 @@ __device__ __forceinline__ void StoreRelease(int* p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-template <int D, int BQ>
+// MR: 16-key fragments per warp (BK = 64·MR keys per block); MR = 2 halves the shared-memory
+// reads of the Q and dO tiles per MMA, at twice the dK/dV registers. kLazy: a tile's turn is
+// passed on one iteration later, just before the block waits for its next turn, so the fence
+// that publishes the adds finds them long completed instead of stalling the block on them.
+template <int D, int BQ, int MR, bool kLazy>
 __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
-  constexpr int BK = kBwdKeys;
-  constexpr bool kKvRegs = D <= 64;  // K and V as A fragments in registers (32 of them at D = 64)
+  constexpr int BK = 16 * MR * kWarps;
+  constexpr bool kKvRegs = D <= 64 && MR == 1;  // K and V as A fragments in registers (32 of them at D = 64)
   // The dQ partial [BQ × D]: warps split its rows in 16s, and its columns when BQ < 64.
   constexpr int kRowGroups = BQ / 16, kColSplit = kWarps / kRowGroups, DC = D / kColSplit;
   static_assert(kRowGroups * kColSplit == kWarps && DC % 16 == 0, "dQ partial split");
@@ -635,6 +657,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
   bf16* sQ = sV + BK * D;       // 2 stages
   bf16* sDo = sQ + 2 * BQ * D;  // 2 stages
   bf16* sDs = sDo + 2 * BQ * D;  // dSᵀ: [BK keys][BQ queries]
+  float* sLse = reinterpret_cast<float*>(sDs + BK * BQ);  // 2 stages
+  float* sDelta = sLse + 2 * BQ;                           // 2 stages
   const int n_kb = gridDim.x, kb = n_kb - 1 - blockIdx.x;  // highest keys first (see above)
   const int k0 = kb * BK;
   const HeadPtrs hp = Head(p);
@@ -654,17 +678,21 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
   LoadTile<D, BK>(sV, p.v + hp.qkv_off, rs, k0, T);
   LoadTile<D, BQ>(sQ, q, rs, i0 * BQ, T);
   LoadTile<D, BQ>(sDo, dy, yrs, i0 * BQ, T);
+  LoadRowStats<BQ>(sLse, sDelta, lse, delta, i0 * BQ, T);
   CpAsyncCommit();
 
-  uint32_t kf[1][kKvRegs ? D / 16 : 1][4], vf[1][kKvRegs ? D / 16 : 1][4];
-  float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
-  const int key0 = k0 + warp * 16 + g;  // this thread's keys: key0, key0 + 8
+  uint32_t kf[kKvRegs ? MR : 1][kKvRegs ? D / 16 : 1][4], vf[kKvRegs ? MR : 1][kKvRegs ? D / 16 : 1][4];
+  float dk[MR][D / 8][4] = {}, dv[MR][D / 8][4] = {};
+  const int wkey = warp * 16 * MR;        // this warp's first key row in the block
+  const int key0 = k0 + wkey + g;         // this thread's keys: key0 + 16·m (+ 8)
   const int wr = warp % kRowGroups, wc = warp / kRowGroups;
+  int prev_turn = 0;
   for (int i = i0; i < n_qt; ++i) {
     const int st = (i - i0) & 1;
     if (i + 1 < n_qt) {
       LoadTile<D, BQ>(sQ + (st ^ 1) * BQ * D, q, rs, (i + 1) * BQ, T);
       LoadTile<D, BQ>(sDo + (st ^ 1) * BQ * D, dy, yrs, (i + 1) * BQ, T);
+      LoadRowStats<BQ>(sLse + (st ^ 1) * BQ, sDelta + (st ^ 1) * BQ, lse, delta, (i + 1) * BQ, T);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -673,15 +701,15 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
     __syncthreads();
     if constexpr (kKvRegs) {
       if (i == i0) {
-        LoadAFrags<D, 1>(kf, sK, warp * 16);
-        LoadAFrags<D, 1>(vf, sV, warp * 16);
+        LoadAFrags<D, MR>(kf, sK, wkey);
+        LoadAFrags<D, MR>(vf, sV, wkey);
       }
     }
     const bf16* cQ = sQ + st * BQ * D;
     const bf16* cDo = sDo + st * BQ * D;
-    float s[1][BQ / 8][4] = {}, dp[1][BQ / 8][4] = {};
-    MmaABtM<D, BQ, 1, kKvRegs>(s, kf, sK, warp * 16, cQ);    // Sᵀ = K·Qᵀ
-    MmaABtM<D, BQ, 1, kKvRegs>(dp, vf, sV, warp * 16, cDo);  // dPᵀ = V·dOᵀ
+    float s[MR][BQ / 8][4] = {}, dp[MR][BQ / 8][4] = {};
+    MmaABtM<D, BQ, MR, kKvRegs>(s, kf, sK, wkey, cQ);    // Sᵀ = K·Qᵀ
+    MmaABtM<D, BQ, MR, kKvRegs>(dp, vf, sV, wkey, cDo);  // dPᵀ = V·dOᵀ
     const bool edge = i * BQ < k0 + BK || (i + 1) * BQ > T;  // diagonal or past the end
 #pragma unroll
     for (int nt = 0; nt < BQ / 8; ++nt)
@@ -689,25 +717,29 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
       for (int c = 0; c < 2; ++c) {
         const int qi = i * BQ + nt * 8 + 2 * tq + c;
         const bool in = qi < T;
-        const float lq = in ? __ldg(lse + qi) : 0.f, dl = in ? __ldg(delta + qi) : 0.f;
+        const float lq = sLse[st * BQ + nt * 8 + 2 * tq + c], dl = sDelta[st * BQ + nt * 8 + 2 * tq + c];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = r * 2 + c;
-          float pv = exp2f(fmaf(s[0][nt][e], p.scale_log2, -lq));
-          if (edge && (!in || key0 + r * 8 > qi)) pv = 0.f;
-          s[0][nt][e] = pv;
-          dp[0][nt][e] = pv * (dp[0][nt][e] - dl);  // dSᵀ
-        }
+        for (int m = 0; m < MR; ++m)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = r * 2 + c;
+            float pv = exp2f(fmaf(s[m][nt][e], p.scale_log2, -lq));
+            if (edge && (!in || key0 + m * 16 + r * 8 > qi)) pv = 0.f;
+            s[m][nt][e] = pv;
+            dp[m][nt][e] = pv * (dp[m][nt][e] - dl);  // dSᵀ
+          }
       }
     // dSᵀ rows (keys) → shared memory, rounded to BF16 exactly as the dK GEMM below rounds it.
 #pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
+    for (int m = 0; m < MR; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
-        *reinterpret_cast<uint32_t*>(sDs + Swz<BQ>(warp * 16 + g + r * 8, nt * 8) + 2 * tq) =
-            Pack(dp[0][nt][2 * r], dp[0][nt][2 * r + 1]);
-    MmaPVM<D, BQ, 1>(dv, s, cDo);  // dV += Pᵀ·dO
-    MmaPVM<D, BQ, 1>(dk, dp, cQ);  // dK += dSᵀ·Q
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<uint32_t*>(sDs + Swz<BQ>(wkey + m * 16 + g + r * 8, nt * 8) + 2 * tq) =
+              Pack(dp[m][nt][2 * r], dp[m][nt][2 * r + 1]);
+    MmaPVM<D, BQ, MR>(dv, s, cDo);  // dV += Pᵀ·dO
+    MmaPVM<D, BQ, MR>(dk, dp, cQ);  // dK += dSᵀ·Q
     __syncthreads();  // sDs complete
 
     // dQ partial (rows wr·16.., columns wc·DC..) = dS·K: A = dS read transposed out of sDsᵀ.
@@ -727,8 +759,14 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
     // Our turn on this query tile: after every key block above ours that reaches it.
     const int last_kb = min((i * BQ + BQ - 1) / BK, n_kb - 1);
     const int turn = last_kb - kb;
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+      if (kLazy && i > i0) {  // the previous tile's adds were ordered before us by a barrier
+        __threadfence();
+        StoreRelease(turns + i - 1, prev_turn + 1);
+      }
       while (LoadAcquire(turns + i) != turn) __nanosleep(32);
+    }
+    prev_turn = turn;
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -746,13 +784,16 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardFusedKernel(Params p) {
     // 0's fence, whose cumulativity publishes them with the counter. The barrier also keeps sDs
     // and this stage from being rewritten while a warp still reads them.
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && (!kLazy || i == n_qt - 1)) {
       __threadfence();
       StoreRelease(turns + i, turn + 1);
     }
   }
-  AccToTile<D>(dk[0], p.scale, p.scale, sK, warp * 16);
-  AccToTile<D>(dv[0], 1.f, 1.f, sV, warp * 16);
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    AccToTile<D>(dk[m], p.scale, p.scale, sK, wkey + m * 16);
+    AccToTile<D>(dv[m], 1.f, 1.f, sV, wkey + m * 16);
+  }
   __syncthreads();
   StoreTile<D, BK>(sK, p.dk + hp.qkv_off, rs, k0, T);
   StoreTile<D, BK>(sV, p.dv + hp.qkv_off, rs, k0, T);
@@ -787,18 +828,22 @@ Status Launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t s, const Param
 }
 
 // FP8_CUDA_FLASH_OLD=1 (read on every call, so a bench can flip it): the previous kernels (64-row
-// forward blocks, two-kernel backward), kept for before/after measurements and as a fallback.
+// forward blocks, two-kernel backward; the backward is the default one), for before/after runs.
 bool UseOldKernels() {
   const char* e = std::getenv("FP8_CUDA_FLASH_OLD");
   return e != nullptr && *e != '\0' && *e != '0';
 }
 
-// Tile-size overrides for tuning runs of bench_attention_cuda (FP8_CUDA_FLASH_FWD_KEYS=64: 64-key
-// forward tiles at D = 128; FP8_CUDA_FLASH_BWD_BQ=32: 32-query backward tiles at D ≤ 64).
+// Variant overrides for tuning runs of bench_attention_cuda: FP8_CUDA_FLASH_FWD_KEYS=64: 64-key
+// forward tiles at D = 128. With FP8_CUDA_FLASH_BWD_FUSED=1 (the one-pass backward): at D = 64,
+// FP8_CUDA_FLASH_BWD_BQ=32 (32-query tiles) or FP8_CUDA_FLASH_BWD_KEYS=128 (128-key blocks, 32 keys
+// per warp, 32-query tiles); FP8_CUDA_FLASH_BWD_LAZY=1: deferred turn release.
 bool EnvIs(const char* name, const char* value) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == value;
 }
+
+bool UseFusedBackward() { return EnvIs("FP8_CUDA_FLASH_BWD_FUSED", "1") && !UseOldKernels(); }
 
 unsigned Blocks(int64_t n, int64_t per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
 
@@ -821,11 +866,12 @@ Status Forward(const Params& p, int64_t batch, cudaStream_t s) {
 template <int D>
 constexpr int kFusedBq = D == 128 ? 32 : 64;
 
-template <int D, int BQ>
+template <int D, int BQ, int MR, bool kLazy = false>
 Status BackwardFused(const Params& p, unsigned bh, cudaStream_t s) {
+  constexpr int BK = 16 * MR * kWarps;
   FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.turns, 0, sizeof(int) * bh * Blocks(p.seq, BQ), s));
-  FP8_RETURN_IF_ERROR(Launch(FlashBackwardFusedKernel<D, BQ>, dim3(Blocks(p.seq, kBwdKeys), bh),
-                             sizeof(bf16) * ((2 * kBwdKeys + 4 * BQ) * D + kBwdKeys * BQ), s, p));
+  FP8_RETURN_IF_ERROR(Launch(FlashBackwardFusedKernel<D, BQ, MR, kLazy>, dim3(Blocks(p.seq, BK), bh),
+                             sizeof(bf16) * ((2 * BK + 4 * BQ) * D + BK * BQ) + sizeof(float) * 4 * BQ, s, p));
   const int64_t chunks = static_cast<int64_t>(bh) * p.seq * (D / 8);
   FlashDqStoreKernel<D><<<Blocks(chunks, 256), 256, 0, s>>>(p);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
@@ -836,15 +882,21 @@ template <int D>
 Status Backward(const Params& p, int64_t batch, cudaStream_t s) {
   const unsigned bh = static_cast<unsigned>(batch * p.heads);
   FP8_RETURN_IF_ERROR(Launch(FlashDeltaKernel<D>, dim3(Blocks(batch * p.heads * p.seq, kWarps)), 0, s, p));
-  if (UseOldKernels()) {
+  if (!UseFusedBackward()) {  // default: the dk/dv and dq kernels (faster on the H200 at hd 64 and 128)
     constexpr int kInner = kBwdInner<D>;
     const dim3 grid(Blocks(p.seq, kTile), bh);
     FP8_RETURN_IF_ERROR(Launch(FlashBackwardKvKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p));
     return Launch(FlashBackwardQKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
   }
-  if constexpr (D == 64)
-    if (EnvIs("FP8_CUDA_FLASH_BWD_BQ", "32")) return BackwardFused<D, 32>(p, bh, s);
-  return BackwardFused<D, kFusedBq<D>>(p, bh, s);
+  const bool lazy = EnvIs("FP8_CUDA_FLASH_BWD_LAZY", "1");
+  if constexpr (D == 64) {
+    if (EnvIs("FP8_CUDA_FLASH_BWD_KEYS", "128"))
+      return lazy ? BackwardFused<D, 32, 2, true>(p, bh, s) : BackwardFused<D, 32, 2>(p, bh, s);
+    if (EnvIs("FP8_CUDA_FLASH_BWD_BQ", "32"))
+      return lazy ? BackwardFused<D, 32, 1, true>(p, bh, s) : BackwardFused<D, 32, 1>(p, bh, s);
+  }
+  if (lazy) return BackwardFused<D, kFusedBq<D>, 1, true>(p, bh, s);
+  return BackwardFused<D, kFusedBq<D>, 1>(p, bh, s);
 }
 
 // Backward scratch: delta [B·H·T] | turn counters [B·H·ceil(T/16)] ints | dq_acc [B·H·T·hd],

@@ -48,14 +48,16 @@ Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
                              __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s);
 
 // Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
-// larger batch's scratch): rowsum(dy∘y), turn counters and an FP32 dq accumulator, ≈ B·H·T·(hd+1).
+// larger batch's scratch): rowsum(dy∘y), and for the opt-in one-pass backward its turn counters
+// and FP32 dq accumulator, ≈ B·H·T·(hd+1) in all.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
 
 // dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y); `scratch` holds
-// FlashAttentionBackwardScratchFloats(dims) floats. One pass per key block computes dk and dv and
-// adds its dq share into an FP32 accumulator in a fixed order of key blocks, so the result is
-// bitwise reproducible run to run. FP8_CUDA_FLASH_OLD=1 selects the previous kernels (64-query
-// forward blocks; a dk/dv kernel and a dq kernel that each recompute the probabilities).
+// FlashAttentionBackwardScratchFloats(dims) floats. Default: two kernels, one owning a key tile
+// (dk, dv), one a query tile (dq), no atomics. FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
+// that adds its dq share into an FP32 accumulator in a fixed order of key blocks (slower on the
+// H200 so far; docs/performance.md). Both are bitwise reproducible run to run.
+// FP8_CUDA_FLASH_OLD=1 selects the previous forward (64-query blocks) as well.
 Status FlashAttentionBackward(const AttentionDims& dims, const __nv_bfloat16* q,
                               const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
                               const __nv_bfloat16* y, const __nv_bfloat16* dy, HeadLayout yl,
