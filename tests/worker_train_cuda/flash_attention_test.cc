@@ -131,7 +131,12 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
   Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size());
   const AttentionDims dims{b, h, t, hd};
-  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
+  // Sized for the one-pass backward, the larger of the two this test runs.
+  const int64_t scratch_floats = [&] {
+    const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
+    return FlashAttentionBackwardScratchFloats(dims);
+  }();
+  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(scratch_floats));
   ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
   ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                    delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));

@@ -48,8 +48,9 @@ Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
                              __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s);
 
 // Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
-// larger batch's scratch): rowsum(dy∘y), and for the opt-in one-pass backward its turn counters
-// and FP32 dq accumulator, ≈ B·H·T·(hd+1) in all.
+// larger batch's scratch) with the backward the environment selects now: rowsum(dy∘y), B·H·T;
+// the opt-in one-pass backward (FP8_CUDA_FLASH_BWD_FUSED=1) adds its turn counters and FP32 dq
+// accumulator, ≈ B·H·T·(hd+1) in all. Size it under the same setting as the calls.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
 
 // dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y); `scratch` holds
