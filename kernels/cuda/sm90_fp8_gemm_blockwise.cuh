@@ -42,8 +42,15 @@ constexpr int kGroupM = 8;
 // (1 KB of the row) at a time, a window ahead of its TMA loads (experiment: a TMA box reads
 // 128 bytes of each of 128 rows K bytes apart, so HBM sees short scattered pieces; at small M,
 // where B streams from HBM once, both GEMMs reached 1.2-1.5 TB/s of the ~4 a copy reaches).
+// kScalesTma: the producer also copies each stage's scales into shared memory on the stage's
+// full barrier (1-D bulk copies: the tile rows' 128 A scales, 512 bytes of [K/128, M], and the
+// 16-byte group of the tile's B-scale row holding the K block), so the consumers read them with
+// ld.shared after the barrier wait and the K loop has no global loads (with __ldg one K block
+// ahead, ptxas's register rotation of the scale sets made each K block's first wgmma wait for
+// an HBM round trip; docs/performance.md). Needs M % 4 == 0 and 16-byte aligned scale arrays
+// (16-byte aligned bulk-copy sources); the host falls back to the __ldg variant otherwise.
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
-          int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false>
+          int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -57,6 +64,8 @@ struct Config {
   static constexpr int kClusterDim = kCluster * kSplitK;  // CTAs per thread-block cluster
   static constexpr bool kPrefetchB = kPrefetchB_;
   static_assert(!kPrefetchB || (kCluster == 1 && !kOverlapEpilogue), "B prefetch: plain or split-K tiles");
+  static constexpr bool kScalesTma = kScalesTma_;
+  static_assert(!kScalesTma || (kCluster == 1 && !kOverlapEpilogue), "scales through TMA: plain or split-K tiles");
   static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
   static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
@@ -69,7 +78,13 @@ struct Config {
   static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kBlockN / 64);
   // Split-K writes D from registers (no staging tile), which leaves room for one more stage.
   static constexpr int kStagingBytes = kSplitK > 1 ? 0 : 2 * kEpilogueWgBytes;
-  static constexpr int kBarrierOffset = kStages * kStageBytes + kStagingBytes;
+  // kScalesTma: per stage the A scales of the tile's 128 rows, then the 4 B scales (16 bytes,
+  // the bulk-copy granule) whose group holds the stage's K block.
+  static constexpr int kScaleAStageBytes = kBlockM * 4;
+  static constexpr int kScaleBStageBytes = 16;
+  static constexpr int kScaleAOffset = kStages * kStageBytes + kStagingBytes;
+  static constexpr int kScaleBOffset = kScaleAOffset + (kScalesTma ? kStages * kScaleAStageBytes : 0);
+  static constexpr int kBarrierOffset = kScaleBOffset + (kScalesTma ? kStages * kScaleBStageBytes : 0);
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
@@ -152,6 +167,18 @@ __device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
 }
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// `bytes` (a multiple of 16; src and dst 16-byte aligned) global -> shared, completing on the
+// mbarrier as a TMA tile does (1-D bulk copy, no tensor map).
+__device__ __forceinline__ void BulkLoad1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ float LdSharedF32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
 }
 // 2-D tile global -> shared, completing `bytes` on the mbarrier (out-of-range elements are 0).
 __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
@@ -353,9 +380,10 @@ __device__ __forceinline__ TileCoord CtaTile(uint32_t t, const KernelArgs& args)
   return c;
 }
 
-// Shared-memory addresses of the pipeline (all 1024-byte aligned except the barriers).
+// Shared-memory addresses of the pipeline (all 1024-byte aligned except the scales (16-byte
+// aligned) and the barriers).
 struct SmemLayout {
-  uint32_t a, b, epilogue, full_bar, empty_bar;
+  uint32_t a, b, epilogue, scale_a, scale_b, full_bar, empty_bar;
 };
 
 // One K block's scales for this thread: scale_a of its two rows and the tile's scale_b.
@@ -407,6 +435,16 @@ struct Consumer {
     const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
     return Scales{r0 < args.m ? __ldg(a_scale_kb + r0) : 0.0f, r1 < args.m ? __ldg(a_scale_kb + r1) : 0.0f,
                   __ldg(b_scale_row + kb)};
+  }
+
+  // kScalesTma: K block kb's scales from the current stage's copies (call after WaitFull). The
+  // same floats as LoadScales (rows past M: 0, as there), so the promotion is bitwise the same.
+  // ld.shared with a memory clobber: stays after the barrier wait.
+  __device__ __forceinline__ Scales StageScales(TileCoord tile, uint32_t kb) const {
+    const uint32_t row = warpgroup * 64 + row_in_wg, r0 = tile.m_block * kBlockM + row;
+    const uint32_t sa = smem.scale_a + s * Cfg::kScaleAStageBytes + row * 4;
+    return Scales{r0 < args.m ? LdSharedF32(sa) : 0.0f, r0 + 8 < args.m ? LdSharedF32(sa + 8 * 4) : 0.0f,
+                  LdSharedF32(smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4)};
   }
 
   // part = this stage's A rows · B tile, 4 wgmma of K = 32 (the first overwrites part).
@@ -534,13 +572,19 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
   const uint32_t end = kr.end;
   c.ZeroTotal();
   uint32_t kb = kr.begin;
-  // Scales are loaded one K block ahead of their wgmma.
-  Scales ahead = c.LoadScales(tile, kb);
+  // Scales are loaded one K block ahead of their wgmma (kScalesTma: they come with the stage).
+  Scales ahead{};
+  if constexpr (!Cfg::kScalesTma) ahead = c.LoadScales(tile, kb);
   auto fetch = [&] {  // waits for K block kb's tiles; returns its scales
-    const Scales cur = ahead;
-    ahead = c.LoadScales(tile, min(kb + 1, end - 1));
-    c.WaitFull();
-    return cur;
+    if constexpr (Cfg::kScalesTma) {
+      c.WaitFull();
+      return c.StageScales(tile, kb);
+    } else {
+      const Scales cur = ahead;
+      ahead = c.LoadScales(tile, min(kb + 1, end - 1));
+      c.WaitFull();
+      return cur;
+    }
   };
   auto advance = [&] {
     ++kb;
@@ -713,6 +757,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   smem.a = base;
   smem.b = base + kStages * Cfg::kStageABytes;
   smem.epilogue = base + kStages * Cfg::kStageBytes;
+  smem.scale_a = base + Cfg::kScaleAOffset;
+  smem.scale_b = base + Cfg::kScaleBOffset;
   smem.full_bar = base + Cfg::kBarrierOffset;
   smem.empty_bar = smem.full_bar + kStages * 8;
   const uint32_t num_tiles = NumTiles<Cfg>(args);
@@ -749,10 +795,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
         const KRange kr = CtaKRange<Cfg>(args);
+        // kScalesTma: the tile rows' A scales (M % 4 == 0, so a clipped last tile's count is a
+        // multiple of 4 floats: 16-byte sizes, and every chunk starts 16-byte aligned).
+        const uint32_t scale_a_bytes = min(args.m - static_cast<uint32_t>(m0), static_cast<uint32_t>(kBlockM)) * 4;
+        const float* b_scale_row = args.b_scale + (static_cast<uint32_t>(n0) / 128) * args.b_scale_ld;
+        const uint32_t stage_bytes = Cfg::kStageBytes + (Cfg::kScalesTma ? scale_a_bytes + Cfg::kScaleBStageBytes : 0);
         for (uint32_t kb = kr.begin; kb < kr.end; ++kb) {
           if constexpr (Cfg::kPrefetchB) PrefetchBWindow<Cfg>(args, static_cast<uint32_t>(n0), kb, kr.begin, kr.end);
           MbarWait(smem.empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
-          MbarArriveExpectTx(smem.full_bar + 8 * s, Cfg::kStageBytes);
+          MbarArriveExpectTx(smem.full_bar + 8 * s, stage_bytes);
+          if constexpr (Cfg::kScalesTma) {
+            // b_scale_ld is a multiple of 4, so the group kb & ~3 .. + 3 lies inside the row.
+            BulkLoad1d(smem.scale_a + s * Cfg::kScaleAStageBytes, args.a_scale + size_t{kb} * args.m + m0,
+                       scale_a_bytes, smem.full_bar + 8 * s);
+            BulkLoad1d(smem.scale_b + s * Cfg::kScaleBStageBytes, b_scale_row + (kb & ~3u), Cfg::kScaleBStageBytes,
+                       smem.full_bar + 8 * s);
+          }
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
           if constexpr (Cfg::kCluster == 1) {
             TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);

@@ -27,10 +27,17 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN128PairSharedA, Sm90BlockwiseGemmTile::kN64PairSharedA,
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN64PrefetchB,
-    Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB};
+    Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB, Sm90BlockwiseGemmTile::kN128ScalesTma,
+    Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
-    Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB};
+    Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
+    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma};
+// Each scales-through-TMA variant and the __ldg-scales variant it must match bit for bit.
+constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPairs[] = {
+    {Sm90BlockwiseGemmTile::kN128ScalesTma, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN64},
+    {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -46,6 +53,9 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN128SplitK8: return "N128-split-K-8";
     case Sm90BlockwiseGemmTile::kN64PrefetchB: return "N64-prefetch-B";
     case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB: return "N128-split-K-2-prefetch-B";
+    case Sm90BlockwiseGemmTile::kN128ScalesTma: return "N128-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN64ScalesTma: return "N64-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return "N128-split-K-2-scales-TMA";
     default: return "auto";
   }
 }
@@ -144,6 +154,12 @@ std::vector<uint16_t> RunOwn(const DeviceOperands& dev, int64_t m, int64_t n, in
   return out;
 }
 
+size_t DifferingElements(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y) {
+  size_t differing = 0;
+  for (size_t i = 0; i < x.size(); ++i) differing += x[i] != y[i];
+  return differing;
+}
+
 class Sm90GemmBlockwiseTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -229,12 +245,34 @@ TEST_F(Sm90GemmBlockwiseTest, SplitKIsBitwiseReproducible) {
       SCOPED_TRACE(TileName(tile));
       const std::vector<uint16_t> first = RunOwn(dev, m, n, k, tile);
       const std::vector<uint16_t> second = RunOwn(dev, m, n, k, tile);
-      size_t differing = 0;
-      for (size_t i = 0; i < first.size(); ++i) differing += first[i] != second[i];
-      EXPECT_EQ(differing, 0u) << "elements that differ between two runs";
+      EXPECT_EQ(DifferingElements(first, second), 0u) << "elements that differ between two runs";
       const std::vector<double> got = Bf16Rows(first, n, 0, m);
       ASSERT_TRUE(AllFinite(got));
       EXPECT_LT(testing::CalcDiff(unsplit, got), kMaxCalcDiff) << "vs the unsplit tile";
+    }
+  }
+}
+
+// The scales-through-TMA variants read the same scale floats (from shared memory instead of
+// global) and promote in the same order, so their output is bitwise that of the variant they
+// derive from. Shapes: M = 1 and M % 128 != 0 (clipped last tile: a short A-scale copy, rows
+// past M), several tiles per CTA (1100 x 2304, the scale ring wrapping across tiles), odd and
+// single K-block counts, K-block counts not a multiple of 4 (B-scale groups), split-K with
+// unequal K ranges, and an issue shape. M % 4 != 0 (M = 1, 130) takes the fallback: still equal.
+TEST_F(Sm90GemmBlockwiseTest, ScalesTmaVariantsAreBitwiseEqualToLdgVariants) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 384}, {4, 128, 128}, {200, 384, 1152},
+                         {130, 512, 640}, {1100, 2304, 384}, {128, 4096, 7168}, {516, 1024, 2432}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 " seed=" + std::to_string(seed_));
+    std::mt19937_64 rng(seed_ + 13 * m + 5 * n + k);
+    const Operands op = MakeOperands(m, n, k, rng);
+    const DeviceOperands dev(op);
+    for (auto [tma, ldg] : kScalesTmaPairs) {
+      SCOPED_TRACE(TileName(tma));
+      const std::vector<uint16_t> want = RunOwn(dev, m, n, k, ldg);
+      const std::vector<uint16_t> got = RunOwn(dev, m, n, k, tma);
+      EXPECT_EQ(DifferingElements(want, got), 0u) << "elements that differ from " << TileName(ldg);
+      ASSERT_TRUE(AllFinite(Bf16Rows(got, n, 0, m)));
     }
   }
 }
