@@ -42,6 +42,10 @@ fi
   awk '/Function : /{f=($0 ~ /BlockwiseGemmKernel/)} f' "$OUT/sass_full.txt" > "$OUT/sass_gemm.txt"
   echo "GEMM kernels: $(grep -c 'Function :' "$OUT/sass_gemm.txt"), QGMMA: $(grep -c QGMMA "$OUT/sass_gemm.txt"), LDL/STL: $(grep -cE 'LDL|STL' "$OUT/sass_gemm.txt")"
   cuobjdump --dump-resource-usage "$BIN/bench_kernels_cuda" 2>&1 | grep -A1 BlockwiseGemmKernel | grep -o 'REG:[0-9]* STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*'
+  # Global loads (LDG) per kernel, named by its Config<BLOCK_N, stages, double acc, overlap,
+  # cluster, split-K, prefetch B, scales TMA>: the scales-TMA kernels (last 1) should have none.
+  awk '/Function : /{if (f != "") print f, n; f = $3; n = 0} /LDG/{n++} END{if (f != "") print f, n}' "$OUT/sass_gemm.txt" |
+    sed -E 's/.*ConfigILi([0-9]+)ELi([0-9]+)ELb([01])ELb([01])ELi([0-9])ELi([0-9])ELb([01])ELb([01])[^ ]* ([0-9]+)$/Config<\1,\2,\3,\4,\5,\6,\7,\8> LDG: \9/'
   rm -f "$OUT/sass_full.txt"
 } >> "$OUT/env.txt" 2>&1
 
