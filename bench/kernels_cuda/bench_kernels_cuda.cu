@@ -397,8 +397,9 @@ void BenchGemms() {
   std::fflush(stdout);
 }
 
-// One launch each of the cuBLASLt blockwise GEMM and of the own kernel's kAuto and B-prefetch
-// variants on one shape, for a profiler (scripts/gpu/gemm.sh runs it under ncu).
+// One launch each of the cuBLASLt blockwise GEMM and of the own kernel's kAuto, 128x64, split-2,
+// B-prefetch and scales-through-TMA variants on one shape, for a profiler (scripts/gpu/gemm.sh
+// runs it under ncu).
 void ProfileGemm(int64_t m, int64_t n, int64_t k) {
   auto ctx_or = Sm90CublasLtContext::Create();
   FP8_CHECK_OK(ctx_or.status());
