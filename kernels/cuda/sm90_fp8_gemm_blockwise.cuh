@@ -439,11 +439,13 @@ struct Consumer {
 
   // kScalesTma: K block kb's scales from the current stage's copies (call after WaitFull). The
   // same floats as LoadScales (rows past M: 0, as there), so the promotion is bitwise the same.
-  // ld.shared with a memory clobber: stays after the barrier wait.
+  // ld.shared with a memory clobber: stays after the barrier wait. Rows past M read a slot the
+  // copy did not fill (inside the array) and select 0: no branch in the K loop.
   __device__ __forceinline__ Scales StageScales(TileCoord tile, uint32_t kb) const {
     const uint32_t row = warpgroup * 64 + row_in_wg, r0 = tile.m_block * kBlockM + row;
     const uint32_t sa = smem.scale_a + s * Cfg::kScaleAStageBytes + row * 4;
-    return Scales{r0 < args.m ? LdSharedF32(sa) : 0.0f, r0 + 8 < args.m ? LdSharedF32(sa + 8 * 4) : 0.0f,
+    const float a0 = LdSharedF32(sa), a1 = LdSharedF32(sa + 8 * 4);
+    return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f,
                   LdSharedF32(smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4)};
   }
 
