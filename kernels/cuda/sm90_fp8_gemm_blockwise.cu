@@ -250,17 +250,19 @@ StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, 
                                                             {resident2, Sm90BlockwiseGemmTile::kN128SplitK2}};
     for (const auto& [resident, tile] : splits) {
       const int split = SplitOf(tile);
-      if (tiles_128 * split <= resident && k_blocks >= 16 * split) return tile;
+      if (tiles_128 * split <= resident && k_blocks >= 16 * split)
+        return tile == Sm90BlockwiseGemmTile::kN128SplitK2 ? Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma : tile;
     }
   }
-  if (tiles_128 >= 4 * int64_t{sms}) {
-    return k_blocks >= 96 ? Sm90BlockwiseGemmTile::kN128PairSharedA : Sm90BlockwiseGemmTile::kN128;
-  }
-  // The epilogue-overlap variants measured 3-27% slower than these on every issue shape
-  // (docs/performance.md), so they are not chosen here.
+  // The scales-through-TMA tiles measured faster than their __ldg twins on all eight issue
+  // shapes (+4-13%), and 128x128 with them beat the CTA pairs at K = 16384 (1248 vs 1140
+  // TFLOPS), so the pairs are no longer chosen. The epilogue-overlap variants measured 3-27%
+  // slower than these on every issue shape (docs/performance.md) and are not chosen either.
+  // The launcher falls back to the __ldg twin where the scales are not 16-byte aligned.
+  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128ScalesTma;
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
-  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64
-                                                         : Sm90BlockwiseGemmTile::kN128;
+  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64ScalesTma
+                                                         : Sm90BlockwiseGemmTile::kN128ScalesTma;
 }
 
 }  // namespace

@@ -53,9 +53,10 @@ namespace fp8::kernels::cuda {
 //          stage for 128x128 (5 stages; split 2: 6). Need M % 4 == 0 and 16-byte aligned scale
 //          arrays; otherwise the launcher runs kN128 / kN64 / kN128SplitK2.
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
-//          and leave >= 16 K blocks per CTA; else with at least 4 waves of 128x128 tiles kN128
-//          (kN128PairSharedA for K >= 12288), else whichever of kN128 / kN64 fills the SMs'
-//          waves better (choices measured: docs/performance.md)
+//          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
+//          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
+//          kN64ScalesTma fills the SMs' waves better; each falls back to its __ldg twin where
+//          the scales are not 16-byte aligned (choices measured: docs/performance.md)
 enum class Sm90BlockwiseGemmTile : uint8_t {
   kAuto,
   kN128,

@@ -65,6 +65,7 @@ nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OU
 # the B-prefetch experiments (ncu flushes the caches before each, so B comes from HBM, as in
 # the bench's rotation). Clocks left alone (--clock-control none).
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "${SKIP_NCU:-}" ] && NCU=""  # SKIP_NCU=1: no counters (a short call)
 if [ -n "$NCU" ]; then
   timeout -s KILL 90 "$NCU" --clock-control none -k 'regex:Gemm|gemm|nvjet|xmma|cutlass' \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics dram__bytes_read.sum \
