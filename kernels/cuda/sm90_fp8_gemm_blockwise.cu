@@ -210,12 +210,14 @@ using ConfigN128SplitK2PrefetchB = Config<128, 7, true, false, 1, 2, true>;
 using ConfigN128ScalesTma = Config<128, 5, true, false, 1, 1, false, true>;
 using ConfigN64ScalesTma = Config<64, 8, true, false, 1, 1, false, true>;
 using ConfigN128SplitK2ScalesTma = Config<128, 6, true, false, 1, 2, false, true>;
+using ConfigN128SplitK4ScalesTma = Config<128, 6, true, false, 1, 4, false, true>;
 
 Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
   switch (tile) {
     case Sm90BlockwiseGemmTile::kN128ScalesTma: return Sm90BlockwiseGemmTile::kN128;
     case Sm90BlockwiseGemmTile::kN64ScalesTma: return Sm90BlockwiseGemmTile::kN64;
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
+    case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK4;
     default: return tile;
   }
 }
@@ -226,6 +228,7 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK4: return 4;
+    case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK8: return 8;
     default: return 1;
   }
@@ -335,6 +338,8 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN64ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma:
       return Launch<ConfigN128SplitK2ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma:
+      return Launch<ConfigN128SplitK4ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

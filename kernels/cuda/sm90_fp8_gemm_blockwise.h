@@ -46,12 +46,13 @@ namespace fp8::kernels::cuda {
 //   kN64PrefetchB, kN128SplitK2PrefetchB: kN64 / kN128SplitK2 whose producer also prefetches
 //          the tile's B rows into L2, 1 KB of each row at a time, ahead of the TMA loads
 //          (experiment for small M, where B streams from HBM in 128-byte pieces per row)
-//   kN128ScalesTma, kN64ScalesTma, kN128SplitK2ScalesTma: kN128 / kN64 / kN128SplitK2 whose
+//   kN128ScalesTma, kN64ScalesTma, kN128SplitK2ScalesTma, kN128SplitK4ScalesTma: kN128 / kN64 /
+//          kN128SplitK2 / kN128SplitK4 whose
 //          producer also copies each stage's A scales (512 bytes) and B-scale group (16 bytes)
 //          into shared memory on the stage's full barrier (1-D bulk copies), so the consumers'
 //          K loop has no global loads; bitwise the same results. The scale copies cost one
-//          stage for 128x128 (5 stages; split 2: 6). Need M % 4 == 0 and 16-byte aligned scale
-//          arrays; otherwise the launcher runs kN128 / kN64 / kN128SplitK2.
+//          stage for 128x128 (5 stages; split 2 and 4: 6). Need M % 4 == 0 and 16-byte aligned
+//          scale arrays; otherwise the launcher runs the twin without "ScalesTma".
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
 //          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
 //          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
@@ -74,6 +75,7 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN128ScalesTma,
   kN64ScalesTma,
   kN128SplitK2ScalesTma,
+  kN128SplitK4ScalesTma,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

@@ -28,16 +28,18 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN64PrefetchB,
     Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB, Sm90BlockwiseGemmTile::kN128ScalesTma,
-    Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma};
+    Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma,
+    Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
-    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma};
+    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma};
 // Each scales-through-TMA variant and the __ldg-scales variant it must match bit for bit.
 constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPairs[] = {
     {Sm90BlockwiseGemmTile::kN128ScalesTma, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN64},
-    {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2}};
+    {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2},
+    {Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -56,6 +58,7 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN128ScalesTma: return "N128-scales-TMA";
     case Sm90BlockwiseGemmTile::kN64ScalesTma: return "N64-scales-TMA";
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return "N128-split-K-2-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return "N128-split-K-4-scales-TMA";
     default: return "auto";
   }
 }
