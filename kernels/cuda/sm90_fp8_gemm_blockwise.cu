@@ -299,10 +299,9 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
     FP8_ASSIGN_OR_RETURN(tile, ChooseTile(tiles_128, k_blocks, device, sms));
   }
   // Split-K needs a K block per CTA and a grid of tiles x split < 2^31 CTAs; otherwise the
-  // plain 128x128 tile.
+  // plain 128x128 tile (with scales through TMA when the split tile had them).
   if (const int split = SplitOf(tile); split > 1 && (k_blocks < split || tiles_128 * split > INT32_MAX))
-    tile = tile == Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma ? Sm90BlockwiseGemmTile::kN128ScalesTma
-                                                                : Sm90BlockwiseGemmTile::kN128;
+    tile = WithoutScalesTma(tile) != tile ? Sm90BlockwiseGemmTile::kN128ScalesTma : Sm90BlockwiseGemmTile::kN128;
   // Scales through TMA: the bulk copies need 16-byte aligned sources (the A-scale chunk of K
   // block kb starts at float kb·M + m0) and sizes; otherwise the same tile with __ldg scales.
   if (m % 4 != 0 || !Aligned16(a_scale_inv) || !Aligned16(b_scale_inv)) tile = WithoutScalesTma(tile);

@@ -21,13 +21,12 @@ if [ "${1:-}" = pack ]; then
 fi
 OUT=${OUT:-/tmp/fp8d-attention-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
+C=$PWD/$C
+. scripts/gpu/carry_env.sh
 S=$OUT/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv > "$S" 2>&1
 ldd $C/bin/bench_trainer_cuda | grep -i "not found" >> "$S"
-# The tests were built with the corpus path of the build machine.
-mkdir -p /work/main/data 2>/dev/null && [ -e /work/main/data/corpus.txt ] || ln -sf "$PWD/data/corpus.txt" /work/main/data/corpus.txt
+link_test_corpus $C/bin/worker_train_cuda_test
 
 echo "== tests" >> "$S"
 timeout ${TEST_TIMEOUT:-100} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8d-calibrate-out}
 mkdir -p "$OUT"
 C=$PWD/.calibrate-cuda-carry
-export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+. scripts/gpu/carry_env.sh
 S="$OUT/summary.txt"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; lscpu | grep -E "Model name|avx2" | cut -c1-80; } > "$S" 2>&1
 ldd $C/bin/bench_calibrate | grep -i "not found" >> "$S"

@@ -13,18 +13,15 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8d-multi-gpu-out}
 mkdir -p "$OUT"
 C=$PWD/.multi-gpu-carry
-export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
+. scripts/gpu/carry_env.sh
 S=$OUT/summary.txt
 { nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv; nvidia-smi topo -m; } > "$S" 2>&1
 ldd $C/bin/* | grep -i "not found" >> "$S"
-# The tests were built with the corpus path of the build machine: put the corpus there.
-CORPUS_PATH=$(strings $C/bin/worker_train_cuda_test | grep -m1 '/data/corpus.txt$')
-if [ -n "$CORPUS_PATH" ] && [ ! -e "$CORPUS_PATH" ]; then mkdir -p "$(dirname "$CORPUS_PATH")" && ln -sf "$PWD/data/corpus.txt" "$CORPUS_PATH"; fi
+link_test_corpus $C/bin/worker_train_cuda_test
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
 echo "== worker_train_cuda_test" >> "$S"
-FP8_TRAIN_CUDA_BINARY=$C/bin/fp8-train-cuda timeout ${TEST_TIMEOUT:-240} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1
+timeout ${TEST_TIMEOUT:-240} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1
 echo "rc=$?" >> "$S"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|step [0-9]|tests ran" "$OUT/test.log" | head -40 >> "$S"
 grep -E "^\[       OK \] CudaDataParallel" "$OUT/test.log" >> "$S"
@@ -100,7 +97,6 @@ ls -R $R/out | head -20 >> "$S"
 
 if [ "${LOSS_STEPS:-0}" -gt 0 ]; then
   echo "== loss at equal steps" >> "$S"
-  mkdir -p .trainer-cuda-carry && ln -sfn $C/bin .trainer-cuda-carry/bin && ln -sfn $C/lib .trainer-cuda-carry/lib
-  OUT=$OUT bash scripts/gpu/trainer_cuda_loss.sh >> "$S" 2>&1
+  CARRY=$C OUT=$OUT bash scripts/gpu/trainer_cuda_loss.sh >> "$S" 2>&1
 fi
 cat "$S"

@@ -19,14 +19,10 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8d-trainer-out}
 mkdir -p "$OUT"
 C=$PWD/.trainer-cuda-carry
-export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
-# CudaDataParallel (2 GPUs) runs fp8-train-cuda: the carried copy, not the build machine's path.
-export FP8_TRAIN_CUDA_BINARY=$C/bin/fp8-train-cuda
+. scripts/gpu/carry_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv > "$OUT/summary.txt" 2>&1
 ldd $C/bin/bench_trainer_cuda | grep -i "not found" >> "$OUT/summary.txt"
-# The tests were built with the corpus path of the build machine.
-mkdir -p /work/main/data 2>/dev/null && [ -e /work/main/data/corpus.txt ] || ln -sf "$PWD/data/corpus.txt" /work/main/data/corpus.txt
+link_test_corpus $C/bin/worker_train_cuda_test
 
 echo "== tests" >> "$OUT/summary.txt"
 timeout ${TEST_TIMEOUT:-120} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1

@@ -21,8 +21,8 @@ STEPS=${LOSS_STEPS:-1000}
 BATCH=${LOSS_BATCH:-16}
 EVAL_EVERY=${LOSS_EVAL_EVERY:-100}
 EVAL_BATCHES=${LOSS_EVAL_BATCHES:-32}
-C=$PWD/.trainer-cuda-carry
-export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+C=${CARRY:-$PWD/.trainer-cuda-carry}  # CARRY: another carry folder with bench_trainer_cuda (multi_gpu.sh)
+. scripts/gpu/carry_env.sh
 if [ "${CORPUS:-code}" = code ]; then
   D=/tmp/fp8d-code-data; mkdir -p $D
   [ -e $D/val_000.bin ] || timeout ${CORPUS_TIMEOUT:-90} python3 scripts/gpu/code_corpus_shards.py $D "${CORPUS_MB:-300}" 2

@@ -202,8 +202,9 @@ TrainResult Loop::Run() {
       FillBatch(static_cast<uint64_t>(t.seed), first, b, *train_);
       loss_sum += model_.Forward(inputs_.data(), targets_.data(), b);
       model_.Backward(loss_scale);
-      // fp8-tensorwise: every rank's histories take the same (max-reduced) amaxes.
-      if (std::vector<float> amax = model_.PendingAmaxes(); !amax.empty()) {
+      // fp8-tensorwise: every rank's histories take the same (max-reduced) amaxes. (One rank:
+      // Backward has already fed them in.)
+      if (std::vector<float> amax = world > 1 ? model_.PendingAmaxes() : std::vector<float>(); !amax.empty()) {
         if (Status s = coll_.AllReduceMax(amax.data(), amax.size()); !s.ok()) {
           Fail(ev_, "INTERNAL_ERROR", s.message(), worker::kExitTemporary, &result_);
           return result_;
