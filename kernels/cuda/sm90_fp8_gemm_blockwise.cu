@@ -211,6 +211,13 @@ using ConfigN128ScalesTma = Config<128, 5, true, false, 1, 1, false, true>;
 using ConfigN64ScalesTma = Config<64, 8, true, false, 1, 1, false, true>;
 using ConfigN128SplitK2ScalesTma = Config<128, 6, true, false, 1, 2, false, true>;
 using ConfigN128SplitK4ScalesTma = Config<128, 6, true, false, 1, 4, false, true>;
+// One 8 KB staging box per consumer warpgroup instead of two leaves room for the 6th stage
+// beside the scale copies (6 x 32 KB + 16 KB + 3.2 KB).
+using ConfigN128ScalesTma6 = Config<128, 6, true, false, 1, 1, false, true, true>;
+using ConfigN128PairAScalesTma = Config<128, 6, true, false, 2, 1, false, true, true>;
+using ConfigN64PairAScalesTma = Config<64, 8, true, false, 2, 1, false, true>;
+// 24 KB stages, no staging tile (split-K): 9 fit beside the scale copies.
+using ConfigN64SplitK2ScalesTma = Config<64, 9, true, false, 1, 2, false, true>;
 
 Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
   switch (tile) {
@@ -218,6 +225,11 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN64ScalesTma: return Sm90BlockwiseGemmTile::kN64;
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
     case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK4;
+    case Sm90BlockwiseGemmTile::kN128ScalesTma6Stages: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma: return Sm90BlockwiseGemmTile::kN128PairSharedA;
+    case Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma: return Sm90BlockwiseGemmTile::kN64PairSharedA;
+    // No __ldg 128x64 split-K kernel: the 128x128 one computes the same bits.
+    case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
     default: return tile;
   }
 }
@@ -227,6 +239,7 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN128SplitK2: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return 2;
+    case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK4: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK8: return 8;
@@ -300,14 +313,19 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
   }
   // Split-K needs a K block per CTA and a grid of tiles x split < 2^31 CTAs; otherwise the
   // plain 128x128 tile (with scales through TMA when the split tile had them).
-  if (const int split = SplitOf(tile); split > 1 && (k_blocks < split || tiles_128 * split > INT32_MAX))
+  // (kN64SplitK2ScalesTma: 128x64 tiles x 2 CTAs = 4 x tiles_128 CTAs.)
+  if (const int split = SplitOf(tile);
+      split > 1 && (k_blocks < split || tiles_128 * split * 2 > INT32_MAX))
     tile = WithoutScalesTma(tile) != tile ? Sm90BlockwiseGemmTile::kN128ScalesTma : Sm90BlockwiseGemmTile::kN128;
   // Scales through TMA: the bulk copies need 16-byte aligned sources (the A-scale chunk of K
   // block kb starts at float kb·M + m0) and sizes; otherwise the same tile with __ldg scales.
   if (m % 4 != 0 || !Aligned16(a_scale_inv) || !Aligned16(b_scale_inv)) tile = WithoutScalesTma(tile);
-  // CTA pairs need an even number of column blocks; otherwise the same tile without pairs.
-  if (tile == Sm90BlockwiseGemmTile::kN128PairSharedA && (n / 128) % 2 != 0) tile = Sm90BlockwiseGemmTile::kN128;
-  if (tile == Sm90BlockwiseGemmTile::kN64PairSharedA && (n / 64) % 2 != 0) tile = Sm90BlockwiseGemmTile::kN64;
+  // CTA pairs need an even number of column blocks; otherwise the same tile without pairs (128x64
+  // pairs always have one: N is a multiple of 128).
+  if ((n / 128) % 2 != 0) {
+    if (tile == Sm90BlockwiseGemmTile::kN128PairSharedA) tile = Sm90BlockwiseGemmTile::kN128;
+    if (tile == Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma) tile = Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
+  }
   switch (tile) {
     case Sm90BlockwiseGemmTile::kN128PairSharedA:
       return Launch<ConfigN128PairA>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
@@ -339,6 +357,14 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN128SplitK2ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma:
       return Launch<ConfigN128SplitK4ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128ScalesTma6Stages:
+      return Launch<ConfigN128ScalesTma6>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma:
+      return Launch<ConfigN128PairAScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma:
+      return Launch<ConfigN64PairAScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma:
+      return Launch<ConfigN64SplitK2ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -49,8 +49,13 @@ constexpr int kGroupM = 8;
 // ahead, ptxas's register rotation of the scale sets made each K block's first wgmma wait for
 // an HBM round trip; docs/performance.md). Needs M % 4 == 0 and 16-byte aligned scale arrays
 // (16-byte aligned bulk-copy sources); the host falls back to the __ldg variant otherwise.
+// kOneStagingBox: the epilogue stages one 64x64 bf16 box per consumer warpgroup at a time (store,
+// wait until the TMA has read it, next box) instead of its whole 64 x BLOCK_N slice: for
+// 128x128 tiles 16 KB of staging instead of 32 KB, which buys back the stage the scale copies
+// cost (6 stages instead of 5).
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
-          int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false>
+          int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false,
+          bool kOneStagingBox_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -65,7 +70,10 @@ struct Config {
   static constexpr bool kPrefetchB = kPrefetchB_;
   static_assert(!kPrefetchB || (kCluster == 1 && !kOverlapEpilogue), "B prefetch: plain or split-K tiles");
   static constexpr bool kScalesTma = kScalesTma_;
-  static_assert(!kScalesTma || (kCluster == 1 && !kOverlapEpilogue), "scales through TMA: plain or split-K tiles");
+  // With CTA pairs each CTA copies its own scales (the A scales of the pair's common rows into
+  // both) on its own full barrier; only the A tile is multicast.
+  static_assert(!kScalesTma || !kOverlapEpilogue, "scales through TMA: plain, pair or split-K tiles");
+  static constexpr bool kOneStagingBox = kOneStagingBox_;
   static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
   static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
@@ -75,7 +83,8 @@ struct Config {
   // Per consumer warpgroup: 64 rows x BLOCK_N bf16 as BLOCK_N/64 boxes of 64x64 (128 bytes a
   // row, the widest box the 128B swizzle allows).
   static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
-  static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kBlockN / 64);
+  static constexpr int kEpilogueBoxes = kBlockN / 64;
+  static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kOneStagingBox ? 1 : kEpilogueBoxes);
   // Split-K writes D from registers (no staging tile), which leaves room for one more stage.
   static constexpr int kStagingBytes = kSplitK > 1 ? 0 : 2 * kEpilogueWgBytes;
   // kScalesTma: per stage the A scales of the tile's 128 rows, then the 4 B scales (16 bytes,
@@ -482,38 +491,47 @@ struct Consumer {
     for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
   }
 
-  // bf16 into the 128B-swizzled staging tile, then one TMA store per 64-column box.
+  // bf16 into the 128B-swizzled staging tile, then one TMA store per 64-column box
+  // (kOneStagingBox: box by box through one staging box, each store read out before the next
+  // box is written).
   __device__ __forceinline__ void Epilogue(TileCoord tile) {
+    constexpr int kPasses = Cfg::kOneStagingBox ? Cfg::kEpilogueBoxes : 1;
+    constexpr int kBoxesPerPass = Cfg::kEpilogueBoxes / kPasses;
     const uint32_t staging = smem.epilogue + warpgroup * Cfg::kEpilogueWgBytes;
     const bool leader = threadIdx.x % 128 == 0;
-    if (leader) BulkWaitRead();  // the previous tile's store has read the staging tile
-    NamedBarrierSync(1 + warpgroup, 128);
+    const uint32_t out_row = tile.m_block * kBlockM + warpgroup * 64;
     // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows a warp writes per
     // instruction land in 8 different chunks, so the stores are free of bank conflicts.
     const uint32_t swz = lane / 4;  // == row_in_wg % 8 == (row_in_wg + 8) % 8
 #pragma unroll
-    for (int i = 0; i < kBlockN / 8; ++i) {
-      const uint32_t box = staging + (i / 8) * Cfg::kEpilogueBoxBytes;
-      const uint32_t col = ((i % 8) ^ swz) * 16 + 4 * (lane % 4);
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(total[4 * i], total[4 * i + 1]);
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(total[4 * i + 2], total[4 * i + 3]);
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
-                   "r"(*reinterpret_cast<const uint32_t*>(&lo))
-                   : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + (row_in_wg + 8) * 128 + col),
-                   "r"(*reinterpret_cast<const uint32_t*>(&hi))
-                   : "memory");
-    }
-    FenceProxyAsyncShared();
-    NamedBarrierSync(1 + warpgroup, 128);
-    const uint32_t out_row = tile.m_block * kBlockM + warpgroup * 64;
-    if (leader && out_row < args.m) {  // rows past M: the TMA store clips partial boxes
+    for (int pass = 0; pass < kPasses; ++pass) {
+      if (leader) BulkWaitRead();  // the previous store has read the staging memory
+      NamedBarrierSync(1 + warpgroup, 128);
 #pragma unroll
-      for (int box = 0; box < kBlockN / 64; ++box) {
-        TmaStore2d(tmap_d, staging + box * Cfg::kEpilogueBoxBytes,
-                   static_cast<int32_t>(tile.n_block * kBlockN + box * 64), static_cast<int32_t>(out_row));
+      for (int j = 0; j < kBoxesPerPass * 8; ++j) {
+        const int i = pass * kBoxesPerPass * 8 + j;  // 8-column group of the tile
+        const uint32_t box = staging + (j / 8) * Cfg::kEpilogueBoxBytes;
+        const uint32_t col = ((j % 8) ^ swz) * 16 + 4 * (lane % 4);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(total[4 * i], total[4 * i + 1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(total[4 * i + 2], total[4 * i + 3]);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
+                     "r"(*reinterpret_cast<const uint32_t*>(&lo))
+                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + (row_in_wg + 8) * 128 + col),
+                     "r"(*reinterpret_cast<const uint32_t*>(&hi))
+                     : "memory");
       }
-      BulkCommit();
+      FenceProxyAsyncShared();
+      NamedBarrierSync(1 + warpgroup, 128);
+      if (leader && out_row < args.m) {  // rows past M: the TMA store clips partial boxes
+#pragma unroll
+        for (int b = 0; b < kBoxesPerPass; ++b) {
+          TmaStore2d(tmap_d, staging + b * Cfg::kEpilogueBoxBytes,
+                     static_cast<int32_t>(tile.n_block * kBlockN + (pass * kBoxesPerPass + b) * 64),
+                     static_cast<int32_t>(out_row));
+        }
+        BulkCommit();
+      }
     }
   }
 

@@ -53,6 +53,15 @@ namespace fp8::kernels::cuda {
 //          K loop has no global loads; bitwise the same results. The scale copies cost one
 //          stage for 128x128 (5 stages; split 2 and 4: 6). Need M % 4 == 0 and 16-byte aligned
 //          scale arrays; otherwise the launcher runs the twin without "ScalesTma".
+//   kN128ScalesTma6Stages: kN128ScalesTma with 6 stages, the epilogue staging one 64x64 box per
+//          warpgroup at a time (16 KB instead of 32 KB of staging); bitwise the same results
+//   kN128PairSharedAScalesTma, kN64PairSharedAScalesTma: the CTA pairs sharing A (TMA multicast)
+//          with the scales through the pipeline (128x128: 6 stages and one staging box, as
+//          kN128ScalesTma6Stages); bitwise the same as kN128PairSharedA / kN64PairSharedA
+//   kN64SplitK2ScalesTma: 128x64 tiles, K split over clusters of 2 CTAs, scales through the
+//          pipeline, 9 stages (twice the CTAs of kN128SplitK2ScalesTma for small M); bitwise the
+//          same as kN128SplitK2 (same K ranges, same per-element order); falls back to it where
+//          the scales cannot be copied
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
 //          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
 //          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
@@ -76,6 +85,10 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN64ScalesTma,
   kN128SplitK2ScalesTma,
   kN128SplitK4ScalesTma,
+  kN128ScalesTma6Stages,
+  kN128PairSharedAScalesTma,
+  kN64PairSharedAScalesTma,
+  kN64SplitK2ScalesTma,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

@@ -8,8 +8,12 @@
 # Every step has a timeout (a pipeline bug shows up as a hang). Logs go to $OUT.
 #   cmake --build build-kernels-cuda -j2 --target kernels_cuda_test bench_kernels_cuda
 #   device run: bash scripts/gpu/gemm.sh   (carry: build-kernels-cuda/bin, build-kernels-cuda/googletest)
+#   The device calls of this session are limited to 120 s of command time: the steps' timeouts
+#   fit in it (tests 40 s, bench 60 s, ncu what is left of BUDGET_S, default 115).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-115}
 OUT=${OUT:-/tmp/fp8d-gpu-out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
@@ -43,40 +47,45 @@ fi
   echo "GEMM kernels: $(grep -c 'Function :' "$OUT/sass_gemm.txt"), QGMMA: $(grep -c QGMMA "$OUT/sass_gemm.txt"), LDL/STL: $(grep -cE 'LDL|STL' "$OUT/sass_gemm.txt")"
   cuobjdump --dump-resource-usage "$BIN/bench_kernels_cuda" 2>&1 | grep -A1 BlockwiseGemmKernel | grep -o 'REG:[0-9]* STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*'
   # Global loads (LDG) per kernel, named by its Config<BLOCK_N, stages, double acc, overlap,
-  # cluster, split-K, prefetch B, scales TMA>: the scales-TMA kernels (last 1) should have none.
+  # cluster, split-K, prefetch B, scales TMA, one staging box>: the scales-TMA kernels should
+  # have 2 (the split-K ones none).
   awk '/Function : /{if (f != "") print f, n; f = $3; n = 0} /LDG/{n++} END{if (f != "") print f, n}' "$OUT/sass_gemm.txt" |
-    sed -E 's/.*ConfigILi([0-9]+)ELi([0-9]+)ELb([01])ELb([01])ELi([0-9])ELi([0-9])ELb([01])ELb([01])[^ ]* ([0-9]+)$/Config<\1,\2,\3,\4,\5,\6,\7,\8> LDG: \9/'
+    sed -E 's/.*ConfigILi([0-9]+)ELi([0-9]+)ELb([01])ELb([01])ELi([0-9])ELi([0-9])ELb([01])ELb([01])ELb([01])[^ ]* ([0-9]+)$/Config<\1,\2,\3,\4,\5,\6,\7,\8,\9> LDG: \10/'
   rm -f "$OUT/sass_full.txt"
 } >> "$OUT/env.txt" 2>&1
 
 # All CUDA kernel tests (the blockwise GEMM's and the rest of kernels/cuda's).
-# Tight limits: the whole command must end inside the call's 300 s.
-timeout -s KILL 100 "$BIN/kernels_cuda_test" --gtest_color=no > "$OUT/test.log" 2>&1
+# Tight limits: the whole command must end inside the call's limit.
+timeout -s KILL 40 "$BIN/kernels_cuda_test" --gtest_color=no > "$OUT/test.log" 2>&1
 test_rc=$?
 if [ $test_rc -ne 0 ] && [ $test_rc -ne 137 ]; then  # a wrong kernel (not a hang): where does it go wrong?
   timeout -s KILL 60 compute-sanitizer --tool memcheck "$BIN/kernels_cuda_test" --gtest_color=no \
     --gtest_filter='Sm90GemmBlockwiseTest.MatchesCpuReferenceOnSmallShapes' > "$OUT/sanitizer.log" 2>&1
 fi
-timeout -s KILL 110 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
+timeout -s KILL 60 "$BIN/bench_kernels_cuda" gemm > "$OUT/bench.txt" 2>&1
 bench_rc=$?
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
 
-# Counters of one launch per GEMM at M = 128, (N, K) = (4096, 7168): cuBLASLt, own kAuto and
-# the B-prefetch experiments (ncu flushes the caches before each, so B comes from HBM, as in
-# the bench's rotation). Clocks left alone (--clock-control none).
+# Counters of one launch per GEMM on NCU_SHAPE (default M = 4096, (N, K) = (4096, 7168)):
+# cuBLASLt, own kAuto and this round's variants (bench_kernels_cuda gemm-profile), with the
+# warp-stall breakdown (where the consumer warps' cycles go). ncu flushes the caches before each
+# launch. Clocks left alone (--clock-control none). Runs in what is left of BUDGET_S.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "${SKIP_NCU:-}" ] && NCU=""  # SKIP_NCU=1: no counters (a short call)
-if [ -n "$NCU" ]; then
-  timeout -s KILL 90 "$NCU" --clock-control none -k 'regex:Gemm|gemm|nvjet|xmma|cutlass' \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics dram__bytes_read.sum \
-    "$BIN/bench_kernels_cuda" gemm-profile 128 4096 7168 > "$OUT/ncu.txt" 2>&1
-  echo "ncu rc=$?" >> "$OUT/env.txt"
+NCU_LEFT=$(( BUDGET_S - ($(date +%s) - START) ))
+if [ -n "$NCU" ] && [ "$NCU_LEFT" -gt 15 ]; then
+  timeout -s KILL "$NCU_LEFT" "$NCU" --clock-control none -k 'regex:Gemm|gemm|nvjet|xmma|cutlass' \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --metrics dram__bytes_read.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+    "$BIN/bench_kernels_cuda" gemm-profile ${NCU_SHAPE:-4096 4096 7168} > "$OUT/ncu.txt" 2>&1
+  echo "ncu rc=$? (limit ${NCU_LEFT} s)" >> "$OUT/env.txt"
 fi
 
 cat "$OUT/env.txt"
 echo "== tests (rc=$test_rc)"
 grep -E "^\[  (FAILED|PASSED|SKIPPED|  OK) |tests ran|Failure|error|differ|calc|Which is|Expected|vs " "$OUT/test.log" | head -60
 [ -f "$OUT/sanitizer.log" ] && { echo "== sanitizer"; grep -E "ERROR|Invalid|at 0x|by thread|SUMMARY" "$OUT/sanitizer.log" | head -20; }
-[ -f "$OUT/ncu.txt" ] && { echo "== ncu"; grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Compute \(SM\) Throughput|dram__bytes_read|Max Bandwidth|==ERR|==WARN" "$OUT/ncu.txt" | cut -c1-150 | head -60; }
+[ -f "$OUT/ncu.txt" ] && { echo "== ncu"; grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|L2 Hit Rate|Compute \(SM\) Throughput|dram__bytes_read|Warp Cycles Per Issued|==ERR|==WARN" "$OUT/ncu.txt" | cut -c1-150 | head -40;
+  echo "== warp stalls per issued instruction (> 0.3)"; awk '/^  [A-Za-z_].*\(/{k=substr($0,1,60)} /issue_stalled/{v=$NF; if (v+0 > 0.3) {sub(/smsp__average_warps_issue_stalled_/,"",$1); sub(/_per_issue_active.ratio/,"",$1); print k, $1, v}}' "$OUT/ncu.txt" | head -60; }
 echo "== bench (rc=$bench_rc)"; cat "$OUT/bench.txt"
 [ $test_rc -eq 0 ] && [ $bench_rc -eq 0 ]

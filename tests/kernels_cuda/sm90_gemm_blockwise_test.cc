@@ -29,17 +29,28 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN64PrefetchB,
     Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB, Sm90BlockwiseGemmTile::kN128ScalesTma,
     Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma,
-    Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma};
+    Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma, Sm90BlockwiseGemmTile::kN128ScalesTma6Stages,
+    Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma,
+    Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
-    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma};
-// Each scales-through-TMA variant and the __ldg-scales variant it must match bit for bit.
+    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma,
+    Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma};
+// Each scales-through-TMA variant and the __ldg-scales variant it must match bit for bit (the
+// same per-element order: 128x64 split-K against 128x128 split-K; the 6-stage, one-staging-box
+// 128x128 and the CTA pairs against the plain tiles' twins).
 constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPairs[] = {
     {Sm90BlockwiseGemmTile::kN128ScalesTma, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN64},
     {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2},
-    {Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4}};
+    {Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4},
+    {Sm90BlockwiseGemmTile::kN128ScalesTma6Stages, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN128PairSharedA},
+    {Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64PairSharedA},
+    {Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64},
+    {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -59,6 +70,10 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN64ScalesTma: return "N64-scales-TMA";
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return "N128-split-K-2-scales-TMA";
     case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return "N128-split-K-4-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN128ScalesTma6Stages: return "N128-scales-TMA-6-stages";
+    case Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma: return "N128-pair-shared-A-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma: return "N64-pair-shared-A-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return "N64-split-K-2-scales-TMA";
     default: return "auto";
   }
 }
