@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cuda/sm90_cuda_check.h"
+#include "worker/train/cuda/bf16_epilogue_gemm.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/sm90_flash_attention.h"
@@ -93,20 +94,56 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   auto add = [&](const std::string& what, int per_step, const std::function<Status()>& op) {
     rows.push_back({what, per_step, TimeMs(s, op)});
   };
-  // The four linear layers: forward, dgrad, wgrad (FP32 accumulate) — what cuBLAS runs for bf16.
+  // The four linear layers: forward, dgrad, wgrad (FP32 accumulate), with the epilogues the bf16
+  // step fuses into them (cuda_linear.h): qkv fwd + bias, proj / fc_proj fwd + bias + residual
+  // (FP32 out), fc fwd + bias + GELU (pre-activation as aux), fc_proj dgrad + GELU backward + fc's
+  // bias gradient, wgrad + bias gradient (qkv, proj, fc_proj). A fusion cuBLASLt refuses is timed
+  // as the plain GEMM plus its separate pass (the rows further down), as the step runs it.
+  FP8_ASSIGN_OR_RETURN(auto lt, kernels::cuda::Sm90CublasLtContext::Create());
+  Bf16EpilogueGemm epi(lt.get());
+  DeviceBuffer<bf16> aux;
+  DeviceBuffer<float> bgrad;
+  FP8_RETURN_IF_ERROR(aux.Allocate(static_cast<size_t>(4 * n * c), "aux"));
+  FP8_RETURN_IF_ERROR(bgrad.Allocate(static_cast<size_t>(4 * c), "bias grad"));
   const int64_t shapes[4][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}};
   const char* names[4] = {"qkv", "proj", "fc", "fc_proj"};
+  std::vector<std::string> unfused;
+  auto add_gemm = [&](const std::string& what, const Bf16GemmArgs& fused, const Bf16GemmArgs& plain) {
+    const bool epilogue = fused.epilogue != Bf16Epilogue::kNone || fused.c != nullptr;
+    Row r{what + (epilogue ? std::string(" +") + Bf16EpilogueName(fused.epilogue) + (fused.c ? "+residual" : "") : ""),
+          static_cast<int>(L), TimeMs(s, [&] { return epi.Run(fused, s); })};
+    if (r.ms < 0) {
+      unfused.push_back(r.what);
+      r = Row{what, static_cast<int>(L), TimeMs(s, [&] { return epi.Run(plain, s); })};
+    }
+    rows.push_back(r);
+    return r.what != what || !epilogue;  // fused (or nothing to fuse)
+  };
+  bool fused_ok[6] = {};  // qkv bias, proj residual, fc gelu, fc_proj residual, dgelu, bgrad
   for (int i = 0; i < 4; ++i) {
     const int64_t in = shapes[i][0], o = shapes[i][1];
-    add(std::string("gemm ") + names[i] + " fwd", static_cast<int>(L), [&, in, o] {
-      return GemmBf16(cublas, false, true, n, o, in, 1.0f, a.get(), in, wb.get(), in, 0.0f, b.get(), o, false);
-    });
-    add(std::string("gemm ") + names[i] + " dgrad", static_cast<int>(L), [&, in, o] {
-      return GemmBf16(cublas, false, false, n, in, o, 1.0f, a.get(), o, wb.get(), in, 0.0f, b.get(), in, false);
-    });
-    add(std::string("gemm ") + names[i] + " wgrad", static_cast<int>(L), [&, in, o] {
-      return GemmBf16(cublas, true, false, o, in, n, 1.0f, a.get(), o, b.get(), in, 1.0f, g32.get(), in, true);
-    });
+    Bf16GemmArgs fwd;
+    fwd.tb = true, fwd.m = n, fwd.n = o, fwd.k = in, fwd.a = a.get(), fwd.lda = in, fwd.b = wb.get(), fwd.ldb = in;
+    fwd.d = b.get(), fwd.ldd = o;
+    Bf16GemmArgs fwd_fused = fwd;
+    fwd_fused.epilogue = i == 2 ? Bf16Epilogue::kGeluAuxBias : Bf16Epilogue::kBias, fwd_fused.bias = w;
+    if (i == 2) fwd_fused.aux = aux.get(), fwd_fused.ld_aux = o;
+    if (i == 1 || i == 3) fwd_fused.d = f2.get(), fwd_fused.d_fp32 = true, fwd_fused.c = f1.get(), fwd_fused.beta = 1.0f;
+    fused_ok[i] = add_gemm(std::string("gemm ") + names[i] + " fwd", fwd_fused, fwd);
+    Bf16GemmArgs dgrad;
+    dgrad.m = n, dgrad.n = in, dgrad.k = o, dgrad.a = a.get(), dgrad.lda = o, dgrad.b = wb.get(), dgrad.ldb = in;
+    dgrad.d = b.get(), dgrad.ldd = in;
+    Bf16GemmArgs dgrad_fused = dgrad;
+    if (i == 3) dgrad_fused.epilogue = Bf16Epilogue::kDGeluBGrad, dgrad_fused.bias_grad = bgrad.get(), dgrad_fused.aux = aux.get(), dgrad_fused.ld_aux = in;
+    const bool dg = add_gemm(std::string("gemm ") + names[i] + " dgrad", dgrad_fused, dgrad);
+    if (i == 3) fused_ok[4] = dg;
+    Bf16GemmArgs wgrad;
+    wgrad.ta = true, wgrad.m = o, wgrad.n = in, wgrad.k = n, wgrad.a = a.get(), wgrad.lda = o, wgrad.b = b.get(), wgrad.ldb = in;
+    wgrad.d = g32.get(), wgrad.ldd = in, wgrad.d_fp32 = true, wgrad.beta = 1.0f;
+    Bf16GemmArgs wgrad_fused = wgrad;
+    if (i != 2) wgrad_fused.epilogue = Bf16Epilogue::kBGradA, wgrad_fused.bias_grad = bgrad.get();
+    const bool wg = add_gemm(std::string("gemm ") + names[i] + " wgrad", wgrad_fused, wgrad);
+    if (i == 0) fused_ok[5] = wg;
   }
   add("flash attention fwd", static_cast<int>(L), [&] {
     return FlashAttentionForward({batch, h, cfg.seq_len, hd}, a.get(), a.get() + c, a.get() + 2 * c, RowMajorHeads(cfg.seq_len, hd, 3 * c),
@@ -121,19 +158,26 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
     return LayerNormForward(f1.get(), w, w, n, c, a.get(), stats1.get(), stats2.get(), s);
   });
   add("layernorm bwd", static_cast<int>(2 * L + 1), [&] {
-    return LayerNormBackward(a.get(), f1.get(), w, stats1.get(), stats2.get(), n, c, f2.get(), g32.get(), g32.get() + c, scratch.get(), s);
+    return LayerNormBackward(a.get(), f1.get(), w, stats1.get(), stats2.get(), n, c, f2.get(), a.get(), g32.get(), g32.get() + c, scratch.get(), s);
   });
   const int li = static_cast<int>(L);
-  add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
-  add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
-  add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  add("residual add (fp32)", 2 * li, [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
-  add("cast dres fp32->bf16", static_cast<int>(2 * L), [&] { return CastF32ToBf16(f1.get(), n * c, a.get(), s); });
+  if (!fused_ok[0]) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
+  if (!fused_ok[2]) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
+  if (!fused_ok[4]) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
+  const int residual_adds = (fused_ok[1] ? 0 : li) + (fused_ok[3] ? 0 : li);
+  if (residual_adds > 0) add("residual add (fp32)", residual_adds, [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
   add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
-  add("bias grads (column sums)", static_cast<int>(L), [&] {
-    for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
-    return OkStatus();
-  });
+  if (fused_ok[4] && fused_ok[5]) {
+    add("bias grads (add epilogue outputs)", li, [&] {
+      for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(Accumulate(bgrad.get(), o, g32.get(), s));
+      return OkStatus();
+    });
+  } else {
+    add("bias grads (column sums)", li, [&] {
+      for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
+      return OkStatus();
+    });
+  }
   add("head gemm fwd", 1, [&] {
     return GemmBf16(cublas, false, true, n, v, c, 1.0f, a.get(), c, wb.get(), c, 0.0f, logits.get(), vld, false);
   });
@@ -159,9 +203,10 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
               static_cast<int>(L), static_cast<int>(c), cfg.seq_len, batch);
   for (const Row& r : rows) {
     total += r.ms * r.per_step;
-    std::printf("    %-32s x%-3d %9.3f %9.2f\n", r.what.c_str(), r.per_step, r.ms, r.ms * r.per_step);
+    std::printf("    %-44s x%-3d %9.3f %9.2f\n", r.what.c_str(), r.per_step, r.ms, r.ms * r.per_step);
   }
-  std::printf("    %-32s      %9s %9.2f  (measured step %.2f ms)\n", "sum", "", total, step_ms);
+  std::printf("    %-44s      %9s %9.2f  (measured step %.2f ms)\n", "sum", "", total, step_ms);
+  for (const std::string& u : unfused) std::printf("    (cuBLASLt refused %s: timed unfused)\n", u.c_str());
   cublasDestroy(cublas);
   cudaStreamDestroy(s);
   return OkStatus();

@@ -5,6 +5,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -89,15 +92,18 @@ TEST(CudaKernels, LayerNormForwardBackwardMatchCpu) {
     train::LayerNormBackward<float>(dout.data(), x.data(), w.data(), mean.data(), rstd.data(), n, c, dx.data(), dw.data(), db.data());
     Dev<float> dx_(x), dw_(w), db_(b), dmean(n), drstd(n), ddx(std::vector<float>(n * c, 0.5f)), ddw(c), ddb(c),
         scratch(ColumnScratchFloats(n, c));
-    Dev<bf16> dout_(ToBf16(dout)), dout_y(n * c);
+    Dev<bf16> dout_(ToBf16(dout)), dout_y(n * c), ddx_bf16(n * c);
     ASSERT_OK(LayerNormForward(dx_.get(), dw_.get(), db_.get(), n, c, dout_y.get(), dmean.get(), drstd.get(), nullptr));
-    ASSERT_OK(LayerNormBackward(dout_.get(), dx_.get(), dw_.get(), dmean.get(), drstd.get(), n, c, ddx.get(), ddw.get(), ddb.get(),
-                                scratch.get(), nullptr));
+    ASSERT_OK(LayerNormBackward(dout_.get(), dx_.get(), dw_.get(), dmean.get(), drstd.get(), n, c, ddx.get(), ddx_bf16.get(), ddw.get(),
+                                ddb.get(), scratch.get(), nullptr));
     const auto y = ToF32(dout_y.Host());
     EXPECT_LT(RelErr(y.data(), out.data(), y.size()), 5e-3);
     EXPECT_LT(RelErr(dmean.Host().data(), mean.data(), n), 1e-5);
     EXPECT_LT(RelErr(drstd.Host().data(), rstd.data(), n), 1e-5);
     EXPECT_LT(RelErr(ddx.Host().data(), dx.data(), dx.size()), 1e-4);
+    // The bf16 copy is exactly the fp32 result rounded (the next GEMM's operand).
+    const auto got_bf16 = ddx_bf16.Host(), want_bf16 = ToBf16(ddx.Host());
+    EXPECT_EQ(std::memcmp(got_bf16.data(), want_bf16.data(), got_bf16.size() * sizeof(bf16)), 0);
     EXPECT_LT(RelErr(ddw.Host().data(), dw.data(), c), 1e-4);
     EXPECT_LT(RelErr(ddb.Host().data(), db.data(), c), 1e-4);
   }
@@ -203,6 +209,62 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
                            for (char& ch : n) if (ch == '-') ch = '_';
                            return n;
                          });
+
+// bf16: the GEMM-epilogue fusions (bias, bias + GELU, residual add, GELU backward, bias
+// gradients in cuBLASLt epilogues) against the separate passes (FP8_CUDA_NO_FUSION=1) on the same
+// weights and tokens. They differ only in roundings (GELU of the FP32 pre-activation, the
+// residual add before the bf16 rounding, the order of the bias-gradient sums).
+TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;
+  cfg.d_model = 128;
+  cfg.seq_len = 64;
+  cfg.vocab_size = 256;
+  PrecisionConfig pc;
+  pc.recipe = Recipe::kBf16;
+  const int batch = 4;
+  GptModel cpu(cfg, pc);
+  cpu.InitWeights(5);
+  std::vector<int32_t> in(batch * cfg.seq_len), tg(in.size());
+  std::mt19937 g(13);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<int32_t>(g() % 256);
+    tg[i] = static_cast<int32_t>(g() % 256);
+  }
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  auto fused = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);
+  setenv("FP8_CUDA_NO_FUSION", "1", 1);
+  auto separate = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);
+  unsetenv("FP8_CUDA_NO_FUSION");
+  ASSERT_TRUE(fused.ok() && separate.ok());
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  for (auto* m : {&*fused, &*separate}) {
+    ASSERT_OK((*m)->UploadParams(cpu.params().data()));
+    auto loss = (*m)->Forward(in.data(), tg.data(), batch, true, 1.0f);
+    ASSERT_TRUE(loss.ok()) << loss.status().message();
+    ASSERT_OK((*m)->Backward());
+    losses.push_back(*loss);
+    grads.emplace_back(static_cast<size_t>(cpu.num_params()));
+    ASSERT_OK((*m)->DownloadGrads(grads.back().data()));
+  }
+  const std::string refused = (*fused)->EpilogueRefusals();
+  std::printf("epilogues cuBLASLt refused: %s\n", refused.empty() ? "none" : refused.c_str());
+  EXPECT_NEAR(losses[0], losses[1], 1e-3 * losses[1]);
+  double worst = 0;
+  for (const ParamTensor& t : cpu.tensors()) {
+    const double e = RelErr(grads[0].data() + t.offset, grads[1].data() + t.offset, static_cast<size_t>(t.numel));
+    worst = std::max(worst, e);
+    EXPECT_LT(e, 2e-2) << t.name;
+  }
+  std::printf("loss fused %.6f separate %.6f, worst gradient relative difference %.2e\n", losses[0], losses[1], worst);
+  fused->reset();
+  separate->reset();
+  cudaStreamDestroy(s);
+}
 
 class CudaTraining : public ::testing::TestWithParam<Recipe> {};
 

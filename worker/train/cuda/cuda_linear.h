@@ -12,6 +12,10 @@
 //                   (the CPU's 128x1 of dy) × xᵀ in 128x128 blocks (cuBLASLt takes 128x128 for
 //                   one operand; the CPU reference uses 128x1 for x there).
 // The bias stays FP32 and its gradient is an FP32 column sum of dy.
+// Under bf16 the bias add, bias + GELU, residual add, GELU backward and bias gradients ride in the
+// GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
+// recipes, they are separate passes (train_kernels.h). FP8_CUDA_NO_FUSION=1 forces the separate
+// passes (before/after runs, and the test that both paths agree).
 #pragma once
 
 #include <cublas_v2.h>
@@ -23,6 +27,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "worker/train/cuda/bf16_epilogue_gemm.h"
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/train_kernels.h"
 #include "worker/train/spec.h"
@@ -37,6 +42,7 @@ struct LinearWorkspace {
   DeviceBuffer<float> as, ast, bs, bst;            // their scales
   DeviceBuffer<bf16> xt;                           // blockwise: xᵀ before its 128x128 cast
   DeviceBuffer<float> col_scratch, amax, tmp_state;
+  DeviceBuffer<float> bias_grad;                   // an epilogue's bias gradient, before it is added
   // FP8 wgrad adds into dW in place (cuBLASLt beta = 1). The FP32 dW scratch + Accumulate pass is
   // the fallback: allocated on first use, when cuBLASLt refuses beta for a GEMM or when
   // FP8_CUDA_DW_SCRATCH=1 asks for it (before/after runs).
@@ -49,7 +55,7 @@ class CudaLinear {
  public:
   CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, float* gb,
              const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
-             kernels::cuda::Sm90CublasLtContext* lt, cudaStream_t s);
+             kernels::cuda::Sm90CublasLtContext* lt, Bf16EpilogueGemm* epilogue_gemm, cudaStream_t s);
   // Allocates the per-layer state (tensorwise: scaling histories and the stored x cast).
   // `amax_slots`: 3 device floats owned by the model (tensorwise: the amax of the step's x, W
   // and dy casts, in that order).
@@ -59,14 +65,25 @@ class CudaLinear {
   Status ApplyScalingUpdates();
 
   // y [m, out] (bf16) = x [m, in]·Wᵀ + b. `training` false leaves the scaling state untouched.
-  Status Forward(const bf16* x, int64_t m, bf16* y, bool training, bool add_bias = true);
-  // dx [m, in] = dy·W (overwritten), dW += dyᵀ·x, db += Σ dy. x is the forward input; the
-  // weights must not have changed since that Forward (bf16 reuses its cast of W).
-  Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx);
+  Status Forward(const bf16* x, int64_t m, bf16* y, bool training);
+  // out [m, out] (fp32) = residual + x·Wᵀ + b: a projection into the residual stream. `tmp`
+  // (bf16 [m, out]) is the unfused path's scratch for x·Wᵀ.
+  Status ForwardResidual(const bf16* x, int64_t m, const float* residual, float* out, bf16* tmp, bool training);
+  // pre = x·Wᵀ + b and y = gelu(pre), both bf16 [m, out]; the backward reads pre.
+  Status ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training);
+  // dx [m, in] = dy·W (overwritten; null: not wanted), dW += dyᵀ·x, and unless `bias_grad` is
+  // false db += Σ dy. x is the forward input; the weights must not have changed since that
+  // Forward (bf16 reuses its cast of W).
+  Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad = true);
+  // Backward of a layer whose input was gelu(pre): dpre = gelu'(pre) ∘ (dy·W), and the bias
+  // gradient of the layer that produced pre, Σ dpre, added to `pre_bias_grad` (that layer's
+  // Backward then runs with bias_grad = false). dW, db of this layer as in Backward.
+  Status BackwardIntoGelu(const bf16* dy, const bf16* x, int64_t m, const bf16* pre, bf16* dpre, float* pre_bias_grad);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   const float* bias() const { return b_; }
+  float* bias_grad() const { return gb_; }
 
   nlohmann::json State() const;
   Status Restore(const nlohmann::json& state);
@@ -82,6 +99,15 @@ class CudaLinear {
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
+  Status BackwardBf16(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad);
+  // x·Wᵀ into y under the recipe, without the bias.
+  Status ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training);
+  // The bf16 forward GEMM's arguments (W's bf16 cast must be current).
+  Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, void* y, bool y_fp32) const;
+  // Whether this layer may try `e` fused; RunFused: true when it ran, false when cuBLASLt
+  // refused it (remembered: the layer takes the unfused path from then on).
+  bool MayFuse(Bf16Epilogue e, bool d_fp32) const;
+  StatusOr<bool> RunFused(const Bf16GemmArgs& g);
   template <typename T>
   Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
 
@@ -91,7 +117,10 @@ class CudaLinear {
   LinearWorkspace* ws_;
   cublasHandle_t cublas_;
   kernels::cuda::Sm90CublasLtContext* lt_;
+  Bf16EpilogueGemm* epi_;
   cudaStream_t s_;
+  bool fuse_ = false;                // bf16 recipe, an epilogue GEMM, no FP8_CUDA_NO_FUSION
+  bool refused_[5][2] = {};          // [epilogue][d_fp32]: cuBLASLt had no algorithm
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
   DeviceBuffer<bf16> w_bf16_;       // bf16: the forward's cast of W, reused by dgrad (one cast per step)

@@ -115,6 +115,7 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(CublasStatus(cublasCreate(&cublas_), "cublasCreate"));
   FP8_RETURN_IF_ERROR(CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
   FP8_ASSIGN_OR_RETURN(lt_, kernels::cuda::Sm90CublasLtContext::Create());
+  epilogue_gemm_ = std::make_unique<Bf16EpilogueGemm>(lt_.get());
 
   const int64_t c = cfg_.d_model, t = cfg_.seq_len, v = cfg_.vocab_size, h = cfg_.n_head;
   const int64_t n = static_cast<int64_t>(max_batch) * t;
@@ -143,7 +144,8 @@ Status CudaGptModel::Init(int max_batch) {
     auto linear = [&](std::unique_ptr<CudaLinear>& lin, int k, const std::string& name, int64_t in, int64_t out) -> Status {
       FP8_ASSIGN_OR_RETURN(int64_t w, at(pre + name + ".weight"));
       FP8_ASSIGN_OR_RETURN(int64_t bb, at(pre + name + ".bias"));
-      lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(), stream_);
+      lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(),
+                                         epilogue_gemm_.get(), stream_);
       return lin->Init(n, amax_slots_.get() + 3 * (4 * l + k));
     };
     FP8_RETURN_IF_ERROR(linear(b.qkv, 0, "attn.c_attn", c, 3 * c));
@@ -274,14 +276,11 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
     FP8_RETURN_IF_ERROR(LayerNormForward(b.x_in.get(), p + b.ln1_w, p + b.ln1_b, n, c, b.ln1_out.get(), b.ln1_mean.get(), b.ln1_rstd.get(), stream_));
     FP8_RETURN_IF_ERROR(b.qkv->Forward(b.ln1_out.get(), n, b.qkv_out.get(), training));
     FP8_RETURN_IF_ERROR(AttentionForward(b, batch));
-    FP8_RETURN_IF_ERROR(b.proj->Forward(b.att_y.get(), n, d_c_.get(), training, /*add_bias=*/false));
-    FP8_RETURN_IF_ERROR(ResidualAdd(b.x_in.get(), d_c_.get(), b.proj->bias(), n, c, b.res_mid.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.proj->ForwardResidual(b.att_y.get(), n, b.x_in.get(), b.res_mid.get(), d_c_.get(), training));
     FP8_RETURN_IF_ERROR(LayerNormForward(b.res_mid.get(), p + b.ln2_w, p + b.ln2_b, n, c, b.ln2_out.get(), b.ln2_mean.get(), b.ln2_rstd.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.fc->Forward(b.ln2_out.get(), n, b.fc_out.get(), training, /*add_bias=*/false));
-    FP8_RETURN_IF_ERROR(BiasGeluForward(b.fc_out.get(), b.fc->bias(), n, 4 * c, b.gelu_out.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.fc_proj->Forward(b.gelu_out.get(), n, d_c_.get(), training, /*add_bias=*/false));
+    FP8_RETURN_IF_ERROR(b.fc->ForwardGelu(b.ln2_out.get(), n, b.fc_out.get(), b.gelu_out.get(), training));
     float* next = (l + 1 < blocks_.size()) ? blocks_[l + 1].x_in.get() : res_final_.get();
-    FP8_RETURN_IF_ERROR(ResidualAdd(b.res_mid.get(), d_c_.get(), b.fc_proj->bias(), n, c, next, stream_));
+    FP8_RETURN_IF_ERROR(b.fc_proj->ForwardResidual(b.gelu_out.get(), n, b.res_mid.get(), next, d_c_.get(), training));
   }
   FP8_RETURN_IF_ERROR(LayerNormForward(res_final_.get(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
   FP8_RETURN_IF_ERROR(CastF32ToBf16(p + wte_, v * c, wte_bf16_.get(), stream_));
@@ -304,22 +303,21 @@ Status CudaGptModel::Backward() {
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, n, c, v, 1.0f, logits_.get(), vocab_ld_, wte_bf16_.get(), c, 0.0f, d_c_.get(), c, false));
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, 1.0f, g + wte_, c, true));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
+  // Each LayerNorm backward also writes the residual gradient in bf16 (dy_c_): the operand of
+  // the next linear layer's backward.
   FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), res_final_.get(), p + lnf_w_, lnf_mean_.get(), lnf_rstd_.get(), n, c, dres_.get(),
-                                        g + lnf_w_, g + lnf_b_, col_scratch_.get(), stream_));
+                                        dy_c_.get(), g + lnf_w_, g + lnf_b_, col_scratch_.get(), stream_));
   for (size_t li = blocks_.size(); li-- > 0;) {
     Block& b = blocks_[li];
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(dres_.get(), n * c, dy_c_.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.fc_proj->Backward(dy_c_.get(), b.gelu_out.get(), n, d_4c_.get()));
-    FP8_RETURN_IF_ERROR(GeluBackward(d_4c_.get(), b.fc_out.get(), n * 4 * c, d_4c_.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.fc->Backward(d_4c_.get(), b.ln2_out.get(), n, d_c_.get()));
+    FP8_RETURN_IF_ERROR(b.fc_proj->BackwardIntoGelu(dy_c_.get(), b.gelu_out.get(), n, b.fc_out.get(), d_4c_.get(), b.fc->bias_grad()));
+    FP8_RETURN_IF_ERROR(b.fc->Backward(d_4c_.get(), b.ln2_out.get(), n, d_c_.get(), /*bias_grad=*/false));
     FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.res_mid.get(), p + b.ln2_w, b.ln2_mean.get(), b.ln2_rstd.get(), n, c, dres_.get(),
-                                          g + b.ln2_w, g + b.ln2_b, col_scratch_.get(), stream_));
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(dres_.get(), n * c, dy_c_.get(), stream_));
+                                          dy_c_.get(), g + b.ln2_w, g + b.ln2_b, col_scratch_.get(), stream_));
     FP8_RETURN_IF_ERROR(b.proj->Backward(dy_c_.get(), b.att_y.get(), n, d_c_.get()));
     FP8_RETURN_IF_ERROR(AttentionBackward(b, batch_, d_c_.get(), d_4c_.get()));
     FP8_RETURN_IF_ERROR(b.qkv->Backward(d_4c_.get(), b.ln1_out.get(), n, d_c_.get()));
     FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.x_in.get(), p + b.ln1_w, b.ln1_mean.get(), b.ln1_rstd.get(), n, c, dres_.get(),
-                                          g + b.ln1_w, g + b.ln1_b, col_scratch_.get(), stream_));
+                                          li > 0 ? dy_c_.get() : nullptr, g + b.ln1_w, g + b.ln1_b, col_scratch_.get(), stream_));
   }
   FP8_RETURN_IF_ERROR(EmbeddingBackward(dres_.get(), inputs_.get(), n, t, c, g + wte_, g + wpe_, stream_));
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();

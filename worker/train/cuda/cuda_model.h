@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +69,10 @@ class CudaGptModel {
   using AmaxReduce = std::function<Status(float* amax, size_t n, cudaStream_t stream)>;
   void SetAmaxReduce(AmaxReduce reduce) { amax_reduce_ = std::move(reduce); }
 
+  // The bf16 recipe's GEMM epilogues cuBLASLt refused (those run as separate passes); empty when
+  // every fusion ran. For the bench's report.
+  std::string EpilogueRefusals() const { return epilogue_gemm_->Refusals(); }
+
  private:
   struct Block {
     int64_t ln1_w, ln1_b, ln2_w, ln2_b;
@@ -88,6 +93,7 @@ class CudaGptModel {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<kernels::cuda::Sm90CublasLtContext> lt_;
+  std::unique_ptr<Bf16EpilogueGemm> epilogue_gemm_;
   std::unique_ptr<LinearWorkspace> ws_;
 
   int64_t num_params_ = 0;

@@ -139,7 +139,7 @@ __global__ void LayerNormForwardKernel(const float* x, const float* w, const flo
 
 __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, const float* w,
                                           const float* mean, const float* rstd, int64_t n,
-                                          int64_t c, float* dx) {
+                                          int64_t c, float* dx, bf16* dx_bf16) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= n) return;
@@ -157,7 +157,9 @@ __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, cons
   float* dxr = dx + row * c;
   for (int64_t j = lane; j < c; j += 32) {
     const float dn = __bfloat162float(dr[j]) * w[j];
-    dxr[j] += rs * (dn - s1 - (xr[j] - mu) * rs * s2);
+    const float g = dxr[j] + rs * (dn - s1 - (xr[j] - mu) * rs * s2);
+    dxr[j] = g;
+    if (dx_bf16) dx_bf16[row * c + j] = __float2bfloat16(g);
   }
 }
 
@@ -170,7 +172,7 @@ __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, cons
 // kLnRows·c·6 bytes). Needs c % 4 == 0 and 16-byte aligned x/dx, 8-byte aligned dout rows.
 __global__ void LayerNormBackwardFusedKernel(const bf16* dout, const float* x, const float* w,
                                              const float* mean, const float* rstd, int64_t n,
-                                             int64_t c, float* dx, float* partial) {
+                                             int64_t c, float* dx, bf16* dx_bf16, float* partial) {
   __shared__ float s_mu[kLnRows], s_rs[kLnRows], s_s1[kLnRows], s_s2[kLnRows];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLnRows;
   const int rows = static_cast<int>(n - r0 < kLnRows ? n - r0 : kLnRows);
@@ -223,6 +225,13 @@ __global__ void LayerNormBackwardFusedKernel(const bf16* dout, const float* x, c
         ab[k] += d[k];
       }
       *reinterpret_cast<float4*>(dx + off) = make_float4(g[0], g[1], g[2], g[3]);
+      if (dx_bf16) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(g[0], g[1]), hi = __floats2bfloat162_rn(g[2], g[3]);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(dx_bf16 + off) = packed;
+      }
     }
     *reinterpret_cast<float4*>(partial + blockIdx.x * c + j) = make_float4(aw[0], aw[1], aw[2], aw[3]);
     *reinterpret_cast<float4*>(partial + (chunks + blockIdx.x) * c + j) = make_float4(ab[0], ab[1], ab[2], ab[3]);
@@ -679,20 +688,21 @@ Status LayerNormForward(const float* x, const float* w, const float* b, int64_t 
 }
 
 Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const float* mean,
-                         const float* rstd, int64_t n, int64_t c, float* dx, float* dw, float* db,
-                         float* scratch, cudaStream_t s) {
+                         const float* rstd, int64_t n, int64_t c, float* dx, bf16* dx_bf16,
+                         float* dw, float* db, float* scratch, cudaStream_t s) {
   const bool aligned = c % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(dx) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(scratch) % 16 == 0;
   static const bool two_pass = std::getenv("FP8_CUDA_LN_TWO_PASS") != nullptr;
   if (aligned && !two_pass) {
     const int64_t chunks = (n + kLnRows - 1) / kLnRows;
-    LayerNormBackwardFusedKernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, scratch);
+    LayerNormBackwardFusedKernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16, scratch);
     FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
     LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((c + 31) / 32), 2), kThreads, 0, s>>>(scratch, chunks, c, dw, db);
     LAUNCH_CHECK();
   }
-  LayerNormBackwardDxKernel<<<Blocks(n * 32), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx);
+  LayerNormBackwardDxKernel<<<Blocks(n * 32), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   const int64_t chunks = (n + kColChunk - 1) / kColChunk;
   ColumnPartialKernel<<<dim3(Blocks(c), static_cast<unsigned>(chunks)), kThreads, 0, s>>>(dout, x, mean, rstd, n, c, scratch);

@@ -28,10 +28,12 @@ Status EmbeddingBackward(const float* dout, const int32_t* tokens, int64_t n, in
 // eps 1e-5 like the CPU. out bf16 (a GEMM operand), mean/rstd fp32 [n].
 Status LayerNormForward(const float* x, const float* w, const float* b, int64_t n, int64_t c,
                         bf16* out, float* mean, float* rstd, cudaStream_t s);
-// dx += (residual gradient); dw, db += ; scratch ≥ 2·ceil(n/kColChunk)·c floats.
+// dx += (residual gradient); dw, db += ; scratch ≥ 2·ceil(n/kColChunk)·c floats. dx_bf16 (may
+// be null): also writes the updated dx rounded to bf16, the next GEMM's operand, so the residual
+// gradient needs no separate cast pass.
 Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const float* mean,
-                         const float* rstd, int64_t n, int64_t c, float* dx, float* dw, float* db,
-                         float* scratch, cudaStream_t s);
+                         const float* rstd, int64_t n, int64_t c, float* dx, bf16* dx_bf16,
+                         float* dw, float* db, float* scratch, cudaStream_t s);
 // The fused LayerNorm backward (c % 4 == 0, aligned pointers) keeps its dw/db partials per
 // kLnRows rows; FP8_CUDA_LN_TWO_PASS=1 forces the older two-kernel path (before/after runs).
 constexpr int64_t kColChunk = 256;  // rows per partial sum of the column reductions
