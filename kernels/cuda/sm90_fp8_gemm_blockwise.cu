@@ -160,7 +160,8 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
   args.m = static_cast<uint32_t>(m);
   args.n = static_cast<uint32_t>(n);
   args.num_m_blocks = static_cast<uint32_t>((m + kBlockM - 1) / kBlockM);
-  args.num_n_blocks = static_cast<uint32_t>(n / Cfg::kBlockN);
+  // BLOCK_N = 112 / 56 need not divide N: the last column tile is clipped (kDirectStore).
+  args.num_n_blocks = static_cast<uint32_t>((n + Cfg::kBlockN - 1) / Cfg::kBlockN);
   args.num_k_blocks = static_cast<uint32_t>(k / kBlockK);
   args.b_scale_ld = static_cast<uint32_t>(Sm90BlockScaleLd(k));
 
@@ -218,6 +219,10 @@ using ConfigN128PairAScalesTma = Config<128, 6, true, false, 2, 1, false, true, 
 using ConfigN64PairAScalesTma = Config<64, 8, true, false, 2, 1, false, true>;
 // 24 KB stages, no staging tile (split-K): 9 fit beside the scale copies.
 using ConfigN64SplitK2ScalesTma = Config<64, 9, true, false, 1, 2, false, true>;
+// Tile counts between those of 128x64 and 128x128 (N = 7168: 64 tiles of 112, 128 of 56), so
+// that tiles x split fill the 132 SMs at M = 128. 30 KB (23 KB) stages, no staging tile.
+using ConfigN112SplitK2ScalesTma = Config<112, 7, true, false, 1, 2, false, true>;
+using ConfigN56ScalesTma = Config<56, 9, true, false, 1, 1, false, true>;
 
 Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
   switch (tile) {
@@ -230,6 +235,8 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma: return Sm90BlockwiseGemmTile::kN64PairSharedA;
     // No __ldg 128x64 split-K kernel: the 128x128 one computes the same bits.
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
+    case Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
+    case Sm90BlockwiseGemmTile::kN56ScalesTma: return Sm90BlockwiseGemmTile::kN64;
     default: return tile;
   }
 }
@@ -240,6 +247,7 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return 2;
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return 2;
+    case Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK4: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK8: return 8;
@@ -253,11 +261,16 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
 //   was the fastest variant at (7168, 16384) and level with 128x64 at (4096, 7168); with 8 K
 //   blocks per CTA (7168, 2048) it lost 20% to 128x64, and splits 4 and 8 lost everywhere
 //   (a global limit on how fast B streams from HBM, not the SM count, bounds these shapes).
+// - Before those: 128x64 tiles split 2 (4 x tiles_128 CTAs) where they all run at once and
+//   leave >= 16 K blocks per CTA: M = 128, (4096, 7168): 456 TFLOPS against 366 for 128x128
+//   split 2 (2026-11-29 gemm4 call 1; twice the CTAs, 24 KB stages, 9 of them).
 // - Many tiles (>= 4 waves of 128x128): 128x128; with K >= 12288 the CTA-pair variant sharing
 //   A (fastest at K = 16384 in both runs that measured it, 1-3% behind elsewhere).
 // - Otherwise whichever of 128x128 / 128x64 fills the SMs' waves better.
 StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, int device, int sms) {
   if (tiles_128 < sms) {
+    FP8_ASSIGN_OR_RETURN(const int resident_n64, ResidentCtas<ConfigN64SplitK2ScalesTma>(device, sms));
+    if (4 * tiles_128 <= resident_n64 && k_blocks >= 32) return Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma;
     FP8_ASSIGN_OR_RETURN(const int resident8, ResidentCtas<ConfigN128SplitK8>(device, sms));
     FP8_ASSIGN_OR_RETURN(const int resident4, ResidentCtas<ConfigN128SplitK4>(device, sms));
     FP8_ASSIGN_OR_RETURN(const int resident2, ResidentCtas<ConfigN128SplitK2>(device, sms));
@@ -365,6 +378,10 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN64PairAScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma:
       return Launch<ConfigN64SplitK2ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma:
+      return Launch<ConfigN112SplitK2ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN56ScalesTma:
+      return Launch<ConfigN56ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -83,21 +83,33 @@ struct Config {
   // Per consumer warpgroup: 64 rows x BLOCK_N bf16 as BLOCK_N/64 boxes of 64x64 (128 bytes a
   // row, the widest box the 128B swizzle allows).
   static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
-  static constexpr int kEpilogueBoxes = kBlockN / 64;
+  // BLOCK_N not a multiple of 64 (112, 56: tile counts that fill the SMs at small M): the
+  // epilogue writes D straight from registers (no TMA-store boxes), and a tile may span two
+  // 128-column B-scale blocks (two scales per K block; the columns of each 8-wide accumulator
+  // group lie in one block, since 8 divides BLOCK_N). N need not be a multiple of BLOCK_N: the
+  // last column tile's B rows past N are zero-filled by TMA and its columns past N not written.
+  static constexpr bool kDirectStore = kBlockN % 64 != 0;
+  static constexpr bool kTwoScaleBlocks = 128 % kBlockN != 0;
+  static constexpr int kEpilogueBoxes = kDirectStore ? 0 : kBlockN / 64;
   static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kOneStagingBox ? 1 : kEpilogueBoxes);
   // Split-K writes D from registers (no staging tile), which leaves room for one more stage.
-  static constexpr int kStagingBytes = kSplitK > 1 ? 0 : 2 * kEpilogueWgBytes;
+  static constexpr int kStagingBytes = kSplitK > 1 || kDirectStore ? 0 : 2 * kEpilogueWgBytes;
   // kScalesTma: per stage the A scales of the tile's 128 rows, then the 4 B scales (16 bytes,
   // the bulk-copy granule) whose group holds the stage's K block.
   static constexpr int kScaleAStageBytes = kBlockM * 4;
-  static constexpr int kScaleBStageBytes = 16;
+  // (Tiles spanning two B-scale blocks: the group of each block's row, 32 bytes.)
+  static constexpr int kScaleBStageBytes = kTwoScaleBlocks ? 32 : 16;
   static constexpr int kScaleAOffset = kStages * kStageBytes + kStagingBytes;
   static constexpr int kScaleBOffset = kScaleAOffset + (kScalesTma ? kStages * kScaleAStageBytes : 0);
   static constexpr int kBarrierOffset = kScaleBOffset + (kScalesTma ? kStages * kScaleBStageBytes : 0);
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
-  static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");
+  static_assert(kBlockN % 8 == 0 && kBlockN <= 128, "BLOCK_N: a multiple of 8 up to 128");
+  static_assert(kBlockN == 64 || kBlockN == 128 || (kScalesTma && kCluster == 1 && !kOverlapEpilogue && !kPrefetchB),
+                "other BLOCK_N only with the scales through TMA, no pairs, no epilogue overlap");
+  // Every stage's B tile starts on a 1024-byte swizzle atom.
+  static_assert(kStageBBytes % 1024 == 0, "BLOCK_N must be a multiple of 8 rows");
   // Split-K: each consumer thread's FP32 total, kAccRegs / 4 float4s, parked in stage memory.
   static constexpr int kReduceVecs = kAccRegs / 4;
   static_assert(kSplitK == 1 || kConsumerWarps * 32 * kAccRegs * 4 <= kStages * kStageBytes,
@@ -304,12 +316,37 @@ __device__ __forceinline__ void WgmmaM64N64K32(float (&d)[32], uint64_t desc_a, 
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// D[64 x 112] (+)= A[64 x 32] · B[112 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
+__device__ __forceinline__ void WgmmaM64N112K32(float (&d)[56], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// D[64 x 56] (+)= A[64 x 32] · B[56 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
+__device__ __forceinline__ void WgmmaM64N56K32(float (&d)[28], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n56k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, %28, %29, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 template <int kN>
 __device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
                                             bool accumulate) {
   if constexpr (kN == 128) {
     WgmmaM64N128K32(d, desc_a, desc_b, accumulate);
+  } else if constexpr (kN == 112) {
+    WgmmaM64N112K32(d, desc_a, desc_b, accumulate);
+  } else if constexpr (kN == 56) {
+    WgmmaM64N56K32(d, desc_a, desc_b, accumulate);
   } else {
+    static_assert(kN == 64, "wgmma shapes: N = 128, 112, 64, 56");
     WgmmaM64N64K32(d, desc_a, desc_b, accumulate);
   }
 }
@@ -396,8 +433,10 @@ struct SmemLayout {
 };
 
 // One K block's scales for this thread: scale_a of its two rows and the tile's scale_b.
+// b1: the scale of the second B block for tiles that span two (Config::kTwoScaleBlocks), used
+// from 8-column group Consumer::split_group on; == b otherwise (dead, optimized away).
 struct Scales {
-  float a0, a1, b;
+  float a0, a1, b, b1;
 };
 
 // A consumer warpgroup's side of the pipeline: 64 rows of the tile, the FP32 total in
@@ -411,6 +450,7 @@ struct Consumer {
   SmemLayout smem;
   uint32_t warpgroup, lane, row_in_wg;
   uint32_t s = 0, phase = 0;
+  uint32_t split_group = kBlockN / 8;  // kTwoScaleBlocks: first 8-column group of the 2nd B block
   float total[kAcc];
 
   // wgmma's accumulator layout: this thread holds rows r and r + 8 of the warpgroup's 64,
@@ -438,12 +478,23 @@ struct Consumer {
     }
   }
 
+  // The tile's B-scale block rows (the same row twice unless the tile spans two blocks; the
+  // second clamped to the last block for a last tile reaching past N).
+  __device__ __forceinline__ uint32_t FirstScaleRow(TileCoord tile) const { return tile.n_block * kBlockN / 128; }
+  __device__ __forceinline__ uint32_t LastScaleRow(TileCoord tile) const {
+    return min((tile.n_block * kBlockN + kBlockN - 1) / 128, args.n / 128 - 1);
+  }
+  __device__ __forceinline__ void BeginTile(TileCoord tile) {
+    if constexpr (Cfg::kTwoScaleBlocks) split_group = (128 - tile.n_block * kBlockN % 128) / 8;
+  }
+
   __device__ __forceinline__ Scales LoadScales(TileCoord tile, uint32_t kb) const {
     const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
     const float* a_scale_kb = args.a_scale + static_cast<size_t>(kb) * args.m;
-    const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
-    return Scales{r0 < args.m ? __ldg(a_scale_kb + r0) : 0.0f, r1 < args.m ? __ldg(a_scale_kb + r1) : 0.0f,
-                  __ldg(b_scale_row + kb)};
+    const float* b_scale_row = args.b_scale + FirstScaleRow(tile) * args.b_scale_ld;
+    const float b = __ldg(b_scale_row + kb);
+    return Scales{r0 < args.m ? __ldg(a_scale_kb + r0) : 0.0f, r1 < args.m ? __ldg(a_scale_kb + r1) : 0.0f, b,
+                  Cfg::kTwoScaleBlocks ? __ldg(args.b_scale + LastScaleRow(tile) * args.b_scale_ld + kb) : b};
   }
 
   // kScalesTma: K block kb's scales from the current stage's copies (call after WaitFull). The
@@ -454,8 +505,10 @@ struct Consumer {
     const uint32_t row = warpgroup * 64 + row_in_wg, r0 = tile.m_block * kBlockM + row;
     const uint32_t sa = smem.scale_a + s * Cfg::kScaleAStageBytes + row * 4;
     const float a0 = LdSharedF32(sa), a1 = LdSharedF32(sa + 8 * 4);
-    return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f,
-                  LdSharedF32(smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4)};
+    const uint32_t sb = smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4;
+    const float b = LdSharedF32(sb);
+    return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f, b,
+                  Cfg::kTwoScaleBlocks ? LdSharedF32(sb + 16) : b};
   }
 
   // part = this stage's A rows · B tile, 4 wgmma of K = 32 (the first overwrites part).
@@ -477,12 +530,17 @@ struct Consumer {
   __device__ __forceinline__ void Promote(float (&part)[kAcc], const Scales& sc) {
     FenceOperands(part);
     const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
+    // Tiles spanning two B blocks: the same products with the second block's scale from
+    // split_group on (each column promoted exactly as by a tile inside its block).
+    const float t0 = Cfg::kTwoScaleBlocks ? sc.a0 * sc.b1 : s0, t1 = Cfg::kTwoScaleBlocks ? sc.a1 * sc.b1 : s1;
 #pragma unroll
     for (int i = 0; i < kAcc; i += 4) {
-      total[i] = fmaf(s0, part[i], total[i]);
-      total[i + 1] = fmaf(s0, part[i + 1], total[i + 1]);
-      total[i + 2] = fmaf(s1, part[i + 2], total[i + 2]);
-      total[i + 3] = fmaf(s1, part[i + 3], total[i + 3]);
+      const bool second = Cfg::kTwoScaleBlocks && static_cast<uint32_t>(i / 4) >= split_group;
+      const float u0 = second ? t0 : s0, u1 = second ? t1 : s1;
+      total[i] = fmaf(u0, part[i], total[i]);
+      total[i + 1] = fmaf(u0, part[i + 1], total[i + 1]);
+      total[i + 2] = fmaf(u1, part[i + 2], total[i + 2]);
+      total[i + 3] = fmaf(u1, part[i + 3], total[i + 3]);
     }
   }
 
@@ -495,6 +553,10 @@ struct Consumer {
   // (kOneStagingBox: box by box through one staging box, each store read out before the next
   // box is written).
   __device__ __forceinline__ void Epilogue(TileCoord tile) {
+    if constexpr (Cfg::kDirectStore) {
+      StoreDirect(tile);
+      return;
+    }
     constexpr int kPasses = Cfg::kOneStagingBox ? Cfg::kEpilogueBoxes : 1;
     constexpr int kBoxesPerPass = Cfg::kEpilogueBoxes / kPasses;
     const uint32_t staging = smem.epilogue + warpgroup * Cfg::kEpilogueWgBytes;
@@ -531,6 +593,24 @@ struct Consumer {
                      static_cast<int32_t>(out_row));
         }
         BulkCommit();
+      }
+    }
+  }
+
+  // kDirectStore: bf16 pairs straight from registers (rows past M, columns past N skipped).
+  __device__ __forceinline__ void StoreDirect(TileCoord tile) const {
+    const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
+#pragma unroll
+    for (int g = 0; g < kBlockN / 8; ++g) {
+      const uint32_t col = tile.n_block * kBlockN + 8 * g + 2 * (lane % 4);
+      if (col >= args.n) continue;
+      if (r0 < args.m) {
+        *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r0) * args.n + col) =
+            __floats2bfloat162_rn(total[4 * g], total[4 * g + 1]);
+      }
+      if (r1 < args.m) {
+        *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r1) * args.n + col) =
+            __floats2bfloat162_rn(total[4 * g + 2], total[4 * g + 3]);
       }
     }
   }
@@ -573,6 +653,7 @@ struct Consumer {
 #pragma unroll
     for (int q = 0; q < kSlice; ++q) {
       const uint32_t col = tile.n_block * kBlockN + 8 * (rank * kSlice + q) + 2 * (lane % 4);
+      if (col >= args.n) continue;  // the last column tile of a BLOCK_N that does not divide N
       if (r0 < args.m) {
         *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r0) * args.n + col) =
             __floats2bfloat162_rn(sum[q].x, sum[q].y);
@@ -591,6 +672,7 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
                                              float (&part0)[Cfg::kAccRegs], float (&part1)[Cfg::kAccRegs]) {
   const uint32_t end = kr.end;
   c.ZeroTotal();
+  c.BeginTile(tile);
   uint32_t kb = kr.begin;
   // Scales are loaded one K block ahead of their wgmma (kScalesTma: they come with the stage).
   Scales ahead{};
@@ -819,6 +901,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         // multiple of 4 floats: 16-byte sizes, and every chunk starts 16-byte aligned).
         const uint32_t scale_a_bytes = min(args.m - static_cast<uint32_t>(m0), static_cast<uint32_t>(kBlockM)) * 4;
         const float* b_scale_row = args.b_scale + (static_cast<uint32_t>(n0) / 128) * args.b_scale_ld;
+        // kTwoScaleBlocks: the row of the block holding the tile's last column (clamped to the
+        // last block; the same row when the tile lies inside one block).
+        const float* b_scale_row2 =
+            args.b_scale + min((static_cast<uint32_t>(n0) + kBlockN - 1) / 128, args.n / 128 - 1) * args.b_scale_ld;
         const uint32_t stage_bytes = Cfg::kStageBytes + (Cfg::kScalesTma ? scale_a_bytes + Cfg::kScaleBStageBytes : 0);
         for (uint32_t kb = kr.begin; kb < kr.end; ++kb) {
           if constexpr (Cfg::kPrefetchB) PrefetchBWindow<Cfg>(args, static_cast<uint32_t>(n0), kb, kr.begin, kr.end);
@@ -828,8 +914,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             // b_scale_ld is a multiple of 4, so the group kb & ~3 .. + 3 lies inside the row.
             BulkLoad1d(smem.scale_a + s * Cfg::kScaleAStageBytes, args.a_scale + size_t{kb} * args.m + m0,
                        scale_a_bytes, smem.full_bar + 8 * s);
-            BulkLoad1d(smem.scale_b + s * Cfg::kScaleBStageBytes, b_scale_row + (kb & ~3u), Cfg::kScaleBStageBytes,
-                       smem.full_bar + 8 * s);
+            BulkLoad1d(smem.scale_b + s * Cfg::kScaleBStageBytes, b_scale_row + (kb & ~3u), 16, smem.full_bar + 8 * s);
+            if constexpr (Cfg::kTwoScaleBlocks) {
+              BulkLoad1d(smem.scale_b + s * Cfg::kScaleBStageBytes + 16, b_scale_row2 + (kb & ~3u), 16,
+                         smem.full_bar + 8 * s);
+            }
           }
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
           if constexpr (Cfg::kCluster == 1) {

@@ -62,6 +62,13 @@ namespace fp8::kernels::cuda {
 //          pipeline, 9 stages (twice the CTAs of kN128SplitK2ScalesTma for small M); bitwise the
 //          same as kN128SplitK2 (same K ranges, same per-element order); falls back to it where
 //          the scales cannot be copied
+//   kN112SplitK2ScalesTma, kN56ScalesTma: 128x112 tiles split over 2 CTAs (7 stages) and 128x56
+//          tiles (9 stages, persistent), scales through the pipeline, D written from registers:
+//          tile counts between 128x64's and 128x128's (N = 7168: 64 / 128 tiles, i.e. 128 CTAs
+//          each at M = 128). A tile may span two 128-column B-scale blocks (two B scales, each
+//          column promoted with its own block's) and N need not be a multiple of the width (the
+//          last tile is clipped). Bitwise the same as kN128SplitK2 / kN64; they fall back to
+//          those where the scales cannot be copied
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
 //          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
 //          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
@@ -89,6 +96,8 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN128PairSharedAScalesTma,
   kN64PairSharedAScalesTma,
   kN64SplitK2ScalesTma,
+  kN112SplitK2ScalesTma,
+  kN56ScalesTma,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

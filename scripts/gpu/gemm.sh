@@ -49,8 +49,9 @@ fi
   # Global loads (LDG) per kernel, named by its Config<BLOCK_N, stages, double acc, overlap,
   # cluster, split-K, prefetch B, scales TMA, one staging box>: the scales-TMA kernels should
   # have 2 (the split-K ones none).
-  awk '/Function : /{if (f != "") print f, n; f = $3; n = 0} /LDG/{n++} END{if (f != "") print f, n}' "$OUT/sass_gemm.txt" |
-    sed -E 's/.*ConfigILi([0-9]+)ELi([0-9]+)ELb([01])ELb([01])ELi([0-9])ELi([0-9])ELb([01])ELb([01])ELb([01])[^ ]* ([0-9]+)$/Config<\1,\2,\3,\4,\5,\6,\7,\8,\9> LDG: \10/'
+  awk 'function name(f) { sub(/.*ConfigI/, "", f); sub(/EEEE.*/, "", f); gsub(/E?L[ib]/, ",", f); return "Config<" substr(f, 2) ">" }
+       /Function : /{if (f != "") print name(f), "LDG:", n; f = $3; n = 0} /LDG\.E/{n++}
+       END{if (f != "") print name(f), "LDG:", n}' "$OUT/sass_gemm.txt"
   rm -f "$OUT/sass_full.txt"
 } >> "$OUT/env.txt" 2>&1
 
