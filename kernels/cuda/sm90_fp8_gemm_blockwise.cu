@@ -223,6 +223,9 @@ using ConfigN64SplitK2ScalesTma = Config<64, 9, true, false, 1, 2, false, true>;
 // that tiles x split fill the 132 SMs at M = 128. 30 KB (23 KB) stages, no staging tile.
 using ConfigN112SplitK2ScalesTma = Config<112, 7, true, false, 1, 2, false, true>;
 using ConfigN56ScalesTma = Config<56, 9, true, false, 1, 1, false, true>;
+// Small-M kAuto tiles with L2 eviction hints (keep A, drop B first).
+using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, true, false, 1, 2, false, true, false, true>;
+using ConfigN64ScalesTmaL2 = Config<64, 8, true, false, 1, 1, false, true, false, true>;
 
 Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
   switch (tile) {
@@ -237,6 +240,8 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
     case Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma: return Sm90BlockwiseGemmTile::kN128SplitK2;
     case Sm90BlockwiseGemmTile::kN56ScalesTma: return Sm90BlockwiseGemmTile::kN64;
+    case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints: return Sm90BlockwiseGemmTile::kN128SplitK2;
+    case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return Sm90BlockwiseGemmTile::kN64;
     default: return tile;
   }
 }
@@ -248,6 +253,7 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma: return 2;
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return 2;
     case Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma: return 2;
+    case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints: return 2;
     case Sm90BlockwiseGemmTile::kN128SplitK4: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma: return 4;
     case Sm90BlockwiseGemmTile::kN128SplitK8: return 8;
@@ -255,18 +261,21 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
   }
 }
 
-// Measured on the H200 (docs/performance.md, own blockwise GEMM, 2026-11-29 runs):
-// - Small M (fewer 128x128 tiles than SMs): split K over the largest cluster size S whose
-//   tiles x S CTAs all run at once and that leaves every CTA >= 16 K blocks. M = 128: split 2
-//   was the fastest variant at (7168, 16384) and level with 128x64 at (4096, 7168); with 8 K
-//   blocks per CTA (7168, 2048) it lost 20% to 128x64, and splits 4 and 8 lost everywhere
-//   (a global limit on how fast B streams from HBM, not the SM count, bounds these shapes).
-// - Before those: 128x64 tiles split 2 (4 x tiles_128 CTAs) where they all run at once and
-//   leave >= 16 K blocks per CTA: M = 128, (4096, 7168): 456 TFLOPS against 366 for 128x128
-//   split 2 (2026-11-29 gemm4 call 1; twice the CTAs, 24 KB stages, 9 of them).
-// - Many tiles (>= 4 waves of 128x128): 128x128; with K >= 12288 the CTA-pair variant sharing
-//   A (fastest at K = 16384 in both runs that measured it, 1-3% behind elsewhere).
-// - Otherwise whichever of 128x128 / 128x64 fills the SMs' waves better.
+// Measured on the H200 (docs/performance.md, own blockwise GEMM, 2026-11-29 runs). All
+// choices have the scales through the pipeline (+4-13% over the __ldg twins on all eight issue
+// shapes); the launcher falls back to the twin where the scales are not 16-byte aligned.
+// - Small M (fewer 128x128 tiles than SMs), first: 128x64 tiles split 2 (4 x tiles_128 CTAs)
+//   where they all run at once and leave >= 16 K blocks per CTA. M = 128, (4096, 7168): 454-456
+//   TFLOPS against 366-372 for 128x128 split 2 (twice the CTAs, 24 KB stages, 9 of them).
+// - Then split K over the largest cluster size S whose tiles x S CTAs all run at once and that
+//   leaves every CTA >= 16 K blocks. M = 128: split 2 is the fastest variant at (7168, 16384);
+//   with 8 K blocks per CTA (7168, 2048) it lost 20% to 128x64; splits 4 and 8 lost everywhere,
+//   and so did 128x112 tiles split 2 (128 CTAs: 732 vs 762 at (7168, 16384)).
+// - Many tiles (>= 4 waves of 128x128): 128x128 with 6 stages (one staging box; 5 stages measured
+//   2-10% slower at M = 4096, K = 16384 and level elsewhere). The CTA pairs sharing A and the
+//   epilogue-overlap variants measured slower on every issue shape and are not chosen.
+// - Otherwise whichever of 128x128 / 128x64 fills the SMs' waves better (128x56 tiles, 128
+//   instead of 112 at N = 7168, measured 12% slower than 128x64 there).
 StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, int device, int sms) {
   if (tiles_128 < sms) {
     FP8_ASSIGN_OR_RETURN(const int resident_n64, ResidentCtas<ConfigN64SplitK2ScalesTma>(device, sms));
@@ -283,15 +292,10 @@ StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, 
         return tile == Sm90BlockwiseGemmTile::kN128SplitK2 ? Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma : tile;
     }
   }
-  // The scales-through-TMA tiles measured faster than their __ldg twins on all eight issue
-  // shapes (+4-13%), and 128x128 with them beat the CTA pairs at K = 16384 (1248 vs 1140
-  // TFLOPS), so the pairs are no longer chosen. The epilogue-overlap variants measured 3-27%
-  // slower than these on every issue shape (docs/performance.md) and are not chosen either.
-  // The launcher falls back to the __ldg twin where the scales are not 16-byte aligned.
-  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128ScalesTma;
+  if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
   return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64ScalesTma
-                                                         : Sm90BlockwiseGemmTile::kN128ScalesTma;
+                                                         : Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
 }
 
 }  // namespace
@@ -382,6 +386,10 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN112SplitK2ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN56ScalesTma:
       return Launch<ConfigN56ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints:
+      return Launch<ConfigN128SplitK2ScalesTmaL2>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints:
+      return Launch<ConfigN64ScalesTmaL2>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

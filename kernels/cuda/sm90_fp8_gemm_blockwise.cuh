@@ -49,13 +49,16 @@ constexpr int kGroupM = 8;
 // ahead, ptxas's register rotation of the scale sets made each K block's first wgmma wait for
 // an HBM round trip; docs/performance.md). Needs M % 4 == 0 and 16-byte aligned scale arrays
 // (16-byte aligned bulk-copy sources); the host falls back to the __ldg variant otherwise.
+// kL2Hints (small M): the TMA loads tell L2 to keep A (read by every CTA, evict_last) and to
+// drop B first (each B tile is read by one CTA once, evict_first), so the streamed B does not
+// push A out.
 // kOneStagingBox: the epilogue stages one 64x64 bf16 box per consumer warpgroup at a time (store,
 // wait until the TMA has read it, next box) instead of its whole 64 x BLOCK_N slice: for
 // 128x128 tiles 16 KB of staging instead of 32 KB, which buys back the stage the scale copies
 // cost (6 stages instead of 5).
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
           int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false,
-          bool kOneStagingBox_ = false>
+          bool kOneStagingBox_ = false, bool kL2Hints_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -74,6 +77,8 @@ struct Config {
   // both) on its own full barrier; only the A tile is multicast.
   static_assert(!kScalesTma || !kOverlapEpilogue, "scales through TMA: plain, pair or split-K tiles");
   static constexpr bool kOneStagingBox = kOneStagingBox_;
+  static constexpr bool kL2Hints = kL2Hints_;
+  static_assert(!kL2Hints || kCluster == 1, "L2 hints: no multicast pairs");
   static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
   static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
@@ -209,6 +214,25 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, 
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
+}
+// As TmaLoad2d, with an L2 eviction policy for the lines it reads (CreatePolicyEvict*).
+__device__ __forceinline__ void TmaLoad2dHint(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0,
+                                              int32_t c1, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t CreatePolicyEvictFirst() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t CreatePolicyEvictLast() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
 }
 // As TmaLoad2d, into the same offset `dst` of every CTA in `cta_mask`, completing on each one's
 // barrier at offset `bar`.
@@ -892,6 +916,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     SetMaxNRegDec<40>();
     if (threadIdx.x == 256) {
       uint32_t s = 0, phase = 0;
+      const uint64_t keep_a = Cfg::kL2Hints ? CreatePolicyEvictLast() : 0;
+      const uint64_t drop_b = Cfg::kL2Hints ? CreatePolicyEvictFirst() : 0;
       for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
         const TileCoord tile = CtaTile<Cfg>(t, args);
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
@@ -921,7 +947,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
-          if constexpr (Cfg::kCluster == 1) {
+          if constexpr (Cfg::kL2Hints) {
+            TmaLoad2dHint(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0, keep_a);
+          } else if constexpr (Cfg::kCluster == 1) {
             TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
           } else {  // this CTA's rows of the pair's A tile, into both CTAs (A's full bytes arrive)
             const uint32_t rank = ClusterRank<Cfg>();
@@ -929,7 +957,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                                smem.full_bar + 8 * s, k0, m0 + static_cast<int32_t>(rank * Cfg::kABoxRows),
                                static_cast<uint16_t>((1u << Cfg::kCluster) - 1));
           }
-          TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
+          if constexpr (Cfg::kL2Hints) {
+            TmaLoad2dHint(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0, drop_b);
+          } else {
+            TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
+          }
           if (++s == kStages) {
             s = 0;
             phase ^= 1;

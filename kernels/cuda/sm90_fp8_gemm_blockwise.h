@@ -69,6 +69,9 @@ namespace fp8::kernels::cuda {
 //          column promoted with its own block's) and N need not be a multiple of the width (the
 //          last tile is clipped). Bitwise the same as kN128SplitK2 / kN64; they fall back to
 //          those where the scales cannot be copied
+//   kN128SplitK2ScalesTmaL2Hints, kN64ScalesTmaL2Hints: kN128SplitK2ScalesTma / kN64ScalesTma
+//          whose TMA loads ask L2 to keep A (evict_last) and drop B first (evict_first): at small
+//          M every CTA reads A, each B tile is read once. Bitwise the same results
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
 //          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
 //          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
@@ -98,6 +101,8 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN64SplitK2ScalesTma,
   kN112SplitK2ScalesTma,
   kN56ScalesTma,
+  kN128SplitK2ScalesTmaL2Hints,
+  kN64ScalesTmaL2Hints,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

@@ -32,12 +32,14 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma, Sm90BlockwiseGemmTile::kN128ScalesTma6Stages,
     Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma,
     Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma,
-    Sm90BlockwiseGemmTile::kN56ScalesTma};
+    Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints,
+    Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
     Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK4ScalesTma,
-    Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma};
+    Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma,
+    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints};
 // Each scales-through-TMA variant and the __ldg-scales variant it must match bit for bit (the
 // same per-element order: 128x64 and 128x112 split-K against 128x128 split-K, 128x56 against
 // 128x64 (tiles spanning two B-scale blocks, N not a multiple of the width); the 6-stage,
@@ -54,7 +56,9 @@ constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPair
     {Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64},
     {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2},
     {Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2},
-    {Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN64}};
+    {Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN64},
+    {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN128SplitK2},
+    {Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN64}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -80,6 +84,8 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return "N64-split-K-2-scales-TMA";
     case Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma: return "N112-split-K-2-scales-TMA";
     case Sm90BlockwiseGemmTile::kN56ScalesTma: return "N56-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints: return "N128-split-K-2-scales-TMA-L2-hints";
+    case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return "N64-scales-TMA-L2-hints";
     default: return "auto";
   }
 }
