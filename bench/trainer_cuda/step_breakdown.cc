@@ -95,55 +95,51 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
     rows.push_back({what, per_step, TimeMs(s, op)});
   };
   // The four linear layers: forward, dgrad, wgrad (FP32 accumulate), with the epilogues the bf16
-  // step fuses into them (cuda_linear.h): qkv fwd + bias, proj / fc_proj fwd + bias + residual
-  // (FP32 out), fc fwd + bias + GELU (pre-activation as aux), fc_proj dgrad + GELU backward + fc's
-  // bias gradient, wgrad + bias gradient (qkv, proj, fc_proj). A fusion cuBLASLt refuses is timed
-  // as the plain GEMM plus its separate pass (the rows further down), as the step runs it.
+  // step fuses into them (cuda_linear.h): qkv fwd + bias, fc fwd + bias + GELU (pre-activation as
+  // aux), fc_proj dgrad + GELU backward. A fusion cuBLASLt refuses is timed as
+  // the plain GEMM plus its separate pass (the rows further down), as the step runs it.
   FP8_ASSIGN_OR_RETURN(auto lt, kernels::cuda::Sm90CublasLtContext::Create());
   Bf16EpilogueGemm epi(lt.get());
-  DeviceBuffer<bf16> aux;
-  DeviceBuffer<float> bgrad;
+  DeviceBuffer<bf16> aux, bias16;
   FP8_RETURN_IF_ERROR(aux.Allocate(static_cast<size_t>(4 * n * c), "aux"));
-  FP8_RETURN_IF_ERROR(bgrad.Allocate(static_cast<size_t>(4 * c), "bias grad"));
+  FP8_RETURN_IF_ERROR(bias16.Allocate(static_cast<size_t>(4 * c), "bias"));
   const int64_t shapes[4][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}};
   const char* names[4] = {"qkv", "proj", "fc", "fc_proj"};
   std::vector<std::string> unfused;
+  // Times `fused` (or, refused, `plain`); true when the fused one ran.
   auto add_gemm = [&](const std::string& what, const Bf16GemmArgs& fused, const Bf16GemmArgs& plain) {
-    const bool epilogue = fused.epilogue != Bf16Epilogue::kNone || fused.c != nullptr;
-    Row r{what + (epilogue ? std::string(" +") + Bf16EpilogueName(fused.epilogue) + (fused.c ? "+residual" : "") : ""),
-          static_cast<int>(L), TimeMs(s, [&] { return epi.Run(fused, s); })};
-    if (r.ms < 0) {
-      unfused.push_back(r.what);
-      r = Row{what, static_cast<int>(L), TimeMs(s, [&] { return epi.Run(plain, s); })};
+    const bool epilogue = fused.epilogue != Bf16Epilogue::kNone;
+    const std::string fused_name = what + (epilogue ? std::string(" +") + Bf16EpilogueName(fused.epilogue) : "");
+    const double ms = TimeMs(s, [&] { return epi.Run(fused, s); });
+    if (ms >= 0) {
+      rows.push_back({fused_name, static_cast<int>(L), ms});
+      return epilogue;
     }
-    rows.push_back(r);
-    return r.what != what || !epilogue;  // fused (or nothing to fuse)
+    unfused.push_back(fused_name);
+    rows.push_back({what, static_cast<int>(L), TimeMs(s, [&] { return epi.Run(plain, s); })});
+    return false;
   };
-  bool fused_ok[6] = {};  // qkv bias, proj residual, fc gelu, fc_proj residual, dgelu, bgrad
+  bool fused_bias = false, fused_gelu = false, fused_dgelu = false;
   for (int i = 0; i < 4; ++i) {
     const int64_t in = shapes[i][0], o = shapes[i][1];
     Bf16GemmArgs fwd;
     fwd.tb = true, fwd.m = n, fwd.n = o, fwd.k = in, fwd.a = a.get(), fwd.lda = in, fwd.b = wb.get(), fwd.ldb = in;
     fwd.d = b.get(), fwd.ldd = o;
     Bf16GemmArgs fwd_fused = fwd;
-    fwd_fused.epilogue = i == 2 ? Bf16Epilogue::kGeluAuxBias : Bf16Epilogue::kBias, fwd_fused.bias = w;
-    if (i == 2) fwd_fused.aux = aux.get(), fwd_fused.ld_aux = o;
-    if (i == 1 || i == 3) fwd_fused.d = f2.get(), fwd_fused.d_fp32 = true, fwd_fused.c = f1.get(), fwd_fused.beta = 1.0f;
-    fused_ok[i] = add_gemm(std::string("gemm ") + names[i] + " fwd", fwd_fused, fwd);
+    if (i == 0) fwd_fused.epilogue = Bf16Epilogue::kBias, fwd_fused.bias = bias16.get();
+    if (i == 2) fwd_fused.epilogue = Bf16Epilogue::kGeluAuxBias, fwd_fused.bias = bias16.get(), fwd_fused.aux = aux.get(), fwd_fused.ld_aux = o;
+    const bool f = add_gemm(std::string("gemm ") + names[i] + " fwd", fwd_fused, fwd);
+    (i == 0 ? fused_bias : fused_gelu) |= f;
     Bf16GemmArgs dgrad;
     dgrad.m = n, dgrad.n = in, dgrad.k = o, dgrad.a = a.get(), dgrad.lda = o, dgrad.b = wb.get(), dgrad.ldb = in;
     dgrad.d = b.get(), dgrad.ldd = in;
     Bf16GemmArgs dgrad_fused = dgrad;
-    if (i == 3) dgrad_fused.epilogue = Bf16Epilogue::kDGeluBGrad, dgrad_fused.bias_grad = bgrad.get(), dgrad_fused.aux = aux.get(), dgrad_fused.ld_aux = in;
-    const bool dg = add_gemm(std::string("gemm ") + names[i] + " dgrad", dgrad_fused, dgrad);
-    if (i == 3) fused_ok[4] = dg;
+    if (i == 3) dgrad_fused.epilogue = Bf16Epilogue::kDGelu, dgrad_fused.aux = aux.get(), dgrad_fused.ld_aux = in;
+    fused_dgelu |= add_gemm(std::string("gemm ") + names[i] + " dgrad", dgrad_fused, dgrad);
     Bf16GemmArgs wgrad;
     wgrad.ta = true, wgrad.m = o, wgrad.n = in, wgrad.k = n, wgrad.a = a.get(), wgrad.lda = o, wgrad.b = b.get(), wgrad.ldb = in;
     wgrad.d = g32.get(), wgrad.ldd = in, wgrad.d_fp32 = true, wgrad.beta = 1.0f;
-    Bf16GemmArgs wgrad_fused = wgrad;
-    if (i != 2) wgrad_fused.epilogue = Bf16Epilogue::kBGradA, wgrad_fused.bias_grad = bgrad.get();
-    const bool wg = add_gemm(std::string("gemm ") + names[i] + " wgrad", wgrad_fused, wgrad);
-    if (i == 0) fused_ok[5] = wg;
+    add_gemm(std::string("gemm ") + names[i] + " wgrad", wgrad, wgrad);
   }
   add("flash attention fwd", static_cast<int>(L), [&] {
     return FlashAttentionForward({batch, h, cfg.seq_len, hd}, a.get(), a.get() + c, a.get() + 2 * c, RowMajorHeads(cfg.seq_len, hd, 3 * c),
@@ -161,23 +157,18 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
     return LayerNormBackward(a.get(), f1.get(), w, stats1.get(), stats2.get(), n, c, f2.get(), a.get(), g32.get(), g32.get() + c, scratch.get(), s);
   });
   const int li = static_cast<int>(L);
-  if (!fused_ok[0]) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
-  if (!fused_ok[2]) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
-  if (!fused_ok[4]) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  const int residual_adds = (fused_ok[1] ? 0 : li) + (fused_ok[3] ? 0 : li);
-  if (residual_adds > 0) add("residual add (fp32)", residual_adds, [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
+  if (fused_bias || fused_gelu) add("cast bias fp32->bf16 (fused epilogues)", li * ((fused_bias ? 1 : 0) + (fused_gelu ? 1 : 0)), [&] {
+    return CastF32ToBf16(w, 4 * c, bias16.get(), s);
+  });
+  if (!fused_bias) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
+  if (!fused_gelu) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
+  if (!fused_dgelu) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
+  add("residual add (fp32)", 2 * li, [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
   add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
-  if (fused_ok[4] && fused_ok[5]) {
-    add("bias grads (add epilogue outputs)", li, [&] {
-      for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(Accumulate(bgrad.get(), o, g32.get(), s));
-      return OkStatus();
-    });
-  } else {
-    add("bias grads (column sums)", li, [&] {
-      for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
-      return OkStatus();
-    });
-  }
+  add("bias grads (column sums)", li, [&] {
+    for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
+    return OkStatus();
+  });
   add("head gemm fwd", 1, [&] {
     return GemmBf16(cublas, false, true, n, v, c, 1.0f, a.get(), c, wb.get(), c, 0.0f, logits.get(), vld, false);
   });

@@ -210,10 +210,9 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
                            return n;
                          });
 
-// bf16: the GEMM-epilogue fusions (bias, bias + GELU, residual add, GELU backward, bias
-// gradients in cuBLASLt epilogues) against the separate passes (FP8_CUDA_NO_FUSION=1) on the same
-// weights and tokens. They differ only in roundings (GELU of the FP32 pre-activation, the
-// residual add before the bf16 rounding, the order of the bias-gradient sums).
+// bf16: the GEMM-epilogue fusions (bias, bias + GELU, GELU backward in cuBLASLt epilogues)
+// against the separate passes (FP8_CUDA_NO_FUSION=1) on the same weights and tokens. They differ
+// only in roundings (the bias in bf16, GELU of the FP32 pre-activation).
 TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   SKIP_WITHOUT_GPU();
   ModelConfig cfg;

@@ -11,8 +11,7 @@ const char* Bf16EpilogueName(Bf16Epilogue e) {
     case Bf16Epilogue::kNone: return "none";
     case Bf16Epilogue::kBias: return "bias";
     case Bf16Epilogue::kGeluAuxBias: return "gelu_aux_bias";
-    case Bf16Epilogue::kDGeluBGrad: return "dgelu_bgrad";
-    case Bf16Epilogue::kBGradA: return "bgrad_a";
+    case Bf16Epilogue::kDGelu: return "dgelu";
   }
   return "?";
 }
@@ -20,15 +19,13 @@ const char* Bf16EpilogueName(Bf16Epilogue e) {
 namespace {
 
 // Row-major D = op(A)·op(B) is cuBLASLt's column-major Dᵀ = op(B)ᵀ·op(A)ᵀ: its "A" is our B and
-// its "B" our A, its rows our columns. So our per-column bias is its per-row bias (BIAS), and a
-// reduction of our op(A) over k is a reduction of its B: BGRADB.
+// its "B" our A, its rows our columns. So our per-column bias is its per-row one.
 cublasLtEpilogue_t LtEpilogue(Bf16Epilogue e) {
   switch (e) {
     case Bf16Epilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
     case Bf16Epilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
     case Bf16Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case Bf16Epilogue::kDGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case Bf16Epilogue::kBGradA: return CUBLASLT_EPILOGUE_BGRADB;
+    case Bf16Epilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -42,8 +39,7 @@ int Alignment(const void* p) {
 }
 
 bool UsesBias(Bf16Epilogue e) { return e == Bf16Epilogue::kBias || e == Bf16Epilogue::kGeluAuxBias; }
-bool UsesBiasGrad(Bf16Epilogue e) { return e == Bf16Epilogue::kDGeluBGrad || e == Bf16Epilogue::kBGradA; }
-bool UsesAux(Bf16Epilogue e) { return e == Bf16Epilogue::kGeluAuxBias || e == Bf16Epilogue::kDGeluBGrad; }
+bool UsesAux(Bf16Epilogue e) { return e == Bf16Epilogue::kGeluAuxBias || e == Bf16Epilogue::kDGelu; }
 
 }  // namespace
 
@@ -64,8 +60,8 @@ Bf16EpilogueGemm::~Bf16EpilogueGemm() = default;
 
 // The epilogue's pointers are set before the heuristic: it reads their alignment from them.
 static Status SetEpiloguePointers(cublasLtMatmulDesc_t desc, const Bf16GemmArgs& g) {
-  if (UsesBias(g.epilogue) || UsesBiasGrad(g.epilogue)) {
-    const void* p = UsesBias(g.epilogue) ? static_cast<const void*>(g.bias) : static_cast<const void*>(g.bias_grad);
+  if (UsesBias(g.epilogue)) {
+    const void* p = g.bias;
     FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof(p)));
   }
   if (UsesAux(g.epilogue)) {
@@ -89,11 +85,6 @@ StatusOr<Bf16EpilogueGemm::Plan*> Bf16EpilogueGemm::GetPlan(const Key& key, cons
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   const cublasLtEpilogue_t ep = LtEpilogue(g.epilogue);
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-  if (UsesBias(g.epilogue) || UsesBiasGrad(g.epilogue)) {
-    // Our biases and their gradients are FP32 (master weights; gradients summed over all tokens).
-    const int32_t bias_type = CUDA_R_32F;
-    FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-  }
   if (UsesAux(g.epilogue)) {
     const int64_t ld = g.ld_aux;
     FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
@@ -134,12 +125,10 @@ Status Bf16EpilogueGemm::Run(const Bf16GemmArgs& g, cudaStream_t s) {
   if (g.a == nullptr || g.b == nullptr || g.d == nullptr) return InvalidArgumentError("epilogue GEMM: null operand");
   if (g.m < 1 || g.n < 1 || g.k < 1) return InvalidArgumentError("epilogue GEMM: empty shape");
   if (UsesBias(g.epilogue) && g.bias == nullptr) return InvalidArgumentError("epilogue GEMM: bias is null");
-  if (UsesBiasGrad(g.epilogue) && g.bias_grad == nullptr) return InvalidArgumentError("epilogue GEMM: bias_grad is null");
   if (UsesAux(g.epilogue) && (g.aux == nullptr || g.ld_aux < g.n)) return InvalidArgumentError("epilogue GEMM: aux is null or ld_aux < n");
   const void* c = g.c ? g.c : g.d;
   int align = std::min({Alignment(g.a), Alignment(g.b), Alignment(c), Alignment(g.d)});
   if (UsesBias(g.epilogue)) align = std::min(align, Alignment(g.bias));
-  if (UsesBiasGrad(g.epilogue)) align = std::min(align, Alignment(g.bias_grad));
   if (UsesAux(g.epilogue)) align = std::min(align, Alignment(g.aux));
   const Key key{static_cast<int>(g.epilogue), g.ta, g.tb, g.d_fp32, g.m, g.n, g.k, g.lda, g.ldb, g.ldd,
                 UsesAux(g.epilogue) ? g.ld_aux : 0, align};

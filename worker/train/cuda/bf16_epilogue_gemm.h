@@ -1,20 +1,24 @@
-// Row-major BF16 GEMMs through cuBLASLt with a fused epilogue: the bf16 recipe's bias adds,
-// bias + GELU, residual adds, GELU backward and bias gradients ride in the GEMM that produces or
-// consumes the tensor, instead of a separate pass over [tokens, features] each (on the H200 those
-// passes were ~10 ms of a 67 ms GPT-2 124M step: bench_trainer_cuda --breakdown).
+// Row-major BF16 GEMMs through cuBLASLt with a fused epilogue: the bf16 recipe's bias add,
+// bias + GELU and GELU backward ride in the GEMM that produces or consumes the tensor, instead of
+// a separate pass over [tokens, features] each.
 //
 //   D[m, n] = alpha·op(A)·op(B) + beta·C, then the epilogue:
 //     kNone          nothing
-//     kBias          D += bias[j]                      (bias: fp32 [n])
-//     kGeluAuxBias   aux = D + bias[j]; D = gelu(aux)  (GELU's tanh form, as GPT-2; aux bf16, D's layout)
-//     kDGeluBGrad    D = gelu'(aux) ∘ D; bias_grad[j] = Σ_i D[i, j]   (fp32 [n], overwritten)
-//     kBGradA        bias_grad[i] = Σ_k op(A)[i, k]   (fp32 [m], overwritten): the bias gradient of a
-//                    weight-gradient GEMM dW = dyᵀ·x, read off dy while the GEMM streams it
-// C has D's type and layout (null: D itself). D is bf16 or fp32.
+//     kBias          D += bias[j]
+//     kGeluAuxBias   aux = D + bias[j]; D = gelu(aux)  (GELU's tanh form, as GPT-2; aux: D's layout)
+//     kDGelu         D = gelu'(aux) ∘ D
+// bias and aux have D's element type (on the H200 with CUDA 13.0 cuBLASLt refused an FP32 bias
+// with a BF16 D). C has D's type and layout (null: D itself).
 //
 // cuBLASLt does not offer every epilogue for every type combination; Run answers Unimplemented
 // when the heuristic has no algorithm, remembers the refusal, and the caller takes its unfused
 // path (kernels in train_kernels.h). Refusals() lists them for the bench. Single-stream use.
+//
+// Measured and not used (bench_trainer_cuda --breakdown, H200, GPT-2 124M shapes): a residual add
+// as beta·C into an FP32 D (proj fwd 0.151 ms vs GEMM 0.061 + add 0.063), the wgrad bias gradient
+// BGRADB into an FP32 D (qkv 0.263 ms vs 0.181 + a ≈0.07 column sum), and DGELU_BGRAD (fc_proj
+// dgrad 0.870 ms vs 0.224 + GELU backward 0.156 + a ≈0.09 column sum) all ran slower than the
+// GEMM plus the separate pass.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +34,7 @@
 
 namespace fp8::train::cuda {
 
-enum class Bf16Epilogue : uint8_t { kNone, kBias, kGeluAuxBias, kDGeluBGrad, kBGradA };
+enum class Bf16Epilogue : uint8_t { kNone, kBias, kGeluAuxBias, kDGelu };
 const char* Bf16EpilogueName(Bf16Epilogue e);
 
 struct Bf16GemmArgs {
@@ -46,9 +50,8 @@ struct Bf16GemmArgs {
   const void* c = nullptr;  // beta's C (D's type and layout); null: D
   float alpha = 1.0f, beta = 0.0f;
   Bf16Epilogue epilogue = Bf16Epilogue::kNone;
-  const float* bias = nullptr;  // kBias, kGeluAuxBias
-  float* bias_grad = nullptr;   // kDGeluBGrad, kBGradA
-  bf16* aux = nullptr;          // kGeluAuxBias (written), kDGeluBGrad (read)
+  const void* bias = nullptr;  // kBias, kGeluAuxBias (D's type)
+  bf16* aux = nullptr;         // kGeluAuxBias (written), kDGelu (read)
   int64_t ld_aux = 0;
 };
 
@@ -59,7 +62,7 @@ class Bf16EpilogueGemm {
   ~Bf16EpilogueGemm();
 
   Status Run(const Bf16GemmArgs& g, cudaStream_t s);
-  // "kBGradA m=768 n=2304 k=32768; ..." for each refused (epilogue, shape); empty if none.
+  // "bias m=32768 n=2304 k=768; ..." for each refused (epilogue, shape); empty if none.
   std::string Refusals() const;
 
  private:

@@ -32,10 +32,7 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   FP8_RETURN_IF_ERROR(ws->col_scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(max_m, dmax)), "column scratch"));
   FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
   FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
-  if (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) {
-    FP8_RETURN_IF_ERROR(ws->bias_grad.Allocate(static_cast<size_t>(dmax), "epilogue bias gradient"));
-    return ws;
-  }
+  if (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) return ws;
   const int64_t amax_el = max_m * dmax;
   FP8_RETURN_IF_ERROR(ws->aq.Allocate(static_cast<size_t>(amax_el), "fp8 activation"));
   FP8_RETURN_IF_ERROR(ws->aqt.Allocate(static_cast<size_t>(amax_el), "fp8 activation transposed"));
@@ -70,8 +67,10 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
   // One allocation per scale: cuBLASLt answered NOT_SUPPORTED (H200, CUDA 13.0) for a
   // tensorwise scale pointer 4 bytes into an allocation; cudaMalloc's alignment is accepted.
   for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
-  if (p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32)
+  if (p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32) {
+    FP8_RETURN_IF_ERROR(b_bf16_.Allocate(static_cast<size_t>(out_), "bf16 bias"));
     return w_bf16_.Allocate(static_cast<size_t>(in_ * out_), "bf16 weight");
+  }
   FP8_RETURN_IF_ERROR(wq_.Allocate(static_cast<size_t>(in_ * out_), "fp8 weight cast"));
   if (p_.recipe == Recipe::kFp8Blockwise)
     return wq_scale_.Allocate(static_cast<size_t>(Ceil128(out_) * kc::Sm90BlockScaleLd(in_)), "fp8 weight block scales");
@@ -171,31 +170,36 @@ Status CudaLinear::ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training)
   return OkStatus();
 }
 
-Bf16GemmArgs CudaLinear::ForwardArgs(const bf16* x, int64_t m, void* y, bool y_fp32) const {
+Bf16GemmArgs CudaLinear::ForwardArgs(const bf16* x, int64_t m, bf16* y) const {
   Bf16GemmArgs g;
   g.tb = true;
   g.m = m, g.n = out_, g.k = in_;
   g.a = x, g.lda = in_;
   g.b = w_bf16_.get(), g.ldb = in_;
-  g.d = y, g.ldd = out_, g.d_fp32 = y_fp32;
+  g.d = y, g.ldd = out_;
   return g;
 }
 
-bool CudaLinear::MayFuse(Bf16Epilogue e, bool d_fp32) const { return fuse_ && !refused_[static_cast<int>(e)][d_fp32]; }
+bool CudaLinear::MayFuse(Bf16Epilogue e) const { return fuse_ && !refused_[static_cast<int>(e)]; }
 
 StatusOr<bool> CudaLinear::RunFused(const Bf16GemmArgs& g) {
   const Status st = epi_->Run(g, s_);
   if (st.ok()) return true;
   if (st.code() != StatusCode::kUnimplemented) return st;
-  refused_[static_cast<int>(g.epilogue)][g.d_fp32] = true;
+  refused_[static_cast<int>(g.epilogue)] = true;
   return false;
 }
 
+Status CudaLinear::CastForFusedForward() {
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
+  return CastF32ToBf16(b_, out_, b_bf16_.get(), s_);
+}
+
 Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training) {
-  if (MayFuse(Bf16Epilogue::kBias, false)) {
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-    Bf16GemmArgs g = ForwardArgs(x, m, y, false);
-    g.epilogue = Bf16Epilogue::kBias, g.bias = b_;
+  if (MayFuse(Bf16Epilogue::kBias)) {
+    FP8_RETURN_IF_ERROR(CastForFusedForward());
+    Bf16GemmArgs g = ForwardArgs(x, m, y);
+    g.epilogue = Bf16Epilogue::kBias, g.bias = b_bf16_.get();
     FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
     if (done) return OkStatus();
   }
@@ -203,24 +207,18 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training) {
   return AddBias(y, b_, m, out_, s_);
 }
 
+// Not fused: cuBLASLt's residual add into an FP32 D measured slower than the GEMM + ResidualAdd
+// (bf16_epilogue_gemm.h).
 Status CudaLinear::ForwardResidual(const bf16* x, int64_t m, const float* residual, float* out, bf16* tmp, bool training) {
-  if (MayFuse(Bf16Epilogue::kBias, true)) {
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-    Bf16GemmArgs g = ForwardArgs(x, m, out, true);
-    g.c = residual, g.beta = 1.0f;
-    g.epilogue = Bf16Epilogue::kBias, g.bias = b_;
-    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
-    if (done) return OkStatus();
-  }
   FP8_RETURN_IF_ERROR(ForwardGemm(x, m, tmp, training));
   return ResidualAdd(residual, tmp, b_, m, out_, out, s_);
 }
 
 Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training) {
-  if (MayFuse(Bf16Epilogue::kGeluAuxBias, false)) {
-    FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-    Bf16GemmArgs g = ForwardArgs(x, m, y, false);
-    g.epilogue = Bf16Epilogue::kGeluAuxBias, g.bias = b_;
+  if (MayFuse(Bf16Epilogue::kGeluAuxBias)) {
+    FP8_RETURN_IF_ERROR(CastForFusedForward());
+    Bf16GemmArgs g = ForwardArgs(x, m, y);
+    g.epilogue = Bf16Epilogue::kGeluAuxBias, g.bias = b_bf16_.get();
     g.aux = pre, g.ld_aux = out_;
     FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
     if (done) return OkStatus();
@@ -230,53 +228,36 @@ Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, boo
 }
 
 Status CudaLinear::BackwardIntoGelu(const bf16* dy, const bf16* x, int64_t m, const bf16* pre, bf16* dpre, float* pre_bias_grad) {
-  if (MayFuse(Bf16Epilogue::kDGeluBGrad, false)) {
-    // dgrad with GELU's derivative and the producer's bias gradient in the epilogue (W's bf16
-    // cast is still the forward's).
+  bool fused = false;
+  if (MayFuse(Bf16Epilogue::kDGelu)) {
+    // dgrad with GELU's derivative in the epilogue (W's bf16 cast is still the forward's).
     Bf16GemmArgs g;
     g.m = m, g.n = in_, g.k = out_;
     g.a = dy, g.lda = out_;
     g.b = w_bf16_.get(), g.ldb = in_;
     g.d = dpre, g.ldd = in_;
-    g.epilogue = Bf16Epilogue::kDGeluBGrad, g.bias_grad = ws_->bias_grad.get();
+    g.epilogue = Bf16Epilogue::kDGelu;
     g.aux = const_cast<bf16*>(pre), g.ld_aux = in_;
-    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
-    if (done) {
-      FP8_RETURN_IF_ERROR(Accumulate(ws_->bias_grad.get(), in_, pre_bias_grad, s_));
-      return Backward(dy, x, m, nullptr);
-    }
+    FP8_ASSIGN_OR_RETURN(fused, RunFused(g));
   }
-  FP8_RETURN_IF_ERROR(Backward(dy, x, m, dpre));
-  FP8_RETURN_IF_ERROR(GeluBackward(dpre, pre, m * in_, dpre, s_));
+  if (fused) {
+    FP8_RETURN_IF_ERROR(Backward(dy, x, m, nullptr));
+  } else {
+    FP8_RETURN_IF_ERROR(Backward(dy, x, m, dpre));
+    FP8_RETURN_IF_ERROR(GeluBackward(dpre, pre, m * in_, dpre, s_));
+  }
   return ColumnSumAccumulate(dpre, m, in_, pre_bias_grad, ws_->col_scratch.get(), s_);
 }
 
-// bf16: dgrad, then dW += dyᵀ·x with db = Σ dy read off dy in the same GEMM when cuBLASLt takes
-// the epilogue (W has not changed since Forward cast it: the optimizer steps after Backward).
-Status CudaLinear::BackwardBf16(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad) {
-  if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
-  if (bias_grad && MayFuse(Bf16Epilogue::kBGradA, true)) {
-    Bf16GemmArgs g;
-    g.ta = true;
-    g.m = out_, g.n = in_, g.k = m;
-    g.a = dy, g.lda = out_;
-    g.b = x, g.ldb = in_;
-    g.d = gw_, g.ldd = in_, g.d_fp32 = true, g.beta = 1.0f;
-    g.epilogue = Bf16Epilogue::kBGradA, g.bias_grad = ws_->bias_grad.get();
-    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
-    if (done) return Accumulate(ws_->bias_grad.get(), out_, gb_, s_);
-  }
-  if (bias_grad) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
-  return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
-}
-
 Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad) {
-  const bool fp8 = p_.recipe == Recipe::kFp8Tensorwise || p_.recipe == Recipe::kFp8Blockwise;
-  if (fp8 && bias_grad) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
+  if (bias_grad) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
   switch (p_.recipe) {
     case Recipe::kFp32:
-    case Recipe::kBf16:
-      return BackwardBf16(dy, x, m, dx, bias_grad);
+    case Recipe::kBf16: {
+      // W has not changed since Forward cast it (the optimizer steps after Backward).
+      if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
+      return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
+    }
     case Recipe::kFp8Tensorwise: {
       FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, dy, m * out_, ws_->aq.get(), true, si_dy_.get()));
       if (dx) {

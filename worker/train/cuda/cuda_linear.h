@@ -12,8 +12,7 @@
 //                   (the CPU's 128x1 of dy) × xᵀ in 128x128 blocks (cuBLASLt takes 128x128 for
 //                   one operand; the CPU reference uses 128x1 for x there).
 // The bias stays FP32 and its gradient is an FP32 column sum of dy.
-// Under bf16 the bias add, bias + GELU, residual add, GELU backward and bias gradients ride in the
-// GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
+// Under bf16 the bias add, bias + GELU and GELU backward ride in the GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
 // recipes, they are separate passes (train_kernels.h). FP8_CUDA_NO_FUSION=1 forces the separate
 // passes (before/after runs, and the test that both paths agree).
 #pragma once
@@ -42,7 +41,6 @@ struct LinearWorkspace {
   DeviceBuffer<float> as, ast, bs, bst;            // their scales
   DeviceBuffer<bf16> xt;                           // blockwise: xᵀ before its 128x128 cast
   DeviceBuffer<float> col_scratch, amax, tmp_state;
-  DeviceBuffer<float> bias_grad;                   // an epilogue's bias gradient, before it is added
   // FP8 wgrad adds into dW in place (cuBLASLt beta = 1). The FP32 dW scratch + Accumulate pass is
   // the fallback: allocated on first use, when cuBLASLt refuses beta for a GEMM or when
   // FP8_CUDA_DW_SCRATCH=1 asks for it (before/after runs).
@@ -99,14 +97,15 @@ class CudaLinear {
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
-  Status BackwardBf16(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad);
   // x·Wᵀ into y under the recipe, without the bias.
   Status ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training);
-  // The bf16 forward GEMM's arguments (W's bf16 cast must be current).
-  Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, void* y, bool y_fp32) const;
+  // The bf16 forward GEMM's arguments (W's bf16 cast must be current) and that cast, with the
+  // bias's (the epilogue takes the bias in D's type).
+  Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, bf16* y) const;
+  Status CastForFusedForward();
   // Whether this layer may try `e` fused; RunFused: true when it ran, false when cuBLASLt
   // refused it (remembered: the layer takes the unfused path from then on).
-  bool MayFuse(Bf16Epilogue e, bool d_fp32) const;
+  bool MayFuse(Bf16Epilogue e) const;
   StatusOr<bool> RunFused(const Bf16GemmArgs& g);
   template <typename T>
   Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
@@ -120,10 +119,11 @@ class CudaLinear {
   Bf16EpilogueGemm* epi_;
   cudaStream_t s_;
   bool fuse_ = false;                // bf16 recipe, an epilogue GEMM, no FP8_CUDA_NO_FUSION
-  bool refused_[5][2] = {};          // [epilogue][d_fp32]: cuBLASLt had no algorithm
+  bool refused_[4] = {};             // per epilogue: cuBLASLt had no algorithm
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
   DeviceBuffer<bf16> w_bf16_;       // bf16: the forward's cast of W, reused by dgrad (one cast per step)
+  DeviceBuffer<bf16> b_bf16_;       // bf16: the bias for the fused epilogues
   // fp8: the forward's cast of W (and blockwise: its 128x128 scales), reused by dgrad, so W is
   // cast once per step (1 byte per weight of memory instead of a second read of the FP32 W)
   DeviceBuffer<uint8_t> wq_;

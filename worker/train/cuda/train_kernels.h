@@ -60,6 +60,7 @@ Status CastF32ToBf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
 Status CastBf16ToF32(const bf16* x, int64_t n, float* y, cudaStream_t s);
 // y += x (fp32)
 Status Accumulate(const float* x, int64_t n, float* y, cudaStream_t s);
+
 Status Scale(float* x, int64_t n, float factor, cudaStream_t s);
 
 // qkv [B, T, 3, H, hd] → q, k, v each [B, H, T, hd]
