@@ -1,20 +1,23 @@
 // The trainer's fused causal attention (worker/train/cuda/sm90_flash_attention.h) alone, at the
 // two trainer shapes, with q/k/v read out of the fused [B, T, 3C] qkv buffer and y written as
-// [B, T, C], as the model does. Each shape runs the current kernels and the previous ones
-// (FP8_CUDA_FLASH_OLD=1) in the same process, checks that the two agree and that two backward
-// runs give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's output),
-// prints PyTorch SDPA's times beside ours.
+// [B, T, C], as the model does. Each shape runs, in the same process: the previous kernels
+// (FP8_CUDA_FLASH_OLD=1), the mma.sync forward (FP8_CUDA_FLASH_MMA_FWD=1), the wgmma forward's
+// variants (ping-pong, intra-warpgroup overlap), and the default; it checks that they agree (y, lse, dqkv) and that
+// two backward runs give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's
+// output), prints PyTorch SDPA's times beside ours. The backward is the same in every row but
+// the previous one; it reads each row's own y and lse.
 //
 // Times: CUDA events around --reps launches after --warmup, mean per launch. The backward time
 // includes its rowsum(dy∘y) pass. TFLOP/s counts causal FLOPs: forward 2·2·B·H·T²·hd / 2 (two
 // GEMMs over half the score matrix), backward 2.5× that (five GEMMs: S, dP, dV, dK, dQ).
 //
 //   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE] [--no-previous]
-// --no-previous: the current kernels only (tuning runs, one per FP8_CUDA_FLASH_* setting).
+// --no-previous: the default kernels only (tuning runs, one per FP8_CUDA_FLASH_* setting).
 // FILE: one line per shape, "hd64 FWD_MS FWD_BWD_MS" (torch's forward and forward+backward).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -88,9 +92,35 @@ double TimeMs(cudaStream_t s, int warmup, int reps, const std::function<fp8::Sta
 
 struct Result {
   double fwd_ms = -1, bwd_ms = -1;
-  std::vector<float> y, dqkv;
+  std::vector<float> y, dqkv, lse;
   bool repeatable = false;
 };
+
+// A row of the table: the FP8_CUDA_FLASH_* settings it runs under (all others unset).
+struct Variant {
+  const char* label;
+  std::vector<std::pair<const char*, const char*>> env;
+};
+const char* const kSwitches[] = {"FP8_CUDA_FLASH_OLD", "FP8_CUDA_FLASH_MMA_FWD", "FP8_CUDA_FLASH_WGMMA_PINGPONG",
+                                  "FP8_CUDA_FLASH_WGMMA_OVERLAP"};
+const Variant kVariants[] = {
+    {"previous (FP8_CUDA_FLASH_OLD=1)", {{"FP8_CUDA_FLASH_OLD", "1"}}},
+    {"mma.sync fwd (FP8_CUDA_FLASH_MMA_FWD=1)", {{"FP8_CUDA_FLASH_MMA_FWD", "1"}}},
+    {"wgmma fwd, plain", {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "0"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "0"}}},
+    {"wgmma fwd, intra-WG overlap",
+     {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "0"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "1"}}},
+    {"wgmma fwd, intra-WG overlap + ping-pong",
+     {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "1"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "1"}}},
+    {"wgmma fwd, ping-pong", {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "1"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "0"}}},
+    {"default", {}},
+};
+constexpr int kMmaRow = 1, kWgmmaRow = 5, kDefaultRow = 6;
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
+  return m;
+}
 
 int Run(int argc, char** argv) {
   int reps = 20, warmup = 3;
@@ -151,17 +181,19 @@ int Run(int argc, char** argv) {
                                     out + 2 * c, s);
     };
     const double fwd_flop = 2.0 * 2.0 * b * h * double(t) * t * hd / 2.0, bwd_flop = 2.5 * fwd_flop;
-    Result res[2];
-    for (int old = previous ? 1 : 0; old >= 0; --old) {  // previous kernels first: the "before" row
-      if (old) setenv("FP8_CUDA_FLASH_OLD", "1", 1);
-      else unsetenv("FP8_CUDA_FLASH_OLD");
-      Result& r = res[old];
+    Result res[std::size(kVariants)];
+    for (int vi = previous ? 0 : kDefaultRow; vi <= kDefaultRow; ++vi) {  // previous kernels first: the "before" row
+      for (const char* sw : kSwitches) unsetenv(sw);
+      for (const auto& [name, value] : kVariants[vi].env) setenv(name, value, 1);
+      Result& r = res[vi];
       r.fwd_ms = TimeMs(s, warmup, reps, fwd);
       // y and lse from this variant's forward feed its backward.
       r.bwd_ms = TimeMs(s, warmup, reps, [&] { return bwd(dqkv.get()); });
       (void)bwd(dqkv2.get());
       cudaStreamSynchronize(s);
       r.y = HostF32(y.get(), static_cast<size_t>(n));
+      r.lse.resize(static_cast<size_t>(b * h * t));
+      cudaMemcpy(r.lse.data(), lse.get(), r.lse.size() * sizeof(float), cudaMemcpyDeviceToHost);
       r.dqkv = HostF32(dqkv.get(), static_cast<size_t>(3 * n));
       r.repeatable = std::memcmp(r.dqkv.data(), HostF32(dqkv2.get(), static_cast<size_t>(3 * n)).data(),
                                  r.dqkv.size() * sizeof(float)) == 0;
@@ -171,12 +203,13 @@ int Run(int argc, char** argv) {
         std::snprintf(vs_f, sizeof(vs_f), "%.2fx", tq->second.first / r.fwd_ms);
         std::snprintf(vs_fb, sizeof(vs_fb), "%.2fx", tq->second.second / (r.fwd_ms + r.bwd_ms));
       }
-      std::printf("| %s | %s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(),
-                  old ? "previous (FP8_CUDA_FLASH_OLD=1)" : "current", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9, r.bwd_ms,
-                  bwd_flop / r.bwd_ms / 1e9, r.fwd_ms + r.bwd_ms, (fwd_flop + bwd_flop) / (r.fwd_ms + r.bwd_ms) / 1e9,
-                  vs_f, vs_fb);
+      const bool wgmma = FlashAttentionForwardUsesWgmma(dims, ql, q, k, v);
+      std::printf("| %s | %s%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(), kVariants[vi].label,
+                  vi == kDefaultRow ? (wgmma ? ": wgmma fwd" : ": mma.sync fwd") : "", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9,
+                  r.bwd_ms, bwd_flop / r.bwd_ms / 1e9, r.fwd_ms + r.bwd_ms,
+                  (fwd_flop + bwd_flop) / (r.fwd_ms + r.bwd_ms) / 1e9, vs_f, vs_fb);
     }
-    unsetenv("FP8_CUDA_FLASH_OLD");
+    for (const char* sw : kSwitches) unsetenv(sw);
     const auto tq = torch_ms.find(sh.key);
     if (tq != torch_ms.end()) {
       const double tf = tq->second.first, tfb = tq->second.second, tb = tfb - tf;
@@ -184,10 +217,14 @@ int Run(int argc, char** argv) {
                   sh.what.c_str(), tf, fwd_flop / tf / 1e9, tb, bwd_flop / tb / 1e9, tfb, (fwd_flop + bwd_flop) / tfb / 1e9);
     }
     if (!previous) continue;
-    char note[256];
-    std::snprintf(note, sizeof(note), "%s: current vs previous rel. L2 diff y %.2e dqkv %.2e; backward bitwise repeatable: current %s, previous %s",
-                  sh.what.c_str(), RelDiff(res[0].y, res[1].y), RelDiff(res[0].dqkv, res[1].dqkv),
-                  res[0].repeatable ? "yes" : "NO", res[1].repeatable ? "yes" : "NO");
+    char note[512];
+    const Result &mma = res[kMmaRow], &wg = res[kWgmmaRow], &old = res[0];
+    std::snprintf(note, sizeof(note),
+                  "%s: wgmma vs mma.sync fwd: rel. L2 diff y %.2e, max |lse diff| %.2e (log2 units), dqkv from their lse %.2e; "
+                  "mma.sync vs previous: y %.2e dqkv %.2e; backward bitwise repeatable: %s",
+                  sh.what.c_str(), RelDiff(wg.y, mma.y), MaxAbsDiff(wg.lse, mma.lse), RelDiff(wg.dqkv, mma.dqkv),
+                  RelDiff(mma.y, old.y), RelDiff(mma.dqkv, old.dqkv),
+                  old.repeatable && mma.repeatable && wg.repeatable && res[kDefaultRow].repeatable ? "every row" : "NOT ALL");
     notes.push_back(note);
   }
   std::printf("\nvs torch: torch time / our time (above 1 = we are faster). bwd = fwd+bwd − fwd for torch.\n");

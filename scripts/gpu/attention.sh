@@ -8,6 +8,10 @@
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
 #   VARIANTS="VAR=VALUE …;VAR=VALUE …" adds, per setting, the FlashAttention tests, the bench and
 #   the bf16 step under those FP8_CUDA_FLASH_* overrides (sm90_flash_attention.cu lists them).
+#   TEST_FILTER='*Flash*' runs only those tests; STEP=0 skips the training-step benches (and a
+#   pack made without bench_trainer_cuda needs it: BINS="worker_train_cuda_test bench_attention_cuda").
+#   The forward's SASS facts (registers, local memory, HGMMA count) go to sass.txt where the
+#   machine has cuobjdump.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=.attn-carry
@@ -15,7 +19,7 @@ if [ "${1:-}" = pack ]; then
   set -e
   . scripts/gpu/pack_common.sh
   pack_start $C
-  pack_binaries $C/bin "${2:-build-attn}/bin" worker_train_cuda_test bench_attention_cuda bench_trainer_cuda
+  pack_binaries $C/bin "${2:-build-attn}/bin" ${BINS:-worker_train_cuda_test bench_attention_cuda bench_trainer_cuda}
   pack_libs $C $C/bin/*
   exit 0
 fi
@@ -25,16 +29,20 @@ C=$PWD/$C
 . scripts/gpu/carry_env.sh
 S=$OUT/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv > "$S" 2>&1
-ldd $C/bin/bench_trainer_cuda | grep -i "not found" >> "$S"
+ldd $C/bin/bench_attention_cuda | grep -i "not found" >> "$S"
 link_test_corpus $C/bin/worker_train_cuda_test
+if command -v cuobjdump > /dev/null; then
+  cuobjdump -res-usage $C/bin/bench_attention_cuda 2>&1 | grep -A1 FlashForwardWgmma > "$OUT/sass.txt"
+  cuobjdump -sass $C/bin/bench_attention_cuda 2>/dev/null | awk '/Function : .*FlashForwardWgmma/{f=$3} /Function : /&&!/FlashForwardWgmma/{f=""} f&&/HGMMA/{h[f]++} f&&/(LDL|STL)/{l[f]++} END{for(k in h) print k, "HGMMA", h[k], "LDL/STL", l[k]+0}' >> "$OUT/sass.txt"
+fi
 
 echo "== tests" >> "$S"
-timeout ${TEST_TIMEOUT:-100} $C/bin/worker_train_cuda_test --gtest_color=no > "$OUT/test.log" 2>&1
+timeout ${TEST_TIMEOUT:-100} $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter="${TEST_FILTER:-*}" > "$OUT/test.log" 2>&1
 echo "rc=$?" >> "$S"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|actual|tests ran" "$OUT/test.log" | head -40 >> "$S"
 grep -E "^\[       OK \] .*FlashAttention" "$OUT/test.log" >> "$S"
 echo "== FlashAttention tests on the previous kernels (FP8_CUDA_FLASH_OLD=1)" >> "$S"
-FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*' > "$OUT/test_old.log" 2>&1
+FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_old.log" 2>&1
 echo "rc=$?" >> "$S"
 grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_old.log" | head -20 >> "$S"
 
@@ -51,20 +59,21 @@ cat "$OUT/bench_attention.txt" >> "$S"
 IFS=';' read -ra VARS <<< "${VARIANTS:-}"
 for V in "${VARS[@]}"; do
   echo "== variant: $V" >> "$S"
-  env $V timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*' > "$OUT/test_variant.log" 2>&1
+  env $V timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_variant.log" 2>&1
   echo "tests rc=$?" >> "$S"
   grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_variant.log" | head -10 >> "$S"
   env $V timeout 40 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --no-previous --torch "$OUT/torch_attention.txt" 2>&1 | grep -E "current|rror" >> "$S"
-  env $V timeout 40 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 2>&1 | grep -E "^(gpt2|d4096)" >> "$S"
+  [ "${STEP:-1}" = 0 ] || env $V timeout 40 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 2>&1 | grep -E "^(gpt2|d4096)" >> "$S"
 done
 
+[ "${STEP:-1}" = 0 ] && exit 0
 echo "== bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 --breakdown" >> "$S"
 timeout ${STEP_TIMEOUT:-80} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 --breakdown \
   > "$OUT/bench_trainer.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer.txt" >> "$S"
-echo "== same, FP8_CUDA_FLASH_OLD=1, no breakdown" >> "$S"
-FP8_CUDA_FLASH_OLD=1 timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
+echo "== same, FP8_CUDA_FLASH_MMA_FWD=1 (the mma.sync forward), no breakdown" >> "$S"
+FP8_CUDA_FLASH_MMA_FWD=1 timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
   > "$OUT/bench_trainer_old.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer_old.txt" >> "$S"

@@ -1,8 +1,10 @@
 // The fused causal attention (worker/train/cuda/sm90_flash_attention.h) against a float64 CPU
 // reference on random BF16 inputs: output, logsumexp, dq, dk, dv, for head dims 32/64/128 and
 // sequence lengths that are and are not multiples of the 32/64/128-row tiles, in the two layouts
-// the trainer and a plain caller use; and the backward's bitwise repeatability (its dq adds are
-// ordered across blocks), which the trainer's resume test relies on. Skips without a GPU.
+// the trainer and a plain caller use, for both forwards (wgmma and mma.sync; the backward runs on
+// the wgmma forward's lse); the two forwards against each other on larger random inputs; and the
+// backward's bitwise repeatability (its dq adds are ordered across blocks), which the trainer's
+// resume test relies on. Skips without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -137,7 +139,18 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     return FlashAttentionBackwardScratchFloats(dims);
   }();
   Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(scratch_floats));
-  ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
+  // The mma.sync forward first, into its own y and lse; then the wgmma one (where it applies:
+  // hd 64 and 128), whose y and lse the backwards below read.
+  Dev<bf16> y_mma(static_cast<size_t>(n));
+  Dev<float> lse_mma(static_cast<size_t>(bh * t));
+  {
+    const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
+    ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y_mma.get(), yl, lse_mma.get(), nullptr));
+  }
+  {
+    const ScopedEnv wgmma("FP8_CUDA_FLASH_MMA_FWD", "0");
+    ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
+  }
   ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                    delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));
   {
@@ -156,22 +169,29 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     return out;
   };
   // BF16 outputs carry ~2^-9 relative rounding; P and dS are rounded to BF16 before their GEMMs.
-  EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2);
+  EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2) << "wgmma forward (mma.sync at hd 32)";
+  EXPECT_LT(RelErrD(gather(ToF32(y_mma.Host()), yl, 0), ref.y), 1e-2) << "mma.sync forward";
   for (const std::vector<float>& g : {dqkv_dev, ToF32(dqkv_fused.Host())}) {  // two-kernel, one-pass
     EXPECT_LT(RelErrD(gather(g, ql, 0), ref.dq), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, k_off), ref.dk), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, v_off), ref.dv), 2e-2);
   }
-  double lse_err = 0;  // the kernel stores log2 of the sum: convert to natural log
-  for (size_t i = 0; i < ref.lse.size(); ++i) lse_err = std::max(lse_err, std::abs(lse_dev[i] * std::log(2.0) - ref.lse[i]));
+  double lse_err = 0, lse_mma_err = 0;  // the kernels store log2 of the sum: convert to natural log
+  const std::vector<float> lse_mma_dev = lse_mma.Host();
+  for (size_t i = 0; i < ref.lse.size(); ++i) {
+    lse_err = std::max(lse_err, std::abs(lse_dev[i] * std::log(2.0) - ref.lse[i]));
+    lse_mma_err = std::max(lse_mma_err, std::abs(lse_mma_dev[i] * std::log(2.0) - ref.lse[i]));
+  }
   EXPECT_LT(lse_err, 1e-3);
+  EXPECT_LT(lse_mma_err, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FlashAttention,
     ::testing::Values(Case{64, 1, true}, Case{64, 37, true}, Case{64, 64, true}, Case{64, 200, true},
                       Case{128, 37, true}, Case{128, 130, true}, Case{128, 257, false}, Case{32, 100, true},
-                      Case{32, 64, false}, Case{64, 129, false}, Case{64, 300, true}),
+                      Case{32, 64, false}, Case{64, 129, false}, Case{64, 300, true}, Case{128, 300, true},
+                      Case{128, 520, true}, Case{64, 520, false}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return "hd" + std::to_string(i.param.head_dim) + "_t" + std::to_string(i.param.seq) +
              (i.param.fused_qkv ? "_fused" : "_headmajor");
@@ -211,6 +231,73 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat, ::testing::Combine(::te
                          [](const ::testing::TestParamInfo<std::tuple<int64_t, bool>>& i) {
                            return "hd" + std::to_string(std::get<0>(i.param)) + (std::get<1>(i.param) ? "_one_pass" : "_two_kernel");
                          });
+
+// The wgmma forward against the mma.sync one on fresh random inputs of the trainer's layout,
+// several heads and batches, T not a multiple of the 128-query tile: both keep FP32 statistics
+// and round P to BF16, so they differ only by where the key tiles split the rescaling.
+class FlashAttentionForwards : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(FlashAttentionForwards, WgmmaMatchesMma) {
+  SKIP_WITHOUT_GPU();
+  const int64_t b = 3, h = 4, hd = std::get<0>(GetParam()), t = std::get<1>(GetParam()), cdim = h * hd, n = b * t * cdim;
+  const AttentionDims dims{b, h, t, hd};
+  const HeadLayout ql = RowMajorHeads(t, hd, 3 * cdim), yl = RowMajorHeads(t, hd, cdim);
+  Dev<bf16> qkv(ToBf16(Random(static_cast<size_t>(3 * n), 7 + static_cast<uint32_t>(hd + t), 1.5f)));
+  Dev<bf16> y_mma(static_cast<size_t>(n)), y_wgmma(static_cast<size_t>(n));
+  Dev<float> lse_mma(static_cast<size_t>(b * h * t)), lse_wgmma(static_cast<size_t>(b * h * t));
+  const bf16 *q = qkv.get(), *k = q + cdim, *v = q + 2 * cdim;
+  {
+    const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
+    EXPECT_FALSE(FlashAttentionForwardUsesWgmma(dims, ql, q, k, v));
+    ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y_mma.get(), yl, lse_mma.get(), nullptr));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> r = ToF32(y_mma.Host()), lr = lse_mma.Host();
+  const ScopedEnv wgmma("FP8_CUDA_FLASH_MMA_FWD", "0");
+  ASSERT_TRUE(FlashAttentionForwardUsesWgmma(dims, ql, q, k, v));
+  // The kernel's schedules (sm90_flash_attention_wgmma.cu): the same arithmetic in another order.
+  for (const char* schedule : {"ping-pong", "plain", "overlap", "overlap + ping-pong"}) {
+    SCOPED_TRACE(schedule);
+    const std::string sched = schedule;
+    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_PINGPONG", sched.find("ping-pong") != std::string::npos ? "1" : "0");
+    const ScopedEnv overlap("FP8_CUDA_FLASH_WGMMA_OVERLAP", sched.find("overlap") != std::string::npos ? "1" : "0");
+    ASSERT_EQ(cudaMemset(y_wgmma.get(), 0xFF, static_cast<size_t>(n) * sizeof(bf16)), cudaSuccess);  // NaNs
+    ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y_wgmma.get(), yl, lse_wgmma.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> a = ToF32(y_wgmma.Host());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(a[i])) << "y[" << i << "]";
+      num += (a[i] - r[i]) * double(a[i] - r[i]), den += double(r[i]) * r[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 2e-3);
+    const std::vector<float> la = lse_wgmma.Host();
+    double lse_diff = 0;
+    for (size_t i = 0; i < la.size(); ++i) lse_diff = std::max(lse_diff, double(std::abs(la[i] - lr[i])));
+    EXPECT_LT(lse_diff, 2e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionForwards,
+                         ::testing::Values(std::make_tuple(int64_t{64}, int64_t{1000}), std::make_tuple(int64_t{128}, int64_t{777}),
+                                           std::make_tuple(int64_t{128}, int64_t{1024})),
+                         [](const ::testing::TestParamInfo<std::tuple<int64_t, int64_t>>& i) {
+                           return "hd" + std::to_string(std::get<0>(i.param)) + "_t" + std::to_string(std::get<1>(i.param));
+                         });
+
+TEST(FlashAttentionArgs, WgmmaForwardOnlyWhereItApplies) {
+  // Pure host logic (no launch): head dims and the switch. Pointers only need to be aligned.
+  alignas(16) static bf16 buf[8];
+  const AttentionDims d64{1, 2, 16, 64}, d32{1, 2, 16, 32};
+  const HeadLayout l64 = RowMajorHeads(16, 64, 3 * 128), l32 = RowMajorHeads(16, 32, 3 * 64);
+  {
+    const ScopedEnv wgmma("FP8_CUDA_FLASH_MMA_FWD", "0");
+    EXPECT_TRUE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf));
+    EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d32, l32, buf, buf, buf));
+  }
+  const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
+  EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf));
+}
 
 TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {
   const AttentionDims bad_hd{1, 1, 16, 48};

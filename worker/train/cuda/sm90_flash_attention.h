@@ -43,9 +43,28 @@ bool FlashAttentionSupportsHeadDim(int64_t head_dim);
 
 // y = softmax(q·kᵀ/√hd, causal)·v. `lse` [B·H, T] receives each row's logsumexp (base 2, of the
 // scores scaled by log2(e)/√hd): the only thing the backward needs besides q, k, v, y.
+// Head dims 64 and 128 run the wgmma kernel (sm90_flash_attention_wgmma.cu: TMA producer warp,
+// two consumer warpgroups) when q/k/v suit TMA (16-byte aligned); anything else, and every call
+// under FP8_CUDA_FLASH_MMA_FWD=1, runs the mma.sync kernel (FP8_CUDA_FLASH_MMA_FWD=0: wgmma
+// wherever it can run, whatever the default).
 Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
                              const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
                              __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s);
+
+// Whether FlashAttentionForward takes the wgmma kernel for these arguments under the current
+// environment (tests and benches use it to know which kernel they measured).
+bool FlashAttentionForwardUsesWgmma(const AttentionDims& dims, HeadLayout qkv, const void* q, const void* k,
+                                    const void* v);
+
+namespace internal {
+// The wgmma forward (sm90_flash_attention_wgmma.cu), called by FlashAttentionForward after its
+// argument checks. Handles: head dim 64 or 128, 16-byte aligned q/k/v (TMA).
+bool FlashAttentionForwardWgmmaHandles(const AttentionDims& dims, HeadLayout qkv, const void* q, const void* k,
+                                       const void* v);
+Status FlashAttentionForwardWgmma(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                  const __nv_bfloat16* v, HeadLayout qkv, __nv_bfloat16* y, HeadLayout yl, float* lse,
+                                  cudaStream_t s);
+}  // namespace internal
 
 // Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
 // larger batch's scratch) with the backward the environment selects now: rowsum(dy∘y), B·H·T;
