@@ -150,8 +150,11 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
                                   b.get(), b.get(), RowMajorHeads(cfg.seq_len, hd, c), lse.get(), delta.get(), b.get() + n * c,
                                   b.get() + n * c + c, b.get() + n * c + 2 * c, s);
   });
-  add("layernorm fwd", static_cast<int>(2 * L + 1), [&] {
+  add("layernorm fwd (first ln_1)", 1, [&] {
     return LayerNormForward(f1.get(), w, w, n, c, a.get(), stats1.get(), stats2.get(), s);
+  });
+  add("residual add + layernorm fwd", static_cast<int>(2 * L), [&] {
+    return ResidualAddLayerNorm(f1.get(), a.get(), w, n, c, f2.get(), w, w, b.get(), stats1.get(), stats2.get(), s);
   });
   add("layernorm bwd", static_cast<int>(2 * L + 1), [&] {
     return LayerNormBackward(a.get(), f1.get(), w, stats1.get(), stats2.get(), n, c, f2.get(), a.get(), g32.get(), g32.get() + c, scratch.get(), s);
@@ -163,7 +166,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   if (!fused_bias) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
   if (!fused_gelu) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
   if (!fused_dgelu) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  add("residual add (fp32)", 2 * li, [&] { return ResidualAdd(f1.get(), a.get(), w, n, c, f2.get(), s); });
   add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
   add("bias grads (column sums)", li, [&] {
     for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));

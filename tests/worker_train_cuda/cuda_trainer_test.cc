@@ -109,6 +109,47 @@ TEST(CudaKernels, LayerNormForwardBackwardMatchCpu) {
   }
 }
 
+// Bias gradients: db += Σ_rows dy. (300, 2304): the vectorized kernel with a partial last chunk;
+// (77, 130): columns not a multiple of 8, the scalar path.
+TEST(CudaKernels, ColumnSumAccumulateMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto [m, n] : {std::pair<int64_t, int64_t>{300, 2304}, {77, 130}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n));
+    const auto dy = RoundBf16(Random(m * n, 21));
+    const auto db0 = Random(n, 22);
+    std::vector<double> want(db0.begin(), db0.end());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) want[j] += dy[i * n + j];
+    Dev<bf16> ddy(ToBf16(dy));
+    Dev<float> ddb(db0), scratch(ColumnScratchFloats(m, n));
+    ASSERT_OK(ColumnSumAccumulate(ddy.get(), m, n, ddb.get(), scratch.get(), nullptr));
+    const auto got = ddb.Host();
+    for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(got[j], want[j], 1e-4 * (1.0 + std::fabs(want[j]))) << "column " << j;
+  }
+}
+
+// The fused residual add + LayerNorm is bitwise equal to ResidualAdd then LayerNormForward
+// ((256, 768): the vectorized ResidualAdd; (77, 130): its scalar path).
+TEST(CudaKernels, ResidualAddLayerNormEqualsTheTwoKernels) {
+  SKIP_WITHOUT_GPU();
+  for (const auto [n, c] : {std::pair<int64_t, int64_t>{256, 768}, {77, 130}}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c));
+    Dev<float> res(Random(n * c, 31, 2.0f)), bias(Random(c, 32)), w(Random(c, 33)), lb(Random(c, 34));
+    Dev<bf16> y(ToBf16(Random(n * c, 35)));
+    Dev<float> out1(n * c), out2(n * c), mean1(n), mean2(n), rstd1(n), rstd2(n);
+    Dev<bf16> ln1(n * c), ln2(n * c);
+    ASSERT_OK(ResidualAdd(res.get(), y.get(), bias.get(), n, c, out1.get(), nullptr));
+    ASSERT_OK(LayerNormForward(out1.get(), w.get(), lb.get(), n, c, ln1.get(), mean1.get(), rstd1.get(), nullptr));
+    ASSERT_OK(ResidualAddLayerNorm(res.get(), y.get(), bias.get(), n, c, out2.get(), w.get(), lb.get(), ln2.get(), mean2.get(),
+                                   rstd2.get(), nullptr));
+    EXPECT_EQ(out1.Host(), out2.Host());
+    EXPECT_EQ(mean1.Host(), mean2.Host());
+    EXPECT_EQ(rstd1.Host(), rstd2.Host());
+    const auto a = ln1.Host(), b = ln2.Host();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)), 0);
+  }
+}
+
 TEST(CudaKernels, GeluAndCrossEntropyMatchCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 64, v = 1000;

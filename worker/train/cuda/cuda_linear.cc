@@ -140,7 +140,7 @@ Status CudaLinear::AccumulateWgrad(Gemm&& gemm) {
   return Accumulate(ws_->dw.get(), in_ * out_, gw_, s_);
 }
 
-Status CudaLinear::ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training) {
+Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool training) {
   switch (p_.recipe) {
     case Recipe::kFp32:
     case Recipe::kBf16: {
@@ -203,15 +203,8 @@ Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training) {
     FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
     if (done) return OkStatus();
   }
-  FP8_RETURN_IF_ERROR(ForwardGemm(x, m, y, training));
+  FP8_RETURN_IF_ERROR(ForwardNoBias(x, m, y, training));
   return AddBias(y, b_, m, out_, s_);
-}
-
-// Not fused: cuBLASLt's residual add into an FP32 D measured slower than the GEMM + ResidualAdd
-// (bf16_epilogue_gemm.h).
-Status CudaLinear::ForwardResidual(const bf16* x, int64_t m, const float* residual, float* out, bf16* tmp, bool training) {
-  FP8_RETURN_IF_ERROR(ForwardGemm(x, m, tmp, training));
-  return ResidualAdd(residual, tmp, b_, m, out_, out, s_);
 }
 
 Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training) {
@@ -223,7 +216,7 @@ Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, boo
     FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
     if (done) return OkStatus();
   }
-  FP8_RETURN_IF_ERROR(ForwardGemm(x, m, pre, training));
+  FP8_RETURN_IF_ERROR(ForwardNoBias(x, m, pre, training));
   return BiasGeluForward(pre, b_, m, out_, y, s_);
 }
 

@@ -64,9 +64,8 @@ class CudaLinear {
 
   // y [m, out] (bf16) = x [m, in]·Wᵀ + b. `training` false leaves the scaling state untouched.
   Status Forward(const bf16* x, int64_t m, bf16* y, bool training);
-  // out [m, out] (fp32) = residual + x·Wᵀ + b: a projection into the residual stream. `tmp`
-  // (bf16 [m, out]) is the unfused path's scratch for x·Wᵀ.
-  Status ForwardResidual(const bf16* x, int64_t m, const float* residual, float* out, bf16* tmp, bool training);
+  // y = x·Wᵀ without the bias: for a projection whose bias the caller adds in its residual add.
+  Status ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool training);
   // pre = x·Wᵀ + b and y = gelu(pre), both bf16 [m, out]; the backward reads pre.
   Status ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training);
   // dx [m, in] = dy·W (overwritten; null: not wanted), dW += dyᵀ·x, and unless `bias_grad` is
@@ -97,8 +96,6 @@ class CudaLinear {
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
-  // x·Wᵀ into y under the recipe, without the bias.
-  Status ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training);
   // The bf16 forward GEMM's arguments (W's bf16 cast must be current) and that cast, with the
   // bias's (the epilogue takes the bias in D's type).
   Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, bf16* y) const;

@@ -271,18 +271,31 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
   const float* p = params_.get();
   float* x = blocks_.empty() ? res_final_.get() : blocks_[0].x_in.get();
   FP8_RETURN_IF_ERROR(EmbeddingForward(inputs_.get(), p + wte_, p + wpe_, n, t, c, x, stream_));
+  if (blocks_.empty())
+    FP8_RETURN_IF_ERROR(LayerNormForward(res_final_.get(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
+  else
+    FP8_RETURN_IF_ERROR(LayerNormForward(x, p + blocks_[0].ln1_w, p + blocks_[0].ln1_b, n, c, blocks_[0].ln1_out.get(), blocks_[0].ln1_mean.get(),
+                                         blocks_[0].ln1_rstd.get(), stream_));
+  // Every residual add is followed by a LayerNorm (ln_2, the next block's ln_1, or ln_f): one
+  // fused pass each, with the projection's bias.
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
-    FP8_RETURN_IF_ERROR(LayerNormForward(b.x_in.get(), p + b.ln1_w, p + b.ln1_b, n, c, b.ln1_out.get(), b.ln1_mean.get(), b.ln1_rstd.get(), stream_));
     FP8_RETURN_IF_ERROR(b.qkv->Forward(b.ln1_out.get(), n, b.qkv_out.get(), training));
     FP8_RETURN_IF_ERROR(AttentionForward(b, batch));
-    FP8_RETURN_IF_ERROR(b.proj->ForwardResidual(b.att_y.get(), n, b.x_in.get(), b.res_mid.get(), d_c_.get(), training));
-    FP8_RETURN_IF_ERROR(LayerNormForward(b.res_mid.get(), p + b.ln2_w, p + b.ln2_b, n, c, b.ln2_out.get(), b.ln2_mean.get(), b.ln2_rstd.get(), stream_));
+    FP8_RETURN_IF_ERROR(b.proj->ForwardNoBias(b.att_y.get(), n, d_c_.get(), training));
+    FP8_RETURN_IF_ERROR(ResidualAddLayerNorm(b.x_in.get(), d_c_.get(), b.proj->bias(), n, c, b.res_mid.get(), p + b.ln2_w, p + b.ln2_b,
+                                             b.ln2_out.get(), b.ln2_mean.get(), b.ln2_rstd.get(), stream_));
     FP8_RETURN_IF_ERROR(b.fc->ForwardGelu(b.ln2_out.get(), n, b.fc_out.get(), b.gelu_out.get(), training));
-    float* next = (l + 1 < blocks_.size()) ? blocks_[l + 1].x_in.get() : res_final_.get();
-    FP8_RETURN_IF_ERROR(b.fc_proj->ForwardResidual(b.gelu_out.get(), n, b.res_mid.get(), next, d_c_.get(), training));
+    FP8_RETURN_IF_ERROR(b.fc_proj->ForwardNoBias(b.gelu_out.get(), n, d_c_.get(), training));
+    if (l + 1 < blocks_.size()) {
+      Block& nb = blocks_[l + 1];
+      FP8_RETURN_IF_ERROR(ResidualAddLayerNorm(b.res_mid.get(), d_c_.get(), b.fc_proj->bias(), n, c, nb.x_in.get(), p + nb.ln1_w, p + nb.ln1_b,
+                                               nb.ln1_out.get(), nb.ln1_mean.get(), nb.ln1_rstd.get(), stream_));
+    } else {
+      FP8_RETURN_IF_ERROR(ResidualAddLayerNorm(b.res_mid.get(), d_c_.get(), b.fc_proj->bias(), n, c, res_final_.get(), p + lnf_w_, p + lnf_b_,
+                                               lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
+    }
   }
-  FP8_RETURN_IF_ERROR(LayerNormForward(res_final_.get(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
   FP8_RETURN_IF_ERROR(CastF32ToBf16(p + wte_, v * c, wte_bf16_.get(), stream_));
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, n, v, c, 1.0f, lnf_out_.get(), c, wte_bf16_.get(), c, 0.0f, logits_.get(), vocab_ld_, false));
   FP8_RETURN_IF_ERROR(CrossEntropy(logits_.get(), targets_.get(), n, v, vocab_ld_, loss_scale / static_cast<float>(n), training,

@@ -137,6 +137,39 @@ __global__ void LayerNormForwardKernel(const float* x, const float* w, const flo
   }
 }
 
+// ResidualAdd then LayerNormForward in one kernel (one warp per row): out = res + y + b[j] is
+// written and summed in the same pass, and the variance/normalise passes read the row back from
+// L1/L2 instead of memory. Same sums in the same order as the two kernels: bitwise equal.
+__global__ void ResidualAddLayerNormKernel(const float* res, const bf16* y, const float* b, int64_t n,
+                                           int64_t c, float* out, const float* w, const float* lb,
+                                           bf16* ln_out, float* mean, float* rstd) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= n) return;
+  const float* rr = res + row * c;
+  const bf16* yr = y + row * c;
+  float* xr = out + row * c;
+  float s = 0;
+  for (int64_t j = lane; j < c; j += 32) {
+    const float h = rr[j] + __bfloat162float(yr[j]) + b[j];
+    xr[j] = h;
+    s += h;
+  }
+  const float mu = WarpSum(s) / static_cast<float>(c);
+  float v = 0;
+  for (int64_t j = lane; j < c; j += 32) {
+    const float d = xr[j] - mu;
+    v += d * d;
+  }
+  const float rs = rsqrtf(WarpSum(v) / static_cast<float>(c) + 1e-5f);
+  bf16* o = ln_out + row * c;
+  for (int64_t j = lane; j < c; j += 32) o[j] = __float2bfloat16((xr[j] - mu) * rs * w[j] + lb[j]);
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
 __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, const float* w,
                                           const float* mean, const float* rstd, int64_t n,
                                           int64_t c, float* dx, bf16* dx_bf16) {
@@ -278,6 +311,40 @@ __global__ void ColumnPartialKernel(const bf16* dout, const float* x, const floa
     partial[(chunks + chunk) * c + j] = sb;
   } else {
     partial[chunk * c + j] = sb;
+  }
+}
+
+// Column sums of dy [m, n] (n % 8 == 0, 16-byte aligned rows) per chunk of kColSumRows rows: a
+// 32 x 8 block takes 256 adjacent columns; thread (x, y) owns columns 8x..8x+7 and rows y, y+8, …
+// of the chunk with 16-byte loads (the scalar ColumnPartialKernel reads 2 bytes per thread per
+// row and ran at about half the memory bandwidth); the 8 row lanes are added in y order through
+// shared memory, so the result is deterministic. partial[chunk, j].
+constexpr int kColSumRows = 128;
+__global__ void ColumnSum8PartialKernel(const bf16* dy, int64_t m, int64_t n, float* partial) {
+  __shared__ float sh[8][256];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 256 + tx * 8;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColSumRows, r1 = min(m, r0 + kColSumRows);
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (j < n) {
+#pragma unroll 4
+    for (int64_t r = r0 + ty; r < r1; r += 8) {
+      float f[8];
+      Load8(dy + r * n + j, f);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] += f[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) sh[ty][tx * 8 + k] = acc[k];
+  __syncthreads();
+  const int t = ty * 32 + tx;
+  const int64_t jj = static_cast<int64_t>(blockIdx.x) * 256 + t;
+  if (jj < n) {
+    float sum = 0;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sum += sh[q][t];
+    partial[blockIdx.y * n + jj] = sum;
   }
 }
 
@@ -687,6 +754,13 @@ Status LayerNormForward(const float* x, const float* w, const float* b, int64_t 
   LAUNCH_CHECK();
 }
 
+Status ResidualAddLayerNorm(const float* res, const bf16* y, const float* b, int64_t n, int64_t c,
+                            float* out, const float* w, const float* lb, bf16* ln_out, float* mean,
+                            float* rstd, cudaStream_t s) {
+  ResidualAddLayerNormKernel<<<Blocks(n * 32), kThreads, 0, s>>>(res, y, b, n, c, out, w, lb, ln_out, mean, rstd);
+  LAUNCH_CHECK();
+}
+
 Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const float* mean,
                          const float* rstd, int64_t n, int64_t c, float* dx, bf16* dx_bf16,
                          float* dw, float* db, float* scratch, cudaStream_t s) {
@@ -715,6 +789,13 @@ Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const
 
 Status ColumnSumAccumulate(const bf16* dy, int64_t m, int64_t n, float* db, float* scratch,
                            cudaStream_t s) {
+  if (Vec8(n, {dy, scratch})) {
+    const int64_t chunks = (m + kColSumRows - 1) / kColSumRows;
+    ColumnSum8PartialKernel<<<dim3(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(chunks)), dim3(32, 8), 0, s>>>(dy, m, n, scratch);
+    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((n + 31) / 32), 1), kThreads, 0, s>>>(scratch, chunks, n, db, nullptr);
+    LAUNCH_CHECK();
+  }
   const int64_t chunks = (m + kColChunk - 1) / kColChunk;
   ColumnPartialKernel<<<dim3(Blocks(n), static_cast<unsigned>(chunks)), kThreads, 0, s>>>(dy, nullptr, nullptr, nullptr, m, n, scratch);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();

@@ -28,6 +28,12 @@ Status EmbeddingBackward(const float* dout, const int32_t* tokens, int64_t n, in
 // eps 1e-5 like the CPU. out bf16 (a GEMM operand), mean/rstd fp32 [n].
 Status LayerNormForward(const float* x, const float* w, const float* b, int64_t n, int64_t c,
                         bf16* out, float* mean, float* rstd, cudaStream_t s);
+// out = res + y + b[j], then LayerNormForward(out, w, lb) into ln_out / mean / rstd: ResidualAdd
+// and LayerNormForward in one pass, bitwise equal to the two (every residual add of the model is
+// followed by a LayerNorm).
+Status ResidualAddLayerNorm(const float* res, const bf16* y, const float* b, int64_t n, int64_t c,
+                            float* out, const float* w, const float* lb, bf16* ln_out, float* mean,
+                            float* rstd, cudaStream_t s);
 // dx += (residual gradient); dw, db += ; scratch ≥ 2·ceil(n/kColChunk)·c floats. dx_bf16 (may
 // be null): also writes the updated dx rounded to bf16, the next GEMM's operand, so the residual
 // gradient needs no separate cast pass.
