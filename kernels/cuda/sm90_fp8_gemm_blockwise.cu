@@ -223,6 +223,10 @@ using ConfigN64SplitK2ScalesTma = Config<64, 9, true, false, 1, 2, false, true>;
 // that tiles x split fill the 132 SMs at M = 128. 30 KB (23 KB) stages, no staging tile.
 using ConfigN112SplitK2ScalesTma = Config<112, 7, true, false, 1, 2, false, true>;
 using ConfigN56ScalesTma = Config<56, 9, true, false, 1, 1, false, true>;
+// 128x192 tiles (large M: B read from shared memory once per 192 instead of 128 columns, 25%
+// fewer operand bytes per flop) with one partial accumulator (two do not fit in registers);
+// 40 KB stages, 5 fit beside one staging box per warpgroup and the scale copies.
+using ConfigN192ScalesTma = Config<192, 5, false, false, 1, 1, false, true, true>;
 // Small-M kAuto tiles with L2 eviction hints (keep A, drop B first).
 using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, true, false, 1, 2, false, true, false, true>;
 using ConfigN64ScalesTmaL2 = Config<64, 8, true, false, 1, 1, false, true, false, true>;
@@ -242,6 +246,8 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN56ScalesTma: return Sm90BlockwiseGemmTile::kN64;
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints: return Sm90BlockwiseGemmTile::kN128SplitK2;
     case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return Sm90BlockwiseGemmTile::kN64;
+    // No __ldg 128x192 kernel: the 128x128 one computes the same bits.
+    case Sm90BlockwiseGemmTile::kN192ScalesTma: return Sm90BlockwiseGemmTile::kN128;
     default: return tile;
   }
 }
@@ -271,6 +277,10 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
 //   leaves every CTA >= 16 K blocks. M = 128: split 2 is the fastest variant at (7168, 16384);
 //   with 8 K blocks per CTA (7168, 2048) it lost 20% to 128x64; splits 4 and 8 lost everywhere,
 //   and so did 128x112 tiles split 2 (128 CTAs: 732 vs 762 at (7168, 16384)).
+// - L2 hints (keep A, drop B first) on the small-M choices (split 2 and 128x64 with fewer
+//   128x128 tiles than SMs): +2% on both shapes where they apply (782 vs 764 at M = 128,
+//   (7168, 16384); 358 vs 350 at (7168, 2048)); on 128x64 with more tiles than SMs -1%
+//   ((24576, 1536): 524 vs 531), so not there.
 // - Many tiles (>= 4 waves of 128x128): 128x128 with 6 stages (one staging box; 5 stages measured
 //   2-10% slower at M = 4096, K = 16384 and level elsewhere). The CTA pairs sharing A and the
 //   epilogue-overlap variants measured slower on every issue shape and are not chosen.
@@ -289,13 +299,13 @@ StatusOr<Sm90BlockwiseGemmTile> ChooseTile(int64_t tiles_128, int64_t k_blocks, 
     for (const auto& [resident, tile] : splits) {
       const int split = SplitOf(tile);
       if (tiles_128 * split <= resident && k_blocks >= 16 * split)
-        return tile == Sm90BlockwiseGemmTile::kN128SplitK2 ? Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma : tile;
+        return tile == Sm90BlockwiseGemmTile::kN128SplitK2 ? Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints : tile;
     }
   }
   if (tiles_128 >= 4 * int64_t{sms}) return Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
-  return wave_fill(2 * tiles_128) > wave_fill(tiles_128) ? Sm90BlockwiseGemmTile::kN64ScalesTma
-                                                         : Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
+  if (wave_fill(2 * tiles_128) <= wave_fill(tiles_128)) return Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
+  return tiles_128 < sms ? Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints : Sm90BlockwiseGemmTile::kN64ScalesTma;
 }
 
 }  // namespace
@@ -390,6 +400,8 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN128SplitK2ScalesTmaL2>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints:
       return Launch<ConfigN64ScalesTmaL2>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192ScalesTma:
+      return Launch<ConfigN192ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -89,8 +89,8 @@ struct Config {
   // row, the widest box the 128B swizzle allows).
   static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
   // BLOCK_N not a multiple of 64 (112, 56: tile counts that fill the SMs at small M): the
-  // epilogue writes D straight from registers (no TMA-store boxes), and a tile may span two
-  // 128-column B-scale blocks (two scales per K block; the columns of each 8-wide accumulator
+  // epilogue writes D straight from registers (no TMA-store boxes). BLOCK_N that 128 does not
+  // divide (112, 56, 192): a tile may span two 128-column B-scale blocks (two scales per K block; the columns of each 8-wide accumulator
   // group lie in one block, since 8 divides BLOCK_N). N need not be a multiple of BLOCK_N: the
   // last column tile's B rows past N are zero-filled by TMA and its columns past N not written.
   static constexpr bool kDirectStore = kBlockN % 64 != 0;
@@ -110,7 +110,9 @@ struct Config {
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
-  static_assert(kBlockN % 8 == 0 && kBlockN <= 128, "BLOCK_N: a multiple of 8 up to 128");
+  static_assert(kBlockN % 8 == 0 && (kBlockN <= 128 || (kBlockN == 192 && !kDoubleAccumulator)),
+                "BLOCK_N: a multiple of 8 up to 128, or 192 with one partial accumulator (registers: "
+                "96 partial + 96 total floats per consumer thread)");
   static_assert(kBlockN == 64 || kBlockN == 128 || (kScalesTma && kCluster == 1 && !kOverlapEpilogue && !kPrefetchB),
                 "other BLOCK_N only with the scales through TMA, no pairs, no epilogue overlap");
   // Every stage's B tile starts on a 1024-byte swizzle atom.
@@ -340,6 +342,16 @@ __device__ __forceinline__ void WgmmaM64N64K32(float (&d)[32], uint64_t desc_a, 
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// D[64 x 192] (+)= A[64 x 32] · B[192 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
+__device__ __forceinline__ void WgmmaM64N192K32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // D[64 x 112] (+)= A[64 x 32] · B[112 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
 __device__ __forceinline__ void WgmmaM64N112K32(float (&d)[56], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   asm volatile(
@@ -365,12 +377,14 @@ __device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a,
                                             bool accumulate) {
   if constexpr (kN == 128) {
     WgmmaM64N128K32(d, desc_a, desc_b, accumulate);
+  } else if constexpr (kN == 192) {
+    WgmmaM64N192K32(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 112) {
     WgmmaM64N112K32(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 56) {
     WgmmaM64N56K32(d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(kN == 64, "wgmma shapes: N = 128, 112, 64, 56");
+    static_assert(kN == 64, "wgmma shapes: N = 192, 128, 112, 64, 56");
     WgmmaM64N64K32(d, desc_a, desc_b, accumulate);
   }
 }

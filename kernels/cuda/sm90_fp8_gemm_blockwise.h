@@ -72,6 +72,10 @@ namespace fp8::kernels::cuda {
 //   kN128SplitK2ScalesTmaL2Hints, kN64ScalesTmaL2Hints: kN128SplitK2ScalesTma / kN64ScalesTma
 //          whose TMA loads ask L2 to keep A (evict_last) and drop B first (evict_first): at small
 //          M every CTA reads A, each B tile is read once. Bitwise the same results
+//   kN192ScalesTma: 128x192 tiles with one partial accumulator per warpgroup (two do not fit in
+//          the registers), scales through the pipeline, 5 stages, one staging box: B is read
+//          from shared memory once per 192 columns (large M). Tiles span two B-scale blocks; N
+//          need not be a multiple of 192 (the TMA store clips). Bitwise the same as kN128
 //   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
 //          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
 //          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
@@ -103,6 +107,7 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN56ScalesTma,
   kN128SplitK2ScalesTmaL2Hints,
   kN64ScalesTmaL2Hints,
+  kN192ScalesTma,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

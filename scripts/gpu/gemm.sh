@@ -2,12 +2,13 @@
 # One GPU-machine call for the own blockwise FP8 GEMM (issue #3, kernels/cuda/
 # sm90_fp8_gemm_blockwise.*): SASS check of the kernel (QGMMA present, no local memory), the
 # CUDA kernel tests, then the GEMM tables of bench_kernels_cuda (cuBLASLt blockwise, own kernel and
-# its tile variants, BF16, same run), and ncu counters of one launch per GEMM variant at
-# M = 128 (bench_kernels_cuda gemm-profile). Runs the binaries built on the development machine when
+# its tile variants, BF16, same run), and ncu counters (with the warp-stall breakdown) of one
+# launch per GEMM variant on NCU_SHAPE="M N K" (bench_kernels_cuda gemm-profile). Runs the binaries built on the development machine when
 # they start there (saves the build's device time), else builds the standalone CMake project.
 # Every step has a timeout (a pipeline bug shows up as a hang). Logs go to $OUT.
 #   cmake --build build-kernels-cuda -j2 --target kernels_cuda_test bench_kernels_cuda
 #   device run: bash scripts/gpu/gemm.sh   (carry: build-kernels-cuda/bin, build-kernels-cuda/googletest)
+#   (SKIP_NCU=1: no counters; NCU_SHAPE="128 7168 16384": counters at another shape)
 #   The device calls of this session are limited to 120 s of command time: the steps' timeouts
 #   fit in it (tests 40 s, bench 60 s, ncu what is left of BUDGET_S, default 115).
 set -uo pipefail

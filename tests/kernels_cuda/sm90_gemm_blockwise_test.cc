@@ -33,7 +33,7 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma,
     Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma,
     Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints,
-    Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints};
+    Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN192ScalesTma};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
@@ -42,8 +42,9 @@ constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints};
 // Each scales-through-TMA variant and the __ldg-scales variant it must match bit for bit (the
 // same per-element order: 128x64 and 128x112 split-K against 128x128 split-K, 128x56 against
-// 128x64 (tiles spanning two B-scale blocks, N not a multiple of the width); the 6-stage,
-// one-staging-box 128x128 and the CTA pairs against the plain tiles' twins).
+// 128x64, 128x192 (one partial accumulator) against 128x128 (tiles spanning two B-scale
+// blocks, N not a multiple of the width); the 6-stage, one-staging-box 128x128, the CTA pairs
+// and the L2-hint variants against the plain tiles' twins).
 constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPairs[] = {
     {Sm90BlockwiseGemmTile::kN128ScalesTma, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kN64},
@@ -58,7 +59,8 @@ constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPair
     {Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2},
     {Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN64},
     {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN128SplitK2},
-    {Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN64}};
+    {Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN64},
+    {Sm90BlockwiseGemmTile::kN192ScalesTma, Sm90BlockwiseGemmTile::kN128}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -86,6 +88,7 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN56ScalesTma: return "N56-scales-TMA";
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints: return "N128-split-K-2-scales-TMA-L2-hints";
     case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return "N64-scales-TMA-L2-hints";
+    case Sm90BlockwiseGemmTile::kN192ScalesTma: return "N192-scales-TMA";
     default: return "auto";
   }
 }
