@@ -278,9 +278,11 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
 //   with 8 K blocks per CTA (7168, 2048) it lost 20% to 128x64; splits 4 and 8 lost everywhere,
 //   and so did 128x112 tiles split 2 (128 CTAs: 732 vs 762 at (7168, 16384)).
 // - L2 hints (keep A, drop B first) on the small-M choices (split 2 and 128x64 with fewer
-//   128x128 tiles than SMs): +2% on both shapes where they apply (782 vs 764 at M = 128,
-//   (7168, 16384); 358 vs 350 at (7168, 2048)); on 128x64 with more tiles than SMs -1%
-//   ((24576, 1536): 524 vs 531), so not there.
+//   128x128 tiles than SMs): +1-3% on both shapes where they apply, in two runs (782 vs 764 /
+//   771 at M = 128, (7168, 16384); 358 vs 350 / 347 at (7168, 2048)); on 128x64 with more
+//   tiles than SMs -1% once and +1% once ((24576, 1536)), so not there.
+// - Not chosen, measured slower: 128x192 tiles with one partial accumulator (0.43-0.71x
+//   cuBLASLt on every issue shape).
 // - Many tiles (>= 4 waves of 128x128): 128x128 with 6 stages (one staging box; 5 stages measured
 //   2-10% slower at M = 4096, K = 16384 and level elsewhere). The CTA pairs sharing A and the
 //   epilogue-overlap variants measured slower on every issue shape and are not chosen.

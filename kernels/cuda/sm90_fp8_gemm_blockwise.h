@@ -76,11 +76,14 @@ namespace fp8::kernels::cuda {
 //          the registers), scales through the pipeline, 5 stages, one staging box: B is read
 //          from shared memory once per 192 columns (large M). Tiles span two B-scale blocks; N
 //          need not be a multiple of 192 (the TMA store clips). Bitwise the same as kN128
-//   kAuto: with fewer 128x128 tiles than SMs the largest split whose clusters all run at once
-//          and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTma); else with at
-//          least 4 waves of 128x128 tiles kN128ScalesTma, else whichever of kN128ScalesTma /
-//          kN64ScalesTma fills the SMs' waves better; each falls back to its __ldg twin where
-//          the scales are not 16-byte aligned (choices measured: docs/performance.md)
+//   kAuto: with fewer 128x128 tiles than SMs: kN64SplitK2ScalesTma where its 4 x tiles CTAs
+//          all run at once and K has >= 32 blocks; else the largest split whose clusters all
+//          run at once and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTmaL2Hints);
+//          else 128x64 with L2 hints (kN64ScalesTmaL2Hints) if it fills the SMs' waves better
+//          than 128x128, else kN128ScalesTma6Stages. With more tiles: at least 4 waves of
+//          128x128 tiles kN128ScalesTma6Stages, else whichever of it / kN64ScalesTma fills the
+//          waves better. Each falls back to its __ldg twin where the scales are not 16-byte
+//          aligned or M % 4 != 0 (choices measured: docs/performance.md)
 enum class Sm90BlockwiseGemmTile : uint8_t {
   kAuto,
   kN128,
