@@ -82,11 +82,10 @@ TEST(NcclComm, SingleRankNeedsNoLibraryAndGroupsNeedRendezvousDir) {
 
 // (300, 384): the row-in-registers forward and the fused one-pass backward, with a partial last
 // block of rows; (77, 130): c not a multiple of 4, the warp-per-row forward and two-kernel backward;
-// (64, 4096): the d4096 model's width (4 float4 per thread in the forward); (16400, 64): enough rows
-// for the backward's 32-row blocks (fewer rows take 16-row blocks), with a partial last block.
+// (64, 4096): the d4096 model's width (4 float4 per thread in the forward).
 TEST(CudaKernels, LayerNormForwardBackwardMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{300, 384}, {77, 130}, {64, 4096}, {16400, 64}}) {
+  for (const auto [n, c] : {std::pair<int64_t, int64_t>{300, 384}, {77, 130}, {64, 4096}}) {
     SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c));
     auto x = Random(n * c, 1, 2.0f), w = Random(c, 2), b = Random(c, 3), dout = RoundBf16(Random(n * c, 4));
     std::vector<float> out(n * c), mean(n), rstd(n), dx(n * c, 0.5f), dw(c, 0), db(c, 0);

@@ -269,19 +269,18 @@ __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, cons
 }
 
 // LayerNorm backward in one pass over dout and x (the two-kernel path above read both twice):
-// a block owns kRows rows. Phase 1: each warp reduces its rows' Σ dn and Σ dn·x̂ (dn = dout·w).
+// a block owns kLnRows rows. Phase 1: each warp reduces its rows' Σ dn and Σ dn·x̂ (dn = dout·w).
 // Phase 2: each thread owns 4 adjacent columns and walks the block's rows in order, adding dx and
 // keeping that column group's Σ dout·x̂ and Σ dout in registers; they land in partial[chunk, j]
 // (dw half, then db half), summed over chunks by LnColumnFinalizeKernel. Fixed order throughout,
 // so results are bitwise repeatable. The second read of a row comes from L2 (a block's rows are
-// kRows·c·6 bytes). Needs c % 4 == 0 and 16-byte aligned x/dx, 8-byte aligned dout rows.
-template <int kRows>
+// kLnRows·c·6 bytes). Needs c % 4 == 0 and 16-byte aligned x/dx, 8-byte aligned dout rows.
 __global__ void LayerNormBackwardFusedKernel(const bf16* dout, const float* x, const float* w,
                                              const float* mean, const float* rstd, int64_t n,
                                              int64_t c, float* dx, bf16* dx_bf16, float* partial) {
-  __shared__ float s_mu[kRows], s_rs[kRows], s_s1[kRows], s_s2[kRows];
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int rows = static_cast<int>(n - r0 < kRows ? n - r0 : kRows);
+  __shared__ float s_mu[kLnRows], s_rs[kLnRows], s_s1[kLnRows], s_s2[kLnRows];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLnRows;
+  const int rows = static_cast<int>(n - r0 < kLnRows ? n - r0 : kLnRows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
   const float inv_c = 1.0f / static_cast<float>(c);
   for (int r = warp; r < rows; r += nwarps) {
@@ -313,7 +312,6 @@ __global__ void LayerNormBackwardFusedKernel(const bf16* dout, const float* x, c
   for (int64_t j = static_cast<int64_t>(threadIdx.x) * 4; j < c; j += static_cast<int64_t>(blockDim.x) * 4) {
     const float w4[4] = {w[j], w[j + 1], w[j + 2], w[j + 3]};
     float aw[4] = {0, 0, 0, 0}, ab[4] = {0, 0, 0, 0};
-#pragma unroll 4
     for (int r = 0; r < rows; ++r) {
       const int64_t off = (r0 + r) * c + j;
       const float4 xv = *reinterpret_cast<const float4*>(x + off);
@@ -852,12 +850,8 @@ Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const
                        reinterpret_cast<uintptr_t>(scratch) % 16 == 0;
   static const bool two_pass = std::getenv("FP8_CUDA_LN_TWO_PASS") != nullptr;
   if (aligned && !two_pass) {
-    const int rows = n < kLnFewRowsBelow ? kLnRowsFew : kLnRows;
-    const int64_t chunks = (n + rows - 1) / rows;
-    if (rows == kLnRowsFew)
-      LayerNormBackwardFusedKernel<kLnRowsFew><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16, scratch);
-    else
-      LayerNormBackwardFusedKernel<kLnRows><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16, scratch);
+    const int64_t chunks = (n + kLnRows - 1) / kLnRows;
+    LayerNormBackwardFusedKernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16, scratch);
     FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
     LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((c + 31) / 32), 2), kThreads, 0, s>>>(scratch, chunks, c, dw, db);
     LAUNCH_CHECK();

@@ -41,14 +41,11 @@ Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const
                          const float* rstd, int64_t n, int64_t c, float* dx, bf16* dx_bf16,
                          float* dw, float* db, float* scratch, cudaStream_t s);
 // The fused LayerNorm backward (c % 4 == 0, aligned pointers) keeps its dw/db partials per
-// block of kLnRows rows, or kLnRowsFew when there are few rows (more blocks in flight);
-// FP8_CUDA_LN_TWO_PASS=1 forces the older two-kernel path (before/after runs).
+// kLnRows rows; FP8_CUDA_LN_TWO_PASS=1 forces the older two-kernel path (before/after runs).
 constexpr int64_t kColChunk = 256;  // rows per partial sum of the column reductions
 constexpr int kLnRows = 32;         // rows per block of the fused LayerNorm backward
-constexpr int kLnRowsFew = 16;      // … when n < kLnFewRowsBelow
-constexpr int64_t kLnFewRowsBelow = 16384;
 inline int64_t ColumnScratchFloats(int64_t rows, int64_t cols) {
-  return 2 * ((rows + kLnRowsFew - 1) / kLnRowsFew) * cols;
+  return 2 * ((rows + kLnRows - 1) / kLnRows) * cols;
 }
 
 // db[j] += Σ_i dy[i, j]   (fixed order; scratch ≥ ColumnScratchFloats(m, n)/2)
