@@ -102,7 +102,7 @@ struct Variant {
   std::vector<std::pair<const char*, const char*>> env;
 };
 const char* const kSwitches[] = {"FP8_CUDA_FLASH_OLD", "FP8_CUDA_FLASH_MMA_FWD", "FP8_CUDA_FLASH_WGMMA_PINGPONG",
-                                  "FP8_CUDA_FLASH_WGMMA_OVERLAP"};
+                                  "FP8_CUDA_FLASH_WGMMA_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DQ", "FP8_CUDA_FLASH_WGMMA_DQ_KEYS"};
 const Variant kVariants[] = {
     {"previous (FP8_CUDA_FLASH_OLD=1)", {{"FP8_CUDA_FLASH_OLD", "1"}}},
     {"mma.sync fwd (FP8_CUDA_FLASH_MMA_FWD=1)", {{"FP8_CUDA_FLASH_MMA_FWD", "1"}}},
@@ -112,9 +112,13 @@ const Variant kVariants[] = {
     {"wgmma fwd, intra-WG overlap + ping-pong",
      {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "1"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "1"}}},
     {"wgmma fwd, ping-pong", {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "1"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "0"}}},
+    {"default fwd + wgmma dQ (FP8_CUDA_FLASH_WGMMA_DQ=1)", {{"FP8_CUDA_FLASH_WGMMA_DQ", "1"}}},
+    {"default fwd + wgmma dQ, 128-key tiles at hd 128", {{"FP8_CUDA_FLASH_WGMMA_DQ", "1"}, {"FP8_CUDA_FLASH_WGMMA_DQ_KEYS", "128"}}},
+    {"default fwd + mma.sync dQ (FP8_CUDA_FLASH_WGMMA_DQ=0)", {{"FP8_CUDA_FLASH_WGMMA_DQ", "0"}}},
     {"default", {}},
 };
-constexpr int kMmaRow = 1, kWgmmaRow = 5, kDefaultRow = 6;
+constexpr int kMmaRow = 1, kWgmmaRow = 5, kWgmmaDqRow = 6, kMmaDqRow = 8, kDefaultRow = 9;
+static_assert(std::size(kVariants) == kDefaultRow + 1, "the default row is the last");
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
@@ -204,8 +208,10 @@ int Run(int argc, char** argv) {
         std::snprintf(vs_fb, sizeof(vs_fb), "%.2fx", tq->second.second / (r.fwd_ms + r.bwd_ms));
       }
       const bool wgmma = FlashAttentionForwardUsesWgmma(dims, ql, q, k, v);
-      std::printf("| %s | %s%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(), kVariants[vi].label,
-                  vi == kDefaultRow ? (wgmma ? ": wgmma fwd" : ": mma.sync fwd") : "", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9,
+      const bool wgmma_dq = FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, q, k, v, dy.get());
+      std::printf("| %s | %s%s%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(), kVariants[vi].label,
+                  vi == kDefaultRow ? (wgmma ? ": wgmma fwd" : ": mma.sync fwd") : "",
+                  vi == kDefaultRow ? (wgmma_dq ? ", wgmma dQ" : ", mma.sync dQ") : "", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9,
                   r.bwd_ms, bwd_flop / r.bwd_ms / 1e9, r.fwd_ms + r.bwd_ms,
                   (fwd_flop + bwd_flop) / (r.fwd_ms + r.bwd_ms) / 1e9, vs_f, vs_fb);
     }
@@ -221,10 +227,11 @@ int Run(int argc, char** argv) {
     const Result &mma = res[kMmaRow], &wg = res[kWgmmaRow], &old = res[0];
     std::snprintf(note, sizeof(note),
                   "%s: wgmma vs mma.sync fwd: rel. L2 diff y %.2e, max |lse diff| %.2e (log2 units), dqkv from their lse %.2e; "
-                  "mma.sync vs previous: y %.2e dqkv %.2e; backward bitwise repeatable: %s",
+                  "wgmma vs mma.sync dQ: dqkv %.2e; mma.sync vs previous: y %.2e dqkv %.2e; backward bitwise repeatable: %s",
                   sh.what.c_str(), RelDiff(wg.y, mma.y), MaxAbsDiff(wg.lse, mma.lse), RelDiff(wg.dqkv, mma.dqkv),
+                  RelDiff(res[kWgmmaDqRow].dqkv, res[kMmaDqRow].dqkv),
                   RelDiff(mma.y, old.y), RelDiff(mma.dqkv, old.dqkv),
-                  old.repeatable && mma.repeatable && wg.repeatable && res[kDefaultRow].repeatable ? "every row" : "NOT ALL");
+                  std::all_of(std::begin(res), std::end(res), [](const Result& x) { return x.repeatable; }) ? "every row" : "NOT ALL");
     notes.push_back(note);
   }
   std::printf("\nvs torch: torch time / our time (above 1 = we are faster). bwd = fwd+bwd − fwd for torch.\n");

@@ -8,10 +8,10 @@
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
 #   VARIANTS="VAR=VALUE …;VAR=VALUE …" adds, per setting, the FlashAttention tests, the bench and
 #   the bf16 step under those FP8_CUDA_FLASH_* overrides (sm90_flash_attention.cu lists them).
-#   TEST_FILTER='*Flash*' runs only those tests; STEP=0 skips the training-step benches (and a
+#   TEST_FILTER='*Flash*' runs only those tests (REST_TESTS=SECONDS: then the others, under that timeout); STEP=0 skips the training-step benches (and a
 #   pack made without bench_trainer_cuda needs it: BINS="worker_train_cuda_test bench_attention_cuda").
-#   The forward's SASS facts (registers, local memory, HGMMA count) go to sass.txt where the
-#   machine has cuobjdump.
+#   The wgmma kernels' SASS facts (registers, local memory, HGMMA count) go to the summary where
+#   the machine has cuobjdump.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=.attn-carry
@@ -32,8 +32,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv > 
 ldd $C/bin/bench_attention_cuda | grep -i "not found" >> "$S"
 link_test_corpus $C/bin/worker_train_cuda_test
 if command -v cuobjdump > /dev/null; then
-  cuobjdump -res-usage $C/bin/bench_attention_cuda 2>&1 | grep -A1 FlashForwardWgmma > "$OUT/sass.txt"
-  cuobjdump -sass $C/bin/bench_attention_cuda 2>/dev/null | awk '/Function : .*FlashForwardWgmma/{f=$3} /Function : /&&!/FlashForwardWgmma/{f=""} f&&/HGMMA/{h[f]++} f&&/(LDL|STL)/{l[f]++} END{for(k in h) print k, "HGMMA", h[k], "LDL/STL", l[k]+0}' >> "$OUT/sass.txt"
+  echo "== SASS of the wgmma kernels (cuobjdump)" >> "$S"
+  cuobjdump -res-usage $C/bin/bench_attention_cuda 2>&1 | grep -A1 -E "Flash(Forward|BackwardDq)Wgmma" | grep -o "REG:[0-9]* STACK:[0-9]*.*LOCAL:[0-9]*" | sort | uniq -c >> "$S"
+  cuobjdump -sass $C/bin/bench_attention_cuda 2>/dev/null | awk '/Function : .*Wgmma/{f=$3} /Function : /&&!/Wgmma/{f=""} f&&/HGMMA/{h[f]++} f&&/(LDL|STL)/{l[f]++} END{for(k in h) print k, "HGMMA", h[k], "LDL/STL", l[k]+0}' | sed 's/_ZN3fp8.*GLOBAL__N__[0-9a-f_]*//' >> "$S"
 fi
 
 echo "== tests" >> "$S"
@@ -41,15 +42,21 @@ timeout ${TEST_TIMEOUT:-100} $C/bin/worker_train_cuda_test --gtest_color=no --gt
 echo "rc=$?" >> "$S"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|actual|tests ran" "$OUT/test.log" | head -40 >> "$S"
 grep -E "^\[       OK \] .*FlashAttention" "$OUT/test.log" >> "$S"
+if [ -n "${REST_TESTS:-}" ]; then  # the other tests of the binary, after the filtered ones
+  echo "== tests -${TEST_FILTER:-*}" >> "$S"
+  timeout $REST_TESTS $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter="-${TEST_FILTER:-*}" > "$OUT/test_rest.log" 2>&1
+  echo "rc=$?" >> "$S"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|tests ran" "$OUT/test_rest.log" | head -20 >> "$S"
+fi
 echo "== FlashAttention tests on the previous kernels (FP8_CUDA_FLASH_OLD=1)" >> "$S"
 FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_old.log" 2>&1
 echo "rc=$?" >> "$S"
 grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_old.log" | head -20 >> "$S"
 
 echo "== torch SDPA" >> "$S"
-timeout ${TORCH_TIMEOUT:-60} python3 scripts/gpu/attention_torch.py --reps 20 --warmup 3 > "$OUT/torch_attention.txt" 2> "$OUT/torch.log"
+timeout ${TORCH_TIMEOUT:-60} python3 scripts/gpu/attention_torch.py --reps 20 --warmup 3 > "$OUT/torch_attention.txt" 2> /tmp/attention_torch.log
 echo "rc=$?" >> "$S"
-cat "$OUT/torch_attention.txt" >> "$S"; tail -3 "$OUT/torch.log" >> "$S"
+cat "$OUT/torch_attention.txt" >> "$S"; tail -3 /tmp/attention_torch.log >> "$S"
 echo "== bench_attention_cuda --reps 20 --warmup 3 --torch torch_attention.txt" >> "$S"
 timeout 60 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --torch "$OUT/torch_attention.txt" > "$OUT/bench_attention.txt" 2>&1
 echo "rc=$?" >> "$S"
@@ -72,8 +79,8 @@ timeout ${STEP_TIMEOUT:-80} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l
   > "$OUT/bench_trainer.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer.txt" >> "$S"
-echo "== same, FP8_CUDA_FLASH_MMA_FWD=1 (the mma.sync forward), no breakdown" >> "$S"
-FP8_CUDA_FLASH_MMA_FWD=1 timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
+echo "== same, FP8_CUDA_FLASH_MMA_FWD=1 FP8_CUDA_FLASH_WGMMA_DQ=0 (the mma.sync forward and dQ), no breakdown" >> "$S"
+FP8_CUDA_FLASH_MMA_FWD=1 FP8_CUDA_FLASH_WGMMA_DQ=0 timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
   > "$OUT/bench_trainer_old.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer_old.txt" >> "$S"

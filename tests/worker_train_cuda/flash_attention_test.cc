@@ -2,7 +2,7 @@
 // reference on random BF16 inputs: output, logsumexp, dq, dk, dv, for head dims 32/64/128 and
 // sequence lengths that are and are not multiples of the 32/64/128-row tiles, in the two layouts
 // the trainer and a plain caller use, for both forwards (wgmma and mma.sync; the backward runs on
-// the wgmma forward's lse); the two forwards against each other on larger random inputs; and the
+// the wgmma forward's lse) and both dQ kernels of the two-kernel backward; the two forwards against each other on larger random inputs; and the
 // backward's bitwise repeatability (its dq adds are ordered across blocks), which the trainer's
 // resume test relies on. Skips without a GPU.
 #include <cmath>
@@ -131,7 +131,7 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     dy_host[static_cast<size_t>(offset(yl, i))] = dyf[static_cast<size_t>(i)];
   }
   Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
-  Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size());
+  Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size()), dqkv_mma_dq(qkv_host.size());
   const AttentionDims dims{b, h, t, hd};
   // Sized for the one-pass backward, the larger of the two this test runs.
   const int64_t scratch_floats = [&] {
@@ -153,6 +153,12 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   }
   ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                    delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));
+  {  // dq by the other dQ kernel of the two-kernel backward (wgmma vs mma.sync, hd 64/128)
+    const ScopedEnv other_dq("FP8_CUDA_FLASH_WGMMA_DQ",
+                             FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, dy.get()) ? "0" : "1");
+    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
+                                     delta.get(), dqkv_mma_dq.get(), dqkv_mma_dq.get() + k_off, dqkv_mma_dq.get() + v_off, nullptr));
+  }
   {
     const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
     ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
@@ -171,7 +177,8 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   // BF16 outputs carry ~2^-9 relative rounding; P and dS are rounded to BF16 before their GEMMs.
   EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2) << "wgmma forward (mma.sync at hd 32)";
   EXPECT_LT(RelErrD(gather(ToF32(y_mma.Host()), yl, 0), ref.y), 1e-2) << "mma.sync forward";
-  for (const std::vector<float>& g : {dqkv_dev, ToF32(dqkv_fused.Host())}) {  // two-kernel, one-pass
+  // two-kernel (default dQ kernel), two-kernel with the other dQ kernel, one-pass
+  for (const std::vector<float>& g : {dqkv_dev, ToF32(dqkv_mma_dq.Host()), ToF32(dqkv_fused.Host())}) {
     EXPECT_LT(RelErrD(gather(g, ql, 0), ref.dq), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, k_off), ref.dk), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, v_off), ref.dv), 2e-2);

@@ -886,6 +886,9 @@ Status Backward(const Params& p, int64_t batch, cudaStream_t s) {
     constexpr int kInner = kBwdInner<D>;
     const dim3 grid(Blocks(p.seq, kTile), bh);
     FP8_RETURN_IF_ERROR(Launch(FlashBackwardKvKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p));
+    const AttentionDims dims{batch, p.heads, p.seq, D};
+    if (FlashAttentionBackwardUsesWgmmaDq(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy))
+      return internal::FlashAttentionBackwardDqWgmma(dims, p.q, p.k, p.v, p.qkv, p.dy, p.yl, p.lse, p.delta, p.dq, s);
     return Launch(FlashBackwardQKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
   }
   const bool lazy = EnvIs("FP8_CUDA_FLASH_BWD_LAZY", "1");
@@ -965,6 +968,18 @@ bool FlashAttentionForwardUsesWgmma(const AttentionDims& dims, HeadLayout qkv, c
   if (EnvIs("FP8_CUDA_FLASH_MMA_FWD", "1") || UseOldKernels()) return false;
   if (!EnvIs("FP8_CUDA_FLASH_MMA_FWD", "0") && !WgmmaForwardByDefault(dims.head_dim)) return false;
   return internal::FlashAttentionForwardWgmmaHandles(dims, qkv, q, k, v);
+}
+
+// The wgmma dQ kernel (two-kernel backward only): FP8_CUDA_FLASH_WGMMA_DQ=1 selects it, =0 the
+// mma.sync one; unset: the default per head dim. Default at both after the bf16 step measured
+// 62.7 → 61.5 ms (124M) and 181.8 → 178.2 ms (d4096) with it on the H200 (docs/performance.md).
+static bool WgmmaDqByDefault(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+bool FlashAttentionBackwardUsesWgmmaDq(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
+                                       const void* k, const void* v, const void* dy) {
+  if (UseOldKernels() || UseFusedBackward() || EnvIs("FP8_CUDA_FLASH_WGMMA_DQ", "0")) return false;
+  if (!EnvIs("FP8_CUDA_FLASH_WGMMA_DQ", "1") && !WgmmaDqByDefault(dims.head_dim)) return false;
+  return internal::FlashAttentionDqWgmmaHandles(dims, qkv, yl, q, k, v, dy);
 }
 
 Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,

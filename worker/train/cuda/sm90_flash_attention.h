@@ -56,6 +56,11 @@ Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
 bool FlashAttentionForwardUsesWgmma(const AttentionDims& dims, HeadLayout qkv, const void* q, const void* k,
                                     const void* v);
 
+// Whether FlashAttentionBackward computes dq with the wgmma kernel (sm90_flash_attention_wgmma.cu)
+// for these arguments under the current environment (two-kernel backward, hd 64/128, TMA-aligned).
+bool FlashAttentionBackwardUsesWgmmaDq(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
+                                       const void* k, const void* v, const void* dy);
+
 namespace internal {
 // The wgmma forward (sm90_flash_attention_wgmma.cu), called by FlashAttentionForward after its
 // argument checks. Handles: head dim 64 or 128, 16-byte aligned q/k/v (TMA).
@@ -64,6 +69,12 @@ bool FlashAttentionForwardWgmmaHandles(const AttentionDims& dims, HeadLayout qkv
 Status FlashAttentionForwardWgmma(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                   const __nv_bfloat16* v, HeadLayout qkv, __nv_bfloat16* y, HeadLayout yl, float* lse,
                                   cudaStream_t s);
+bool FlashAttentionDqWgmmaHandles(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q, const void* k,
+                                  const void* v, const void* dy);
+// dq (layout qkv) of the two-kernel backward; delta = rowsum(dy∘y) [B·H, T], lse as the forward writes it.
+Status FlashAttentionBackwardDqWgmma(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                     const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
+                                     const float* lse, const float* delta, __nv_bfloat16* dq, cudaStream_t s);
 }  // namespace internal
 
 // Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
@@ -74,7 +85,8 @@ int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
 
 // dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y); `scratch` holds
 // FlashAttentionBackwardScratchFloats(dims) floats. Default: two kernels, one owning a key tile
-// (dk, dv), one a query tile (dq), no atomics. FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
+// (dk, dv), one a query tile (dq), no atomics; at hd 64/128 the dq one is the wgmma kernel of
+// sm90_flash_attention_wgmma.cu (FP8_CUDA_FLASH_WGMMA_DQ=0: the mma.sync one). FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
 // that adds its dq share into an FP32 accumulator in a fixed order of key blocks (slower on the
 // H200 so far; docs/performance.md). Both are bitwise reproducible run to run.
 // FP8_CUDA_FLASH_OLD=1 selects the previous forward (64-query blocks) as well.

@@ -24,6 +24,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -67,6 +68,33 @@ struct Args {
   bf16* y;
   float* lse;
 };
+
+// A consumer warpgroup's 64×D accumulator (wgmma layout), row r scaled by f[r] (this thread's
+// rows g and g + 8 of its warp), → BF16 into the warpgroup's rows of the 128-row swizzled tile at
+// s_tile (its Q rows, spent) → 16-byte stores to rows q0 + 64·cw + r of dst (rows ≥ T dropped).
+template <int D>
+__device__ __forceinline__ void StoreRows(const float (&acc)[D / 2], const float (&f)[2], uint32_t s_tile, int cw,
+                                          bf16* dst, int64_t row_stride, int q0, int64_t T) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = 64 * cw + 16 * warp + g + 8 * r;  // in the tile
+      const uint32_t addr = s_tile + (i / 8) * kBlockM * 128 + row * 128 + (((i % 8) ^ (row & 7)) << 4) + 4 * t4;
+      StSharedU32(addr, PackBf16(acc[4 * i + 2 * r] * f[r], acc[4 * i + 2 * r + 1] * f[r]));
+    }
+  gemm::NamedBarrierSync(1 + cw, 128);
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int pass = 0; pass < 64 * kChunks / 128; ++pass) {
+    const int idx = pass * 128 + threadIdx.x % 128;
+    const int r = idx / kChunks, c = idx % kChunks, row = 64 * cw + r;
+    if (q0 + row >= T) continue;
+    const uint4 v = LdSharedV4(s_tile + (c / 8) * kBlockM * 128 + row * 128 + (((c % 8) ^ (row & 7)) << 4));
+    *reinterpret_cast<uint4*>(dst + (q0 + row) * row_stride + c * 8) = v;
+  }
+}
 
 template <int D, bool kPingPong, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -333,25 +361,211 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (row0 + 8 < T) args.lse[bh * T + row0 + 8] = m[1] + __log2f(l[1]);
   }
   const float inv[2] = {1.f / l[0], 1.f / l[1]};
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = 64 * cw + 16 * warp + g + 8 * r;  // in the tile
-      const uint32_t addr = s_q + (i / 8) * kBlockM * 128 + row * 128 + (((i % 8) ^ (row & 7)) << 4) + 4 * t4;
-      StSharedU32(addr, PackBf16(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]));
+  StoreRows<D>(o, inv, s_q, cw, args.y + batch * args.y_batch_stride + head * args.y_head_stride, args.y_row_stride, q0, T);
+}
+
+// ---- backward: dQ ----------------------------------------------------------------------------
+// The two-kernel backward's dQ kernel on the same machinery: a CTA owns 128 queries (64 per
+// consumer warpgroup) and walks the key tiles 0 .. diagonal. Per tile: S = Q·Kᵀ and dP = dO·Vᵀ
+// (both SS wgmma, K-major), P = exp2(S·scale_log2 − lse) (0 above the diagonal),
+// dS = P∘(dP − delta) in registers, then dQ += dS·K with dS from registers and K read MN-major
+// from the same stage. No running statistics, so a key tile wholly above a warpgroup's rows
+// (BN = 64) just gives dS = 0. Same ping-pong turns as the forward.
+template <int D, int BN>
+struct DqCfg {
+  static constexpr int kColBlocks = D / kSwizzleCols;
+  static constexpr uint32_t kTileBytes = kBlockM * D * 2;  // Q or dO
+  static constexpr uint32_t kKvBytes = BN * D * 2;
+  static constexpr int kStages = std::min<int>(4, (200 * 1024 - 2 * kTileBytes) / (2 * kKvBytes));
+  static constexpr uint32_t kDoOffset = kTileBytes;
+  static constexpr uint32_t kKOffset = 2 * kTileBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKvBytes;
+  static constexpr uint32_t kBarOffset = kVOffset + kStages * kKvBytes;
+  static constexpr uint32_t kSmemBytes = kBarOffset + 8 * (1 + 3 * kStages) + 1024;
+};
+
+struct DqArgs {
+  int32_t seq, heads;
+  bool rows_before_heads;  // of q/k/v's tensor maps (dO's never decides anything in the kernel)
+  int64_t dq_batch_stride, dq_head_stride, dq_row_stride;
+  float scale_log2, scale;
+  const float *lse, *delta;
+  bf16* dq;
+};
+
+template <int D, int BN, bool kPingPong>
+__global__ void __launch_bounds__(kThreads, 1)
+    FlashBackwardDqWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_do,
+                               const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
+                               const bool do_rows_first, const DqArgs args) {
+  using C = DqCfg<D, BN>;
+  constexpr int kStages = C::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (gemm::SmemAddr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t s_q = base, s_do = base + C::kDoOffset, s_k = base + C::kKOffset, s_v = base + C::kVOffset;
+  const uint32_t bar_q = base + C::kBarOffset;
+  auto k_full = [&](int s) { return bar_q + 8 + 8 * s; };
+  auto v_full = [&](int s) { return bar_q + 8 + 8 * (kStages + s); };
+  auto empty = [&](int s) { return bar_q + 8 + 8 * (2 * kStages + s); };
+
+  const int qt = gridDim.x - 1 - blockIdx.x;
+  const int bh = blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
+  const int q0 = qt * kBlockM;
+  const int64_t T = args.seq;
+  const int n_tiles = (min(q0 + kBlockM, args.seq) - 1) / BN + 1;
+
+  if (threadIdx.x == 0) {
+    gemm::MbarInit(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      gemm::MbarInit(k_full(s), 1);
+      gemm::MbarInit(v_full(s), 1);
+      gemm::MbarInit(empty(s), 8);
     }
-  gemm::NamedBarrierSync(1 + cw, 128);
-  bf16* y = args.y + batch * args.y_batch_stride + head * args.y_head_stride;
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-#pragma unroll
-  for (int pass = 0; pass < 64 * kChunks / 128; ++pass) {
-    const int idx = pass * 128 + threadIdx.x % 128;
-    const int r = idx / kChunks, c = idx % kChunks, row = 64 * cw + r;
-    if (q0 + row >= T) continue;
-    const uint4 v = LdSharedV4(s_q + (c / 8) * kBlockM * 128 + row * 128 + (((c % 8) ^ (row & 7)) << 4));
-    *reinterpret_cast<uint4*>(y + (q0 + row) * args.y_row_stride + c * 8) = v;
+    gemm::FenceBarrierInit();
+    gemm::FenceProxyAsyncShared();
   }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    gemm::SetMaxNRegDec<24>();
+    if (threadIdx.x == 0) {
+      gemm::PrefetchTensorMap(&tmap_q);
+      gemm::PrefetchTensorMap(&tmap_do);
+      gemm::PrefetchTensorMap(&tmap_k);
+      gemm::PrefetchTensorMap(&tmap_v);
+      auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
+        if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
+        else TmaLoad4d(dst, map, bar, col, head, row, batch);
+      };
+      gemm::MbarArriveExpectTx(bar_q, 2 * C::kTileBytes);
+#pragma unroll
+      for (int cb = 0; cb < C::kColBlocks; ++cb) {
+        load(s_q + cb * kBlockM * 128, &tmap_q, bar_q, cb * kSwizzleCols, q0, args.rows_before_heads);
+        load(s_do + cb * kBlockM * 128, &tmap_do, bar_q, cb * kSwizzleCols, q0, do_rows_first);
+      }
+      int s = 0;
+      uint32_t phase = 0;
+      for (int it = 0; it < n_tiles; ++it) {
+        const int key0 = (n_tiles - 1 - it) * BN;
+        gemm::MbarWait(empty(s), phase ^ 1);
+        gemm::MbarArriveExpectTx(k_full(s), C::kKvBytes);
+#pragma unroll
+        for (int cb = 0; cb < C::kColBlocks; ++cb)
+          load(s_k + s * C::kKvBytes + cb * BN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0, args.rows_before_heads);
+        gemm::MbarArriveExpectTx(v_full(s), C::kKvBytes);
+#pragma unroll
+        for (int cb = 0; cb < C::kColBlocks; ++cb)
+          load(s_v + s * C::kKvBytes + cb * BN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0, args.rows_before_heads);
+        if (++s == kStages) s = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  gemm::SetMaxNRegInc<240>();
+  const int cw = warpgroup - 1;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int wg_row0 = q0 + 64 * cw;
+  const int row0 = wg_row0 + 16 * warp + g;
+  const uint32_t my_turn = 3 + cw, other_turn = 4 - cw;
+  if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);
+
+  float lse[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool in = row0 + 8 * r < T;  // rows past the end: Q = dO = 0 (TMA), so dS = 0 anyway
+    lse[r] = in ? args.lse[bh * T + row0 + 8 * r] : 0.f;
+    delta[r] = in ? args.delta[bh * T + row0 + 8 * r] : 0.f;
+  }
+  float dq[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+  float sc[BN / 2], dp[BN / 2];
+  uint32_t ds[BN / 16][4];
+  const uint32_t q_rows = s_q + 64 * cw * 128, do_rows = s_do + 64 * cw * 128;
+
+  auto issue_s_dp = [&](int s) {
+    gemm::FenceOperands(sc);
+    gemm::FenceOperands(dp);
+    gemm::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off_a = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, off_b = (kk / 4) * BN * 128 + (kk % 4) * 32;
+      WgmmaSS(sc, gemm::MakeSmemDescSw128(q_rows + off_a), gemm::MakeSmemDescSw128(s_k + s * C::kKvBytes + off_b), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off_a = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, off_b = (kk / 4) * BN * 128 + (kk % 4) * 32;
+      WgmmaSS(dp, gemm::MakeSmemDescSw128(do_rows + off_a), gemm::MakeSmemDescSw128(s_v + s * C::kKvBytes + off_b), kk > 0);
+    }
+    gemm::WgmmaCommit();
+  };
+  // dS = P∘(dP − delta), rounded to BF16 A fragments (as the mma.sync kernel rounds it).
+  auto compute_ds = [&](int key0) {
+    const bool mask = key0 + BN - 1 > wg_row0;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float pv = Exp2(fmaf(sc[4 * i + e], args.scale_log2, -lse[e >> 1]));
+        if (mask && key0 + 8 * i + 2 * t4 + (e & 1) > row0 + 8 * (e >> 1)) pv = 0.f;
+        v[e] = pv * (dp[4 * i + e] - delta[e >> 1]);
+      }
+      ds[i / 2][(i % 2) * 2 + 0] = PackBf16(v[0], v[1]);
+      ds[i / 2][(i % 2) * 2 + 1] = PackBf16(v[2], v[3]);
+    }
+  };
+  auto issue_dq = [&](int s) {
+    gemm::FenceOperands(dq);
+    gemm::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      WgmmaRS(dq, ds[kk], MakeSmemDescSw128MnMajor(s_k + s * C::kKvBytes + kk * 16 * 128, BN * 128), true);
+    gemm::WgmmaCommit();
+  };
+  auto turn_begin = [&] {
+    if constexpr (kPingPong) gemm::NamedBarrierSync(my_turn, 256);
+  };
+  auto turn_end = [&](bool last) {
+    if constexpr (kPingPong)
+      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
+  };
+
+  int s = 0;
+  uint32_t phase = 0;
+  gemm::MbarWait(bar_q, 0);
+  gemm::MbarWait(k_full(0), 0);
+  gemm::MbarWait(v_full(0), 0);
+  turn_begin();
+  issue_s_dp(0);
+  turn_end(false);
+  auto step = [&](int it, auto last) {
+    constexpr bool kLast = decltype(last)::value;
+    gemm::WgmmaWait<0>();
+    gemm::FenceOperands(sc);
+    gemm::FenceOperands(dp);
+    compute_ds((n_tiles - 1 - it) * BN);
+    turn_begin();
+    issue_dq(s);
+    gemm::WgmmaWait<0>();
+    gemm::FenceOperands(dq);
+    if (lane == 0) gemm::MbarArrive(empty(s));
+    if (++s == kStages) s = 0, phase ^= 1;
+    if constexpr (!kLast) {
+      gemm::MbarWait(k_full(s), phase);
+      gemm::MbarWait(v_full(s), phase);
+      issue_s_dp(s);
+    }
+    turn_end(kLast);
+  };
+  for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
+  step(n_tiles - 1, std::true_type{});
+
+  const float f[2] = {args.scale, args.scale};
+  StoreRows<D>(dq, f, s_q, cw, args.dq + batch * args.dq_batch_stride + head * args.dq_head_stride, args.dq_row_stride,
+               q0, T);
 }
 
 // The driver's tensor-map encoder through the runtime, so nothing links libcuda (CI builds
@@ -427,6 +641,30 @@ Status Dispatch(bool ping_pong, bool overlap, const AttentionDims& d, const bf16
   return ping_pong ? Launch<D, true, false>(d, q, k, v, qkv, y, yl, lse, s) : Launch<D, false, false>(d, q, k, v, qkv, y, yl, lse, s);
 }
 
+template <int D, int BN, bool kPingPong>
+Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
+                HeadLayout yl, const float* lse, const float* delta, bf16* dq, cudaStream_t stream) {
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tdo, HeadsTensorMap(dy, d, yl, kBlockM, "dy"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, d, qkv, BN, "k"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, d, qkv, BN, "v"));
+  DqArgs a{};
+  a.seq = static_cast<int32_t>(d.seq);
+  a.heads = static_cast<int32_t>(d.heads);
+  a.rows_before_heads = qkv.row_stride <= qkv.head_stride;
+  a.dq_batch_stride = qkv.batch_stride, a.dq_head_stride = qkv.head_stride, a.dq_row_stride = qkv.row_stride;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
+  a.scale_log2 = a.scale * kLog2e;
+  a.lse = lse, a.delta = delta, a.dq = dq;
+  auto kernel = FlashBackwardDqWgmmaKernel<D, BN, kPingPong>;
+  constexpr uint32_t smem = DqCfg<D, BN>::kSmemBytes;
+  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((d.seq + kBlockM - 1) / kBlockM), static_cast<unsigned>(d.batch * d.heads));
+  kernel<<<grid, kThreads, smem, stream>>>(tq, tdo, tk, tv, yl.row_stride <= yl.head_stride, a);
+  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return OkStatus();
+}
+
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 bool EnvIs(const char* name, const char* value) {
@@ -462,6 +700,28 @@ Status FlashAttentionForwardWgmma(const AttentionDims& d, const bf16* q, const b
   const bool overlap = flag("FP8_CUDA_FLASH_WGMMA_OVERLAP", d.head_dim == 64);
   if (d.head_dim == 64) return Dispatch<64>(ping_pong, overlap, d, q, k, v, qkv, y, yl, lse, s);
   return Dispatch<128>(ping_pong, overlap, d, q, k, v, qkv, y, yl, lse, s);
+}
+
+bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, const void* q, const void* k,
+                                  const void* v, const void* dy) {
+  if (!FlashAttentionForwardWgmmaHandles(d, qkv, q, k, v) || !Aligned16(dy)) return false;
+  for (int64_t st : {yl.batch_stride, yl.head_stride, yl.row_stride})
+    if (st <= 0 || st % 8 != 0 || st >= (int64_t{1} << 38)) return false;
+  return true;
+}
+
+Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
+                                     const bf16* dy, HeadLayout yl, const float* lse, const float* delta, bf16* dq,
+                                     cudaStream_t s) {
+  // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers)
+  // unless FP8_CUDA_FLASH_WGMMA_DQ_KEYS=128. FP8_CUDA_FLASH_WGMMA_PINGPONG=0: no turns.
+  const bool ping_pong = !EnvIs("FP8_CUDA_FLASH_WGMMA_PINGPONG", "0");
+  if (d.head_dim == 64)
+    return ping_pong ? LaunchDq<64, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s)
+                     : LaunchDq<64, 128, false>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  if (EnvIs("FP8_CUDA_FLASH_WGMMA_DQ_KEYS", "128")) return LaunchDq<128, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  return ping_pong ? LaunchDq<128, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s)
+                   : LaunchDq<128, 64, false>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
 }
 
 }  // namespace internal
