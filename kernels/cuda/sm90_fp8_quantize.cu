@@ -74,21 +74,35 @@ Status Quantize1x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Scal
 
 template <typename T>
 Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
-                       uint8_t* q, float* scale_inv, int64_t scale_ld, cudaStream_t stream) {
-  FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
-  if (scale_ld < (cols + 127) / 128)
-    return InvalidArgumentError("scale_ld must be ≥ ceil(cols/128) = " +
-                                std::to_string((cols + 127) / 128) + ", got " +
-                                std::to_string(scale_ld));
+                       uint8_t* q, float* scale_inv, int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
+                       int64_t scale_ld_t, cudaStream_t stream) {
+  if (q != nullptr) {
+    FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
+    if (scale_ld < (cols + 127) / 128)
+      return InvalidArgumentError("scale_ld must be ≥ ceil(cols/128) = " +
+                                  std::to_string((cols + 127) / 128) + ", got " +
+                                  std::to_string(scale_ld));
+  }
+  if (qt != nullptr) {
+    FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, qt, scale_inv_t));
+    if (rows % 16 != 0)
+      return InvalidArgumentError("rows must be a multiple of 16 for the transposed output (16-byte rows of qt), got " +
+                                  std::to_string(rows));
+    if (scale_ld_t < (rows + 127) / 128)
+      return InvalidArgumentError("scale_ld_t must be ≥ ceil(rows/128) = " +
+                                  std::to_string((rows + 127) / 128) + ", got " +
+                                  std::to_string(scale_ld_t));
+  }
+  if (q == nullptr && qt == nullptr) return InvalidArgumentError("output pointer is null");
   const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>((rows + 127) / 128));
   if (grid.y > 65535) return InvalidArgumentError("rows too large: " + std::to_string(rows));
   const bool ue8m0 = sf == ScaleFormat::kUe8m0;
   if (fmt == Fp8Format::kE4M3) {
-    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3>
-        <<<grid, kSm90QuantThreads, 0, stream>>>(x, rows, cols, ue8m0, q, scale_inv, scale_ld);
+    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3><<<grid, kSm90QuantThreads, 0, stream>>>(
+        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
   } else {
-    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2>
-        <<<grid, kSm90QuantThreads, 0, stream>>>(x, rows, cols, ue8m0, q, scale_inv, scale_ld);
+    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2><<<grid, kSm90QuantThreads, 0, stream>>>(
+        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
   }
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
@@ -109,12 +123,29 @@ Status Sm90Fp8Quantize1x128(const float* x, int64_t rows, int64_t cols, Fp8Forma
 Status Sm90Fp8Quantize128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols, Fp8Format fmt,
                               ScaleFormat sf, uint8_t* q, float* scale_inv, int64_t scale_ld,
                               cudaStream_t stream) {
-  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, stream);
+  if (q == nullptr) return InvalidArgumentError("output pointer is null");
+  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, nullptr, nullptr, 0, stream);
 }
 Status Sm90Fp8Quantize128x128(const float* x, int64_t rows, int64_t cols, Fp8Format fmt,
                               ScaleFormat sf, uint8_t* q, float* scale_inv, int64_t scale_ld,
                               cudaStream_t stream) {
-  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, stream);
+  if (q == nullptr) return InvalidArgumentError("output pointer is null");
+  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, nullptr, nullptr, 0, stream);
+}
+
+Status Sm90Fp8Quantize128x128WithTranspose(const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                                           Fp8Format fmt, ScaleFormat sf, uint8_t* q, float* scale_inv,
+                                           int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
+                                           int64_t scale_ld_t, cudaStream_t stream) {
+  if (qt == nullptr) return InvalidArgumentError("transposed output pointer is null");
+  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, stream);
+}
+Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t cols,
+                                           Fp8Format fmt, ScaleFormat sf, uint8_t* q, float* scale_inv,
+                                           int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
+                                           int64_t scale_ld_t, cudaStream_t stream) {
+  if (qt == nullptr) return InvalidArgumentError("transposed output pointer is null");
+  return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, stream);
 }
 
 }  // namespace fp8::kernels::cuda

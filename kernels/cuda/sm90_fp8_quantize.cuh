@@ -110,20 +110,30 @@ __global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
 
 // ---- 128x128 --------------------------------------------------------------------------------
 // One CTA per 128x128 block: 256 threads load the whole block into registers (128 bytes each,
-// all loads in flight at once), reduce amax across the CTA, then cast from registers.
+// all loads in flight at once), reduce amax across the CTA, then cast from registers. q (if not
+// null) gets the block in place. qt (if not null) gets it transposed, [cols, rows]: the bytes go
+// through a shared-memory tile (16-byte chunks of a row XOR-swizzled by (row/8)%8, so the byte
+// stores of a warp spread over the banks) and leave as 16-byte row segments. A block's amax, scale and
+// bytes do not depend on its orientation, so qt is bit for bit the 128x128 quantization of xᵀ
+// (the wgrad operand) without a transpose pass over x. qt needs rows % 16 == 0.
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kSm90QuantThreads)
     Sm90Fp8Quantize128x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool ue8m0,
                                  uint8_t* __restrict__ q, float* __restrict__ scale_inv,
-                                 int64_t scale_ld) {
+                                 int64_t scale_ld, uint8_t* __restrict__ qt,
+                                 float* __restrict__ scale_inv_t, int64_t scale_ld_t) {
   constexpr int kElems = InVec<T>::kElems;
   constexpr int kThreadsPerRow = 128 / kElems;
   constexpr int kRowsPerPass = kSm90QuantThreads / kThreadsPerRow;
   constexpr int kPasses = 128 / kRowsPerPass;
   __shared__ uint32_t warp_max[kSm90QuantThreads / 32];
+  __shared__ __align__(16) uint8_t tile[128 * 128];
+  auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 128;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * 128 + (threadIdx.x % kThreadsPerRow) * kElems;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * 128;
+  const int col_in_block = (threadIdx.x % kThreadsPerRow) * kElems;
+  const int64_t col = col0 + col_in_block;
   const int row_in_pass = threadIdx.x / kThreadsPerRow;
 
   uint4 raw[kPasses];
@@ -146,22 +156,40 @@ __global__ void __launch_bounds__(kSm90QuantThreads)
 #pragma unroll
   for (int w = 0; w < kSm90QuantThreads / 32; ++w) amax = max(amax, warp_max[w]);
   const float s = ScaleInvFromAmaxBits<F>(amax, ue8m0);
-  if (threadIdx.x == 0) scale_inv[static_cast<int64_t>(blockIdx.y) * scale_ld + blockIdx.x] = s;
+  if (threadIdx.x == 0) {
+    if (q) scale_inv[static_cast<int64_t>(blockIdx.y) * scale_ld + blockIdx.x] = s;
+    if (qt) scale_inv_t[static_cast<int64_t>(blockIdx.x) * scale_ld_t + blockIdx.y] = s;
+  }
 
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
-    const int64_t r = row0 + p * kRowsPerPass + row_in_pass;
+    const int row_in_block = p * kRowsPerPass + row_in_pass;
+    const int64_t r = row0 + row_in_block;
     float v[kElems];
     InVec<T>::Unpack(raw[p], v);
     uint32_t words[kElems / 4];
     QuantizeToWords<F, kElems>(v, s, words);
-    if (r < rows && col < cols) {
+    if (q && r < rows && col < cols) {
       if constexpr (kElems == 8) {
         *reinterpret_cast<uint2*>(q + r * cols + col) = make_uint2(words[0], words[1]);
       } else {
         *reinterpret_cast<uint32_t*>(q + r * cols + col) = words[0];
       }
     }
+    if (qt) {
+#pragma unroll
+      for (int e = 0; e < kElems; ++e)
+        tile[swizzled(col_in_block + e, row_in_block)] = static_cast<uint8_t>(words[e / 4] >> (8 * (e % 4)));
+    }
+  }
+  if (!qt) return;
+  __syncthreads();
+  // Transposed row i (column col0 + i of x) is 128 bytes: 8 segments of 16; 1024 segments per block.
+  for (int seg = threadIdx.x; seg < 128 * 8; seg += kSm90QuantThreads) {
+    const int i = seg / 8, part = seg % 8;
+    const int64_t c = col0 + i, r = row0 + part * 16;
+    if (c < cols && r < rows)
+      *reinterpret_cast<uint4*>(qt + c * rows + r) = *reinterpret_cast<const uint4*>(tile + swizzled(i, part * 16));
   }
 }
 

@@ -40,6 +40,20 @@ Status Sm90Fp8Quantize128x128(const float* x, int64_t rows, int64_t cols, Fp8For
                               ScaleFormat sf, uint8_t* q, float* scale_inv, int64_t scale_ld,
                               cudaStream_t stream);
 
+// 128x128 blocks written transposed: qt [cols, rows] with scale_inv_t [ceil(cols/128), scale_ld_t]
+// is bit for bit Sm90Fp8Quantize128x128 of xᵀ (a block's amax does not depend on its
+// orientation), without a transpose pass; q (may be null) also gets x as Sm90Fp8Quantize128x128
+// writes it. rows must be a multiple of 16 (16-byte rows of qt). The trainer's wgrad operand xᵀ and
+// dgrad operand Wᵀ come from here.
+Status Sm90Fp8Quantize128x128WithTranspose(const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                                           Fp8Format fmt, ScaleFormat sf, uint8_t* q, float* scale_inv,
+                                           int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
+                                           int64_t scale_ld_t, cudaStream_t stream);
+Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t cols,
+                                           Fp8Format fmt, ScaleFormat sf, uint8_t* q, float* scale_inv,
+                                           int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
+                                           int64_t scale_ld_t, cudaStream_t stream);
+
 // Row pitch of a 128x128 scale array as cuBLASLt reads it: ceil(cols/128) rounded up to 4
 // (16-byte aligned rows).
 inline int64_t Sm90BlockScaleLd(int64_t cols) { return ((cols + 127) / 128 + 3) / 4 * 4; }

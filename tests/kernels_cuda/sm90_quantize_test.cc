@@ -126,6 +126,45 @@ TEST_P(Sm90QuantizeTest, Quantize128x128MatchesCpuWithAndWithoutPaddedScaleRows)
   }
 }
 
+// 128x128 with the transposed output: qt and its scales bit for bit the CPU quantization of xᵀ,
+// q (when asked for) that of x; (272, 400): partial blocks in both directions.
+TEST_P(Sm90QuantizeTest, Quantize128x128WithTransposeMatchesCpuOfTheTranspose) {
+  SCOPED_TRACE(Trace());
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{272, 400}, {512, 1024}}) {
+    const int64_t rb = CeilDiv(rows, 128), cb = CeilDiv(cols, 128);
+    TestInput in(input(), rows * cols, seed_ + rows + 7);
+    std::vector<float> xt(rows * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) xt[c * rows + r] = in.exact[r * cols + c];
+    std::vector<uint8_t> q_ref(rows * cols), qt_ref(rows * cols);
+    std::vector<float> s_ref(rb * cb), st_ref(cb * rb);
+    ASSERT_TRUE(Quantize128x128(in.exact.data(), rows, cols, fmt(), sf(), q_ref.data(), s_ref.data()).ok());
+    ASSERT_TRUE(Quantize128x128(xt.data(), cols, rows, fmt(), sf(), qt_ref.data(), st_ref.data()).ok());
+    for (bool with_q : {false, true}) {
+      const int64_t ld = Sm90BlockScaleLd(cols), ld_t = Sm90BlockScaleLd(rows);
+      DeviceBuffer<uint8_t> q(rows * cols), qt(rows * cols);
+      DeviceBuffer<float> s(rb * ld), st(cb * ld_t);
+      Status status = WithTyped(in, [&](auto* x) {
+        return Sm90Fp8Quantize128x128WithTranspose(x, rows, cols, fmt(), sf(), with_q ? q.get() : nullptr, s.get(), ld, qt.get(),
+                                                   st.get(), ld_t, nullptr);
+      });
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      EXPECT_TRUE(BitsEqual(qt_ref, qt.ToHost(), "qt"));
+      std::vector<float> st_got = st.ToHost(), st_dense(cb * rb);
+      for (int64_t r = 0; r < cb; ++r)
+        for (int64_t c = 0; c < rb; ++c) st_dense[r * rb + c] = st_got[r * ld_t + c];
+      EXPECT_TRUE(BitsEqual(st_ref, st_dense, "scale_inv_t"));
+      if (with_q) {
+        EXPECT_TRUE(BitsEqual(q_ref, q.ToHost(), "q"));
+        std::vector<float> s_got = s.ToHost(), s_dense(rb * cb);
+        for (int64_t r = 0; r < rb; ++r)
+          for (int64_t c = 0; c < cb; ++c) s_dense[r * cb + c] = s_got[r * ld + c];
+        EXPECT_TRUE(BitsEqual(s_ref, s_dense, "scale_inv"));
+      }
+    }
+  }
+}
+
 TEST_P(Sm90QuantizeTest, FusedTransposeMatchesCpu) {
   SCOPED_TRACE(Trace());
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{272, 400}, {512, 1024}}) {
@@ -334,6 +373,16 @@ TEST(Sm90QuantizeArgs, RejectsShortScaleLdAndUnalignedRowsForTranspose) {
                                          Sm90ScaleLayout::kRowMajor, q, s, qt, st_, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("rows"), std::string::npos) << st.message();
+  // 128x128 with the transposed output: rows of qt must be 16-byte aligned, its scale rows long enough.
+  st = Sm90Fp8Quantize128x128WithTranspose(x, 20, 16, Fp8Format::kE4M3, ScaleFormat::kFp32, nullptr, nullptr, 0, qt, st_, 4, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rows must be a multiple of 16"), std::string::npos) << st.message();
+  st = Sm90Fp8Quantize128x128WithTranspose(x, 16, 16, Fp8Format::kE4M3, ScaleFormat::kFp32, nullptr, nullptr, 0, qt, st_, 0, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("scale_ld_t"), std::string::npos) << st.message();
+  st = Sm90Fp8Quantize128x128WithTranspose(x, 16, 16, Fp8Format::kE4M3, ScaleFormat::kFp32, q, s, 1, nullptr, nullptr, 1, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("transposed output"), std::string::npos) << st.message();
 }
 
 }  // namespace

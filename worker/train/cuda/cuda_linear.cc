@@ -46,8 +46,6 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   FP8_RETURN_IF_ERROR(ws->ast.Allocate(static_cast<size_t>(smax), "activation scales transposed"));
   FP8_RETURN_IF_ERROR(ws->bs.Allocate(static_cast<size_t>(smax), "weight scales"));
   FP8_RETURN_IF_ERROR(ws->bst.Allocate(static_cast<size_t>(smax), "weight scales transposed"));
-  if (p.recipe == Recipe::kFp8Blockwise)
-    FP8_RETURN_IF_ERROR(ws->xt.Allocate(static_cast<size_t>(amax_el), "xᵀ"));
   return ws;
 }
 
@@ -72,8 +70,11 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
     return w_bf16_.Allocate(static_cast<size_t>(in_ * out_), "bf16 weight");
   }
   FP8_RETURN_IF_ERROR(wq_.Allocate(static_cast<size_t>(in_ * out_), "fp8 weight cast"));
-  if (p_.recipe == Recipe::kFp8Blockwise)
+  if (p_.recipe == Recipe::kFp8Blockwise) {
+    FP8_RETURN_IF_ERROR(wqt_.Allocate(static_cast<size_t>(in_ * out_), "fp8 transposed weight cast"));
+    FP8_RETURN_IF_ERROR(wqt_scale_.Allocate(static_cast<size_t>(Ceil128(in_) * kc::Sm90BlockScaleLd(out_)), "fp8 transposed weight block scales"));
     return wq_scale_.Allocate(static_cast<size_t>(Ceil128(out_) * kc::Sm90BlockScaleLd(in_)), "fp8 weight block scales");
+  }
   const int h = std::max(1, p_.amax_history_len);
   x_sc_.amax = amax_slots;
   w_sc_.amax = amax_slots + 1;
@@ -161,7 +162,10 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
     case Recipe::kFp8Blockwise: {
       const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(), ws_->as.get(), s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(), kc::Sm90BlockScaleLd(in_), s_));
+      // W in 128x128 blocks for this GEMM, and Wᵀ for dgrad's, in one pass over the FP32 W.
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
+                                                                  kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(),
+                                                                  kc::Sm90BlockScaleLd(out_), s_));
       FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wq_.get(), Fp8Format::kE4M3,
                                                            wq_scale_.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
       break;
@@ -274,18 +278,13 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
                                                                 ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
       if (dx) {
-        // Wᵀ in 128x128 blocks = the byte transpose of the forward's W blocks with the block
-        // scales transposed (W has not changed since: no second cast).
-        const int64_t ld_w = kc::Sm90BlockScaleLd(in_), ld_wt = kc::Sm90BlockScaleLd(out_);
-        FP8_RETURN_IF_ERROR(TransposeU8(wq_.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
-        FP8_RETURN_IF_ERROR(TransposeF32(wq_scale_.get(), Ceil128(out_), Ceil128(in_), ld_w, ws_->bst.get(), ld_wt, s_));
-        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), ws_->bqt.get(), Fp8Format::kE4M3,
-                                                             ws_->bst.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+        // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
+                                                             wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
       }
-      // xᵀ [in, m] in 128x128 blocks.
-      FP8_RETURN_IF_ERROR(TransposeBf16(x, m, in_, ws_->xt.get(), s_));
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128(ws_->xt.get(), in_, m, Fp8Format::kE4M3, sf, ws_->bq.get(), ws_->bs.get(),
-                                                      kc::Sm90BlockScaleLd(m), s_));
+      // xᵀ [in, m] in 128x128 blocks, quantized from x and written transposed (no transpose pass).
+      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(x, m, in_, Fp8Format::kE4M3, sf, nullptr, nullptr, 0, ws_->bq.get(),
+                                                                  ws_->bs.get(), kc::Sm90BlockScaleLd(m), s_));
       return AccumulateWgrad([&](float* c, float beta) {
         return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), ws_->bq.get(), Fp8Format::kE4M3,
                                                 ws_->bs.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);

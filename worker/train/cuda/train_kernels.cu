@@ -1001,13 +1001,6 @@ Status TransposeU8(const uint8_t* in, int64_t rows, int64_t cols, int64_t ld_in,
                    int64_t ld_out, cudaStream_t s) {
   return LaunchTranspose<uint8_t>(in, rows, cols, ld_in, out, ld_out, s);
 }
-Status TransposeF32(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out,
-                    int64_t ld_out, cudaStream_t s) {
-  return LaunchTranspose<float>(in, rows, cols, ld_in, out, ld_out, s);
-}
-Status TransposeBf16(const bf16* in, int64_t rows, int64_t cols, bf16* out, cudaStream_t s) {
-  return LaunchTranspose<bf16>(in, rows, cols, cols, out, rows, s);
-}
 
 Status DelayedScalingUpdate(float* state, const float* amax, DelayedScalingParams p, cudaStream_t s) {
   DelayedScalingUpdateKernel<<<1, 1, 0, s>>>(state, amax, p);

@@ -105,12 +105,10 @@ struct AdamWArgs {
 Status AdamWStep(float* p, const float* g, float* m, float* v, const uint8_t* decay, int64_t n,
              const AdamWArgs& a, cudaStream_t s);
 
-// out[c, r] = in[r, c] (row pitches ld_in ≥ cols, ld_out ≥ rows); 1-byte and 4-byte elements.
+// out[c, r] = in[r, c] (row pitches ld_in ≥ cols, ld_out ≥ rows), 1-byte elements (the
+// fp8-tensorwise casts' transposes for cuBLASLt's TN-only FP8 GEMMs).
 Status TransposeU8(const uint8_t* in, int64_t rows, int64_t cols, int64_t ld_in, uint8_t* out,
                    int64_t ld_out, cudaStream_t s);
-Status TransposeF32(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out,
-                    int64_t ld_out, cudaStream_t s);
-Status TransposeBf16(const bf16* in, int64_t rows, int64_t cols, bf16* out, cudaStream_t s);
 
 // Delayed scaling (kernels/scaling.h), on the device so a step never waits for the host:
 // state = [history_len floats (newest last), count, scale_inv]. Records *amax, recomputes
