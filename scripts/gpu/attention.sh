@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fused causal attention on the GPU machine, in one call: the CUDA trainer tests (the
-# FlashAttention ones also on the previous kernels), bench_attention_cuda (current vs previous
-# kernels) beside PyTorch SDPA, and the bf16 training step with its breakdown, current kernels
-# then previous ones.
+# FlashAttention ones also on the previous kernels), bench_attention_cuda (previous kernels,
+# mma.sync and wgmma forwards and dQ kernels, default) beside PyTorch SDPA, and the bf16
+# training step with its breakdown, default kernels then the mma.sync forward and dQ.
 #   here:   scripts/gpu/attention.sh pack [BUILD_DIR]   binaries (default build-attn: targets
 #           worker_train_cuda_test bench_attention_cuda bench_trainer_cuda) + libraries → .attn-carry
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)

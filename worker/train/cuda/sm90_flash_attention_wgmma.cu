@@ -1,5 +1,6 @@
 // The causal flash-attention forward on Hopper's asynchronous tensor cores, flash-attention-3
-// style (sm90_flash_attention.h has the contract; FlashAttentionForward dispatches here).
+// style, and the two-kernel backward's dQ kernel on the same machinery (further down)
+// (sm90_flash_attention.h has the contract; FlashAttentionForward/Backward dispatch here).
 //
 // CTA = 3 warpgroups, one 128-query tile of one head. Warpgroup 0 is the producer: one thread
 // loads the Q tile once, then the K and V tiles (128 keys each) with TMA into a kStages-deep ring,
