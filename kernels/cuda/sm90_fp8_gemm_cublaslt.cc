@@ -15,34 +15,6 @@ std::string Dim(const char* name, int64_t v) { return std::string(name) + "=" + 
 cudaDataType_t Fp8Type(Fp8Format f) {
   return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
-// The epilogue attributes of an FP8 GEMM with a BF16 D ([m, n] row-major: cuBLASLt's rows are our
-// columns, so the bias is per row for it and aux has ld n). with_kind: also the epilogue and the
-// aux layout (a new plan); otherwise only the pointers (every call).
-Status SetEpilogue(cublasLtMatmulDesc_t desc, const Sm90GemmEpilogue& ep, int64_t n, bool with_kind) {
-  if (with_kind) {
-    const cublasLtEpilogue_t e = ep.kind == Sm90GemmEpilogue::kBias          ? CUBLASLT_EPILOGUE_BIAS
-                                 : ep.kind == Sm90GemmEpilogue::kGeluAuxBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                                             : CUBLASLT_EPILOGUE_DGELU;
-    FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
-    const int32_t bf16 = CUDA_R_16BF;
-    if (ep.kind != Sm90GemmEpilogue::kDGelu)
-      FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bf16, sizeof(bf16)));
-    if (ep.kind != Sm90GemmEpilogue::kBias) {
-      FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &n, sizeof(n)));
-      FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &bf16, sizeof(bf16)));
-    }
-  }
-  if (ep.kind != Sm90GemmEpilogue::kDGelu) {
-    const void* b = ep.bias;
-    FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)));
-  }
-  if (ep.kind != Sm90GemmEpilogue::kBias) {
-    void* a = ep.aux;
-    FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a, sizeof(a)));
-  }
-  return OkStatus();
-}
-
 // Local, so this library does not need the CPU reference library at link time.
 const char* FormatName(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; }
 cudaDataType_t OutType(Sm90GemmOut o) { return o == Sm90GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -76,11 +48,10 @@ Sm90CublasLtContext::~Sm90CublasLtContext() {
 
 StatusOr<Sm90CublasLtContext::Plan*> Sm90CublasLtContext::GetPlan(const PlanKey& key,
                                                                  const float* a_scale,
-                                                                 const float* b_scale,
-                                                                 const Sm90GemmEpilogue& ep) {
+                                                                 const float* b_scale) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
-  const auto [kind, fa_i, fb_i, out_i, m, n, k, ep_kind] = key;
+  const auto [kind, fa_i, fb_i, out_i, m, n, k] = key;
   const auto fa = static_cast<Fp8Format>(fa_i), fb = static_cast<Fp8Format>(fb_i);
   const auto out = static_cast<Sm90GemmOut>(out_i);
   auto plan = std::make_unique<Plan>();
@@ -106,7 +77,6 @@ StatusOr<Sm90CublasLtContext::Plan*> Sm90CublasLtContext::GetPlan(const PlanKey&
     const int8_t fast_accum = 0;
     FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
   }
-  if (ep.kind != Sm90GemmEpilogue::kNone) FP8_RETURN_IF_ERROR(SetEpilogue(plan->desc, ep, n, /*with_kind=*/true));
   const cudaDataType_t ta = kind == kBf16 ? CUDA_R_16BF : Fp8Type(fb);  // cuBLASLt A = our B
   const cudaDataType_t tb = kind == kBf16 ? CUDA_R_16BF : Fp8Type(fa);  // cuBLASLt B = our A
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, ta, k, n, k));
@@ -124,8 +94,6 @@ StatusOr<Sm90CublasLtContext::Plan*> Sm90CublasLtContext::GetPlan(const PlanKey&
                                         pref, 1, &result, &returned);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  if (ep_kind != Sm90GemmEpilogue::kNone && (st != CUBLAS_STATUS_SUCCESS || returned == 0))
-    return UnimplementedError("cuBLASLt has no algorithm for this FP8 GEMM with epilogue " + std::to_string(ep_kind));
   FP8_CUBLAS_RETURN_IF_ERROR(st);
   if (returned == 0) {
     return UnimplementedError("cuBLASLt has no algorithm for this GEMM (kind " +
@@ -172,21 +140,15 @@ Status CheckPointers(const void* a, const void* b, const void* c) {
 Status RunScaled(Sm90CublasLtContext& ctx, int kind, const uint8_t* a, Fp8Format fa,
                  const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                  const float* b_scale_inv, int64_t m, int64_t n, int64_t k, void* c,
-                 Sm90GemmOut out, cudaStream_t stream, float beta, const Sm90GemmEpilogue& ep) {
-  if (ep.kind != Sm90GemmEpilogue::kNone) {
-    if (out != Sm90GemmOut::kBf16) return InvalidArgumentError("GEMM epilogue needs a BF16 output");
-    if (ep.kind != Sm90GemmEpilogue::kDGelu && ep.bias == nullptr) return InvalidArgumentError("GEMM epilogue bias is null");
-    if (ep.kind != Sm90GemmEpilogue::kBias && ep.aux == nullptr) return InvalidArgumentError("GEMM epilogue aux is null");
-  }
+                 Sm90GemmOut out, cudaStream_t stream, float beta) {
   FP8_RETURN_IF_ERROR(CheckPointers(a, b, c));
   if (a_scale_inv == nullptr || b_scale_inv == nullptr)
     return InvalidArgumentError("GEMM scale_inv pointer is null");
   if (fa == Fp8Format::kE5M2 && fb == Fp8Format::kE5M2)
     return UnimplementedError("cuBLASLt has no E5M2 x E5M2 GEMM; quantize one side as E4M3");
   FP8_ASSIGN_OR_RETURN(auto* plan, ctx.GetPlan({kind, static_cast<int>(fa), static_cast<int>(fb),
-                                                static_cast<int>(out), m, n, k, static_cast<int>(ep.kind)},
-                                               b_scale_inv, a_scale_inv, ep));
-  if (ep.kind != Sm90GemmEpilogue::kNone) FP8_RETURN_IF_ERROR(SetEpilogue(plan->desc, ep, n, /*with_kind=*/false));
+                                                static_cast<int>(out), m, n, k},
+                                               b_scale_inv, a_scale_inv));
   // Scale pointers change per call; the descriptor is read when the matmul is enqueued.
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv, sizeof(b_scale_inv)));
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv, sizeof(a_scale_inv)));
@@ -205,18 +167,18 @@ Status Sm90GemmFp8TensorwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a,
                                      const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                      const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
                                      void* c, Sm90GemmOut out, cudaStream_t stream,
-                                     float beta, const Sm90GemmEpilogue& ep) {
+                                     float beta) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmFp8TensorwiseShape(m, n, k));
-  return RunScaled(ctx, kTensorwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream, beta, ep);
+  return RunScaled(ctx, kTensorwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream, beta);
 }
 
 Status Sm90GemmFp8BlockwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a, Fp8Format fa,
                                     const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                     const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
                                     void* c, Sm90GemmOut out, cudaStream_t stream,
-                                    float beta, const Sm90GemmEpilogue& ep) {
+                                    float beta) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmFp8BlockwiseShape(m, n, k));
-  return RunScaled(ctx, kBlockwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream, beta, ep);
+  return RunScaled(ctx, kBlockwise, a, fa, a_scale_inv, b, fb, b_scale_inv, m, n, k, c, out, stream, beta);
 }
 
 Status Sm90GemmBf16CublasLt(Sm90CublasLtContext& ctx, const __nv_bfloat16* a,
@@ -224,7 +186,7 @@ Status Sm90GemmBf16CublasLt(Sm90CublasLtContext& ctx, const __nv_bfloat16* a,
                             Sm90GemmOut out, cudaStream_t stream) {
   FP8_RETURN_IF_ERROR(Sm90ValidateGemmBf16Shape(m, n, k));
   FP8_RETURN_IF_ERROR(CheckPointers(a, b, c));
-  FP8_ASSIGN_OR_RETURN(auto* plan, ctx.GetPlan({kBf16, 0, 0, static_cast<int>(out), m, n, k, 0}, nullptr, nullptr));
+  FP8_ASSIGN_OR_RETURN(auto* plan, ctx.GetPlan({kBf16, 0, 0, static_cast<int>(out), m, n, k}, nullptr, nullptr));
   const float alpha = 1.0f, beta = 0.0f;
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(ctx.handle(), plan->desc, &alpha, b, plan->a, a,
                                             plan->b, &beta, c, plan->c, c, plan->c, &plan->algo,

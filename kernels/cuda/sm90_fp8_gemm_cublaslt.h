@@ -26,17 +26,6 @@ namespace fp8::kernels::cuda {
 
 enum class Sm90GemmOut : uint8_t { kBf16, kFp32 };
 
-// An optional cuBLASLt epilogue of an FP8 GEMM with a BF16 D: kBias adds bias[j] (BF16, length N),
-// kGeluAuxBias writes aux = D + bias[j] (BF16, D's layout) and D = gelu(aux), kDGelu multiplies D by
-// GELU's derivative at aux. cuBLASLt does not offer every epilogue with every scale mode; a
-// refused one is Unimplemented and the caller runs its separate pass.
-struct Sm90GemmEpilogue {
-  enum Kind : uint8_t { kNone, kBias, kGeluAuxBias, kDGelu };
-  Kind kind = kNone;
-  const __nv_bfloat16* bias = nullptr;
-  __nv_bfloat16* aux = nullptr;
-};
-
 // Handle, 32 MiB workspace, and a cache of matmul plans (descriptors + the heuristic's algo)
 // per shape, so a training step pays the heuristic once per shape.
 class Sm90CublasLtContext {
@@ -47,15 +36,12 @@ class Sm90CublasLtContext {
   Sm90CublasLtContext& operator=(const Sm90CublasLtContext&) = delete;
 
   struct Plan;
-  // kind: 0 tensorwise FP8, 1 blockwise FP8, 2 BF16; then fa, fb, out, m, n, k, epilogue kind.
-  using PlanKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int>;
+  // kind: 0 tensorwise FP8, 1 blockwise FP8, 2 BF16.
+  using PlanKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t>;
   // a_scale / b_scale (cuBLASLt's A and B scale pointers) are set on a new plan's descriptor
   // before the heuristic runs: with block-scale modes cuBLASLt rejects null scale pointers
-  // there (CUBLAS_STATUS_INVALID_VALUE, seen on an H200 with CUDA 13.0). So are the epilogue's
-  // pointers (their alignment matters to it). A plan with an epilogue the heuristic refuses is
-  // Unimplemented.
-  StatusOr<Plan*> GetPlan(const PlanKey& key, const float* a_scale, const float* b_scale,
-                          const Sm90GemmEpilogue& ep = {});
+  // there (CUBLAS_STATUS_INVALID_VALUE, seen on an H200 with CUDA 13.0).
+  StatusOr<Plan*> GetPlan(const PlanKey& key, const float* a_scale, const float* b_scale);
 
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
@@ -88,7 +74,7 @@ Status Sm90GemmFp8TensorwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a,
                                      const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                      const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
                                      void* c, Sm90GemmOut out, cudaStream_t stream,
-                                     float beta = 0.0f, const Sm90GemmEpilogue& ep = {});
+                                     float beta = 0.0f);
 
 // DeepSeek-V3 blockwise scales, in the layouts cuBLASLt reads:
 //   a_scale_inv: 1x128 tiles of A, M-major [K/128, M] (Sm90ScaleLayout::kMnMajor)
@@ -98,7 +84,7 @@ Status Sm90GemmFp8BlockwiseCublasLt(Sm90CublasLtContext& ctx, const uint8_t* a, 
                                     const float* a_scale_inv, const uint8_t* b, Fp8Format fb,
                                     const float* b_scale_inv, int64_t m, int64_t n, int64_t k,
                                     void* c, Sm90GemmOut out, cudaStream_t stream,
-                                    float beta = 0.0f, const Sm90GemmEpilogue& ep = {});
+                                    float beta = 0.0f);
 
 // BF16 baseline: C = A · Bᵀ with A [M,K], B [N,K] bf16.
 Status Sm90GemmBf16CublasLt(Sm90CublasLtContext& ctx, const __nv_bfloat16* a,

@@ -252,16 +252,11 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
                            return n;
                          });
 
-// The GEMM-epilogue fusions (bias, bias + GELU, GELU backward in cuBLASLt epilogues, where
-// cuBLASLt takes them) against the separate passes (FP8_CUDA_NO_FUSION=1) on the same weights and
-// tokens, per recipe. They differ only in roundings (the bias in bf16, GELU of the FP32
-// pre-activation), which the FP8 casts downstream can turn into a different FP8 value: the
-// tolerances are CudaModelVsCpu's.
-class CudaModelFusion : public ::testing::TestWithParam<RecipeCase> {};
-
-TEST_P(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
+// bf16: the GEMM-epilogue fusions (bias, bias + GELU, GELU backward in cuBLASLt epilogues)
+// against the separate passes (FP8_CUDA_NO_FUSION=1) on the same weights and tokens. They differ
+// only in roundings (the bias in bf16, GELU of the FP32 pre-activation).
+TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   SKIP_WITHOUT_GPU();
-  const RecipeCase rc = GetParam();
   ModelConfig cfg;
   cfg.n_layer = 2;
   cfg.n_head = 4;
@@ -269,7 +264,7 @@ TEST_P(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   cfg.seq_len = 64;
   cfg.vocab_size = 256;
   PrecisionConfig pc;
-  pc.recipe = rc.recipe;
+  pc.recipe = Recipe::kBf16;
   const int batch = 4;
   GptModel cpu(cfg, pc);
   cpu.InitWeights(5);
@@ -299,27 +294,18 @@ TEST_P(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   }
   const std::string refused = (*fused)->EpilogueRefusals();
   std::printf("epilogues cuBLASLt refused: %s\n", refused.empty() ? "none" : refused.c_str());
-  EXPECT_NEAR(losses[0], losses[1], rc.loss_tol * losses[1]);
+  EXPECT_NEAR(losses[0], losses[1], 1e-3 * losses[1]);
   double worst = 0;
   for (const ParamTensor& t : cpu.tensors()) {
     const double e = RelErr(grads[0].data() + t.offset, grads[1].data() + t.offset, static_cast<size_t>(t.numel));
     worst = std::max(worst, e);
-    EXPECT_LT(e, rc.grad_tol) << t.name;
+    EXPECT_LT(e, 2e-2) << t.name;
   }
   std::printf("loss fused %.6f separate %.6f, worst gradient relative difference %.2e\n", losses[0], losses[1], worst);
   fused->reset();
   separate->reset();
   cudaStreamDestroy(s);
 }
-
-INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelFusion,
-                         ::testing::Values(RecipeCase{Recipe::kBf16, 1e-3, 2e-2}, RecipeCase{Recipe::kFp8Tensorwise, 2e-2, 0.15},
-                                           RecipeCase{Recipe::kFp8Blockwise, 2e-2, 0.1}),
-                         [](const auto& info) {
-                           std::string n = RecipeName(info.param.recipe);
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
 
 class CudaTraining : public ::testing::TestWithParam<Recipe> {};
 

@@ -34,8 +34,7 @@
 
 namespace fp8::train::cuda {
 
-// The same epilogue kinds the FP8 GEMMs take (kernels/cuda/sm90_fp8_gemm_cublaslt.h).
-using Bf16Epilogue = kernels::cuda::Sm90GemmEpilogue::Kind;
+enum class Bf16Epilogue : uint8_t { kNone, kBias, kGeluAuxBias, kDGelu };
 const char* Bf16EpilogueName(Bf16Epilogue e);
 
 struct Bf16GemmArgs {

@@ -53,7 +53,8 @@ CudaLinear::CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, f
                        const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
                        kernels::cuda::Sm90CublasLtContext* lt, Bf16EpilogueGemm* epilogue_gemm, cudaStream_t s)
     : in_(in), out_(out), w_(w), b_(b), gw_(gw), gb_(gb), p_(p), ws_(ws), cublas_(cublas), lt_(lt), epi_(epilogue_gemm), s_(s) {
-  fuse_ = epi_ != nullptr && std::getenv("FP8_CUDA_NO_FUSION") == nullptr;
+  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr &&
+          std::getenv("FP8_CUDA_NO_FUSION") == nullptr;
 }
 
 DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
@@ -64,8 +65,10 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
   // One allocation per scale: cuBLASLt answered NOT_SUPPORTED (H200, CUDA 13.0) for a
   // tensorwise scale pointer 4 bytes into an allocation; cudaMalloc's alignment is accepted.
   for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
-  FP8_RETURN_IF_ERROR(b_bf16_.Allocate(static_cast<size_t>(out_), "bf16 bias"));
-  if (p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32) return w_bf16_.Allocate(static_cast<size_t>(in_ * out_), "bf16 weight");
+  if (p_.recipe == Recipe::kBf16 || p_.recipe == Recipe::kFp32) {
+    FP8_RETURN_IF_ERROR(b_bf16_.Allocate(static_cast<size_t>(out_), "bf16 bias"));
+    return w_bf16_.Allocate(static_cast<size_t>(in_ * out_), "bf16 weight");
+  }
   FP8_RETURN_IF_ERROR(wq_.Allocate(static_cast<size_t>(in_ * out_), "fp8 weight cast"));
   if (p_.recipe == Recipe::kFp8Blockwise) {
     FP8_RETURN_IF_ERROR(wqt_.Allocate(static_cast<size_t>(in_ * out_), "fp8 transposed weight cast"));
@@ -138,52 +141,23 @@ Status CudaLinear::AccumulateWgrad(Gemm&& gemm) {
   return Accumulate(ws_->dw.get(), in_ * out_, gw_, s_);
 }
 
-bool CudaLinear::MayFuse(Bf16Epilogue e) const { return fuse_ && !refused_[static_cast<int>(e)]; }
-
-template <typename Gemm>
-StatusOr<bool> CudaLinear::RunWithEpilogue(const kc::Sm90GemmEpilogue& ep, bf16* d, bf16* plain_out, Gemm&& gemm) {
-  if (ep.kind != Bf16Epilogue::kNone && MayFuse(ep.kind)) {
-    const Status st = gemm(d, ep);
-    if (st.ok()) return true;
-    if (st.code() != StatusCode::kUnimplemented) return st;
-    refused_[static_cast<int>(ep.kind)] = true;
-  }
-  FP8_RETURN_IF_ERROR(gemm(plain_out, kc::Sm90GemmEpilogue{}));
-  return false;
-}
-
-StatusOr<bool> CudaLinear::ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training, Bf16Epilogue kind, bf16* aux,
-                                       bf16* plain_out) {
-  kc::Sm90GemmEpilogue ep;
-  ep.kind = kind, ep.bias = b_bf16_.get(), ep.aux = aux;
-  // The epilogue takes the bias in D's type.
-  if (kind != Bf16Epilogue::kNone && MayFuse(kind)) FP8_RETURN_IF_ERROR(CastF32ToBf16(b_, out_, b_bf16_.get(), s_));
+Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool training) {
   switch (p_.recipe) {
     case Recipe::kFp32:
     case Recipe::kBf16: {
       FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-      return RunWithEpilogue(ep, y, plain_out, [&](bf16* d, const kc::Sm90GemmEpilogue& e) {
-        if (e.kind == Bf16Epilogue::kNone)
-          return GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, d, out_, false);
-        Bf16GemmArgs g;
-        g.tb = true;
-        g.m = m, g.n = out_, g.k = in_;
-        g.a = x, g.lda = in_;
-        g.b = w_bf16_.get(), g.ldb = in_;
-        g.d = d, g.ldd = out_;
-        g.epilogue = e.kind, g.bias = e.bias, g.aux = e.aux, g.ld_aux = out_;
-        return epi_->Run(g, s_);
-      });
+      FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, y, out_, false));
+      break;
     }
     case Recipe::kFp8Tensorwise: {
       // The histories take this step's amaxes only in ApplyScalingUpdates: a cast never sees a
       // scale its own amax produced.
       FP8_RETURN_IF_ERROR(CastTensorwise(x_sc_, x, m * in_, xq_saved_.get(), training, si_x_.get()));
       FP8_RETURN_IF_ERROR(CastTensorwise(w_sc_, w_, in_ * out_, wq_.get(), training, si_w_.get()));
-      return RunWithEpilogue(ep, y, plain_out, [&](bf16* d, const kc::Sm90GemmEpilogue& e) {
-        return kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si_x_.get(), wq_.get(), Fp8Format::kE4M3,
-                                                 si_w_.get(), m, out_, in_, d, kc::Sm90GemmOut::kBf16, s_, 0.0f, e);
-      });
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, xq_saved_.get(), Fp8Format::kE4M3, si_x_.get(), wq_.get(),
+                                                            Fp8Format::kE4M3, si_w_.get(), m, out_, in_, y,
+                                                            kc::Sm90GemmOut::kBf16, s_));
+      break;
     }
     case Recipe::kFp8Blockwise: {
       const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
@@ -192,73 +166,102 @@ StatusOr<bool> CudaLinear::ForwardGemm(const bf16* x, int64_t m, bf16* y, bool t
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
                                                                   kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(),
                                                                   kc::Sm90BlockScaleLd(out_), s_));
-      return RunWithEpilogue(ep, y, plain_out, [&](bf16* d, const kc::Sm90GemmEpilogue& e) {
-        return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wq_.get(), Fp8Format::kE4M3,
-                                                wq_scale_.get(), m, out_, in_, d, kc::Sm90GemmOut::kBf16, s_, 0.0f, e);
-      });
+      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wq_.get(), Fp8Format::kE4M3,
+                                                           wq_scale_.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
+      break;
     }
   }
+  return OkStatus();
+}
+
+Bf16GemmArgs CudaLinear::ForwardArgs(const bf16* x, int64_t m, bf16* y) const {
+  Bf16GemmArgs g;
+  g.tb = true;
+  g.m = m, g.n = out_, g.k = in_;
+  g.a = x, g.lda = in_;
+  g.b = w_bf16_.get(), g.ldb = in_;
+  g.d = y, g.ldd = out_;
+  return g;
+}
+
+bool CudaLinear::MayFuse(Bf16Epilogue e) const { return fuse_ && !refused_[static_cast<int>(e)]; }
+
+StatusOr<bool> CudaLinear::RunFused(const Bf16GemmArgs& g) {
+  const Status st = epi_->Run(g, s_);
+  if (st.ok()) return true;
+  if (st.code() != StatusCode::kUnimplemented) return st;
+  refused_[static_cast<int>(g.epilogue)] = true;
   return false;
 }
 
-Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool training) {
-  return ForwardGemm(x, m, y, training, Bf16Epilogue::kNone, nullptr, y).status();
+Status CudaLinear::CastForFusedForward() {
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
+  return CastF32ToBf16(b_, out_, b_bf16_.get(), s_);
 }
 
 Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training) {
-  FP8_ASSIGN_OR_RETURN(const bool fused, ForwardGemm(x, m, y, training, Bf16Epilogue::kBias, nullptr, y));
-  return fused ? OkStatus() : AddBias(y, b_, m, out_, s_);
+  if (MayFuse(Bf16Epilogue::kBias)) {
+    FP8_RETURN_IF_ERROR(CastForFusedForward());
+    Bf16GemmArgs g = ForwardArgs(x, m, y);
+    g.epilogue = Bf16Epilogue::kBias, g.bias = b_bf16_.get();
+    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
+    if (done) return OkStatus();
+  }
+  FP8_RETURN_IF_ERROR(ForwardNoBias(x, m, y, training));
+  return AddBias(y, b_, m, out_, s_);
 }
 
 Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training) {
-  FP8_ASSIGN_OR_RETURN(const bool fused, ForwardGemm(x, m, y, training, Bf16Epilogue::kGeluAuxBias, pre, pre));
-  return fused ? OkStatus() : BiasGeluForward(pre, b_, m, out_, y, s_);
+  if (MayFuse(Bf16Epilogue::kGeluAuxBias)) {
+    FP8_RETURN_IF_ERROR(CastForFusedForward());
+    Bf16GemmArgs g = ForwardArgs(x, m, y);
+    g.epilogue = Bf16Epilogue::kGeluAuxBias, g.bias = b_bf16_.get();
+    g.aux = pre, g.ld_aux = out_;
+    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
+    if (done) return OkStatus();
+  }
+  FP8_RETURN_IF_ERROR(ForwardNoBias(x, m, pre, training));
+  return BiasGeluForward(pre, b_, m, out_, y, s_);
 }
 
 Status CudaLinear::BackwardIntoGelu(const bf16* dy, const bf16* x, int64_t m, const bf16* pre, bf16* dpre, float* pre_bias_grad) {
-  FP8_ASSIGN_OR_RETURN(const bool fused, BackwardGemms(dy, x, m, dpre, /*bias_grad=*/true, pre));
-  if (!fused) FP8_RETURN_IF_ERROR(GeluBackward(dpre, pre, m * in_, dpre, s_));
+  bool fused = false;
+  if (MayFuse(Bf16Epilogue::kDGelu)) {
+    // dgrad with GELU's derivative in the epilogue (W's bf16 cast is still the forward's).
+    Bf16GemmArgs g;
+    g.m = m, g.n = in_, g.k = out_;
+    g.a = dy, g.lda = out_;
+    g.b = w_bf16_.get(), g.ldb = in_;
+    g.d = dpre, g.ldd = in_;
+    g.epilogue = Bf16Epilogue::kDGelu;
+    g.aux = const_cast<bf16*>(pre), g.ld_aux = in_;
+    FP8_ASSIGN_OR_RETURN(fused, RunFused(g));
+  }
+  if (fused) {
+    FP8_RETURN_IF_ERROR(Backward(dy, x, m, nullptr));
+  } else {
+    FP8_RETURN_IF_ERROR(Backward(dy, x, m, dpre));
+    FP8_RETURN_IF_ERROR(GeluBackward(dpre, pre, m * in_, dpre, s_));
+  }
   return ColumnSumAccumulate(dpre, m, in_, pre_bias_grad, ws_->col_scratch.get(), s_);
 }
 
 Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad) {
-  return BackwardGemms(dy, x, m, dx, bias_grad, nullptr).status();
-}
-
-StatusOr<bool> CudaLinear::BackwardGemms(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad, const bf16* gelu_pre) {
   if (bias_grad) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
-  kc::Sm90GemmEpilogue ep;
-  if (gelu_pre) ep.kind = Bf16Epilogue::kDGelu, ep.aux = const_cast<bf16*>(gelu_pre);
-  bool fused = false;
   switch (p_.recipe) {
     case Recipe::kFp32:
     case Recipe::kBf16: {
       // W has not changed since Forward cast it (the optimizer steps after Backward).
-      if (dx) {
-        FP8_ASSIGN_OR_RETURN(fused, RunWithEpilogue(ep, dx, dx, [&](bf16* d, const kc::Sm90GemmEpilogue& e) {
-          if (e.kind == Bf16Epilogue::kNone)
-            return GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, d, in_, false);
-          Bf16GemmArgs g;
-          g.m = m, g.n = in_, g.k = out_;
-          g.a = dy, g.lda = out_;
-          g.b = w_bf16_.get(), g.ldb = in_;
-          g.d = d, g.ldd = in_;
-          g.epilogue = e.kind, g.aux = e.aux, g.ld_aux = in_;
-          return epi_->Run(g, s_);
-        }));
-      }
-      FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true));
-      return fused;
+      if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
+      return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
     }
     case Recipe::kFp8Tensorwise: {
       FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, dy, m * out_, ws_->aq.get(), true, si_dy_.get()));
       if (dx) {
         // Wᵀ as a byte transpose of the forward's cast (same W, same scale: no second cast).
         FP8_RETURN_IF_ERROR(TransposeU8(wq_.get(), out_, in_, in_, ws_->bqt.get(), out_, s_));
-        FP8_ASSIGN_OR_RETURN(fused, RunWithEpilogue(ep, dx, dx, [&](bf16* d, const kc::Sm90GemmEpilogue& e) {
-          return kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bqt.get(), Fp8Format::kE4M3,
-                                                   si_w_.get(), m, in_, out_, d, kc::Sm90GemmOut::kBf16, s_, 0.0f, e);
-        }));
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bqt.get(), Fp8Format::kE4M3,
+                                                              si_w_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
       }
       // wgrad: dyᵀ [out, m] (E5M2) × xᵀ [in, m] (E4M3), both byte transposes of the casts.
       FP8_RETURN_IF_ERROR(TransposeU8(ws_->aq.get(), m, out_, out_, ws_->aqt.get(), m, s_));
@@ -267,7 +270,7 @@ StatusOr<bool> CudaLinear::BackwardGemms(const bf16* dy, const bf16* x, int64_t 
         return kc::Sm90GemmFp8TensorwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE5M2, si_dy_.get(), ws_->bq.get(), Fp8Format::kE4M3,
                                                  si_x_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
       }));
-      return fused;
+      return OkStatus();
     }
     case Recipe::kFp8Blockwise: {
       const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
@@ -276,22 +279,19 @@ StatusOr<bool> CudaLinear::BackwardGemms(const bf16* dy, const bf16* x, int64_t 
                                                                 ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
       if (dx) {
         // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
-        FP8_ASSIGN_OR_RETURN(fused, RunWithEpilogue(ep, dx, dx, [&](bf16* d, const kc::Sm90GemmEpilogue& e) {
-          return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
-                                                  wqt_scale_.get(), m, in_, out_, d, kc::Sm90GemmOut::kBf16, s_, 0.0f, e);
-        }));
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
+                                                             wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
       }
       // xᵀ [in, m] in 128x128 blocks, quantized from x and written transposed (no transpose pass).
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(x, m, in_, Fp8Format::kE4M3, sf, nullptr, nullptr, 0, ws_->bq.get(),
                                                                   ws_->bs.get(), kc::Sm90BlockScaleLd(m), s_));
-      FP8_RETURN_IF_ERROR(AccumulateWgrad([&](float* c, float beta) {
+      return AccumulateWgrad([&](float* c, float beta) {
         return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), ws_->bq.get(), Fp8Format::kE4M3,
                                                 ws_->bs.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
-      }));
-      return fused;
+      });
     }
   }
-  return fused;
+  return OkStatus();
 }
 
 nlohmann::json CudaLinear::State() const {

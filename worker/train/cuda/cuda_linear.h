@@ -12,11 +12,10 @@
 //                   (the CPU's 128x1 of dy) × xᵀ in 128x128 blocks (cuBLASLt takes 128x128 for
 //                   one operand; the CPU reference uses 128x1 for x there). Wᵀ and xᵀ come
 //                   straight out of the 128x128 cast kernel, written transposed.
-// The master bias stays FP32 (the epilogues take a BF16 copy) and its gradient is an FP32 column
-// sum of dy. The bias add, bias + GELU and GELU backward ride in the GEMMs' cuBLASLt epilogues
-// (bf16_epilogue_gemm.h for bf16, the FP8 GEMMs' Sm90GemmEpilogue for the FP8 recipes); where
-// cuBLASLt refuses one they are separate passes (train_kernels.h). FP8_CUDA_NO_FUSION=1 forces the
-// separate passes (before/after runs, and the test that both paths agree).
+// The bias stays FP32 and its gradient is an FP32 column sum of dy.
+// Under bf16 the bias add, bias + GELU and GELU backward ride in the GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
+// recipes, they are separate passes (train_kernels.h). FP8_CUDA_NO_FUSION=1 forces the separate
+// passes (before/after runs, and the test that both paths agree).
 #pragma once
 
 #include <cublas_v2.h>
@@ -78,13 +77,6 @@ class CudaLinear {
   // Backward then runs with bias_grad = false). dW, db of this layer as in Backward.
   Status BackwardIntoGelu(const bf16* dy, const bf16* x, int64_t m, const bf16* pre, bf16* dpre, float* pre_bias_grad);
 
-  // The epilogue kinds cuBLASLt refused for this layer (bit k: Bf16Epilogue k); they run as
-  // separate passes.
-  unsigned RefusedEpilogues() const {
-    unsigned bits = 0;
-    for (int k = 0; k < 4; ++k) bits |= refused_[k] ? 1u << k : 0u;
-    return bits;
-  }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   const float* bias() const { return b_; }
@@ -104,18 +96,14 @@ class CudaLinear {
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
-  // The forward GEMM under the recipe into y, with the epilogue `kind` (aux: GELU's
-  // pre-activation) when this layer may fuse it: true when the epilogue ran; otherwise the plain
-  // product went to plain_out.
-  StatusOr<bool> ForwardGemm(const bf16* x, int64_t m, bf16* y, bool training, Bf16Epilogue kind, bf16* aux, bf16* plain_out);
-  // dgrad (into dx, unless null; with GELU's derivative at gelu_pre in the epilogue when given and
-  // fusable: true when it ran), wgrad, and unless bias_grad is false db += Σ dy.
-  StatusOr<bool> BackwardGemms(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad, const bf16* gelu_pre);
-  // Runs gemm(d, ep) when this layer may fuse ep.kind, else (or when cuBLASLt refuses it, which
-  // is remembered) gemm(plain_out, no epilogue): true when the epilogue ran.
-  template <typename Gemm>
-  StatusOr<bool> RunWithEpilogue(const kernels::cuda::Sm90GemmEpilogue& ep, bf16* d, bf16* plain_out, Gemm&& gemm);
+  // The bf16 forward GEMM's arguments (W's bf16 cast must be current) and that cast, with the
+  // bias's (the epilogue takes the bias in D's type).
+  Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, bf16* y) const;
+  Status CastForFusedForward();
+  // Whether this layer may try `e` fused; RunFused: true when it ran, false when cuBLASLt
+  // refused it (remembered: the layer takes the unfused path from then on).
   bool MayFuse(Bf16Epilogue e) const;
+  StatusOr<bool> RunFused(const Bf16GemmArgs& g);
   template <typename T>
   Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
 
@@ -127,12 +115,12 @@ class CudaLinear {
   kernels::cuda::Sm90CublasLtContext* lt_;
   Bf16EpilogueGemm* epi_;
   cudaStream_t s_;
-  bool fuse_ = false;                // an epilogue GEMM and no FP8_CUDA_NO_FUSION
+  bool fuse_ = false;                // bf16 recipe, an epilogue GEMM, no FP8_CUDA_NO_FUSION
   bool refused_[4] = {};             // per epilogue: cuBLASLt had no algorithm
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad
   DeviceBuffer<bf16> w_bf16_;       // bf16: the forward's cast of W, reused by dgrad (one cast per step)
-  DeviceBuffer<bf16> b_bf16_;       // the bias in bf16, for the fused epilogues
+  DeviceBuffer<bf16> b_bf16_;       // bf16: the bias for the fused epilogues
   // fp8: the forward's cast of W (and blockwise: its 128x128 scales), reused by dgrad, so W is
   // cast once per step (1 byte per weight of memory instead of a second read of the FP32 W)
   DeviceBuffer<uint8_t> wq_;

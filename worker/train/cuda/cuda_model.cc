@@ -340,19 +340,6 @@ Status CudaGptModel::Backward() {
   return OkStatus();
 }
 
-std::string CudaGptModel::EpilogueRefusals() const {
-  unsigned bits = 0;
-  for (const Block& b : blocks_)
-    for (const CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) bits |= lin->RefusedEpilogues();
-  std::string out;
-  for (int k = 0; k < 4; ++k)
-    if (bits & (1u << k)) out += (out.empty() ? "" : ", ") + std::string(Bf16EpilogueName(static_cast<Bf16Epilogue>(k)));
-  if (out.empty()) return out;
-  out += std::string(" (") + RecipeName(precision_.recipe) + ")";
-  const std::string shapes = epilogue_gemm_->Refusals();
-  return shapes.empty() ? out : out + ": " + shapes;
-}
-
 nlohmann::json CudaGptModel::PrecisionState() const {
   nlohmann::json out = nlohmann::json::object();
   if (precision_.recipe != Recipe::kFp8Tensorwise) return out;

@@ -69,9 +69,9 @@ class CudaGptModel {
   using AmaxReduce = std::function<Status(float* amax, size_t n, cudaStream_t stream)>;
   void SetAmaxReduce(AmaxReduce reduce) { amax_reduce_ = std::move(reduce); }
 
-  // The GEMM epilogues cuBLASLt refused (those run as separate passes), e.g. "gelu_aux_bias
-  // (fp8-blockwise)"; empty when every fusion ran. For the bench's report and the tests.
-  std::string EpilogueRefusals() const;
+  // The bf16 recipe's GEMM epilogues cuBLASLt refused (those run as separate passes); empty when
+  // every fusion ran. For the bench's report.
+  std::string EpilogueRefusals() const { return epilogue_gemm_->Refusals(); }
 
  private:
   struct Block {
