@@ -75,7 +75,7 @@ Status Quantize1x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Scal
 template <typename T>
 Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
                        uint8_t* q, float* scale_inv, int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
-                       int64_t scale_ld_t, cudaStream_t stream) {
+                       int64_t scale_ld_t, cudaStream_t stream, uint8_t* q1 = nullptr, float* scale1 = nullptr) {
   if (q != nullptr) {
     FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
     if (scale_ld < (cols + 127) / 128)
@@ -93,16 +93,17 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
                                   std::to_string((rows + 127) / 128) + ", got " +
                                   std::to_string(scale_ld_t));
   }
-  if (q == nullptr && qt == nullptr) return InvalidArgumentError("output pointer is null");
+  if (q1 != nullptr) FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q1, scale1));
+  if (q == nullptr && qt == nullptr && q1 == nullptr) return InvalidArgumentError("output pointer is null");
   const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>((rows + 127) / 128));
   if (grid.y > 65535) return InvalidArgumentError("rows too large: " + std::to_string(rows));
   const bool ue8m0 = sf == ScaleFormat::kUe8m0;
   if (fmt == Fp8Format::kE4M3) {
     Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3><<<grid, kSm90QuantThreads, 0, stream>>>(
-        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
+        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, q1, scale1);
   } else {
     Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2><<<grid, kSm90QuantThreads, 0, stream>>>(
-        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
+        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, q1, scale1);
   }
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
@@ -146,6 +147,15 @@ Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t
                                            int64_t scale_ld_t, cudaStream_t stream) {
   if (qt == nullptr) return InvalidArgumentError("transposed output pointer is null");
   return Quantize128x128(x, rows, cols, fmt, sf, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, stream);
+}
+
+Status Sm90Fp8Quantize1x128AndTransposed128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                                                Fp8Format fmt, ScaleFormat sf, uint8_t* q1, float* scale1,
+                                                uint8_t* qt, float* scale_inv_t, int64_t scale_ld_t,
+                                                cudaStream_t stream) {
+  if (q1 == nullptr) return InvalidArgumentError("1x128 output pointer is null");
+  if (qt == nullptr) return InvalidArgumentError("transposed output pointer is null");
+  return Quantize128x128(x, rows, cols, fmt, sf, nullptr, nullptr, 0, qt, scale_inv_t, scale_ld_t, stream, q1, scale1);
 }
 
 }  // namespace fp8::kernels::cuda

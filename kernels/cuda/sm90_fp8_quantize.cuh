@@ -115,13 +115,16 @@ __global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
 // through a shared-memory tile (16-byte chunks of a row XOR-swizzled by (row/8)%8, so the byte
 // stores of a warp spread over the banks) and leave as 16-byte row segments. A block's amax, scale and
 // bytes do not depend on its orientation, so qt is bit for bit the 128x128 quantization of xᵀ
-// (the wgrad operand) without a transpose pass over x. qt needs rows % 16 == 0.
+// (the wgrad operand) without a transpose pass over x. qt needs rows % 16 == 0. q1 (if not null)
+// also gets x in 1x128 tiles (a block row is one tile), scales MN-major [ceil(cols/128), rows]:
+// the forward GEMM's operand and the backward's xᵀ from one read of x.
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kSm90QuantThreads)
     Sm90Fp8Quantize128x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool ue8m0,
                                  uint8_t* __restrict__ q, float* __restrict__ scale_inv,
                                  int64_t scale_ld, uint8_t* __restrict__ qt,
-                                 float* __restrict__ scale_inv_t, int64_t scale_ld_t) {
+                                 float* __restrict__ scale_inv_t, int64_t scale_ld_t,
+                                 uint8_t* __restrict__ q1, float* __restrict__ scale1) {
   constexpr int kElems = InVec<T>::kElems;
   constexpr int kThreadsPerRow = 128 / kElems;
   constexpr int kRowsPerPass = kSm90QuantThreads / kThreadsPerRow;
@@ -175,6 +178,23 @@ __global__ void __launch_bounds__(kSm90QuantThreads)
       } else {
         *reinterpret_cast<uint32_t*>(q + r * cols + col) = words[0];
       }
+    }
+    if (q1) {  // this row's 1x128 tile: amax over the kThreadsPerRow lanes that hold it
+      uint32_t ra = 0;
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) ra = max(ra, AbsBits(v[i]));
+      ra = TeamMaxBits<kThreadsPerRow>(ra);
+      const float s1 = ScaleInvFromAmaxBits<F>(ra, ue8m0);
+      uint32_t w1[kElems / 4];
+      QuantizeToWords<F, kElems>(v, s1, w1);
+      if (r < rows && col < cols) {
+        if constexpr (kElems == 8) {
+          *reinterpret_cast<uint2*>(q1 + r * cols + col) = make_uint2(w1[0], w1[1]);
+        } else {
+          *reinterpret_cast<uint32_t*>(q1 + r * cols + col) = w1[0];
+        }
+      }
+      if (r < rows && threadIdx.x % kThreadsPerRow == 0) scale1[static_cast<int64_t>(blockIdx.x) * rows + r] = s1;
     }
     if (qt) {
 #pragma unroll

@@ -54,6 +54,14 @@ Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t
                                            int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
                                            int64_t scale_ld_t, cudaStream_t stream);
 
+// One read of x for fp8-blockwise's forward and backward: q1 [rows, cols] in 1x128 tiles with
+// scale1 MN-major [ceil(cols/128), rows], bit for bit Sm90Fp8Quantize1x128 (kMnMajor); and qt, the
+// 128x128 quantization of xᵀ, as Sm90Fp8Quantize128x128WithTranspose writes it. rows a multiple of 16.
+Status Sm90Fp8Quantize1x128AndTransposed128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                                                Fp8Format fmt, ScaleFormat sf, uint8_t* q1, float* scale1,
+                                                uint8_t* qt, float* scale_inv_t, int64_t scale_ld_t,
+                                                cudaStream_t stream);
+
 // Row pitch of a 128x128 scale array as cuBLASLt reads it: ceil(cols/128) rounded up to 4
 // (16-byte aligned rows).
 inline int64_t Sm90BlockScaleLd(int64_t cols) { return ((cols + 127) / 128 + 3) / 4 * 4; }

@@ -127,7 +127,8 @@ TEST_P(Sm90QuantizeTest, Quantize128x128MatchesCpuWithAndWithoutPaddedScaleRows)
 }
 
 // 128x128 with the transposed output: qt and its scales bit for bit the CPU quantization of xᵀ,
-// q (when asked for) that of x; (272, 400): partial blocks in both directions.
+// q (when asked for) that of x, and for bf16 the 1x128 tiles of x from the same pass;
+// (272, 400): partial blocks in both directions.
 TEST_P(Sm90QuantizeTest, Quantize128x128WithTransposeMatchesCpuOfTheTranspose) {
   SCOPED_TRACE(Trace());
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{272, 400}, {512, 1024}}) {
@@ -162,6 +163,20 @@ TEST_P(Sm90QuantizeTest, Quantize128x128WithTransposeMatchesCpuOfTheTranspose) {
         EXPECT_TRUE(BitsEqual(s_ref, s_dense, "scale_inv"));
       }
     }
+    if (!in.bf16) continue;
+    // bf16 activations: the 1x128 tiles (MN-major scales) and xᵀ's 128x128 blocks from one read.
+    std::vector<uint8_t> q1_ref(rows * cols);
+    std::vector<float> s1_ref(rows * cb);
+    ASSERT_TRUE(Quantize1x128(in.exact.data(), rows, cols, fmt(), sf(), q1_ref.data(), s1_ref.data()).ok());
+    const int64_t ld_t = Sm90BlockScaleLd(rows);
+    DeviceBuffer<uint8_t> q1(rows * cols), qt(rows * cols);
+    DeviceBuffer<float> s1(rows * cb), st(cb * ld_t);
+    const Status status = Sm90Fp8Quantize1x128AndTransposed128x128(in.b(), rows, cols, fmt(), sf(), q1.get(), s1.get(), qt.get(), st.get(),
+                                                                  ld_t, nullptr);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_TRUE(BitsEqual(q1_ref, q1.ToHost(), "q1"));
+    EXPECT_TRUE(BitsEqual(ToMnMajor(s1_ref, rows, cb), s1.ToHost(), "scale1 (MN-major)"));
+    EXPECT_TRUE(BitsEqual(qt_ref, qt.ToHost(), "qt (with q1)"));
   }
 }
 

@@ -36,16 +36,16 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   const int64_t amax_el = max_m * dmax;
   FP8_RETURN_IF_ERROR(ws->aq.Allocate(static_cast<size_t>(amax_el), "fp8 activation"));
   FP8_RETURN_IF_ERROR(ws->aqt.Allocate(static_cast<size_t>(amax_el), "fp8 activation transposed"));
-  FP8_RETURN_IF_ERROR(ws->bq.Allocate(static_cast<size_t>(std::max(wmax, amax_el)), "fp8 weight"));
-  FP8_RETURN_IF_ERROR(ws->bqt.Allocate(static_cast<size_t>(std::max(wmax, amax_el)), "fp8 weight transposed"));
+  if (p.recipe == Recipe::kFp8Tensorwise) {  // byte transposes (blockwise casts write its transposes itself)
+    FP8_RETURN_IF_ERROR(ws->bq.Allocate(static_cast<size_t>(std::max(wmax, amax_el)), "fp8 weight"));
+    FP8_RETURN_IF_ERROR(ws->bqt.Allocate(static_cast<size_t>(std::max(wmax, amax_el)), "fp8 weight transposed"));
+  }
   // Scales: 1x128 of [m, d] → d/128·m; 128x128 of [r, c] → r/128·ld(c). Generous bounds.
   const int64_t s1 = Ceil128(dmax) * max_m + Ceil128(max_m) * dmax + 64;
   const int64_t s2 = Ceil128(dmax) * kc::Sm90BlockScaleLd(std::max(dmax, max_m)) + Ceil128(max_m) * kc::Sm90BlockScaleLd(dmax) + 64;
   const int64_t smax = std::max(s1, s2);
   FP8_RETURN_IF_ERROR(ws->as.Allocate(static_cast<size_t>(smax), "activation scales"));
   FP8_RETURN_IF_ERROR(ws->ast.Allocate(static_cast<size_t>(smax), "activation scales transposed"));
-  FP8_RETURN_IF_ERROR(ws->bs.Allocate(static_cast<size_t>(smax), "weight scales"));
-  FP8_RETURN_IF_ERROR(ws->bst.Allocate(static_cast<size_t>(smax), "weight scales transposed"));
   return ws;
 }
 
@@ -71,6 +71,8 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
   }
   FP8_RETURN_IF_ERROR(wq_.Allocate(static_cast<size_t>(in_ * out_), "fp8 weight cast"));
   if (p_.recipe == Recipe::kFp8Blockwise) {
+    FP8_RETURN_IF_ERROR(xqt_.Allocate(static_cast<size_t>(max_m * in_), "fp8 xᵀ cast"));
+    FP8_RETURN_IF_ERROR(xqt_scale_.Allocate(static_cast<size_t>(Ceil128(in_) * kc::Sm90BlockScaleLd(max_m)), "fp8 xᵀ block scales"));
     FP8_RETURN_IF_ERROR(wqt_.Allocate(static_cast<size_t>(in_ * out_), "fp8 transposed weight cast"));
     FP8_RETURN_IF_ERROR(wqt_scale_.Allocate(static_cast<size_t>(Ceil128(in_) * kc::Sm90BlockScaleLd(out_)), "fp8 transposed weight block scales"));
     return wq_scale_.Allocate(static_cast<size_t>(Ceil128(out_) * kc::Sm90BlockScaleLd(in_)), "fp8 weight block scales");
@@ -161,7 +163,15 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
     }
     case Recipe::kFp8Blockwise: {
       const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(), ws_->as.get(), s_));
+      if (training) {
+        // x in 1x128 tiles for this GEMM and xᵀ in 128x128 blocks for the backward's wgrad, from
+        // one read of x.
+        FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128AndTransposed128x128(x, m, in_, Fp8Format::kE4M3, sf, ws_->aq.get(), ws_->as.get(),
+                                                                        xqt_.get(), xqt_scale_.get(), kc::Sm90BlockScaleLd(m), s_));
+      } else {
+        FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(),
+                                                     ws_->as.get(), s_));
+      }
       // W in 128x128 blocks for this GEMM, and Wᵀ for dgrad's, in one pass over the FP32 W.
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
                                                                   kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(),
@@ -282,12 +292,10 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
         FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
                                                              wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
       }
-      // xᵀ [in, m] in 128x128 blocks, quantized from x and written transposed (no transpose pass).
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(x, m, in_, Fp8Format::kE4M3, sf, nullptr, nullptr, 0, ws_->bq.get(),
-                                                                  ws_->bs.get(), kc::Sm90BlockScaleLd(m), s_));
+      // xᵀ [in, m] in 128x128 blocks: the training forward quantized it from x.
       return AccumulateWgrad([&](float* c, float beta) {
-        return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), ws_->bq.get(), Fp8Format::kE4M3,
-                                                ws_->bs.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
+        return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), xqt_.get(), Fp8Format::kE4M3,
+                                                xqt_scale_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
       });
     }
   }

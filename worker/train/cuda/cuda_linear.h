@@ -11,7 +11,8 @@
 //                   cuBLASLt blockwise-scaled GEMMs (kernels/cuda). wgrad: dyᵀ 1x128 along M
 //                   (the CPU's 128x1 of dy) × xᵀ in 128x128 blocks (cuBLASLt takes 128x128 for
 //                   one operand; the CPU reference uses 128x1 for x there). Wᵀ and xᵀ come
-//                   straight out of the 128x128 cast kernel, written transposed.
+//                   straight out of the cast kernels, written transposed: Wᵀ with W's cast, xᵀ
+//                   with the forward's 1x128 cast of x (kept until backward, 1 byte per element).
 // The bias stays FP32 and its gradient is an FP32 column sum of dy.
 // Under bf16 the bias add, bias + GELU and GELU backward ride in the GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
 // recipes, they are separate passes (train_kernels.h). FP8_CUDA_NO_FUSION=1 forces the separate
@@ -38,8 +39,8 @@ namespace fp8::train::cuda {
 struct LinearWorkspace {
   static StatusOr<std::unique_ptr<LinearWorkspace>> Create(const PrecisionConfig& p, int64_t max_m,
                                                            int64_t max_in, int64_t max_out);
-  DeviceBuffer<uint8_t> aq, aqt, bq, bqt;          // fp8 operands and their transposes
-  DeviceBuffer<float> as, ast, bs, bst;            // their scales
+  DeviceBuffer<uint8_t> aq, aqt, bq, bqt;          // fp8 operands and their transposes (bq, bqt: tensorwise)
+  DeviceBuffer<float> as, ast;                     // blockwise: the activation/gradient scales
   DeviceBuffer<float> col_scratch, amax, tmp_state;
   // FP8 wgrad adds into dW in place (cuBLASLt beta = 1). The FP32 dW scratch + Accumulate pass is
   // the fallback: allocated on first use, when cuBLASLt refuses beta for a GEMM or when
@@ -127,6 +128,8 @@ class CudaLinear {
   DeviceBuffer<float> wq_scale_;
   DeviceBuffer<uint8_t> wqt_;        // blockwise: Wᵀ's 128x128 cast, written by the same pass as wq_
   DeviceBuffer<float> wqt_scale_;
+  DeviceBuffer<uint8_t> xqt_;        // blockwise: the training forward's 128x128 cast of xᵀ, for wgrad
+  DeviceBuffer<float> xqt_scale_;
   DeviceBuffer<float> si_x_, si_w_, si_dy_;  // scale_inv the casts of x, W, dy used (backward reads them)
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
 };
