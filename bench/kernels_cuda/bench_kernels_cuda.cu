@@ -134,6 +134,14 @@ void BenchMemoryBound() {
   out.push_back({"1x128 quant X and X^T fused, bf16", 4 * N + 8 * N / 128, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, qt, st, nullptr));
                  }, warm, reps)});
+  out.push_back({"128x128 quant of X^T from X (written transposed), bf16", 3 * N + 4 * N / 16384, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize128x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, nullptr, nullptr, 0, qt, sw,
+                                                                    Sm90BlockScaleLd(rows), nullptr));
+                 }, warm, reps)});
+  out.push_back({"1x128 of X + 128x128 of X^T in one read, bf16", 4 * N + 4 * N / 128, MedianMs([&](int i) {
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128AndTransposed128x128(x[i % kSets], rows, cols, e4, f32s, q, s, qt, sw,
+                                                                        Sm90BlockScaleLd(rows), nullptr));
+                 }, warm, reps)});
   out.push_back({"128x128 weight quant bf16 -> e4m3", 3 * N + 4 * N / 16384, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize128x128(x[i % kSets], rows, cols, e4, f32s, q, sw, g, nullptr));
                  }, warm, reps)});
@@ -441,10 +449,12 @@ void ProfileGemm(int64_t m, int64_t n, int64_t k) {
 }  // namespace
 }  // namespace fp8::kernels::cuda
 
-// `bench_kernels_cuda gemm` runs only the GEMM tables (the own-GEMM GPU script, scripts/gpu/gemm.sh);
+// `bench_kernels_cuda gemm` runs only the GEMM tables (the own-GEMM GPU script, scripts/gpu/gemm.sh),
+// `bench_kernels_cuda mem` only the memory-bound kernels;
 // `bench_kernels_cuda gemm-profile M N K` one launch of each GEMM variant for ncu.
 int main(int argc, char** argv) {
   const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
+  const bool mem_only = argc > 1 && std::string(argv[1]) == "mem";
   const bool profile = argc > 4 && std::string(argv[1]) == "gemm-profile";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -463,6 +473,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!gemm_only) fp8::kernels::cuda::BenchMemoryBound();
-  fp8::kernels::cuda::BenchGemms();
+  if (!mem_only) fp8::kernels::cuda::BenchGemms();
   return 0;
 }

@@ -18,14 +18,9 @@ Status Launch(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90ScaleLayou
   // (row, group) → index, for X and for Xᵀ (whose rows are X's columns).
   const int64_t s_row = mn ? 1 : col_groups, s_grp = mn ? rows : 1;
   const int64_t st_row = mn ? 1 : row_groups, st_grp = mn ? cols : 1;
-  auto kernel = Sm90Fp8Quantize1x128TransposeKernel<T, F>;
-  constexpr size_t kSmem = TransposeSmem<T>::kBytes;
-  // Above 48 KB a kernel must opt in to its dynamic shared memory.
-  FP8_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kSmem}));
   const dim3 grid(static_cast<unsigned>(col_groups), static_cast<unsigned>(row_groups));
-  kernel<<<grid, kSm90TransposeThreads, kSmem, stream>>>(x, rows, cols, ue8m0, q, s, s_row,
-                                                         s_grp, qt, st, st_row, st_grp);
+  Sm90Fp8Quantize1x128TransposeKernel<T, F><<<grid, kSm90TransposeThreads, 0, stream>>>(
+      x, rows, cols, ue8m0, q, s, s_row, s_grp, qt, st, st_row, st_grp);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
