@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <utility>
 #include <atomic>
-#include <mutex>
 #include <string>
 
 #include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_tensor_map.h"
 #include "kernels/cuda/sm90_fp8_gemm_blockwise.cuh"
 #include "kernels/cuda/sm90_fp8_quantize.h"
 
@@ -22,31 +22,11 @@ namespace {
 using blockwise_gemm::Config;
 using blockwise_gemm::KernelArgs;
 
-// The driver's tensor-map encoder, fetched through the runtime so that nothing links libcuda
-// (CI builds without a driver).
-StatusOr<PFN_cuTensorMapEncodeTiled_v12000> TensorMapEncoder() {
-  static std::once_flag once;
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static cudaError_t err = cudaSuccess;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  });
-  if (fn == nullptr) {
-    return InternalError(std::string("cuTensorMapEncodeTiled not available from the driver: ") +
-                         cudaGetErrorString(err));
-  }
-  return fn;
-}
-
 // Row-major [rows, cols] matrix, 2-D box [box_rows, box_cols], 128-byte swizzle.
 StatusOr<CUtensorMap> MakeTensorMap(const void* ptr, CUtensorMapDataType type, int elem_bytes,
                                     int64_t rows, int64_t cols, uint32_t box_rows,
                                     uint32_t box_cols, const char* what) {
-  FP8_ASSIGN_OR_RETURN(auto encode, TensorMapEncoder());
+  FP8_ASSIGN_OR_RETURN(auto encode, Sm90TensorMapEncoder());
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * elem_bytes)};

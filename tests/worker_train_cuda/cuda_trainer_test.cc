@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,6 +187,33 @@ struct RecipeCase {
   double loss_tol, grad_tol;
 };
 
+// The whole-model tests' setup: 2 layers, C128, 4 heads, T64, vocab 256, the CPU model's
+// initialisation from weight_seed, and a batch of 4 random sequences from token_seed.
+struct TinyGptCase {
+  ModelConfig cfg;
+  PrecisionConfig pc;
+  int batch = 4;
+  std::unique_ptr<GptModel> cpu;
+  std::vector<int32_t> in, tg;
+  TinyGptCase(Recipe recipe, uint64_t weight_seed, uint32_t token_seed) {
+    cfg.n_layer = 2;
+    cfg.n_head = 4;
+    cfg.d_model = 128;
+    cfg.seq_len = 64;
+    cfg.vocab_size = 256;
+    pc.recipe = recipe;
+    cpu = std::make_unique<GptModel>(cfg, pc);
+    cpu->InitWeights(weight_seed);
+    in.resize(static_cast<size_t>(batch * cfg.seq_len));
+    tg.resize(in.size());
+    std::mt19937 g(token_seed);
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = static_cast<int32_t>(g() % 256);
+      tg[i] = static_cast<int32_t>(g() % 256);
+    }
+  }
+};
+
 class CudaModelVsCpu : public ::testing::TestWithParam<RecipeCase> {};
 
 // The whole model on the same weights and tokens: loss, then every parameter's gradient (each
@@ -194,23 +222,12 @@ class CudaModelVsCpu : public ::testing::TestWithParam<RecipeCase> {};
 TEST_P(CudaModelVsCpu, LossAndEveryTensorGradientMatch) {
   SKIP_WITHOUT_GPU();
   const RecipeCase rc = GetParam();
-  ModelConfig cfg;
-  cfg.n_layer = 2;
-  cfg.n_head = 4;
-  cfg.d_model = 128;
-  cfg.seq_len = 64;
-  cfg.vocab_size = 256;
-  PrecisionConfig pc;
-  pc.recipe = rc.recipe;
-  const int batch = 4;
-  GptModel cpu(cfg, pc);
-  cpu.InitWeights(7);
-  std::vector<int32_t> in(batch * cfg.seq_len), tg(in.size());
-  std::mt19937 g(11);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = static_cast<int32_t>(g() % 256);
-    tg[i] = static_cast<int32_t>(g() % 256);
-  }
+  TinyGptCase tc(rc.recipe, 7, 11);
+  const ModelConfig& cfg = tc.cfg;
+  const PrecisionConfig& pc = tc.pc;
+  const int batch = tc.batch;
+  GptModel& cpu = *tc.cpu;
+  const std::vector<int32_t>&in = tc.in, &tg = tc.tg;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto gpu = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);
@@ -257,23 +274,12 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
 // only in roundings (the bias in bf16, GELU of the FP32 pre-activation).
 TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   SKIP_WITHOUT_GPU();
-  ModelConfig cfg;
-  cfg.n_layer = 2;
-  cfg.n_head = 4;
-  cfg.d_model = 128;
-  cfg.seq_len = 64;
-  cfg.vocab_size = 256;
-  PrecisionConfig pc;
-  pc.recipe = Recipe::kBf16;
-  const int batch = 4;
-  GptModel cpu(cfg, pc);
-  cpu.InitWeights(5);
-  std::vector<int32_t> in(batch * cfg.seq_len), tg(in.size());
-  std::mt19937 g(13);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = static_cast<int32_t>(g() % 256);
-    tg[i] = static_cast<int32_t>(g() % 256);
-  }
+  TinyGptCase tc(Recipe::kBf16, 5, 13);
+  const ModelConfig& cfg = tc.cfg;
+  const PrecisionConfig& pc = tc.pc;
+  const int batch = tc.batch;
+  GptModel& cpu = *tc.cpu;
+  const std::vector<int32_t>&in = tc.in, &tg = tc.tg;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto fused = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);

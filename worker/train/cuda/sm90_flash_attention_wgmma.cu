@@ -27,11 +27,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
 #include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_tensor_map.h"
 #include "worker/train/cuda/sm90_flash_attention.h"
 #include "worker/train/cuda/sm90_flash_attention_wgmma.cuh"
 
@@ -569,29 +569,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                q0, T);
 }
 
-// The driver's tensor-map encoder through the runtime, so nothing links libcuda (CI builds
-// without a driver). The FP8 GEMM has the same lookup, private to its file.
-StatusOr<PFN_cuTensorMapEncodeTiled_v12000> TensorMapEncoder() {
-  static std::once_flag once;
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static cudaError_t err = cudaSuccess;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  });
-  if (fn == nullptr)
-    return InternalError(std::string("flash attention: cuTensorMapEncodeTiled not available: ") + cudaGetErrorString(err));
-  return fn;
-}
-
 // One head's [T, hd] rows of q, k or v as a 4-D tensor (d, row, head, batch) or (d, head, row,
 // batch), whichever has the smaller stride first; box = 64 columns (one 128-byte swizzle row) ×
 // `box_rows` rows.
 StatusOr<CUtensorMap> HeadsTensorMap(const bf16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
                                      const char* what) {
-  FP8_ASSIGN_OR_RETURN(auto encode, TensorMapEncoder());
+  FP8_ASSIGN_OR_RETURN(auto encode, kernels::cuda::Sm90TensorMapEncoder());
   const bool rows_first = l.row_stride <= l.head_stride;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d.head_dim),
                               static_cast<cuuint64_t>(rows_first ? d.seq : d.heads),

@@ -114,16 +114,11 @@ __global__ void EmbeddingWpeBackwardKernel(const float* dout, int64_t n, int64_t
   }
 }
 
-// One warp per row.
-__global__ void LayerNormForwardKernel(const float* x, const float* w, const float* b, int64_t n,
-                                       int64_t c, bf16* out, float* mean, float* rstd) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= n) return;
-  const float* xr = x + row * c;
-  float s = 0;
-  for (int64_t j = lane; j < c; j += 32) s += xr[j];
-  const float mu = WarpSum(s) / static_cast<float>(c);
+// The rest of a warp-per-row LayerNorm once the lanes' partial sums of the row are known: mean,
+// variance (a second pass over the row, from L1/L2), the normalised bf16 row and the statistics.
+__device__ void WarpLayerNormFromSum(const float* xr, float partial_sum, int64_t row, int64_t c, int lane,
+                                     const float* w, const float* b, bf16* out, float* mean, float* rstd) {
+  const float mu = WarpSum(partial_sum) / static_cast<float>(c);
   float v = 0;
   for (int64_t j = lane; j < c; j += 32) {
     const float d = xr[j] - mu;
@@ -136,6 +131,18 @@ __global__ void LayerNormForwardKernel(const float* x, const float* w, const flo
     mean[row] = mu;
     rstd[row] = rs;
   }
+}
+
+// One warp per row.
+__global__ void LayerNormForwardKernel(const float* x, const float* w, const float* b, int64_t n,
+                                       int64_t c, bf16* out, float* mean, float* rstd) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= n) return;
+  const float* xr = x + row * c;
+  float s = 0;
+  for (int64_t j = lane; j < c; j += 32) s += xr[j];
+  WarpLayerNormFromSum(xr, s, row, c, lane, w, b, out, mean, rstd);
 }
 
 // LayerNorm with the row held in registers, one block per row: thread t holds the float4s t,
@@ -227,19 +234,7 @@ __global__ void ResidualAddLayerNormKernel(const float* res, const bf16* y, cons
     xr[j] = h;
     s += h;
   }
-  const float mu = WarpSum(s) / static_cast<float>(c);
-  float v = 0;
-  for (int64_t j = lane; j < c; j += 32) {
-    const float d = xr[j] - mu;
-    v += d * d;
-  }
-  const float rs = rsqrtf(WarpSum(v) / static_cast<float>(c) + 1e-5f);
-  bf16* o = ln_out + row * c;
-  for (int64_t j = lane; j < c; j += 32) o[j] = __float2bfloat16((xr[j] - mu) * rs * w[j] + lb[j]);
-  if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = rs;
-  }
+  WarpLayerNormFromSum(xr, s, row, c, lane, w, lb, ln_out, mean, rstd);
 }
 
 __global__ void LayerNormBackwardDxKernel(const bf16* dout, const float* x, const float* w,
