@@ -20,18 +20,6 @@ const char* FormatName(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e
 cudaDataType_t OutType(Sm90GemmOut o) { return o == Sm90GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F; }
 }  // namespace
 
-struct Sm90CublasLtContext::Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~Plan() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
 StatusOr<std::unique_ptr<Sm90CublasLtContext>> Sm90CublasLtContext::Create(size_t workspace_bytes) {
   std::unique_ptr<Sm90CublasLtContext> ctx(new Sm90CublasLtContext());
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle_));

@@ -26,6 +26,22 @@ namespace fp8::kernels::cuda {
 
 enum class Sm90GemmOut : uint8_t { kBf16, kFp32 };
 
+// A matmul plan: descriptor, A/B/C layouts and the heuristic's algo (destroyed together).
+struct Sm90CublasLtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  Sm90CublasLtPlan() = default;
+  Sm90CublasLtPlan(const Sm90CublasLtPlan&) = delete;
+  Sm90CublasLtPlan& operator=(const Sm90CublasLtPlan&) = delete;
+  ~Sm90CublasLtPlan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
 // Handle, 32 MiB workspace, and a cache of matmul plans (descriptors + the heuristic's algo)
 // per shape, so a training step pays the heuristic once per shape.
 class Sm90CublasLtContext {
@@ -35,7 +51,7 @@ class Sm90CublasLtContext {
   Sm90CublasLtContext(const Sm90CublasLtContext&) = delete;
   Sm90CublasLtContext& operator=(const Sm90CublasLtContext&) = delete;
 
-  struct Plan;
+  using Plan = Sm90CublasLtPlan;
   // kind: 0 tensorwise FP8, 1 blockwise FP8, 2 BF16.
   using PlanKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t>;
   // a_scale / b_scale (cuBLASLt's A and B scale pointers) are set on a new plan's descriptor

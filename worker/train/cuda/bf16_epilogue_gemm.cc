@@ -43,18 +43,6 @@ bool UsesAux(Bf16Epilogue e) { return e == Bf16Epilogue::kGeluAuxBias || e == Bf
 
 }  // namespace
 
-struct Bf16EpilogueGemm::Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~Plan() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
 Bf16EpilogueGemm::Bf16EpilogueGemm(kernels::cuda::Sm90CublasLtContext* lt) : lt_(lt) {}
 Bf16EpilogueGemm::~Bf16EpilogueGemm() = default;
 
@@ -95,7 +83,7 @@ StatusOr<Bf16EpilogueGemm::Plan*> Bf16EpilogueGemm::GetPlan(const Key& key, cons
   // Column-major views: cuBLASLt A = our B, [k, n] if op_a is T else [n, k]; B = our A likewise.
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, g.tb ? g.k : g.n, g.tb ? g.n : g.k, g.ldb));
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, g.ta ? g.m : g.k, g.ta ? g.k : g.m, g.lda));
-  FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->d, g.d_fp32 ? CUDA_R_32F : CUDA_R_16BF, g.n, g.m, g.ldd));
+  FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, g.d_fp32 ? CUDA_R_32F : CUDA_R_16BF, g.n, g.m, g.ldd));
 
   cublasLtMatmulPreference_t pref = nullptr;
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -104,7 +92,7 @@ StatusOr<Bf16EpilogueGemm::Plan*> Bf16EpilogueGemm::GetPlan(const Key& key, cons
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(lt_->handle(), plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &returned);
+    st = cublasLtMatmulAlgoGetHeuristic(lt_->handle(), plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &returned);
   cublasLtMatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED / INVALID_VALUE from the heuristic mean "not for this combination": a refusal.
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
@@ -134,8 +122,8 @@ Status Bf16EpilogueGemm::Run(const Bf16GemmArgs& g, cudaStream_t s) {
                 UsesAux(g.epilogue) ? g.ld_aux : 0, align};
   FP8_ASSIGN_OR_RETURN(Plan * plan, GetPlan(key, g));
   FP8_RETURN_IF_ERROR(SetEpiloguePointers(plan->desc, g));
-  FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_->handle(), plan->desc, &g.alpha, g.b, plan->a, g.a, plan->b, &g.beta, c, plan->d,
-                                            g.d, plan->d, &plan->algo, lt_->workspace(), lt_->workspace_bytes(), s));
+  FP8_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_->handle(), plan->desc, &g.alpha, g.b, plan->a, g.a, plan->b, &g.beta, c, plan->c,
+                                            g.d, plan->c, &plan->algo, lt_->workspace(), lt_->workspace_bytes(), s));
   return OkStatus();
 }
 

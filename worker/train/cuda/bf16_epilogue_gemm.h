@@ -66,7 +66,7 @@ class Bf16EpilogueGemm {
   std::string Refusals() const;
 
  private:
-  struct Plan;
+  using Plan = kernels::cuda::Sm90CublasLtPlan;  // its C layout is D's
   // epilogue, ta, tb, d_fp32, m, n, k, lda, ldb, ldd, ld_aux, pointer alignments (bytes, ≤ 16)
   using Key = std::tuple<int, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int>;
