@@ -130,7 +130,9 @@ __global__ void __launch_bounds__(kSm90QuantThreads)
   constexpr int kRowsPerPass = kSm90QuantThreads / kThreadsPerRow;
   constexpr int kPasses = 128 / kRowsPerPass;
   __shared__ uint32_t warp_max[kSm90QuantThreads / 32];
-  __shared__ __align__(16) uint8_t tile[128 * 128];
+  // The transposed output's byte tile is dynamic shared memory, requested only when qt is wanted:
+  // a static 16 KB cost the plain cast 8% (fewer CTAs per SM).
+  extern __shared__ __align__(16) uint8_t tile[];
   auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 128;
