@@ -9,6 +9,22 @@
 namespace fp8::kernels::cuda {
 namespace {
 
+template <typename T, Fp8Format F>
+Status Launch(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90ScaleLayout layout,
+              uint8_t* q, float* s, uint8_t* qt, float* st, cudaStream_t stream) {
+  const int64_t col_groups = (cols + 127) / 128;
+  const int64_t row_groups = (rows + 127) / 128;
+  const bool mn = layout == Sm90ScaleLayout::kMnMajor;
+  // (row, group) → index, for X and for Xᵀ (whose rows are X's columns).
+  const int64_t s_row = mn ? 1 : col_groups, s_grp = mn ? rows : 1;
+  const int64_t st_row = mn ? 1 : row_groups, st_grp = mn ? cols : 1;
+  const dim3 grid(static_cast<unsigned>(col_groups), static_cast<unsigned>(row_groups));
+  Sm90Fp8Quantize1x128TransposeKernel<T, F><<<grid, kSm90TransposeThreads, 0, stream>>>(
+      x, rows, cols, ue8m0, q, s, s_row, s_grp, qt, st, st_row, st_grp);
+  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return OkStatus();
+}
+
 template <typename T>
 Status QuantizeWithTranspose(const T* x, int64_t rows, int64_t cols, Fp8Format fmt,
                              ScaleFormat sf, Sm90ScaleLayout layout, uint8_t* q, float* s,
@@ -21,12 +37,10 @@ Status QuantizeWithTranspose(const T* x, int64_t rows, int64_t cols, Fp8Format f
   if (reinterpret_cast<uintptr_t>(qt) % 16 != 0)
     return InvalidArgumentError("qt must be 16-byte aligned");
   if ((rows + 127) / 128 > 65535) return InvalidArgumentError("rows too large");
-  const bool ue8m0 = sf == ScaleFormat::kUe8m0, mn = layout == Sm90ScaleLayout::kMnMajor;
-  const Sm90DirectLoad<T> load{x, cols};
-  FP8_CUDA_RETURN_IF_ERROR(fmt == Fp8Format::kE4M3
-                               ? LaunchSm90Fp8Quantize1x128Transpose<Fp8Format::kE4M3>(load, rows, cols, ue8m0, mn, q, s, qt, st, nullptr, stream)
-                               : LaunchSm90Fp8Quantize1x128Transpose<Fp8Format::kE5M2>(load, rows, cols, ue8m0, mn, q, s, qt, st, nullptr, stream));
-  return OkStatus();
+  const bool ue8m0 = sf == ScaleFormat::kUe8m0;
+  return fmt == Fp8Format::kE4M3
+             ? Launch<T, Fp8Format::kE4M3>(x, rows, cols, ue8m0, layout, q, s, qt, st, stream)
+             : Launch<T, Fp8Format::kE5M2>(x, rows, cols, ue8m0, layout, q, s, qt, st, stream);
 }
 
 }  // namespace

@@ -17,36 +17,21 @@ namespace fp8::kernels::cuda {
 
 constexpr int kSm90TransposeThreads = 256;
 
-// Where the kernel's values come from: Load{x}(r, c, v) fills v with X[r, c .. c + kElems).
-// The trainer passes its own loader (the GELU backward of the fc layer computed on the fly).
-template <typename T>
-struct Sm90DirectLoad {
-  static constexpr int kElems = InVec<T>::kElems;
-  const T* x;
-  int64_t cols;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[kElems]) const {
-    InVec<T>::Unpack(LoadStreaming(x + r * cols + c), v);
-  }
-};
-
-// col_partial (may be null): Σ over the tile's rows of each column of X, [row tiles, cols], in a
-// fixed order (a bias gradient's partial sums, for the caller to finish).
-template <typename Load, Fp8Format F>
+template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kSm90TransposeThreads)
-    Sm90Fp8Quantize1x128TransposeKernel(Load load, int64_t rows, int64_t cols,
+    Sm90Fp8Quantize1x128TransposeKernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                         bool ue8m0, uint8_t* __restrict__ q,
                                         float* __restrict__ scale_inv, int64_t s_row_stride,
                                         int64_t s_grp_stride, uint8_t* __restrict__ qt,
                                         float* __restrict__ scale_inv_t, int64_t st_row_stride,
-                                        int64_t st_grp_stride, float* __restrict__ col_partial) {
-  constexpr int kElems = Load::kElems;                                  // 8 (bf16) / 4 (fp32)
+                                        int64_t st_grp_stride) {
+  constexpr int kElems = InVec<T>::kElems;                              // 8 (bf16) / 4 (fp32)
   constexpr int kThreadsPerRow = 128 / kElems;                          // a row's team
   constexpr int kRowGroups = kSm90TransposeThreads / kThreadsPerRow;
   constexpr int kRowsPerThread = 128 / kRowGroups;                      // 8 / 16
   constexpr int kWarps = kSm90TransposeThreads / 32;
   static_assert(kRowsPerThread == 8 || kRowsPerThread == 16, "one 8- or 16-byte store per column");
   __shared__ uint32_t col_max[kWarps][128];
-  __shared__ float col_sum[kWarps][128];
   __shared__ __align__(16) uint8_t tile[128 * 128];
   auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
 
@@ -56,17 +41,13 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
   const int c_in_tile = cg * kElems, r_in_tile = rg * kRowsPerThread;
   const int64_t col = col0 + c_in_tile;
 
-  float v[kRowsPerThread][kElems];
+  uint4 raw[kRowsPerThread];
 #pragma unroll
   for (int p = 0; p < kRowsPerThread; ++p) {
     const int64_t r = row0 + r_in_tile + p;
-    if (r < rows && col < cols) {
-      load(r, col, v[p]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kElems; ++e) v[p][e] = 0.0f;
-    }
+    raw[p] = (r < rows && col < cols) ? LoadStreaming(x + r * cols + col) : make_uint4(0, 0, 0, 0);
   }
+  float v[kRowsPerThread][kElems];
   uint32_t cmax[kElems];
 #pragma unroll
   for (int e = 0; e < kElems; ++e) cmax[e] = 0;
@@ -74,6 +55,7 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
   // Rows of X.
 #pragma unroll
   for (int p = 0; p < kRowsPerThread; ++p) {
+    InVec<T>::Unpack(raw[p], v[p]);
     uint32_t amax = 0;
 #pragma unroll
     for (int e = 0; e < kElems; ++e) {
@@ -96,8 +78,7 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
     }
   }
 
-  // Column maxima: the warp's row groups by shuffle, the warps through shared memory. The
-  // column sums (col_partial) take the same path, added in a fixed order.
+  // Column maxima: the warp's row groups by shuffle, the warps through shared memory.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int e = 0; e < kElems; ++e) {
@@ -105,24 +86,7 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
     for (int off = kThreadsPerRow; off < 32; off *= 2) cmax[e] = max(cmax[e], __shfl_xor_sync(0xFFFFFFFFu, cmax[e], off));
     if (lane < kThreadsPerRow) col_max[warp][c_in_tile + e] = cmax[e];
   }
-  if (col_partial) {
-#pragma unroll
-    for (int e = 0; e < kElems; ++e) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int p = 0; p < kRowsPerThread; ++p) sum += v[p][e];
-#pragma unroll
-      for (int off = kThreadsPerRow; off < 32; off *= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
-      if (lane < kThreadsPerRow) col_sum[warp][c_in_tile + e] = sum;
-    }
-  }
   __syncthreads();
-  if (col_partial && threadIdx.x < 128 && col0 + threadIdx.x < cols) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += col_sum[w][threadIdx.x];
-    col_partial[static_cast<int64_t>(blockIdx.y) * cols + col0 + threadIdx.x] = sum;
-  }
 #pragma unroll
   for (int e = 0; e < kElems; ++e) {
     uint32_t amax = 0;
@@ -154,22 +118,6 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
     if (cg_out < cols && rg_out < rows)
       *reinterpret_cast<uint4*>(qt + cg_out * rows + rg_out) = *reinterpret_cast<const uint4*>(tile + swizzled(c, part * 16));
   }
-}
-
-// Launches the kernel over X [rows, cols] read through `load` (scale layouts as
-// Sm90Fp8Quantize1x128WithTranspose; arguments checked by the caller).
-template <Fp8Format F, typename Load>
-cudaError_t LaunchSm90Fp8Quantize1x128Transpose(Load load, int64_t rows, int64_t cols, bool ue8m0, bool mn_major,
-                                                uint8_t* q, float* s, uint8_t* qt, float* st, float* col_partial,
-                                                cudaStream_t stream) {
-  const int64_t col_groups = (cols + 127) / 128, row_groups = (rows + 127) / 128;
-  // (row, group) → index, for X and for Xᵀ (whose rows are X's columns).
-  const int64_t s_row = mn_major ? 1 : col_groups, s_grp = mn_major ? rows : 1;
-  const int64_t st_row = mn_major ? 1 : row_groups, st_grp = mn_major ? cols : 1;
-  const dim3 grid(static_cast<unsigned>(col_groups), static_cast<unsigned>(row_groups));
-  Sm90Fp8Quantize1x128TransposeKernel<Load, F><<<grid, kSm90TransposeThreads, 0, stream>>>(
-      load, rows, cols, ue8m0, q, s, s_row, s_grp, qt, st, st_row, st_grp, col_partial);
-  return cudaGetLastError();
 }
 
 }  // namespace fp8::kernels::cuda

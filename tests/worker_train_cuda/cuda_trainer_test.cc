@@ -186,11 +186,6 @@ struct RecipeCase {
   Recipe recipe;
   double loss_tol, grad_tol;
 };
-std::string RecipeCaseName(const ::testing::TestParamInfo<RecipeCase>& info) {
-  std::string n = RecipeName(info.param.recipe);
-  for (char& ch : n) if (ch == '-') ch = '_';
-  return n;
-}
 
 // The whole-model tests' setup: 2 layers, C128, 4 heads, T64, vocab 256, the CPU model's
 // initialisation from weight_seed, and a batch of 4 random sequences from token_seed.
@@ -268,19 +263,18 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
                          ::testing::Values(RecipeCase{Recipe::kBf16, 5e-3, 3e-2},  // bf16 logits and probabilities on the GPU
                                            RecipeCase{Recipe::kFp8Tensorwise, 2e-2, 0.15},  // E5M2 gradients: ~5% rounding noise
                                            RecipeCase{Recipe::kFp8Blockwise, 2e-2, 0.1}),
-                         RecipeCaseName);
+                         [](const auto& info) {
+                           std::string n = RecipeName(info.param.recipe);
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
 
-// The fusions against the separate passes (FP8_CUDA_NO_FUSION=1) on the same weights and tokens.
-// bf16: bias, bias + GELU and GELU backward in cuBLASLt epilogues, which differ only in roundings
-// (the bias in bf16, GELU of the FP32 pre-activation). fp8-blockwise: the fc layer's GELU
-// backward inside its dy cast, which computes the same bf16 values, so only the fc bias
-// gradient's summation order differs.
-class CudaModelFusion : public ::testing::TestWithParam<RecipeCase> {};
-
-TEST_P(CudaModelFusion, FusionsMatchSeparatePasses) {
+// bf16: the GEMM-epilogue fusions (bias, bias + GELU, GELU backward in cuBLASLt epilogues)
+// against the separate passes (FP8_CUDA_NO_FUSION=1) on the same weights and tokens. They differ
+// only in roundings (the bias in bf16, GELU of the FP32 pre-activation).
+TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   SKIP_WITHOUT_GPU();
-  const RecipeCase rc = GetParam();
-  TinyGptCase tc(rc.recipe, 5, 13);
+  TinyGptCase tc(Recipe::kBf16, 5, 13);
   const ModelConfig& cfg = tc.cfg;
   const PrecisionConfig& pc = tc.pc;
   const int batch = tc.batch;
@@ -306,22 +300,18 @@ TEST_P(CudaModelFusion, FusionsMatchSeparatePasses) {
   }
   const std::string refused = (*fused)->EpilogueRefusals();
   std::printf("epilogues cuBLASLt refused: %s\n", refused.empty() ? "none" : refused.c_str());
-  EXPECT_NEAR(losses[0], losses[1], rc.loss_tol * losses[1]);
+  EXPECT_NEAR(losses[0], losses[1], 1e-3 * losses[1]);
   double worst = 0;
   for (const ParamTensor& t : cpu.tensors()) {
     const double e = RelErr(grads[0].data() + t.offset, grads[1].data() + t.offset, static_cast<size_t>(t.numel));
     worst = std::max(worst, e);
-    EXPECT_LT(e, rc.grad_tol) << t.name;
+    EXPECT_LT(e, 2e-2) << t.name;
   }
   std::printf("loss fused %.6f separate %.6f, worst gradient relative difference %.2e\n", losses[0], losses[1], worst);
   fused->reset();
   separate->reset();
   cudaStreamDestroy(s);
 }
-
-INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelFusion,
-                         ::testing::Values(RecipeCase{Recipe::kBf16, 1e-3, 2e-2}, RecipeCase{Recipe::kFp8Blockwise, 1e-6, 1e-4}),
-                         RecipeCaseName);
 
 class CudaTraining : public ::testing::TestWithParam<Recipe> {};
 

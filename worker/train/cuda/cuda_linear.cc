@@ -53,9 +53,8 @@ CudaLinear::CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, f
                        const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
                        kernels::cuda::Sm90CublasLtContext* lt, Bf16EpilogueGemm* epilogue_gemm, cudaStream_t s)
     : in_(in), out_(out), w_(w), b_(b), gw_(gw), gb_(gb), p_(p), ws_(ws), cublas_(cublas), lt_(lt), epi_(epilogue_gemm), s_(s) {
-  const bool no_fusion = std::getenv("FP8_CUDA_NO_FUSION") != nullptr;
-  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr && !no_fusion;
-  fuse_gelu_cast_ = p.recipe == Recipe::kFp8Blockwise && !no_fusion;
+  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr &&
+          std::getenv("FP8_CUDA_NO_FUSION") == nullptr;
 }
 
 DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
@@ -288,34 +287,19 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
       // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
                                                                 ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
-      return BlockwiseBackwardGemms(m, dx);
+      if (dx) {
+        // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
+        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
+                                                             wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+      }
+      // xᵀ [in, m] in 128x128 blocks: the training forward quantized it from x.
+      return AccumulateWgrad([&](float* c, float beta) {
+        return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), xqt_.get(), Fp8Format::kE4M3,
+                                                xqt_scale_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
+      });
     }
   }
   return OkStatus();
-}
-
-// dgrad and wgrad from dy's casts in ws_->aq/as (1x128) and ws_->aqt/ast (dyᵀ).
-Status CudaLinear::BlockwiseBackwardGemms(int64_t m, bf16* dx) {
-  if (dx) {
-    // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
-    FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
-                                                         wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
-  }
-  // xᵀ [in, m] in 128x128 blocks: the training forward quantized it from x.
-  return AccumulateWgrad([&](float* c, float beta) {
-    return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), xqt_.get(), Fp8Format::kE4M3,
-                                            xqt_scale_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
-  });
-}
-
-Status CudaLinear::BackwardFromGeluGrad(const bf16* g, const bf16* pre, const bf16* x, int64_t m, bf16* dx, bf16* dout) {
-  if (FusesGeluBackwardIntoCast()) {
-    FP8_RETURN_IF_ERROR(GeluBackwardQuantize1x128WithTranspose(g, pre, m, out_, p_.ue8m0, ws_->aq.get(), ws_->as.get(), ws_->aqt.get(),
-                                                               ws_->ast.get(), gb_, ws_->col_scratch.get(), s_));
-    return BlockwiseBackwardGemms(m, dx);
-  }
-  FP8_RETURN_IF_ERROR(GeluBackward(g, pre, m * out_, dout, s_));
-  return Backward(dout, x, m, dx);
 }
 
 nlohmann::json CudaLinear::State() const {

@@ -77,12 +77,6 @@ class CudaLinear {
   // gradient of the layer that produced pre, Σ dpre, added to `pre_bias_grad` (that layer's
   // Backward then runs with bias_grad = false). dW, db of this layer as in Backward.
   Status BackwardIntoGelu(const bf16* dy, const bf16* x, int64_t m, const bf16* pre, bf16* dpre, float* pre_bias_grad);
-  // Backward of a layer whose output went through GELU, from g = dL/d gelu(out) and the
-  // pre-activation: dout = gelu'(pre) ∘ g (into `dout`, unless fused), then as Backward. Under
-  // fp8-blockwise (FusesGeluBackwardIntoCast) dout is never stored: it is computed as dy's cast
-  // reads it, and its column sums (db) come from the same pass.
-  Status BackwardFromGeluGrad(const bf16* g, const bf16* pre, const bf16* x, int64_t m, bf16* dx, bf16* dout);
-  bool FusesGeluBackwardIntoCast() const { return fuse_gelu_cast_; }
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -103,8 +97,6 @@ class CudaLinear {
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
-  // fp8-blockwise dgrad (dx unless null) and wgrad from dy's casts in the workspace.
-  Status BlockwiseBackwardGemms(int64_t m, bf16* dx);
   // The bf16 forward GEMM's arguments (W's bf16 cast must be current) and that cast, with the
   // bias's (the epilogue takes the bias in D's type).
   Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, bf16* y) const;
@@ -125,7 +117,6 @@ class CudaLinear {
   Bf16EpilogueGemm* epi_;
   cudaStream_t s_;
   bool fuse_ = false;                // bf16 recipe, an epilogue GEMM, no FP8_CUDA_NO_FUSION
-  bool fuse_gelu_cast_ = false;      // fp8-blockwise, no FP8_CUDA_NO_FUSION
   bool refused_[4] = {};             // per epilogue: cuBLASLt had no algorithm
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad

@@ -322,13 +322,8 @@ Status CudaGptModel::Backward() {
                                         dy_c_.get(), g + lnf_w_, g + lnf_b_, col_scratch_.get(), stream_));
   for (size_t li = blocks_.size(); li-- > 0;) {
     Block& b = blocks_[li];
-    if (b.fc->FusesGeluBackwardIntoCast()) {  // fp8-blockwise: GELU backward inside fc's dy cast
-      FP8_RETURN_IF_ERROR(b.fc_proj->Backward(dy_c_.get(), b.gelu_out.get(), n, d_4c_.get()));
-      FP8_RETURN_IF_ERROR(b.fc->BackwardFromGeluGrad(d_4c_.get(), b.fc_out.get(), b.ln2_out.get(), n, d_c_.get(), d_4c_.get()));
-    } else {  // bf16: GELU backward in fc_proj's dgrad epilogue (or a separate pass)
-      FP8_RETURN_IF_ERROR(b.fc_proj->BackwardIntoGelu(dy_c_.get(), b.gelu_out.get(), n, b.fc_out.get(), d_4c_.get(), b.fc->bias_grad()));
-      FP8_RETURN_IF_ERROR(b.fc->Backward(d_4c_.get(), b.ln2_out.get(), n, d_c_.get(), /*bias_grad=*/false));
-    }
+    FP8_RETURN_IF_ERROR(b.fc_proj->BackwardIntoGelu(dy_c_.get(), b.gelu_out.get(), n, b.fc_out.get(), d_4c_.get(), b.fc->bias_grad()));
+    FP8_RETURN_IF_ERROR(b.fc->Backward(d_4c_.get(), b.ln2_out.get(), n, d_c_.get(), /*bias_grad=*/false));
     FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.res_mid.get(), p + b.ln2_w, b.ln2_mean.get(), b.ln2_rstd.get(), n, c, dres_.get(),
                                           dy_c_.get(), g + b.ln2_w, g + b.ln2_b, col_scratch_.get(), stream_));
     FP8_RETURN_IF_ERROR(b.proj->Backward(dy_c_.get(), b.att_y.get(), n, d_c_.get()));

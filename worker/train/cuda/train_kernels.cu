@@ -6,13 +6,10 @@
 #include <cfloat>
 #include <cstdint>
 #include <initializer_list>
-#include <string>
 #include <cmath>
 #include <cstdlib>
 
 #include "kernels/cuda/sm90_cuda_check.h"
-#include "kernels/cuda/sm90_fp8_quantize.h"
-#include "kernels/cuda/sm90_fp8_quantize_transpose.cuh"
 
 namespace fp8::train::cuda {
 namespace {
@@ -445,14 +442,13 @@ __global__ void GeluForwardKernel(const bf16* x, int64_t n, bf16* y) {
   }
 }
 
-// d gelu(v) / dv of GELU's tanh form.
-__device__ __forceinline__ float GeluGrad(float v) {
-  const float th = tanhf(kGeluS * (v + kGeluC * v * v * v));
-  return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * kGeluC * v * v);
-}
-
 __global__ void GeluBackwardKernel(const bf16* dy, const bf16* x, int64_t n, bf16* dx) {
-  GRID_STRIDE(i, n) dx[i] = __float2bfloat16(__bfloat162float(dy[i]) * GeluGrad(__bfloat162float(x[i])));
+  GRID_STRIDE(i, n) {
+    const float v = __bfloat162float(x[i]);
+    const float th = tanhf(kGeluS * (v + kGeluC * v * v * v));
+    const float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * kGeluC * v * v);
+    dx[i] = __float2bfloat16(__bfloat162float(dy[i]) * g);
+  }
 }
 
 __device__ __forceinline__ float Gelu(float v) {
@@ -512,26 +508,13 @@ __global__ void GeluBackward8Kernel(const bf16* dy, const bf16* x, int64_t n, bf
     Load8(dy + q * 8, d);
     Load8(x + q * 8, v);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) d[k] *= GeluGrad(v[k]);
+    for (int k = 0; k < 8; ++k) {
+      const float th = tanhf(kGeluS * (v[k] + kGeluC * v[k] * v[k] * v[k]));
+      d[k] *= 0.5f * (1.0f + th) + 0.5f * v[k] * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * kGeluC * v[k] * v[k]);
+    }
     Store8(dx + q * 8, d);
   }
 }
-// The fc layer's GELU backward as the loader of the fused 1x128 X/Xᵀ cast (fp8-blockwise):
-// dout = bf16(g · gelu'(pre)), exactly what GeluBackward stores, computed as the cast reads it.
-struct GeluBackwardLoad {
-  static constexpr int kElems = 8;
-  const bf16* g;
-  const bf16* pre;
-  int64_t cols;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[8]) const {
-    float x[8];
-    Load8(g + r * cols + c, v);
-    Load8(pre + r * cols + c, x);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = __bfloat162float(__float2bfloat16(v[k] * GeluGrad(x[k])));
-  }
-};
-
 __global__ void CastF32ToBf16x8Kernel(const float* x, int64_t n, bf16* y) {
   GRID_STRIDE(q, n / 8) {
     float f[8];
@@ -926,20 +909,6 @@ Status BiasGeluForward(bf16* pre, const float* b, int64_t m, int64_t n, bf16* ou
 Status GeluBackward(const bf16* dy, const bf16* x, int64_t n, bf16* dx, cudaStream_t s) {
   if (Vec8(n, {dy, x, dx})) GeluBackward8Kernel<<<Blocks(n / 8), kThreads, 0, s>>>(dy, x, n, dx);
   else GeluBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(dy, x, n, dx);
-  LAUNCH_CHECK();
-}
-
-Status GeluBackwardQuantize1x128WithTranspose(const bf16* g, const bf16* pre, int64_t m, int64_t n, bool ue8m0, uint8_t* q,
-                                              float* scale_inv, uint8_t* qt, float* scale_inv_t, float* db, float* scratch,
-                                              cudaStream_t s) {
-  FP8_RETURN_IF_ERROR(kernels::cuda::Sm90ValidateQuantShape(m, n, g, q, scale_inv));
-  if (m % 16 != 0) return InvalidArgumentError("GELU backward + cast: rows must be a multiple of 16, got " + std::to_string(m));
-  if (!Vec8(n, {pre, qt})) return InvalidArgumentError("GELU backward + cast: pre / qt must be 16-byte aligned");
-  const GeluBackwardLoad load{g, pre, n};
-  FP8_CUDA_RETURN_IF_ERROR((kernels::cuda::LaunchSm90Fp8Quantize1x128Transpose<kernels::Fp8Format::kE4M3>(
-      load, m, n, ue8m0, /*mn_major=*/true, q, scale_inv, qt, scale_inv_t, scratch, s)));
-  const int64_t tiles = (m + 127) / 128;
-  LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((n + 31) / 32), 1), kThreads, 0, s>>>(scratch, tiles, n, db, nullptr);
   LAUNCH_CHECK();
 }
 

@@ -61,13 +61,6 @@ Status GeluForward(const bf16* x, int64_t n, bf16* y, cudaStream_t s);
 // pre[i, j] += b[j] (kept: GeluBackward's input), out = gelu(pre): AddBias + GeluForward in one pass.
 Status BiasGeluForward(bf16* pre, const float* b, int64_t m, int64_t n, bf16* out, cudaStream_t s);
 Status GeluBackward(const bf16* dy, const bf16* x, int64_t n, bf16* dx, cudaStream_t s);
-// fp8-blockwise's fc layer: dout = GeluBackward(g, pre) is not stored; it is cast as it is
-// computed, like Sm90Fp8Quantize1x128WithTranspose (E4M3, MN-major scales) into q/scale_inv and
-// qt/scale_inv_t, and its column sums are added to db (the fc bias gradient). One read of g and
-// pre instead of three passes. m a multiple of 16; scratch ≥ ceil(m/128)·n floats.
-Status GeluBackwardQuantize1x128WithTranspose(const bf16* g, const bf16* pre, int64_t m, int64_t n, bool ue8m0, uint8_t* q,
-                                              float* scale_inv, uint8_t* qt, float* scale_inv_t, float* db, float* scratch,
-                                              cudaStream_t s);
 
 Status CastF32ToBf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
 Status CastBf16ToF32(const bf16* x, int64_t n, float* y, cudaStream_t s);
