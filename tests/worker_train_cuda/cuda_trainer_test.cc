@@ -86,7 +86,7 @@ TEST(NcclComm, SingleRankNeedsNoLibraryAndGroupsNeedRendezvousDir) {
 // (64, 4096): the d4096 model's width (4 float4 per thread in the forward).
 TEST(CudaKernels, LayerNormForwardBackwardMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (const auto [n, c] : {std::pair<int64_t, int64_t>{300, 384}, {77, 130}, {64, 4096}}) {
+  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{300, 384}, {77, 130}, {64, 4096}}) {
     SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c));
     auto x = Random(n * c, 1, 2.0f), w = Random(c, 2), b = Random(c, 3), dout = RoundBf16(Random(n * c, 4));
     std::vector<float> out(n * c), mean(n), rstd(n), dx(n * c, 0.5f), dw(c, 0), db(c, 0);
@@ -115,7 +115,7 @@ TEST(CudaKernels, LayerNormForwardBackwardMatchCpu) {
 // (77, 130): columns not a multiple of 8, the scalar path.
 TEST(CudaKernels, ColumnSumAccumulateMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  for (const auto [m, n] : {std::pair<int64_t, int64_t>{300, 2304}, {77, 130}}) {
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{300, 2304}, {77, 130}}) {
     SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n));
     const auto dy = RoundBf16(Random(m * n, 21));
     const auto db0 = Random(n, 22);
@@ -134,7 +134,7 @@ TEST(CudaKernels, ColumnSumAccumulateMatchesCpu) {
 // ((256, 768): the row-in-registers kernels; (77, 130): the warp-per-row ones).
 TEST(CudaKernels, ResidualAddLayerNormEqualsTheTwoKernels) {
   SKIP_WITHOUT_GPU();
-  for (const auto [n, c] : {std::pair<int64_t, int64_t>{256, 768}, {77, 130}}) {
+  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{256, 768}, {77, 130}}) {
     SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c));
     Dev<float> res(Random(n * c, 31, 2.0f)), bias(Random(c, 32)), w(Random(c, 33)), lb(Random(c, 34));
     Dev<bf16> y(ToBf16(Random(n * c, 35)));
@@ -212,6 +212,12 @@ struct TinyGptCase {
       tg[i] = static_cast<int32_t>(g() % 256);
     }
   }
+  // The same model on the GPU, with the CPU model's weights.
+  StatusOr<std::unique_ptr<CudaGptModel>> Gpu(cudaStream_t s) const {
+    FP8_ASSIGN_OR_RETURN(auto gpu, CudaGptModel::Create(cfg, pc, cpu->tensors(), batch, s));
+    FP8_RETURN_IF_ERROR(gpu->UploadParams(cpu->params().data()));
+    return gpu;
+  }
 };
 
 class CudaModelVsCpu : public ::testing::TestWithParam<RecipeCase> {};
@@ -223,16 +229,13 @@ TEST_P(CudaModelVsCpu, LossAndEveryTensorGradientMatch) {
   SKIP_WITHOUT_GPU();
   const RecipeCase rc = GetParam();
   TinyGptCase tc(rc.recipe, 7, 11);
-  const ModelConfig& cfg = tc.cfg;
-  const PrecisionConfig& pc = tc.pc;
   const int batch = tc.batch;
   GptModel& cpu = *tc.cpu;
   const std::vector<int32_t>&in = tc.in, &tg = tc.tg;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  auto gpu = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);
+  auto gpu = tc.Gpu(s);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-  ASSERT_OK((*gpu)->UploadParams(cpu.params().data()));
   // Two steps' worth of forward/backward so tensorwise runs with a recorded history too.
   for (int rep = 0; rep < 2; ++rep) {
     cpu.ZeroGrad();
@@ -275,34 +278,28 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
 TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   SKIP_WITHOUT_GPU();
   TinyGptCase tc(Recipe::kBf16, 5, 13);
-  const ModelConfig& cfg = tc.cfg;
-  const PrecisionConfig& pc = tc.pc;
-  const int batch = tc.batch;
-  GptModel& cpu = *tc.cpu;
-  const std::vector<int32_t>&in = tc.in, &tg = tc.tg;
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  auto fused = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);
+  auto fused = tc.Gpu(s);
   setenv("FP8_CUDA_NO_FUSION", "1", 1);
-  auto separate = CudaGptModel::Create(cfg, pc, cpu.tensors(), batch, s);
+  auto separate = tc.Gpu(s);
   unsetenv("FP8_CUDA_NO_FUSION");
   ASSERT_TRUE(fused.ok() && separate.ok());
   std::vector<std::vector<float>> grads;
   std::vector<double> losses;
   for (auto* m : {&*fused, &*separate}) {
-    ASSERT_OK((*m)->UploadParams(cpu.params().data()));
-    auto loss = (*m)->Forward(in.data(), tg.data(), batch, true, 1.0f);
+    auto loss = (*m)->Forward(tc.in.data(), tc.tg.data(), tc.batch, true, 1.0f);
     ASSERT_TRUE(loss.ok()) << loss.status().message();
     ASSERT_OK((*m)->Backward());
     losses.push_back(*loss);
-    grads.emplace_back(static_cast<size_t>(cpu.num_params()));
+    grads.emplace_back(static_cast<size_t>(tc.cpu->num_params()));
     ASSERT_OK((*m)->DownloadGrads(grads.back().data()));
   }
   const std::string refused = (*fused)->EpilogueRefusals();
   std::printf("epilogues cuBLASLt refused: %s\n", refused.empty() ? "none" : refused.c_str());
   EXPECT_NEAR(losses[0], losses[1], 1e-3 * losses[1]);
   double worst = 0;
-  for (const ParamTensor& t : cpu.tensors()) {
+  for (const ParamTensor& t : tc.cpu->tensors()) {
     const double e = RelErr(grads[0].data() + t.offset, grads[1].data() + t.offset, static_cast<size_t>(t.numel));
     worst = std::max(worst, e);
     EXPECT_LT(e, 2e-2) << t.name;

@@ -184,16 +184,6 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
   return OkStatus();
 }
 
-Bf16GemmArgs CudaLinear::ForwardArgs(const bf16* x, int64_t m, bf16* y) const {
-  Bf16GemmArgs g;
-  g.tb = true;
-  g.m = m, g.n = out_, g.k = in_;
-  g.a = x, g.lda = in_;
-  g.b = w_bf16_.get(), g.ldb = in_;
-  g.d = y, g.ldd = out_;
-  return g;
-}
-
 bool CudaLinear::MayFuse(Bf16Epilogue e) const { return fuse_ && !refused_[static_cast<int>(e)]; }
 
 StatusOr<bool> CudaLinear::RunFused(const Bf16GemmArgs& g) {
@@ -204,32 +194,31 @@ StatusOr<bool> CudaLinear::RunFused(const Bf16GemmArgs& g) {
   return false;
 }
 
-Status CudaLinear::CastForFusedForward() {
+StatusOr<bool> CudaLinear::TryFusedForward(const bf16* x, int64_t m, bf16* y, Bf16Epilogue e, bf16* aux) {
+  if (!MayFuse(e)) return false;
   FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
-  return CastF32ToBf16(b_, out_, b_bf16_.get(), s_);
+  FP8_RETURN_IF_ERROR(CastF32ToBf16(b_, out_, b_bf16_.get(), s_));  // the epilogue takes the bias in D's type
+  Bf16GemmArgs g;
+  g.tb = true;
+  g.m = m, g.n = out_, g.k = in_;
+  g.a = x, g.lda = in_;
+  g.b = w_bf16_.get(), g.ldb = in_;
+  g.d = y, g.ldd = out_;
+  g.epilogue = e, g.bias = b_bf16_.get();
+  g.aux = aux, g.ld_aux = out_;
+  return RunFused(g);
 }
 
 Status CudaLinear::Forward(const bf16* x, int64_t m, bf16* y, bool training) {
-  if (MayFuse(Bf16Epilogue::kBias)) {
-    FP8_RETURN_IF_ERROR(CastForFusedForward());
-    Bf16GemmArgs g = ForwardArgs(x, m, y);
-    g.epilogue = Bf16Epilogue::kBias, g.bias = b_bf16_.get();
-    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
-    if (done) return OkStatus();
-  }
+  FP8_ASSIGN_OR_RETURN(const bool fused, TryFusedForward(x, m, y, Bf16Epilogue::kBias, nullptr));
+  if (fused) return OkStatus();
   FP8_RETURN_IF_ERROR(ForwardNoBias(x, m, y, training));
   return AddBias(y, b_, m, out_, s_);
 }
 
 Status CudaLinear::ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training) {
-  if (MayFuse(Bf16Epilogue::kGeluAuxBias)) {
-    FP8_RETURN_IF_ERROR(CastForFusedForward());
-    Bf16GemmArgs g = ForwardArgs(x, m, y);
-    g.epilogue = Bf16Epilogue::kGeluAuxBias, g.bias = b_bf16_.get();
-    g.aux = pre, g.ld_aux = out_;
-    FP8_ASSIGN_OR_RETURN(const bool done, RunFused(g));
-    if (done) return OkStatus();
-  }
+  FP8_ASSIGN_OR_RETURN(const bool fused, TryFusedForward(x, m, y, Bf16Epilogue::kGeluAuxBias, pre));
+  if (fused) return OkStatus();
   FP8_RETURN_IF_ERROR(ForwardNoBias(x, m, pre, training));
   return BiasGeluForward(pre, b_, m, out_, y, s_);
 }

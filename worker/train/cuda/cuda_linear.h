@@ -97,14 +97,13 @@ class CudaLinear {
   // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
-  // The bf16 forward GEMM's arguments (W's bf16 cast must be current) and that cast, with the
-  // bias's (the epilogue takes the bias in D's type).
-  Bf16GemmArgs ForwardArgs(const bf16* x, int64_t m, bf16* y) const;
-  Status CastForFusedForward();
   // Whether this layer may try `e` fused; RunFused: true when it ran, false when cuBLASLt
   // refused it (remembered: the layer takes the unfused path from then on).
   bool MayFuse(Bf16Epilogue e) const;
   StatusOr<bool> RunFused(const Bf16GemmArgs& g);
+  // bf16: y = x·Wᵀ with epilogue `e` (bias, or bias + GELU with aux = pre-activation); false when
+  // this layer does not fuse `e` and the caller runs the separate passes.
+  StatusOr<bool> TryFusedForward(const bf16* x, int64_t m, bf16* y, Bf16Epilogue e, bf16* aux);
   template <typename T>
   Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
 
