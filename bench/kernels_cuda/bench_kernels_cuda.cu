@@ -232,11 +232,13 @@ void BenchGemms() {
   // The candidates kAuto chooses from (all with the scales through the pipeline) and the
   // variants of this round: 5 vs 6 stages for 128x128 (one staging box), L2 eviction hints
   // (keep A, drop B) on the small-M tiles, 128x64 / 128x112 split-K 2, 128x192, the 128x128 CTA
-  // pairs. The __ldg twins, single-accumulator, epilogue-overlap, split-4/8, B-prefetch,
-  // 128x56 and 128x64-pair variants measured slower (docs/performance.md) and are left out to keep the run
-  // short; the tests still run them.
-  constexpr int kVariants = 10;
-  constexpr Sm90BlockwiseGemmTile kHeadlineCandidate = Sm90BlockwiseGemmTile::kN192ScalesTma;
+  // pairs, 128x192 ping-pong (rasterized in groups of 8 and 16 row blocks; also the headline
+  // candidate), 128x128 ping-pong, 128x128 6 stages in groups of 16 row blocks. The __ldg
+  // twins, single-accumulator, epilogue-overlap, split-4/8, B-prefetch, 128x56 and 128x64-pair
+  // variants measured slower (docs/performance.md) and are left out to keep the run short; the
+  // tests still run them.
+  constexpr int kVariants = 14;
+  constexpr Sm90BlockwiseGemmTile kHeadlineCandidate = Sm90BlockwiseGemmTile::kN192PingPong;
   struct Row {
     int64_t m, n, k;
     std::string cublas, own, cand, ratio_cand, bf16, ratio_cublas, ratio_bf16, diff;
@@ -256,6 +258,10 @@ void BenchGemms() {
       {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, "128x64 split-K 2"},
       {Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma, "128x112 split-K 2"},
       {Sm90BlockwiseGemmTile::kN192ScalesTma, "128x192 (1 partial acc.)"},
+      {Sm90BlockwiseGemmTile::kN192PingPong, "128x192 ping-pong"},
+      {Sm90BlockwiseGemmTile::kN192PingPongGroup16, "128x192 ping-pong, groups of 16"},
+      {Sm90BlockwiseGemmTile::kN128PingPong, "128x128 ping-pong"},
+      {Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16, "128x128 6 stages, groups of 16"},
       {Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, "128x128 pairs"}};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
@@ -438,8 +444,9 @@ void ProfileGemm(int64_t m, int64_t n, int64_t k) {
   FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(**ctx_or, qa, Fp8Format::kE4M3, sa, qb, Fp8Format::kE4M3, sb, m, n, k, d,
                                             Sm90GemmOut::kBf16, nullptr));
   for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN128ScalesTma6Stages,
-                    Sm90BlockwiseGemmTile::kN192ScalesTma, Sm90BlockwiseGemmTile::kN64ScalesTma,
-                    Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma}) {
+                    Sm90BlockwiseGemmTile::kN192ScalesTma, Sm90BlockwiseGemmTile::kN192PingPong,
+                    Sm90BlockwiseGemmTile::kN192PingPongGroup16, Sm90BlockwiseGemmTile::kN128PingPong,
+                    Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16}) {
     FP8_CHECK_OK(Sm90GemmFp8Blockwise(qa, sa, qb, sb, m, n, k, d, nullptr, tile));
   }
   FP8_CUDA_CHECK(cudaDeviceSynchronize());

@@ -207,6 +207,12 @@ using ConfigN56ScalesTma = Config<56, 9, true, false, 1, 1, false, true>;
 // fewer operand bytes per flop) with one partial accumulator (two do not fit in registers);
 // 40 KB stages, 5 fit beside one staging box per warpgroup and the scale copies.
 using ConfigN192ScalesTma = Config<192, 5, false, false, 1, 1, false, true, true>;
+// 128x192 as kN192ScalesTma, the consumer warpgroups' wgmma issues alternating (ping-pong),
+// rasterized in groups of 8 or 16 row blocks.
+using ConfigN192PingPong = Config<192, 5, false, false, 1, 1, false, true, true, false, true>;
+using ConfigN192PingPongGroup16 = Config<192, 5, false, false, 1, 1, false, true, true, false, true, 16>;
+using ConfigN128PingPong = Config<128, 6, false, false, 1, 1, false, true, true, false, true>;
+using ConfigN128ScalesTma6Group16 = Config<128, 6, true, false, 1, 1, false, true, true, false, false, 16>;
 // Small-M kAuto tiles with L2 eviction hints (keep A, drop B first).
 using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, true, false, 1, 2, false, true, false, true>;
 using ConfigN64ScalesTmaL2 = Config<64, 8, true, false, 1, 1, false, true, false, true>;
@@ -228,6 +234,10 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return Sm90BlockwiseGemmTile::kN64;
     // No __ldg 128x192 kernel: the 128x128 one computes the same bits.
     case Sm90BlockwiseGemmTile::kN192ScalesTma: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN192PingPong: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN192PingPongGroup16: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN128PingPong: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16: return Sm90BlockwiseGemmTile::kN128;
     default: return tile;
   }
 }
@@ -384,6 +394,14 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN64ScalesTmaL2>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN192ScalesTma:
       return Launch<ConfigN192ScalesTma>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192PingPong:
+      return Launch<ConfigN192PingPong>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192PingPongGroup16:
+      return Launch<ConfigN192PingPongGroup16>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128PingPong:
+      return Launch<ConfigN128PingPong>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16:
+      return Launch<ConfigN128ScalesTma6Group16>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -56,10 +56,20 @@ constexpr int kGroupM = 8;
 // wait until the TMA has read it, next box) instead of its whole 64 x BLOCK_N slice: for
 // 128x128 tiles 16 KB of staging instead of 32 KB, which buys back the stage the scale copies
 // cost (6 stages instead of 5).
+// kPingPong (one partial accumulator): the two consumer warpgroups take turns issuing their
+// K block's wgmmas (named barriers, CUTLASS's ordered math), so one warpgroup's wait + promotion
+// (and its epilogue) runs while the tensor cores work on the other's wgmmas. Without the order
+// both wait on the same full barrier, issue together, and promote together with the tensor cores
+// idle (kN192ScalesTma). kGroupM_: row blocks per rasterization group (TileOf).
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
           int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false,
-          bool kOneStagingBox_ = false, bool kL2Hints_ = false>
+          bool kOneStagingBox_ = false, bool kL2Hints_ = false, bool kPingPong_ = false,
+          int kGroupM_ = kGroupM>
 struct Config {
+  static constexpr bool kPingPong = kPingPong_;
+  static_assert(!kPingPong_ || (!kDoubleAccumulator_ && kSplitK_ == 1 && kCluster_ == 1),
+                "ping-pong: one partial accumulator, tile by tile");
+  static constexpr int kRasterGroupM = kGroupM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kDoubleAccumulator = kDoubleAccumulator_;
@@ -267,6 +277,11 @@ __device__ __forceinline__ void FenceProxyAsyncShared() {
 __device__ __forceinline__ void NamedBarrierSync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts this thread's warp towards barrier `id` without waiting (the signalling side of a
+// producer/consumer pair of named-barrier users).
+__device__ __forceinline__ void NamedBarrierArrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 template <uint32_t kRegs>
 __device__ __forceinline__ void SetMaxNRegInc() {
@@ -397,11 +412,11 @@ struct TileCoord {
   uint32_t m_block, n_block;
 };
 __device__ __forceinline__ TileCoord TileOf(uint32_t t, uint32_t num_m_blocks,
-                                            uint32_t num_n_blocks) {
-  const uint32_t per_group = kGroupM * num_n_blocks;
+                                            uint32_t num_n_blocks, uint32_t rows_per_group = kGroupM) {
+  const uint32_t per_group = rows_per_group * num_n_blocks;
   const uint32_t group = t / per_group;
-  const uint32_t first_m = group * kGroupM;
-  const uint32_t group_m = min(num_m_blocks - first_m, static_cast<uint32_t>(kGroupM));
+  const uint32_t first_m = group * rows_per_group;
+  const uint32_t group_m = min(num_m_blocks - first_m, rows_per_group);
   const uint32_t r = t - group * per_group;
   return {first_m + r % group_m, r / group_m};
 }
@@ -459,7 +474,7 @@ __device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) {
 }
 template <class Cfg>
 __device__ __forceinline__ TileCoord CtaTile(uint32_t t, const KernelArgs& args) {
-  TileCoord c = TileOf(t, args.num_m_blocks, args.num_n_blocks / Cfg::kCluster);
+  TileCoord c = TileOf(t, args.num_m_blocks, args.num_n_blocks / Cfg::kCluster, Cfg::kRasterGroupM);
   c.n_block = c.n_block * Cfg::kCluster + ClusterRank<Cfg>();
   return c;
 }
@@ -498,6 +513,22 @@ struct Consumer {
         row_in_wg((threadIdx.x / 32) % 4 * 16 + threadIdx.x % 32 / 4) {}
 
   __device__ __forceinline__ void WaitFull() const { MbarWait(smem.full_bar + 8 * s, phase); }
+
+  // kPingPong: warpgroup w issues its wgmmas once the other has issued its previous K block.
+  // Named barrier kTurnBarrier + w = "warpgroup w's turn": the other warpgroup's 128 threads
+  // arrive (bar.arrive), w's 128 wait (bar.sync). Warpgroup 0 takes the very first turn
+  // unasked, so it waits once more at the end (FinishTurns) for the last turn warpgroup 1 passes
+  // back, which leaves both barriers idle at exit. (IDs 1-3: the epilogue and split-K.)
+  static constexpr uint32_t kTurnBarrier = 4;
+  bool took_turn = false;
+  __device__ __forceinline__ void WaitTurn() {
+    if (warpgroup == 1 || took_turn) NamedBarrierSync(kTurnBarrier + warpgroup, 256);
+    took_turn = true;
+  }
+  __device__ __forceinline__ void PassTurn() const { NamedBarrierArrive(kTurnBarrier + (1 - warpgroup), 256); }
+  __device__ __forceinline__ void FinishTurns() const {
+    if (warpgroup == 0 && took_turn) NamedBarrierSync(kTurnBarrier, 256);
+  }
   __device__ __forceinline__ void NextStage() {
     if (++s == kStages) {
       s = 0;
@@ -763,6 +794,19 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
       c.Release(pending_stage);
       c.Promote(part0, pending);
     }
+  } else if constexpr (Cfg::kPingPong) {
+    // One partial accumulator, the warpgroups' issues alternating (Config::kPingPong): while
+    // this warpgroup waits for its wgmmas and promotes, the other's are on the tensor cores.
+    while (kb < end) {
+      const Scales cur = fetch();
+      c.WaitTurn();
+      c.Issue(part0);
+      c.PassTurn();
+      WgmmaWait<0>();
+      c.Release(c.s);
+      c.Promote(part0, cur);
+      advance();
+    }
   } else {
     while (kb < end) {
       const Scales cur = fetch();
@@ -787,6 +831,7 @@ __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[C
     TileMainLoop(c, tile, KRange{0, args.num_k_blocks}, part0, part1);
     c.Epilogue(tile);
   }
+  if constexpr (Cfg::kPingPong) c.FinishTurns();
 }
 
 // Split-K: this CTA's K range of the cluster's one tile, then the reduction over the cluster.

@@ -76,6 +76,15 @@ namespace fp8::kernels::cuda {
 //          the registers), scales through the pipeline, 5 stages, one staging box: B is read
 //          from shared memory once per 192 columns (large M). Tiles span two B-scale blocks; N
 //          need not be a multiple of 192 (the TMA store clips). Bitwise the same as kN128
+//   kN192PingPong: kN192ScalesTma whose two consumer warpgroups take turns issuing their K
+//          block's wgmmas (named barriers), so one warpgroup's promotion and epilogue run while
+//          the tensor cores work on the other's; bitwise the same as kN128
+//   kN192PingPongGroup16: kN192PingPong with tiles rasterized in groups of 16 row blocks
+//          instead of 8 (fewer distinct B tiles in L2 at a time)
+//   kN128PingPong: 128x128 with one partial accumulator per warpgroup, the issues alternating as
+//          in kN192PingPong (against kN128's two partials: which hides the promotion better);
+//          6 stages, one staging box; bitwise the same as kN128
+//   kN128ScalesTma6StagesGroup16: kN128ScalesTma6Stages rasterized in groups of 16 row blocks
 //   kAuto: with fewer 128x128 tiles than SMs: kN64SplitK2ScalesTma where its 4 x tiles CTAs
 //          all run at once and K has >= 32 blocks; else the largest split whose clusters all
 //          run at once and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTmaL2Hints);
@@ -111,6 +120,10 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN128SplitK2ScalesTmaL2Hints,
   kN64ScalesTmaL2Hints,
   kN192ScalesTma,
+  kN192PingPong,
+  kN192PingPongGroup16,
+  kN128PingPong,
+  kN128ScalesTma6StagesGroup16,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

@@ -33,7 +33,9 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, Sm90BlockwiseGemmTile::kN64PairSharedAScalesTma,
     Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma,
     Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints,
-    Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN192ScalesTma};
+    Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN192ScalesTma,
+    Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN192PingPongGroup16,
+    Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
@@ -60,7 +62,11 @@ constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPair
     {Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN64},
     {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN128SplitK2},
     {Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN64},
-    {Sm90BlockwiseGemmTile::kN192ScalesTma, Sm90BlockwiseGemmTile::kN128}};
+    {Sm90BlockwiseGemmTile::kN192ScalesTma, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN192PingPongGroup16, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16, Sm90BlockwiseGemmTile::kN128}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -89,6 +95,10 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints: return "N128-split-K-2-scales-TMA-L2-hints";
     case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return "N64-scales-TMA-L2-hints";
     case Sm90BlockwiseGemmTile::kN192ScalesTma: return "N192-scales-TMA";
+    case Sm90BlockwiseGemmTile::kN192PingPong: return "N192-ping-pong";
+    case Sm90BlockwiseGemmTile::kN192PingPongGroup16: return "N192-ping-pong-group-16";
+    case Sm90BlockwiseGemmTile::kN128PingPong: return "N128-ping-pong";
+    case Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16: return "N128-scales-TMA-6-stages-group-16";
     default: return "auto";
   }
 }
@@ -306,6 +316,31 @@ TEST_F(Sm90GemmBlockwiseTest, ScalesTmaVariantsAreBitwiseEqualToLdgVariants) {
       const std::vector<uint16_t> got = RunOwn(dev, m, n, k, tma);
       EXPECT_EQ(DifferingElements(want, got), 0u) << "elements that differ from " << TileName(ldg);
       ASSERT_TRUE(AllFinite(Bf16Rows(got, n, 0, m)));
+    }
+  }
+}
+
+// The ping-pong tiles (warpgroups alternating their wgmma issues, named barriers passed back and
+// forth across tiles) over several tiles per CTA: more 128x192 tiles than SMs, one K block per
+// tile (a turn per tile) and three, a partial last row tile and a last column tile past N
+// (7168 = 37.3 x 192), a partial last rasterization group of 16 row blocks (9 and 3 row
+// blocks; also for the 128x128 tile rasterized in groups of 16). Bitwise the same as 128x128 (same per-element order); a lost turn would hang or
+// leave the NaN poison.
+TEST_F(Sm90GemmBlockwiseTest, PingPongIsBitwiseEqualToN128WithManyTilesPerCta) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1100, 7168, 128}, {1100, 7168, 384},
+                         {300, 24576, 256}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 " seed=" + std::to_string(seed_));
+    std::mt19937_64 rng(seed_ + 7 * m + n + k);
+    const Operands op = MakeOperands(m, n, k, rng);
+    const DeviceOperands dev(op);
+    const std::vector<uint16_t> want = RunOwn(dev, m, n, k, Sm90BlockwiseGemmTile::kN128);
+    ASSERT_TRUE(AllFinite(Bf16Rows(want, n, 0, m)));
+    for (Sm90BlockwiseGemmTile tile : {Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN192PingPongGroup16,
+                                       Sm90BlockwiseGemmTile::kN128PingPong,
+                                       Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16}) {
+      SCOPED_TRACE(TileName(tile));
+      EXPECT_EQ(DifferingElements(want, RunOwn(dev, m, n, k, tile)), 0u) << "elements that differ from N128";
     }
   }
 }
