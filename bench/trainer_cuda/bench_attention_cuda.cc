@@ -2,10 +2,11 @@
 // two trainer shapes, with q/k/v read out of the fused [B, T, 3C] qkv buffer and y written as
 // [B, T, C], as the model does. Each shape runs, in the same process: the previous kernels
 // (FP8_CUDA_FLASH_OLD=1), the mma.sync forward (FP8_CUDA_FLASH_MMA_FWD=1), the wgmma forward's
-// variants (ping-pong, intra-warpgroup overlap), and the default; it checks that they agree (y, lse, dqkv) and that
-// two backward runs give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's
-// output), prints PyTorch SDPA's times beside ours. The backward is the same in every row but
-// the previous one; it reads each row's own y and lse.
+// variants (ping-pong, intra-warpgroup overlap), the dQ and dK/dV kernels' variants (wgmma or
+// mma.sync), and the default; it checks that they agree (y, lse, dqkv) and that two backward runs
+// give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's output), prints
+// PyTorch SDPA's times beside ours. Each row's backward reads its own y and lse. Then the
+// backward's two kernels timed alone: dK/dV (mma.sync, wgmma) and dQ (the default one).
 //
 // Times: CUDA events around --reps launches after --warmup, mean per launch. The backward time
 // includes its rowsum(dy∘y) pass. TFLOP/s counts causal FLOPs: forward 2·2·B·H·T²·hd / 2 (two
@@ -102,7 +103,8 @@ struct Variant {
   std::vector<std::pair<const char*, const char*>> env;
 };
 const char* const kSwitches[] = {"FP8_CUDA_FLASH_OLD", "FP8_CUDA_FLASH_MMA_FWD", "FP8_CUDA_FLASH_WGMMA_PINGPONG",
-                                  "FP8_CUDA_FLASH_WGMMA_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DQ", "FP8_CUDA_FLASH_WGMMA_DQ_KEYS"};
+                                  "FP8_CUDA_FLASH_WGMMA_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DQ", "FP8_CUDA_FLASH_WGMMA_DQ_KEYS",
+                                  "FP8_CUDA_FLASH_WGMMA_DKDV", "FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "FP8_CUDA_FLASH_WGMMA_DKDV_BQ"};
 const Variant kVariants[] = {
     {"previous (FP8_CUDA_FLASH_OLD=1)", {{"FP8_CUDA_FLASH_OLD", "1"}}},
     {"mma.sync fwd (FP8_CUDA_FLASH_MMA_FWD=1)", {{"FP8_CUDA_FLASH_MMA_FWD", "1"}}},
@@ -115,9 +117,16 @@ const Variant kVariants[] = {
     {"default fwd + wgmma dQ (FP8_CUDA_FLASH_WGMMA_DQ=1)", {{"FP8_CUDA_FLASH_WGMMA_DQ", "1"}}},
     {"default fwd + wgmma dQ, 128-key tiles at hd 128", {{"FP8_CUDA_FLASH_WGMMA_DQ", "1"}, {"FP8_CUDA_FLASH_WGMMA_DQ_KEYS", "128"}}},
     {"default fwd + mma.sync dQ (FP8_CUDA_FLASH_WGMMA_DQ=0)", {{"FP8_CUDA_FLASH_WGMMA_DQ", "0"}}},
+    {"default fwd, wgmma dQ + mma.sync dK/dV (FP8_CUDA_FLASH_WGMMA_DKDV=0)", {{"FP8_CUDA_FLASH_WGMMA_DKDV", "0"}}},
+    {"default fwd, wgmma dQ + wgmma dK/dV (FP8_CUDA_FLASH_WGMMA_DKDV=1)", {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}}},
+    {"default fwd, wgmma dQ + wgmma dK/dV without ping-pong",
+     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "0"}}},
+    {"default fwd, wgmma dQ + wgmma dK/dV, 64-query tiles at hd 64",
+     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_BQ", "64"}}},
     {"default", {}},
 };
-constexpr int kMmaRow = 1, kWgmmaRow = 5, kWgmmaDqRow = 6, kMmaDqRow = 8, kDefaultRow = 9;
+constexpr int kMmaRow = 1, kWgmmaRow = 5, kWgmmaDqRow = 6, kMmaDqRow = 8, kMmaDkDvRow = 9, kWgmmaDkDvRow = 10,
+              kDefaultRow = 13;
 static_assert(std::size(kVariants) == kDefaultRow + 1, "the default row is the last");
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -209,9 +218,11 @@ int Run(int argc, char** argv) {
       }
       const bool wgmma = FlashAttentionForwardUsesWgmma(dims, ql, q, k, v);
       const bool wgmma_dq = FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, q, k, v, dy.get());
-      std::printf("| %s | %s%s%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(), kVariants[vi].label,
+      const bool wgmma_dkdv = FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get());
+      std::printf("| %s | %s%s%s%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(), kVariants[vi].label,
                   vi == kDefaultRow ? (wgmma ? ": wgmma fwd" : ": mma.sync fwd") : "",
-                  vi == kDefaultRow ? (wgmma_dq ? ", wgmma dQ" : ", mma.sync dQ") : "", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9,
+                  vi == kDefaultRow ? (wgmma_dq ? ", wgmma dQ" : ", mma.sync dQ") : "",
+                  vi == kDefaultRow ? (wgmma_dkdv ? ", wgmma dK/dV" : ", mma.sync dK/dV") : "", r.fwd_ms, fwd_flop / r.fwd_ms / 1e9,
                   r.bwd_ms, bwd_flop / r.bwd_ms / 1e9, r.fwd_ms + r.bwd_ms,
                   (fwd_flop + bwd_flop) / (r.fwd_ms + r.bwd_ms) / 1e9, vs_f, vs_fb);
     }
@@ -222,14 +233,35 @@ int Run(int argc, char** argv) {
       std::printf("| %s | torch SDPA (is_causal, bf16) | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | 1.00x | 1.00x |\n",
                   sh.what.c_str(), tf, fwd_flop / tf / 1e9, tb, bwd_flop / tb / 1e9, tfb, (fwd_flop + bwd_flop) / tfb / 1e9);
     }
+    // The backward's kernels alone, on the default forward's y/lse and the delta its last
+    // backward left in scratch (the switches are unset here: the default forward ran last).
+    // TFLOP/s as above: dK/dV does 4 of the 5 counted GEMMs (S, dP, dV, dK), dQ 3 (S, dP, dQ).
+    auto alone = [&](const char* dkdv_switch, bool dq) {
+      setenv("FP8_CUDA_FLASH_WGMMA_DKDV", dkdv_switch, 1);
+      bf16* out = dqkv2.get();
+      const double ms = TimeMs(s, warmup, reps, [&] {
+        return dq ? fp8::train::cuda::internal::FlashAttentionBackwardDqAlone(dims, q, k, v, ql, dy.get(), yl, lse.get(),
+                                                                             scratch.get(), out, s)
+                  : fp8::train::cuda::internal::FlashAttentionBackwardDkDvAlone(dims, q, k, v, ql, dy.get(), yl, lse.get(),
+                                                                               scratch.get(), out + c, out + 2 * c, s);
+      });
+      unsetenv("FP8_CUDA_FLASH_WGMMA_DKDV");
+      return ms;
+    };
+    const double dkdv_mma = alone("0", false), dkdv_wgmma = alone("1", false), dq_ms = alone("", true);
+    std::printf("| %s | kernels alone: dK/dV mma.sync %.3f ms (%.0f TFLOP/s), dK/dV wgmma %.3f ms (%.0f TFLOP/s), dQ (%s) %.3f ms (%.0f TFLOP/s) | | | | | | | | |\n",
+                sh.what.c_str(), dkdv_mma, 0.8 * bwd_flop / dkdv_mma / 1e9, dkdv_wgmma, 0.8 * bwd_flop / dkdv_wgmma / 1e9,
+                FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, q, k, v, dy.get()) ? "wgmma" : "mma.sync", dq_ms,
+                0.6 * bwd_flop / dq_ms / 1e9);
     if (!previous) continue;
-    char note[512];
+    char note[768];
     const Result &mma = res[kMmaRow], &wg = res[kWgmmaRow], &old = res[0];
     std::snprintf(note, sizeof(note),
                   "%s: wgmma vs mma.sync fwd: rel. L2 diff y %.2e, max |lse diff| %.2e (log2 units), dqkv from their lse %.2e; "
-                  "wgmma vs mma.sync dQ: dqkv %.2e; mma.sync vs previous: y %.2e dqkv %.2e; backward bitwise repeatable: %s",
+                  "wgmma vs mma.sync dQ: dqkv %.2e; wgmma vs mma.sync dK/dV: dqkv %.2e; mma.sync vs previous: y %.2e dqkv %.2e; "
+                  "backward bitwise repeatable: %s",
                   sh.what.c_str(), RelDiff(wg.y, mma.y), MaxAbsDiff(wg.lse, mma.lse), RelDiff(wg.dqkv, mma.dqkv),
-                  RelDiff(res[kWgmmaDqRow].dqkv, res[kMmaDqRow].dqkv),
+                  RelDiff(res[kWgmmaDqRow].dqkv, res[kMmaDqRow].dqkv), RelDiff(res[kWgmmaDkDvRow].dqkv, res[kMmaDkDvRow].dqkv),
                   RelDiff(mma.y, old.y), RelDiff(mma.dqkv, old.dqkv),
                   std::all_of(std::begin(res), std::end(res), [](const Result& x) { return x.repeatable; }) ? "every row" : "NOT ALL");
     notes.push_back(note);

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The fused causal attention on the GPU machine, in one call: the CUDA trainer tests (the
 # FlashAttention ones also on the previous kernels), bench_attention_cuda (previous kernels,
-# mma.sync and wgmma forwards and dQ kernels, default) beside PyTorch SDPA, and the bf16
-# training step with its breakdown, default kernels then the mma.sync forward and dQ.
+# mma.sync and wgmma forwards, dQ and dK/dV kernels, default; the backward's kernels alone) beside
+# PyTorch SDPA, and the bf16 training step with its breakdown, default kernels, then under
+# STEP_COMPARE (default: the mma.sync forward and dQ; e.g. STEP_COMPARE="FP8_CUDA_FLASH_WGMMA_DKDV=1").
 #   here:   scripts/gpu/attention.sh pack [BUILD_DIR]   binaries (default build-attn: targets
 #           worker_train_cuda_test bench_attention_cuda bench_trainer_cuda) + libraries → .attn-carry
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
 #   VARIANTS="VAR=VALUE …;VAR=VALUE …" adds, per setting, the FlashAttention tests, the bench and
 #   the bf16 step under those FP8_CUDA_FLASH_* overrides (sm90_flash_attention.cu lists them).
+#   OLD_TESTS=0 skips the FlashAttention tests on the previous kernels.
 #   TEST_FILTER='*Flash*' runs only those tests (REST_TESTS=SECONDS: then the others, under that timeout); STEP=0 skips the training-step benches (and a
 #   pack made without bench_trainer_cuda needs it: BINS="worker_train_cuda_test bench_attention_cuda").
 #   The wgmma kernels' SASS facts (registers, local memory, HGMMA count) go to the summary where
@@ -33,7 +35,7 @@ ldd $C/bin/bench_attention_cuda | grep -i "not found" >> "$S"
 link_test_corpus $C/bin/worker_train_cuda_test
 if command -v cuobjdump > /dev/null; then
   echo "== SASS of the wgmma kernels (cuobjdump)" >> "$S"
-  cuobjdump -res-usage $C/bin/bench_attention_cuda 2>&1 | grep -A1 -E "Flash(Forward|BackwardDq)Wgmma" | grep -o "REG:[0-9]* STACK:[0-9]*.*LOCAL:[0-9]*" | sort | uniq -c >> "$S"
+  cuobjdump -res-usage $C/bin/bench_attention_cuda 2>&1 | grep -A1 -E "Flash(Forward|BackwardDq|BackwardDkDv)Wgmma" | grep -o "REG:[0-9]* STACK:[0-9]*.*LOCAL:[0-9]*" | sort | uniq -c >> "$S"
   cuobjdump -sass $C/bin/bench_attention_cuda 2>/dev/null | awk '/Function : .*Wgmma/{f=$3} /Function : /&&!/Wgmma/{f=""} f&&/HGMMA/{h[f]++} f&&/(LDL|STL)/{l[f]++} END{for(k in h) print k, "HGMMA", h[k], "LDL/STL", l[k]+0}' | sed 's/_ZN3fp8.*GLOBAL__N__[0-9a-f_]*//' >> "$S"
 fi
 
@@ -48,10 +50,12 @@ if [ -n "${REST_TESTS:-}" ]; then  # the other tests of the binary, after the fi
   echo "rc=$?" >> "$S"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|tests ran" "$OUT/test_rest.log" | head -20 >> "$S"
 fi
-echo "== FlashAttention tests on the previous kernels (FP8_CUDA_FLASH_OLD=1)" >> "$S"
-FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_old.log" 2>&1
-echo "rc=$?" >> "$S"
-grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_old.log" | head -20 >> "$S"
+if [ "${OLD_TESTS:-1}" != 0 ]; then  # OLD_TESTS=0 skips them
+  echo "== FlashAttention tests on the previous kernels (FP8_CUDA_FLASH_OLD=1)" >> "$S"
+  FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_old.log" 2>&1
+  echo "rc=$?" >> "$S"
+  grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_old.log" | head -20 >> "$S"
+fi
 
 echo "== torch SDPA" >> "$S"
 timeout ${TORCH_TIMEOUT:-60} python3 scripts/gpu/attention_torch.py --reps 20 --warmup 3 > "$OUT/torch_attention.txt" 2> /tmp/attention_torch.log
@@ -79,8 +83,9 @@ timeout ${STEP_TIMEOUT:-80} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l
   > "$OUT/bench_trainer.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer.txt" >> "$S"
-echo "== same, FP8_CUDA_FLASH_MMA_FWD=1 FP8_CUDA_FLASH_WGMMA_DQ=0 (the mma.sync forward and dQ), no breakdown" >> "$S"
-FP8_CUDA_FLASH_MMA_FWD=1 FP8_CUDA_FLASH_WGMMA_DQ=0 timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
+COMPARE=${STEP_COMPARE:-FP8_CUDA_FLASH_MMA_FWD=1 FP8_CUDA_FLASH_WGMMA_DQ=0}
+echo "== same, $COMPARE, no breakdown" >> "$S"
+env $COMPARE timeout ${STEP_TIMEOUT:-60} $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 \
   > "$OUT/bench_trainer_old.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer_old.txt" >> "$S"

@@ -2,11 +2,13 @@
 // reference on random BF16 inputs: output, logsumexp, dq, dk, dv, for head dims 32/64/128 and
 // sequence lengths that are and are not multiples of the 32/64/128-row tiles, in the two layouts
 // the trainer and a plain caller use, for both forwards (wgmma and mma.sync; the backward runs on
-// the wgmma forward's lse) and both dQ kernels of the two-kernel backward; the two forwards against each other on larger random inputs; and the
+// the wgmma forward's lse) and both dQ and both dK/dV kernels of the two-kernel backward; the two
+// forwards, and the two dK/dV kernels, against each other on larger random inputs; and the
 // backward's bitwise repeatability (its dq adds are ordered across blocks), which the trainer's
 // resume test relies on. Skips without a GPU.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
@@ -131,7 +133,7 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     dy_host[static_cast<size_t>(offset(yl, i))] = dyf[static_cast<size_t>(i)];
   }
   Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
-  Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size()), dqkv_mma_dq(qkv_host.size());
+  Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size()), dqkv_mma_dq(qkv_host.size()), dqkv_other_dkdv(qkv_host.size());
   const AttentionDims dims{b, h, t, hd};
   // Sized for the one-pass backward, the larger of the two this test runs.
   const int64_t scratch_floats = [&] {
@@ -159,6 +161,12 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                      delta.get(), dqkv_mma_dq.get(), dqkv_mma_dq.get() + k_off, dqkv_mma_dq.get() + v_off, nullptr));
   }
+  {  // dk, dv by the other dK/dV kernel (wgmma vs mma.sync, hd 64/128)
+    const ScopedEnv other_dkdv("FP8_CUDA_FLASH_WGMMA_DKDV",
+                               FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, dy.get()) ? "0" : "1");
+    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
+                                     delta.get(), dqkv_other_dkdv.get(), dqkv_other_dkdv.get() + k_off, dqkv_other_dkdv.get() + v_off, nullptr));
+  }
   {
     const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
     ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
@@ -177,8 +185,9 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   // BF16 outputs carry ~2^-9 relative rounding; P and dS are rounded to BF16 before their GEMMs.
   EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2) << "wgmma forward (mma.sync at hd 32)";
   EXPECT_LT(RelErrD(gather(ToF32(y_mma.Host()), yl, 0), ref.y), 1e-2) << "mma.sync forward";
-  // two-kernel (default dQ kernel), two-kernel with the other dQ kernel, one-pass
-  for (const std::vector<float>& g : {dqkv_dev, ToF32(dqkv_mma_dq.Host()), ToF32(dqkv_fused.Host())}) {
+  // two-kernel (default kernels), with the other dQ kernel, with the other dK/dV kernel, one-pass
+  for (const std::vector<float>& g :
+       {dqkv_dev, ToF32(dqkv_mma_dq.Host()), ToF32(dqkv_other_dkdv.Host()), ToF32(dqkv_fused.Host())}) {
     EXPECT_LT(RelErrD(gather(g, ql, 0), ref.dq), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, k_off), ref.dk), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, v_off), ref.dv), 2e-2);
@@ -207,12 +216,17 @@ INSTANTIATE_TEST_SUITE_P(
 // Two backward runs on the same inputs give the same bits, for both backwards, at a size where
 // many key blocks of many heads run at once and (one-pass backward) add into the same dq tiles.
 // No reference: the shapes above check values.
-class FlashAttentionRepeat : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+// The backwards: two-kernel with the mma.sync or the wgmma dK/dV kernel (the dQ one as default), one-pass.
+enum class Bwd { kMmaDkDv, kWgmmaDkDv, kOnePass };
+
+class FlashAttentionRepeat : public ::testing::TestWithParam<std::tuple<int64_t, Bwd>> {};
 
 TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
   const int64_t b = 4, h = 8, t = 520, hd = std::get<0>(GetParam()), cdim = h * hd, n = b * t * cdim;
-  const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", std::get<1>(GetParam()) ? "1" : "0");
+  const Bwd kind = std::get<1>(GetParam());
+  const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", kind == Bwd::kOnePass ? "1" : "0");
+  const ScopedEnv dkdv("FP8_CUDA_FLASH_WGMMA_DKDV", kind == Bwd::kWgmmaDkDv ? "1" : "0");
   const AttentionDims dims{b, h, t, hd};
   const HeadLayout ql = RowMajorHeads(t, hd, 3 * cdim), yl = RowMajorHeads(t, hd, cdim);
   Dev<bf16> qkv(ToBf16(Random(static_cast<size_t>(3 * n), 5, 1.5f))), dy(ToBf16(Random(static_cast<size_t>(n), 6)));
@@ -234,9 +248,74 @@ TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
   EXPECT_GT(nonzero, a.size() / 2);  // the gradients were written at all
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat, ::testing::Combine(::testing::Values(int64_t{64}, int64_t{128}), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<std::tuple<int64_t, bool>>& i) {
-                           return "hd" + std::to_string(std::get<0>(i.param)) + (std::get<1>(i.param) ? "_one_pass" : "_two_kernel");
+INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat,
+                         ::testing::Combine(::testing::Values(int64_t{64}, int64_t{128}),
+                                            ::testing::Values(Bwd::kMmaDkDv, Bwd::kWgmmaDkDv, Bwd::kOnePass)),
+                         [](const ::testing::TestParamInfo<std::tuple<int64_t, Bwd>>& i) {
+                           const Bwd k = std::get<1>(i.param);
+                           return "hd" + std::to_string(std::get<0>(i.param)) +
+                                  (k == Bwd::kOnePass ? "_one_pass" : k == Bwd::kWgmmaDkDv ? "_two_kernel_wgmma_dkdv" : "_two_kernel_mma_dkdv");
+                         });
+
+// The wgmma dK/dV kernel against the mma.sync one on fresh random inputs of the trainer's layout
+// (B3 H4, T not a multiple of the 128-key or the query tile), every schedule and query tile of the
+// wgmma kernel. Both round P and dS to BF16 and accumulate in FP32; they differ by the order of
+// the sums in S, dP (and so by which P/dS values round the other way) and in dK, dV.
+class FlashAttentionDkDv : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(FlashAttentionDkDv, WgmmaMatchesMma) {
+  SKIP_WITHOUT_GPU();
+  const int64_t b = 3, h = 4, hd = std::get<0>(GetParam()), t = std::get<1>(GetParam()), cdim = h * hd, n = b * t * cdim;
+  const AttentionDims dims{b, h, t, hd};
+  const HeadLayout ql = RowMajorHeads(t, hd, 3 * cdim), yl = RowMajorHeads(t, hd, cdim);
+  Dev<bf16> qkv(ToBf16(Random(static_cast<size_t>(3 * n), 11 + static_cast<uint32_t>(hd + t), 1.5f)));
+  Dev<bf16> dy(ToBf16(Random(static_cast<size_t>(n), 12 + static_cast<uint32_t>(t))));
+  Dev<bf16> y(static_cast<size_t>(n)), ref(static_cast<size_t>(3 * n)), out(static_cast<size_t>(3 * n));
+  Dev<float> lse(static_cast<size_t>(b * h * t)), scratch(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
+  const bf16 *q = qkv.get(), *k = q + cdim, *v = q + 2 * cdim;
+  ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y.get(), yl, lse.get(), nullptr));
+  {
+    const ScopedEnv mma("FP8_CUDA_FLASH_WGMMA_DKDV", "0");
+    EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get()));
+    ASSERT_OK(FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), ref.get(),
+                                     ref.get() + cdim, ref.get() + 2 * cdim, nullptr));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> r = ToF32(ref.Host());
+  const ScopedEnv wgmma("FP8_CUDA_FLASH_WGMMA_DKDV", "1");
+  ASSERT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get()));
+  for (const char* schedule : {"ping-pong", "plain", "ping-pong, 64-query tiles"}) {
+    SCOPED_TRACE(schedule);
+    const std::string sched = schedule;
+    if (hd != 64 && sched.find("64-query") != std::string::npos) continue;  // hd 128 has 64-query tiles already
+    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", sched.find("ping-pong") != std::string::npos ? "1" : "0");
+    const ScopedEnv bq("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", sched.find("64-query") != std::string::npos ? "64" : "");
+    ASSERT_EQ(cudaMemset(out.get(), 0xFF, static_cast<size_t>(3 * n) * sizeof(bf16)), cudaSuccess);  // NaNs
+    ASSERT_OK(FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), out.get(),
+                                     out.get() + cdim, out.get() + 2 * cdim, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> a = ToF32(out.Host());
+    // dq, dk, dv: columns [0, C), [C, 2C), [2C, 3C) of each [B, T, 3C] row.
+    for (int part = 0; part < 3; ++part) {
+      double num = 0, den = 0;
+      for (int64_t row = 0; row < b * t; ++row)
+        for (int64_t c = 0; c < cdim; ++c) {
+          const size_t i = static_cast<size_t>(row * 3 * cdim + part * cdim + c);
+          ASSERT_TRUE(std::isfinite(a[i])) << "part " << part << " [" << i << "]";
+          num += (a[i] - r[i]) * double(a[i] - r[i]), den += double(r[i]) * r[i];
+        }
+      const double rel = std::sqrt(num / den);
+      std::printf("  %s hd%ld T%ld %s: rel. L2 vs mma.sync %.2e\n", schedule, static_cast<long>(hd), static_cast<long>(t),
+                  part == 0 ? "dq" : part == 1 ? "dk" : "dv", rel);
+      EXPECT_LT(rel, part == 0 ? 1e-6 : 4e-3) << (part == 0 ? "dq (same kernel in both runs)" : part == 1 ? "dk" : "dv");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionDkDv,
+                         ::testing::Values(std::make_tuple(int64_t{64}, int64_t{1000}), std::make_tuple(int64_t{128}, int64_t{777})),
+                         [](const ::testing::TestParamInfo<std::tuple<int64_t, int64_t>>& i) {
+                           return "hd" + std::to_string(std::get<0>(i.param)) + "_t" + std::to_string(std::get<1>(i.param));
                          });
 
 // The wgmma forward against the mma.sync one on fresh random inputs of the trainer's layout,
@@ -266,7 +345,7 @@ TEST_P(FlashAttentionForwards, WgmmaMatchesMma) {
   for (const char* schedule : {"ping-pong", "plain", "overlap", "overlap + ping-pong"}) {
     SCOPED_TRACE(schedule);
     const std::string sched = schedule;
-    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_PINGPONG", sched.find("ping-pong") != std::string::npos ? "1" : "0");
+    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", sched.find("ping-pong") != std::string::npos ? "1" : "0");
     const ScopedEnv overlap("FP8_CUDA_FLASH_WGMMA_OVERLAP", sched.find("overlap") != std::string::npos ? "1" : "0");
     ASSERT_EQ(cudaMemset(y_wgmma.get(), 0xFF, static_cast<size_t>(n) * sizeof(bf16)), cudaSuccess);  // NaNs
     ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y_wgmma.get(), yl, lse_wgmma.get(), nullptr));
@@ -304,6 +383,25 @@ TEST(FlashAttentionArgs, WgmmaForwardOnlyWhereItApplies) {
   }
   const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
   EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf));
+}
+
+TEST(FlashAttentionArgs, WgmmaDkDvOnlyWhereItApplies) {
+  // Pure host logic (no launch): head dims, the switch, and the one-pass backward taking over.
+  alignas(16) static bf16 buf[8];
+  const AttentionDims d64{1, 2, 16, 64}, d128{1, 2, 16, 128}, d32{1, 2, 16, 32};
+  const HeadLayout l64 = RowMajorHeads(16, 64, 3 * 128), y64 = RowMajorHeads(16, 64, 128);
+  const HeadLayout l128 = RowMajorHeads(16, 128, 3 * 256), y128 = RowMajorHeads(16, 128, 256);
+  const HeadLayout l32 = RowMajorHeads(16, 32, 3 * 64), y32 = RowMajorHeads(16, 32, 64);
+  {
+    const ScopedEnv on("FP8_CUDA_FLASH_WGMMA_DKDV", "1");
+    EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
+    EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d128, l128, y128, buf, buf, buf, buf));
+    EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d32, l32, y32, buf, buf, buf, buf));
+    const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
+    EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
+  }
+  const ScopedEnv off("FP8_CUDA_FLASH_WGMMA_DKDV", "0");
+  EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
 }
 
 TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {

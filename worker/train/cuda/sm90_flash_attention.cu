@@ -878,18 +878,34 @@ Status BackwardFused(const Params& p, unsigned bh, cudaStream_t s) {
   return OkStatus();
 }
 
+// The two-kernel backward's halves, each the wgmma kernel where the environment selects it and it
+// handles the arguments, else the mma.sync one.
+template <int D>
+Status BackwardDkDv(const Params& p, cudaStream_t s) {
+  const AttentionDims dims{p.batch, p.heads, p.seq, D};
+  if (FlashAttentionBackwardUsesWgmmaDkDv(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy))
+    return internal::FlashAttentionBackwardDkDvWgmma(dims, p.q, p.k, p.v, p.qkv, p.dy, p.yl, p.lse, p.delta, p.dk, p.dv, s);
+  constexpr int kInner = kBwdInner<D>;
+  return Launch(FlashBackwardKvKernel<D, kInner>, dim3(Blocks(p.seq, kTile), static_cast<unsigned>(p.batch * p.heads)),
+                sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
+}
+template <int D>
+Status BackwardDq(const Params& p, cudaStream_t s) {
+  const AttentionDims dims{p.batch, p.heads, p.seq, D};
+  if (FlashAttentionBackwardUsesWgmmaDq(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy))
+    return internal::FlashAttentionBackwardDqWgmma(dims, p.q, p.k, p.v, p.qkv, p.dy, p.yl, p.lse, p.delta, p.dq, s);
+  constexpr int kInner = kBwdInner<D>;
+  return Launch(FlashBackwardQKernel<D, kInner>, dim3(Blocks(p.seq, kTile), static_cast<unsigned>(p.batch * p.heads)),
+                sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
+}
+
 template <int D>
 Status Backward(const Params& p, int64_t batch, cudaStream_t s) {
   const unsigned bh = static_cast<unsigned>(batch * p.heads);
   FP8_RETURN_IF_ERROR(Launch(FlashDeltaKernel<D>, dim3(Blocks(batch * p.heads * p.seq, kWarps)), 0, s, p));
   if (!UseFusedBackward()) {  // default: the dk/dv and dq kernels (faster on the H200 at hd 64 and 128)
-    constexpr int kInner = kBwdInner<D>;
-    const dim3 grid(Blocks(p.seq, kTile), bh);
-    FP8_RETURN_IF_ERROR(Launch(FlashBackwardKvKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p));
-    const AttentionDims dims{batch, p.heads, p.seq, D};
-    if (FlashAttentionBackwardUsesWgmmaDq(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy))
-      return internal::FlashAttentionBackwardDqWgmma(dims, p.q, p.k, p.v, p.qkv, p.dy, p.yl, p.lse, p.delta, p.dq, s);
-    return Launch(FlashBackwardQKernel<D, kInner>, grid, sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
+    FP8_RETURN_IF_ERROR(BackwardDkDv<D>(p, s));
+    return BackwardDq<D>(p, s);
   }
   const bool lazy = EnvIs("FP8_CUDA_FLASH_BWD_LAZY", "1");
   if constexpr (D == 64) {
@@ -981,6 +997,47 @@ bool FlashAttentionBackwardUsesWgmmaDq(const AttentionDims& dims, HeadLayout qkv
   if (!EnvIs("FP8_CUDA_FLASH_WGMMA_DQ", "1") && !WgmmaDqByDefault(dims.head_dim)) return false;
   return internal::FlashAttentionDqWgmmaHandles(dims, qkv, yl, q, k, v, dy);
 }
+
+// The wgmma dK/dV kernel: FP8_CUDA_FLASH_WGMMA_DKDV=1 selects it, =0 the mma.sync one; unset: the
+// default per head dim (none yet: it becomes the default where the H200 measures it faster).
+static bool WgmmaDkDvByDefault(int64_t /*head_dim*/) { return false; }
+
+bool FlashAttentionBackwardUsesWgmmaDkDv(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
+                                         const void* k, const void* v, const void* dy) {
+  if (UseOldKernels() || UseFusedBackward() || EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV", "0")) return false;
+  if (!EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV", "1") && !WgmmaDkDvByDefault(dims.head_dim)) return false;
+  return internal::FlashAttentionDqWgmmaHandles(dims, qkv, yl, q, k, v, dy);  // the same TMA conditions
+}
+
+namespace internal {
+
+Status FlashAttentionBackwardDkDvAlone(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
+                                       HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse,
+                                       const float* delta, bf16* dk, bf16* dv, cudaStream_t s) {
+  FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, dy, dk, dv}));
+  Params p = MakeParams(dims, qkv, yl);
+  p.q = q, p.k = k, p.v = v, p.dy = dy, p.lse = lse, p.delta = const_cast<float*>(delta), p.dk = dk, p.dv = dv;
+  switch (dims.head_dim) {
+    case 32: return BackwardDkDv<32>(p, s);
+    case 64: return BackwardDkDv<64>(p, s);
+    default: return BackwardDkDv<128>(p, s);
+  }
+}
+
+Status FlashAttentionBackwardDqAlone(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
+                                     HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse, const float* delta,
+                                     bf16* dq, cudaStream_t s) {
+  FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, dy, dq}));
+  Params p = MakeParams(dims, qkv, yl);
+  p.q = q, p.k = k, p.v = v, p.dy = dy, p.lse = lse, p.delta = const_cast<float*>(delta), p.dq = dq;
+  switch (dims.head_dim) {
+    case 32: return BackwardDq<32>(p, s);
+    case 64: return BackwardDq<64>(p, s);
+    default: return BackwardDq<128>(p, s);
+  }
+}
+
+}  // namespace internal
 
 Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
                              HeadLayout qkv, bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {

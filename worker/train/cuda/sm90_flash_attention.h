@@ -61,6 +61,12 @@ bool FlashAttentionForwardUsesWgmma(const AttentionDims& dims, HeadLayout qkv, c
 bool FlashAttentionBackwardUsesWgmmaDq(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
                                        const void* k, const void* v, const void* dy);
 
+// Whether FlashAttentionBackward computes dk and dv with the wgmma kernel
+// (sm90_flash_attention_wgmma_dkdv.cu) for these arguments under the current environment
+// (two-kernel backward, hd 64/128, TMA-aligned; FP8_CUDA_FLASH_WGMMA_DKDV=0/1 forces it).
+bool FlashAttentionBackwardUsesWgmmaDkDv(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
+                                         const void* k, const void* v, const void* dy);
+
 namespace internal {
 // The wgmma forward (sm90_flash_attention_wgmma.cu), called by FlashAttentionForward after its
 // argument checks. Handles: head dim 64 or 128, 16-byte aligned q/k/v (TMA).
@@ -75,6 +81,22 @@ bool FlashAttentionDqWgmmaHandles(const AttentionDims& dims, HeadLayout qkv, Hea
 Status FlashAttentionBackwardDqWgmma(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                      const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
                                      const float* lse, const float* delta, __nv_bfloat16* dq, cudaStream_t s);
+// dk, dv (layout qkv) of the two-kernel backward by the wgmma kernel; same arguments and handled
+// cases as the dQ kernel (FlashAttentionDqWgmmaHandles).
+Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                       const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
+                                       const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                       cudaStream_t s);
+// The two-kernel backward's two kernels one at a time, each the one FlashAttentionBackward picks
+// under the current environment, so that a bench can time them alone. `delta` = rowsum(dy∘y), as a
+// FlashAttentionBackward call leaves it at the start of its scratch.
+Status FlashAttentionBackwardDkDvAlone(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                       const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
+                                       const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                       cudaStream_t s);
+Status FlashAttentionBackwardDqAlone(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                     const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
+                                     const float* lse, const float* delta, __nv_bfloat16* dq, cudaStream_t s);
 }  // namespace internal
 
 // Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
@@ -86,7 +108,9 @@ int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
 // dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y); `scratch` holds
 // FlashAttentionBackwardScratchFloats(dims) floats. Default: two kernels, one owning a key tile
 // (dk, dv), one a query tile (dq), no atomics; at hd 64/128 the dq one is the wgmma kernel of
-// sm90_flash_attention_wgmma.cu (FP8_CUDA_FLASH_WGMMA_DQ=0: the mma.sync one). FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
+// sm90_flash_attention_wgmma.cu (FP8_CUDA_FLASH_WGMMA_DQ=0: the mma.sync one), and the dk/dv one
+// can be the wgmma kernel of sm90_flash_attention_wgmma_dkdv.cu (FP8_CUDA_FLASH_WGMMA_DKDV=0/1;
+// FlashAttentionBackwardUsesWgmmaDkDv says which runs). FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
 // that adds its dq share into an FP32 accumulator in a fixed order of key blocks (slower on the
 // H200 so far; docs/performance.md). Both are bitwise reproducible run to run.
 // FP8_CUDA_FLASH_OLD=1 selects the previous forward (64-query blocks) as well.

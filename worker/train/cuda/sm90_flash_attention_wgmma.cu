@@ -45,7 +45,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 constexpr int kBlockM = 128;   // queries per CTA, 64 per consumer warpgroup
 constexpr int kBlockN = 128;   // keys per stage
-constexpr int kSwizzleCols = 64;  // BF16 columns in one 128-byte swizzle row
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
@@ -69,33 +68,6 @@ struct Args {
   bf16* y;
   float* lse;
 };
-
-// A consumer warpgroup's 64×D accumulator (wgmma layout), row r scaled by f[r] (this thread's
-// rows g and g + 8 of its warp), → BF16 into the warpgroup's rows of the 128-row swizzled tile at
-// s_tile (its Q rows, spent) → 16-byte stores to rows q0 + 64·cw + r of dst (rows ≥ T dropped).
-template <int D>
-__device__ __forceinline__ void StoreRows(const float (&acc)[D / 2], const float (&f)[2], uint32_t s_tile, int cw,
-                                          bf16* dst, int64_t row_stride, int q0, int64_t T) {
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = 64 * cw + 16 * warp + g + 8 * r;  // in the tile
-      const uint32_t addr = s_tile + (i / 8) * kBlockM * 128 + row * 128 + (((i % 8) ^ (row & 7)) << 4) + 4 * t4;
-      StSharedU32(addr, PackBf16(acc[4 * i + 2 * r] * f[r], acc[4 * i + 2 * r + 1] * f[r]));
-    }
-  gemm::NamedBarrierSync(1 + cw, 128);
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-#pragma unroll
-  for (int pass = 0; pass < 64 * kChunks / 128; ++pass) {
-    const int idx = pass * 128 + threadIdx.x % 128;
-    const int r = idx / kChunks, c = idx % kChunks, row = 64 * cw + r;
-    if (q0 + row >= T) continue;
-    const uint4 v = LdSharedV4(s_tile + (c / 8) * kBlockM * 128 + row * 128 + (((c % 8) ^ (row & 7)) << 4));
-    *reinterpret_cast<uint4*>(dst + (q0 + row) * row_stride + c * 8) = v;
-  }
-}
 
 template <int D, bool kPingPong, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -569,31 +541,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                q0, T);
 }
 
-// One head's [T, hd] rows of q, k or v as a 4-D tensor (d, row, head, batch) or (d, head, row,
-// batch), whichever has the smaller stride first; box = 64 columns (one 128-byte swizzle row) ×
-// `box_rows` rows.
-StatusOr<CUtensorMap> HeadsTensorMap(const bf16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
-                                     const char* what) {
-  FP8_ASSIGN_OR_RETURN(auto encode, kernels::cuda::Sm90TensorMapEncoder());
-  const bool rows_first = l.row_stride <= l.head_stride;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d.head_dim),
-                              static_cast<cuuint64_t>(rows_first ? d.seq : d.heads),
-                              static_cast<cuuint64_t>(rows_first ? d.heads : d.seq), static_cast<cuuint64_t>(d.batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(2 * (rows_first ? l.row_stride : l.head_stride)),
-                                 static_cast<cuuint64_t>(2 * (rows_first ? l.head_stride : l.row_stride)),
-                                 static_cast<cuuint64_t>(2 * l.batch_stride)};
-  const cuuint32_t box[4] = {kSwizzleCols, rows_first ? box_rows : 1u, rows_first ? 1u : box_rows, 1u};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map{};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<bf16*>(ptr), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return InternalError(std::string("flash attention: cuTensorMapEncodeTiled failed for ") + what + " (CUresult " +
-                         std::to_string(static_cast<int>(r)) + ")");
-  return map;
-}
-
 template <int D, bool kPingPong, bool kOverlap>
 Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, bf16* y,
               HeadLayout yl, float* lse, cudaStream_t stream) {
@@ -709,4 +656,33 @@ Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, cons
 }
 
 }  // namespace internal
+
+namespace wgmma_attention {
+
+// One head's [T, hd] rows of q, k or v as a 4-D tensor (d, row, head, batch) or (d, head, row,
+// batch), whichever has the smaller stride first; box = 64 columns (one 128-byte swizzle row) ×
+// `box_rows` rows.
+StatusOr<CUtensorMap> HeadsTensorMap(const __nv_bfloat16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
+                                     const char* what) {
+  FP8_ASSIGN_OR_RETURN(auto encode, kernels::cuda::Sm90TensorMapEncoder());
+  const bool rows_first = l.row_stride <= l.head_stride;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d.head_dim),
+                              static_cast<cuuint64_t>(rows_first ? d.seq : d.heads),
+                              static_cast<cuuint64_t>(rows_first ? d.heads : d.seq), static_cast<cuuint64_t>(d.batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(2 * (rows_first ? l.row_stride : l.head_stride)),
+                                 static_cast<cuuint64_t>(2 * (rows_first ? l.head_stride : l.row_stride)),
+                                 static_cast<cuuint64_t>(2 * l.batch_stride)};
+  const cuuint32_t box[4] = {kSwizzleCols, rows_first ? box_rows : 1u, rows_first ? 1u : box_rows, 1u};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<__nv_bfloat16*>(ptr), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return InternalError(std::string("flash attention: cuTensorMapEncodeTiled failed for ") + what + " (CUresult " +
+                         std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
+}  // namespace wgmma_attention
 }  // namespace fp8::train::cuda

@@ -1,4 +1,4 @@
-// PTX wrappers for the wgmma flash-attention forward (sm90_flash_attention_wgmma.cu) that the FP8
+// PTX wrappers for the wgmma flash-attention kernels (sm90_flash_attention_wgmma{,_dkdv}.cu) that the FP8
 // GEMM's header (kernels/cuda/sm90_fp8_gemm_blockwise.cuh) has no BF16 counterpart for: 4-D TMA
 // loads, the MN-major shared-memory descriptor, and wgmma m64nNk16 BF16 with both operands in
 // shared memory (SS, for S = Q·Kᵀ) or A in registers (RS, for O += P·V). The mbarrier, fence,
@@ -10,9 +10,20 @@
 
 #include <cstdint>
 
+#include "common/status.h"
 #include "kernels/cuda/sm90_fp8_gemm_blockwise.cuh"
+#include "worker/train/cuda/sm90_flash_attention.h"
 
 namespace fp8::train::cuda::wgmma_attention {
+
+constexpr int kSwizzleCols = 64;  // BF16 columns in one 128-byte swizzle row
+constexpr int kTileRows = 128;    // rows of the tile a CTA owns (queries, or keys in dK/dV), 64 per consumer warpgroup
+
+// One head's [T, hd] rows of q, k, v or dy as a 4-D TMA tensor (d, row, head, batch) or (d, head,
+// row, batch), whichever has the smaller stride first; box = 64 columns (one 128-byte swizzle row)
+// × `box_rows` rows, 128-byte swizzle (sm90_flash_attention_wgmma.cu).
+StatusOr<CUtensorMap> HeadsTensorMap(const __nv_bfloat16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
+                                     const char* what);
 
 // 4-D tile global → shared, completing its bytes on the mbarrier (elements outside the tensor,
 // e.g. rows past the sequence, arrive as zeros).
@@ -61,6 +72,34 @@ __device__ __forceinline__ uint4 LdSharedV4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
   return v;
+}
+
+// A consumer warpgroup's 64×D accumulator (wgmma layout), row r scaled by f[r] (this thread's
+// rows g and g + 8 of its warp), → BF16 into the warpgroup's rows of the 128-row swizzled tile at
+// s_tile (its own Q, K or V rows, spent) → 16-byte stores to rows q0 + 64·cw + r of dst (rows ≥ T
+// dropped). Named barrier 1 + cw (the warpgroup's 128 threads) between the two halves.
+template <int D>
+__device__ __forceinline__ void StoreRows(const float (&acc)[D / 2], const float (&f)[2], uint32_t s_tile, int cw,
+                                          __nv_bfloat16* dst, int64_t row_stride, int q0, int64_t T) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = 64 * cw + 16 * warp + g + 8 * r;  // in the tile
+      const uint32_t addr = s_tile + (i / 8) * kTileRows * 128 + row * 128 + (((i % 8) ^ (row & 7)) << 4) + 4 * t4;
+      StSharedU32(addr, PackBf16(acc[4 * i + 2 * r] * f[r], acc[4 * i + 2 * r + 1] * f[r]));
+    }
+  fp8::kernels::cuda::blockwise_gemm::NamedBarrierSync(1 + cw, 128);
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int pass = 0; pass < 64 * kChunks / 128; ++pass) {
+    const int idx = pass * 128 + threadIdx.x % 128;
+    const int r = idx / kChunks, c = idx % kChunks, row = 64 * cw + r;
+    if (q0 + row >= T) continue;
+    const uint4 v = LdSharedV4(s_tile + (c / 8) * kTileRows * 128 + row * 128 + (((c % 8) ^ (row & 7)) << 4));
+    *reinterpret_cast<uint4*>(dst + (q0 + row) * row_stride + c * 8) = v;
+  }
 }
 
 // D[64 x 64] (+)= A[64 x 16] · B[64 x 16]ᵀ, A and B K-major in 128B-swizzled shared memory.
