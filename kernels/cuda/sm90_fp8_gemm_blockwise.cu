@@ -213,6 +213,10 @@ using ConfigN192PingPong = Config<192, 5, false, false, 1, 1, false, true, true,
 using ConfigN192PingPongGroup16 = Config<192, 5, false, false, 1, 1, false, true, true, false, true, 16>;
 using ConfigN128PingPong = Config<128, 6, false, false, 1, 1, false, true, true, false, true>;
 using ConfigN128ScalesTma6Group16 = Config<128, 6, true, false, 1, 1, false, true, true, false, false, 16>;
+// Ping-pong, the turn passed once half / all of the K block's wgmmas have completed.
+using ConfigN192PingPongPassAtHalf = Config<192, 5, false, false, 1, 1, false, true, true, false, true, 8, 2>;
+using ConfigN192PingPongPassAtEnd = Config<192, 5, false, false, 1, 1, false, true, true, false, true, 8, 4>;
+using ConfigN128PingPongPassAtHalf = Config<128, 6, false, false, 1, 1, false, true, true, false, true, 8, 2>;
 // Small-M kAuto tiles with L2 eviction hints (keep A, drop B first).
 using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, true, false, 1, 2, false, true, false, true>;
 using ConfigN64ScalesTmaL2 = Config<64, 8, true, false, 1, 1, false, true, false, true>;
@@ -238,6 +242,9 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN192PingPongGroup16: return Sm90BlockwiseGemmTile::kN128;
     case Sm90BlockwiseGemmTile::kN128PingPong: return Sm90BlockwiseGemmTile::kN128;
     case Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf: return Sm90BlockwiseGemmTile::kN128;
     default: return tile;
   }
 }
@@ -402,6 +409,12 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN128PingPong>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16:
       return Launch<ConfigN128ScalesTma6Group16>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf:
+      return Launch<ConfigN192PingPongPassAtHalf>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd:
+      return Launch<ConfigN192PingPongPassAtEnd>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf:
+      return Launch<ConfigN128PingPongPassAtHalf>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -60,13 +60,19 @@ constexpr int kGroupM = 8;
 // K block's wgmmas (named barriers, CUTLASS's ordered math), so one warpgroup's wait + promotion
 // (and its epilogue) runs while the tensor cores work on the other's wgmmas. Without the order
 // both wait on the same full barrier, issue together, and promote together with the tensor cores
-// idle (kN192ScalesTma). kGroupM_: row blocks per rasterization group (TileOf).
+// idle (kN192ScalesTma). kPassTurnAfter_: how many of the K block's 4 wgmmas have completed when
+// the turn passes: 0 = as soon as they are issued (the other warpgroup's wgmmas may then share
+// the tensor cores with them, and both batches finish late together), 2 = half, 4 = all (the
+// tensor cores idle while the turn is handed over). kGroupM_: row blocks per rasterization
+// group (TileOf).
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
           int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false,
           bool kOneStagingBox_ = false, bool kL2Hints_ = false, bool kPingPong_ = false,
-          int kGroupM_ = kGroupM>
+          int kGroupM_ = kGroupM, int kPassTurnAfter_ = 0>
 struct Config {
   static constexpr bool kPingPong = kPingPong_;
+  static constexpr int kPassTurnAfter = kPassTurnAfter_;
+  static_assert(kPassTurnAfter == 0 || kPassTurnAfter == 2 || kPassTurnAfter == 4, "turn: after 0, 2 or 4 wgmmas");
   static_assert(!kPingPong_ || (!kDoubleAccumulator_ && kSplitK_ == 1 && kCluster_ == 1),
                 "ping-pong: one partial accumulator, tile by tile");
   static constexpr int kRasterGroupM = kGroupM_;
@@ -514,7 +520,8 @@ struct Consumer {
 
   __device__ __forceinline__ void WaitFull() const { MbarWait(smem.full_bar + 8 * s, phase); }
 
-  // kPingPong: warpgroup w issues its wgmmas once the other has issued its previous K block.
+  // kPingPong: warpgroup w issues its wgmmas once the other has issued its previous K block
+  // (kPassTurnAfter = 0; or once 2 / all 4 of them have completed).
   // Named barrier kTurnBarrier + w = "warpgroup w's turn": the other warpgroup's 128 threads
   // arrive (bar.arrive), w's 128 wait (bar.sync). Warpgroup 0 takes the very first turn
   // unasked, so it waits once more at the end (FinishTurns) for the last turn warpgroup 1 passes
@@ -581,13 +588,19 @@ struct Consumer {
   }
 
   // part = this stage's A rows · B tile, 4 wgmma of K = 32 (the first overwrites part).
+  // kFirstGroup in 1..3: the first kFirstGroup wgmmas are committed as a group of their own, so
+  // WgmmaWait<1> waits for them alone (kPassTurnAfter = 2).
+  template <int kFirstGroup = 0>
   __device__ __forceinline__ void Issue(float (&part)[kAcc]) const {
     const uint64_t desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + warpgroup * 64 * kBlockK);
     const uint64_t desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes);
     FenceOperands(part);
     WgmmaFence();
 #pragma unroll
-    for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+    for (int k = 0; k < kBlockK / 32; ++k) {
+      WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+      if (k + 1 == kFirstGroup) WgmmaCommit();
+    }
     WgmmaCommit();
     FenceOperands(part);
   }
@@ -800,9 +813,20 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
     while (kb < end) {
       const Scales cur = fetch();
       c.WaitTurn();
-      c.Issue(part0);
-      c.PassTurn();
-      WgmmaWait<0>();
+      if constexpr (Cfg::kPassTurnAfter == 0) {
+        c.Issue(part0);
+        c.PassTurn();
+        WgmmaWait<0>();
+      } else if constexpr (Cfg::kPassTurnAfter == 2) {
+        c.template Issue<2>(part0);
+        WgmmaWait<1>();
+        c.PassTurn();
+        WgmmaWait<0>();
+      } else {
+        c.Issue(part0);
+        WgmmaWait<0>();
+        c.PassTurn();
+      }
       c.Release(c.s);
       c.Promote(part0, cur);
       advance();

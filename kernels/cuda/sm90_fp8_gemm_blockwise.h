@@ -85,6 +85,10 @@ namespace fp8::kernels::cuda {
 //          in kN192PingPong (against kN128's two partials: which hides the promotion better);
 //          6 stages, one staging box; bitwise the same as kN128
 //   kN128ScalesTma6StagesGroup16: kN128ScalesTma6Stages rasterized in groups of 16 row blocks
+//   kN192PingPongPassAtHalf, kN192PingPongPassAtEnd, kN128PingPongPassAtHalf: kN192PingPong /
+//          kN128PingPong passing the turn once 2 of the K block's 4 wgmmas / all 4 have completed
+//          instead of once they are issued (the other warpgroup's wgmmas then queue behind them
+//          instead of sharing the tensor cores with them); bitwise the same as kN128
 //   kAuto: with fewer 128x128 tiles than SMs: kN64SplitK2ScalesTma where its 4 x tiles CTAs
 //          all run at once and K has >= 32 blocks; else the largest split whose clusters all
 //          run at once and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTmaL2Hints);
@@ -124,6 +128,9 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN192PingPongGroup16,
   kN128PingPong,
   kN128ScalesTma6StagesGroup16,
+  kN192PingPongPassAtHalf,
+  kN192PingPongPassAtEnd,
+  kN128PingPongPassAtHalf,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

@@ -35,7 +35,9 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN56ScalesTma, Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints,
     Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN192ScalesTma,
     Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN192PingPongGroup16,
-    Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16};
+    Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16,
+    Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd,
+    Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
@@ -66,7 +68,10 @@ constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPair
     {Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN192PingPongGroup16, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128},
-    {Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16, Sm90BlockwiseGemmTile::kN128}};
+    {Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN128}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -99,6 +104,9 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN192PingPongGroup16: return "N192-ping-pong-group-16";
     case Sm90BlockwiseGemmTile::kN128PingPong: return "N128-ping-pong";
     case Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16: return "N128-scales-TMA-6-stages-group-16";
+    case Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf: return "N192-ping-pong-pass-at-half";
+    case Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd: return "N192-ping-pong-pass-at-end";
+    case Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf: return "N128-ping-pong-pass-at-half";
     default: return "auto";
   }
 }
@@ -338,7 +346,10 @@ TEST_F(Sm90GemmBlockwiseTest, PingPongIsBitwiseEqualToN128WithManyTilesPerCta) {
     ASSERT_TRUE(AllFinite(Bf16Rows(want, n, 0, m)));
     for (Sm90BlockwiseGemmTile tile : {Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN192PingPongGroup16,
                                        Sm90BlockwiseGemmTile::kN128PingPong,
-                                       Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16}) {
+                                       Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16,
+                                       Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf,
+                                       Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd,
+                                       Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf}) {
       SCOPED_TRACE(TileName(tile));
       EXPECT_EQ(DifferingElements(want, RunOwn(dev, m, n, k, tile)), 0u) << "elements that differ from N128";
     }
