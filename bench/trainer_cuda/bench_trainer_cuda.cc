@@ -31,7 +31,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -130,28 +129,20 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   // Tensor i is seeded 1 + i (the default, as before) or init_seed·1000 + i: no shared streams.
   uint64_t seed = lo.init_seed == 1 ? 1 : lo.init_seed * 1000;
   for (const ParamTensor& t : layout) {
-    float* p = model->params() + t.offset;
+    float* p = model->mutable_params() + t.offset;
     const bool ln_w = t.name.find("ln_") != std::string::npos && t.name.ends_with(".weight");
     if (ln_w) CHECK_OK(Fill(p, t.numel, 1.0f, s));
     else if (t.shape.size() == 1) CHECK_OK(Fill(p, t.numel, 0.0f, s));
     else CHECK_OK(InitNormal(p, t.numel, seed++, t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * cfg.n_layer) : 0.02f, s));
   }
   DeviceBuffer<float> m, v;
-  DeviceBuffer<uint8_t> decay;
   DeviceBuffer<double> partial, norm;
   CHECK_OK(m.Allocate(static_cast<size_t>(np), "m"));
   CHECK_OK(v.Allocate(static_cast<size_t>(np), "v"));
-  CHECK_OK(decay.Allocate(static_cast<size_t>(np), "decay"));
   CHECK_OK(partial.Allocate(1024, "partial"));
   CHECK_OK(norm.Allocate(1, "norm"));
   cudaMemsetAsync(m.get(), 0, np * sizeof(float), s);
   cudaMemsetAsync(v.get(), 0, np * sizeof(float), s);
-  {
-    std::vector<uint8_t> mask(static_cast<size_t>(np), 0);
-    for (const ParamTensor& t : layout)
-      if (t.weight_decay) std::memset(mask.data() + t.offset, 1, static_cast<size_t>(t.numel));
-    cudaMemcpy(decay.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice);
-  }
   const int64_t n = static_cast<int64_t>(sh.batch) * sh.seq_len;
   std::vector<int32_t> in(static_cast<size_t>(n)), tg(static_cast<size_t>(n));
   std::mt19937 rng(5);
@@ -209,7 +200,7 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
     const int64_t k = step + 1;
     const float lr = lo.cosine ? CosineLr(6e-4f, step, warmup + steps) : 6e-4f;
     AdamWArgs a{lr, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
-    CHECK_OK(AdamWStep(model->params(), model->grads(), m.get(), v.get(), decay.get(), np, a, s));
+    CHECK_OK(model->OptimizerStep(a, m.get(), v.get()));
     if (step >= warmup + steps - loss_window) r.loss_tail_mean += *loss / loss_window;
     if (step < 3 || step == warmup + steps - 1 || (loss_window > 0 && step % 50 == 0))
       std::fprintf(stderr, "  %s %s step %d loss %.4f grad_norm %.3f\n", sh.name.c_str(), RecipeName(recipe), step, *loss, gn);

@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_fp8_quantize.h"
+#include "worker/train/cuda/adamw_cast.h"
 #include "worker/train/cuda/bf16_epilogue_gemm.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/device_buffer.h"
@@ -166,7 +169,10 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   if (!fused_bias) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
   if (!fused_gelu) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
   if (!fused_dgelu) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
+  // The optimizer writes the BF16 copies of W and wte (CudaGptModel::OptimizerStep) unless
+  // FP8_CUDA_UNFUSED_OPTIMIZER=1, where the forward casts them.
+  const bool fused_opt = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
+  if (!fused_opt) add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
   add("bias grads (column sums)", li, [&] {
     for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
     return OkStatus();
@@ -181,16 +187,39 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   add("cross-entropy fwd+grad", 1, [&] {
     return CrossEntropy(logits.get(), tokens.get(), n, v, vld, 1.0f, true, f2.get(), s);
   });
-  add("cast wte fp32->bf16", 1, [&] { return CastF32ToBf16(w, v * c, wb.get(), s); });
+  if (!fused_opt) add("cast wte fp32->bf16", 1, [&] { return CastF32ToBf16(w, v * c, wb.get(), s); });
   add("embedding fwd+bwd", 1, [&] {
     FP8_RETURN_IF_ERROR(EmbeddingForward(tokens.get(), w, w, n, cfg.seq_len, c, f1.get(), s));
     return EmbeddingBackward(f1.get(), tokens.get(), n, cfg.seq_len, c, g32.get(), g32.get() + v * c, s);
   });
-  add("grad norm + AdamW", 1, [&] {
+  const AdamWArgs args{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+  DeviceBuffer<bf16> copies;  // the fused step's BF16 copies (all parameters: an upper bound)
+  if (fused_opt) FP8_RETURN_IF_ERROR(copies.Allocate(static_cast<size_t>(num_params), "bf16 copies"));
+  add(fused_opt ? "grad norm + AdamW + bf16 copies" : "grad norm + AdamW", 1, [&] {
     FP8_RETURN_IF_ERROR(SumSquares(g32.get(), num_params, partial.get(), out.get(), s));
-    const AdamWArgs args{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+    if (fused_opt) return AdamWStepTensor(w32.get(), g32.get(), m32.get(), v32.get(), num_params, true, args, copies.get(), s);
     return AdamWStep(w32.get(), g32.get(), m32.get(), v32.get(), decay.get(), num_params, args, s);
   });
+  // fp8-blockwise's weight update of one block: AdamW then the 128x128 W/Wᵀ cast the forward
+  // runs, against the fused step (adamw_cast.h). Not part of the bf16 sum.
+  double update_ms[2] = {0, 0};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t rows_w = shapes[i][1], cols_w = shapes[i][0], nw = rows_w * cols_w;
+    const int64_t ld = kernels::cuda::Sm90BlockScaleLd(cols_w), ld_t = kernels::cuda::Sm90BlockScaleLd(rows_w);
+    uint8_t* q = reinterpret_cast<uint8_t*>(a.get());
+    uint8_t* qt = q + nw;
+    float* sc = f1.get();
+    float* sct = f1.get() + (rows_w + 127) / 128 * ld;
+    update_ms[0] += TimeMs(s, [&] {
+      FP8_RETURN_IF_ERROR(AdamWStepTensor(w32.get(), g32.get(), m32.get(), v32.get(), nw, true, args, nullptr, s));
+      return kernels::cuda::Sm90Fp8Quantize128x128WithTranspose(w32.get(), rows_w, cols_w, kernels::Fp8Format::kE4M3,
+                                                                kernels::ScaleFormat::kFp32, q, sc, ld, qt, sct, ld_t, s);
+    });
+    update_ms[1] += TimeMs(s, [&] {
+      return AdamWStepCast128x128(w32.get(), g32.get(), m32.get(), v32.get(), rows_w, cols_w, true, args, kernels::Fp8Format::kE4M3,
+                                  kernels::ScaleFormat::kFp32, q, sc, ld, qt, sct, ld_t, s);
+    });
+  }
   double total = 0;
   std::printf("  breakdown of a bf16 step (L%d C%d T%d B%d): op, runs per step, ms each, ms per step\n",
               static_cast<int>(L), static_cast<int>(c), cfg.seq_len, batch);
@@ -199,6 +228,8 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
     std::printf("    %-44s x%-3d %9.3f %9.2f\n", r.what.c_str(), r.per_step, r.ms, r.ms * r.per_step);
   }
   std::printf("    %-44s      %9s %9.2f  (measured step %.2f ms)\n", "sum", "", total, step_ms);
+  std::printf("  fp8-blockwise weight update of one block's 4 linears: AdamW then W/Wᵀ cast %.3f ms, fused %.3f ms (x%d layers)\n",
+              update_ms[0], update_ms[1], li);
   for (const std::string& u : unfused) std::printf("    (cuBLASLt refused %s: timed unfused)\n", u.c_str());
   cublasDestroy(cublas);
   cudaStreamDestroy(s);

@@ -98,7 +98,7 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
   const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>((rows + 127) / 128));
   if (grid.y > 65535) return InvalidArgumentError("rows too large: " + std::to_string(rows));
   const bool ue8m0 = sf == ScaleFormat::kUe8m0;
-  const size_t smem = qt != nullptr ? 128 * 128 : 0;  // the transposed byte tile
+  const size_t smem = qt != nullptr ? Sm90Block128x128<T>::kTransposeSmemBytes : 0;
   if (fmt == Fp8Format::kE4M3) {
     Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3><<<grid, kSm90QuantThreads, smem, stream>>>(
         x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, q1, scale1);

@@ -118,38 +118,51 @@ __global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
 // (the wgrad operand) without a transpose pass over x. qt needs rows % 16 == 0. q1 (if not null)
 // also gets x in 1x128 tiles (a block row is one tile), scales MN-major [ceil(cols/128), rows]:
 // the forward GEMM's operand and the backward's xᵀ from one read of x.
+//
+// The load and the cast are split so that a producer of the values other than a plain load
+// (the trainer's AdamW step, which casts the weights it has just updated) runs the same cast.
+
+// Which elements of the CTA's 128x128 block thread threadIdx.x holds: pass p, vector element e
+// is (row0 + p·kRowsPerPass + RowInPass(), col0 + ColInBlock() + e).
+template <typename T>
+struct Sm90Block128x128 {
+  static constexpr int kElems = InVec<T>::kElems;
+  static constexpr int kThreadsPerRow = 128 / kElems;
+  static constexpr int kRowsPerPass = kSm90QuantThreads / kThreadsPerRow;
+  static constexpr int kPasses = 128 / kRowsPerPass;
+  // Dynamic shared memory the cast needs: the transposed byte tile, only when qt is wanted
+  // (a static 16 KB cost the plain cast 8%: fewer CTAs per SM).
+  static constexpr int kTransposeSmemBytes = 128 * 128;
+  __device__ static int ColInBlock() { return (threadIdx.x % kThreadsPerRow) * kElems; }
+  __device__ static int RowInPass() { return threadIdx.x / kThreadsPerRow; }
+};
+
+// Casts the block held in `raw` (T elements as Sm90Block128x128<T> lays them out; zeros outside
+// the tensor) to the outputs named above. Called by every thread of the CTA, after the values
+// are in registers; the CTA is at blockIdx (column block, row block).
 template <typename T, Fp8Format F>
-__global__ void __launch_bounds__(kSm90QuantThreads)
-    Sm90Fp8Quantize128x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool ue8m0,
-                                 uint8_t* __restrict__ q, float* __restrict__ scale_inv,
-                                 int64_t scale_ld, uint8_t* __restrict__ qt,
-                                 float* __restrict__ scale_inv_t, int64_t scale_ld_t,
-                                 uint8_t* __restrict__ q1, float* __restrict__ scale1) {
-  constexpr int kElems = InVec<T>::kElems;
-  constexpr int kThreadsPerRow = 128 / kElems;
-  constexpr int kRowsPerPass = kSm90QuantThreads / kThreadsPerRow;
-  constexpr int kPasses = 128 / kRowsPerPass;
+__device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90Block128x128<T>::kPasses], int64_t rows,
+                                                        int64_t cols, bool ue8m0, uint8_t* __restrict__ q,
+                                                        float* __restrict__ scale_inv, int64_t scale_ld,
+                                                        uint8_t* __restrict__ qt, float* __restrict__ scale_inv_t,
+                                                        int64_t scale_ld_t, uint8_t* __restrict__ q1,
+                                                        float* __restrict__ scale1) {
+  using B = Sm90Block128x128<T>;
+  constexpr int kElems = B::kElems;
+  constexpr int kThreadsPerRow = B::kThreadsPerRow;
   __shared__ uint32_t warp_max[kSm90QuantThreads / 32];
-  // The transposed output's byte tile is dynamic shared memory, requested only when qt is wanted:
-  // a static 16 KB cost the plain cast 8% (fewer CTAs per SM).
   extern __shared__ __align__(16) uint8_t tile[];
   auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 128;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * 128;
-  const int col_in_block = (threadIdx.x % kThreadsPerRow) * kElems;
+  const int col_in_block = B::ColInBlock();
   const int64_t col = col0 + col_in_block;
-  const int row_in_pass = threadIdx.x / kThreadsPerRow;
+  const int row_in_pass = B::RowInPass();
 
-  uint4 raw[kPasses];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int64_t r = row0 + p * kRowsPerPass + row_in_pass;
-    raw[p] = (r < rows && col < cols) ? LoadStreaming(x + r * cols + col) : make_uint4(0, 0, 0, 0);
-  }
   uint32_t amax = 0;
 #pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
+  for (int p = 0; p < B::kPasses; ++p) {
     float v[kElems];
     InVec<T>::Unpack(raw[p], v);
 #pragma unroll
@@ -167,8 +180,8 @@ __global__ void __launch_bounds__(kSm90QuantThreads)
   }
 
 #pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int row_in_block = p * kRowsPerPass + row_in_pass;
+  for (int p = 0; p < B::kPasses; ++p) {
+    const int row_in_block = p * B::kRowsPerPass + row_in_pass;
     const int64_t r = row0 + row_in_block;
     float v[kElems];
     InVec<T>::Unpack(raw[p], v);
@@ -213,6 +226,25 @@ __global__ void __launch_bounds__(kSm90QuantThreads)
     if (c < cols && r < rows)
       *reinterpret_cast<uint4*>(qt + c * rows + r) = *reinterpret_cast<const uint4*>(tile + swizzled(i, part * 16));
   }
+}
+
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(kSm90QuantThreads)
+    Sm90Fp8Quantize128x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool ue8m0,
+                                 uint8_t* __restrict__ q, float* __restrict__ scale_inv,
+                                 int64_t scale_ld, uint8_t* __restrict__ qt,
+                                 float* __restrict__ scale_inv_t, int64_t scale_ld_t,
+                                 uint8_t* __restrict__ q1, float* __restrict__ scale1) {
+  using B = Sm90Block128x128<T>;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 128;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 128 + B::ColInBlock();
+  uint4 raw[B::kPasses];
+#pragma unroll
+  for (int p = 0; p < B::kPasses; ++p) {
+    const int64_t r = row0 + p * B::kRowsPerPass + B::RowInPass();
+    raw[p] = (r < rows && col < cols) ? LoadStreaming(x + r * cols + col) : make_uint4(0, 0, 0, 0);
+  }
+  Sm90Fp8Cast128x128Block<T, F>(raw, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, q1, scale1);
 }
 
 }  // namespace fp8::kernels::cuda

@@ -310,6 +310,69 @@ TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   cudaStreamDestroy(s);
 }
 
+class CudaModelFusedOptimizer : public ::testing::TestWithParam<Recipe> {};
+
+// OptimizerStep writing the next forward's weight operands (and the cast reused across the
+// micro-batches of a step) against the plain AdamW with the forward casting
+// (FP8_CUDA_UNFUSED_OPTIMIZER=1): the same losses and weights bit for bit over three steps of two
+// micro-batches each, evaluation included.
+TEST_P(CudaModelFusedOptimizer, MatchesUnfusedBitwise) {
+  SKIP_WITHOUT_GPU();
+  TinyGptCase tc(GetParam(), 3, 17);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  auto fused = tc.Gpu(s);
+  setenv("FP8_CUDA_UNFUSED_OPTIMIZER", "1", 1);
+  auto unfused = tc.Gpu(s);
+  unsetenv("FP8_CUDA_UNFUSED_OPTIMIZER");
+  ASSERT_TRUE(fused.ok() && unfused.ok());
+  const size_t np = static_cast<size_t>(tc.cpu->num_params());
+  DeviceBuffer<float> moments[2][2];
+  for (auto& mv : moments)
+    for (auto& buf : mv) {
+      ASSERT_OK(buf.Allocate(np, "moment"));
+      ASSERT_EQ(cudaMemset(buf.get(), 0, np * sizeof(float)), cudaSuccess);
+    }
+  std::vector<int32_t> in2(tc.in.rbegin(), tc.in.rend());  // the second micro-batch
+  for (int step = 1; step <= 3; ++step) {
+    double losses[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      CudaGptModel& m = k == 0 ? **fused : **unfused;
+      ASSERT_OK(m.ZeroGrad());
+      for (const std::vector<int32_t>* batch : {&tc.in, &in2}) {
+        auto loss = m.Forward(batch->data(), tc.tg.data(), tc.batch, true, 0.5f);
+        ASSERT_TRUE(loss.ok()) << loss.status().message();
+        losses[k] += *loss;
+        ASSERT_OK(m.Backward());
+      }
+      const AdamWArgs a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f - std::pow(0.9f, static_cast<float>(step)),
+                        1.0f - std::pow(0.95f, static_cast<float>(step)), 0.8f};
+      ASSERT_OK(m.OptimizerStep(a, moments[k][0].get(), moments[k][1].get()));
+      auto eval = m.Forward(tc.in.data(), tc.tg.data(), tc.batch, false, 1.0f);
+      ASSERT_TRUE(eval.ok()) << eval.status().message();
+      losses[k] += 1000 * *eval;
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "step " << step;
+  }
+  std::vector<float> pf(np), pu(np);
+  ASSERT_OK((*fused)->DownloadParams(pf.data()));
+  ASSERT_OK((*unfused)->DownloadParams(pu.data()));
+  EXPECT_EQ(std::memcmp(pf.data(), pu.data(), np * sizeof(float)), 0);
+  std::vector<float> p0(tc.cpu->params().begin(), tc.cpu->params().end());
+  EXPECT_NE(std::memcmp(pf.data(), p0.data(), np * sizeof(float)), 0) << "the steps did not move the weights";
+  fused->reset();
+  unfused->reset();
+  cudaStreamDestroy(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelFusedOptimizer,
+                         ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
+                         [](const auto& info) {
+                           std::string n = RecipeName(info.param);
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 class CudaTraining : public ::testing::TestWithParam<Recipe> {};
 
 // The loop end to end on the shipped corpus: the loss falls, and the checkpoint it writes loads

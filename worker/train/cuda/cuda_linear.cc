@@ -10,6 +10,7 @@
 #include "kernels/cuda/sm90_fp8_quantize_transpose.h"
 #include "kernels/cuda/sm90_fp8_tensor_quantize.h"
 #include "kernels/fp8_format.h"
+#include "worker/train/cuda/adamw_cast.h"
 #include "worker/train/cuda/cuda_model.h"
 
 namespace fp8::train::cuda {
@@ -147,7 +148,7 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
   switch (p_.recipe) {
     case Recipe::kFp32:
     case Recipe::kBf16: {
-      FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
+      FP8_RETURN_IF_ERROR(EnsureWeightCast());
       FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, y, out_, false));
       break;
     }
@@ -172,15 +173,43 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
         FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(),
                                                      ws_->as.get(), s_));
       }
-      // W in 128x128 blocks for this GEMM, and Wᵀ for dgrad's, in one pass over the FP32 W.
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
-                                                                  kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(),
-                                                                  kc::Sm90BlockScaleLd(out_), s_));
+      FP8_RETURN_IF_ERROR(EnsureWeightCast());
       FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wq_.get(), Fp8Format::kE4M3,
                                                            wq_scale_.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
       break;
     }
   }
+  return OkStatus();
+}
+
+Status CudaLinear::EnsureWeightCast() {
+  if (w_cast_current_) return OkStatus();
+  if (p_.recipe == Recipe::kFp8Blockwise) {
+    // W in 128x128 blocks for the forward GEMM, and Wᵀ for dgrad's, in one pass over the FP32 W.
+    const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+    FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
+                                                                kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(),
+                                                                kc::Sm90BlockScaleLd(out_), s_));
+  } else {
+    FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
+  }
+  w_cast_current_ = true;
+  return OkStatus();
+}
+
+bool CudaLinear::FusesOptimizerStep() const { return p_.recipe != Recipe::kFp8Tensorwise; }
+
+Status CudaLinear::OptimizerStep(const AdamWArgs& a, float* m, float* v, bool decay) {
+  if (p_.recipe == Recipe::kFp8Blockwise) {
+    const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+    FP8_RETURN_IF_ERROR(AdamWStepCast128x128(w_, gw_, m, v, out_, in_, decay, a, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
+                                             kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(), kc::Sm90BlockScaleLd(out_), s_));
+  } else if (FusesOptimizerStep()) {
+    FP8_RETURN_IF_ERROR(AdamWStepTensor(w_, gw_, m, v, in_ * out_, decay, a, w_bf16_.get(), s_));
+  } else {
+    return FailedPreconditionError("fp8-tensorwise casts W with the scale of the step that reads it; step W with AdamWStep");
+  }
+  w_cast_current_ = true;
   return OkStatus();
 }
 
@@ -196,7 +225,7 @@ StatusOr<bool> CudaLinear::RunFused(const Bf16GemmArgs& g) {
 
 StatusOr<bool> CudaLinear::TryFusedForward(const bf16* x, int64_t m, bf16* y, Bf16Epilogue e, bf16* aux) {
   if (!MayFuse(e)) return false;
-  FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
+  FP8_RETURN_IF_ERROR(EnsureWeightCast());
   FP8_RETURN_IF_ERROR(CastF32ToBf16(b_, out_, b_bf16_.get(), s_));  // the epilogue takes the bias in D's type
   Bf16GemmArgs g;
   g.tb = true;

@@ -78,8 +78,19 @@ class CudaLinear {
   // Backward then runs with bias_grad = false). dW, db of this layer as in Backward.
   Status BackwardIntoGelu(const bf16* dy, const bf16* x, int64_t m, const bf16* pre, bf16* dpre, float* pre_bias_grad);
 
+  // Whether OptimizerStep can update this layer's W (bf16, fp32 and fp8-blockwise: their cast of
+  // W does not depend on state outside W; tensorwise's delayed scale does).
+  bool FusesOptimizerStep() const;
+  // AdamW on W (m, v: W's moments) that also writes the next forward's GEMM operands from the
+  // updated W: its BF16 copy, or (fp8-blockwise) W and Wᵀ in 128x128 blocks. The forward then
+  // skips its cast of W.
+  Status OptimizerStep(const AdamWArgs& a, float* m, float* v, bool decay);
+  // W changed outside OptimizerStep (an upload, another optimizer): the next forward casts it.
+  void InvalidateWeightCast() { w_cast_current_ = false; }
+
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
+  const float* weight() const { return w_; }
   const float* bias() const { return b_; }
   float* bias_grad() const { return gb_; }
 
@@ -104,6 +115,8 @@ class CudaLinear {
   // bf16: y = x·Wᵀ with epilogue `e` (bias, or bias + GELU with aux = pre-activation); false when
   // this layer does not fuse `e` and the caller runs the separate passes.
   StatusOr<bool> TryFusedForward(const bf16* x, int64_t m, bf16* y, Bf16Epilogue e, bf16* aux);
+  // bf16/fp32 and fp8-blockwise: casts W into its GEMM operands unless they already hold W.
+  Status EnsureWeightCast();
   template <typename T>
   Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
 
@@ -130,6 +143,11 @@ class CudaLinear {
   DeviceBuffer<uint8_t> xqt_;        // blockwise: the training forward's 128x128 cast of xᵀ, for wgrad
   DeviceBuffer<float> xqt_scale_;
   DeviceBuffer<float> si_x_, si_w_, si_dy_;  // scale_inv the casts of x, W, dy used (backward reads them)
+  // w_bf16_ (bf16/fp32) or wq_/wqt_ (blockwise) hold the current W: set by a cast or by
+  // OptimizerStep, cleared by InvalidateWeightCast (the model calls it whenever W may change
+  // otherwise). Saves the cast for every micro-batch after the first, and all of it when the
+  // optimizer writes the operands.
+  bool w_cast_current_ = false;
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
 };
 

@@ -193,11 +193,67 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(d_c_.Allocate(nc, "d [n, C]"));
   FP8_RETURN_IF_ERROR(d_4c_.Allocate(4 * nc, "d [n, 4C]"));
   FP8_RETURN_IF_ERROR(loss_sum_.Allocate(1, "loss sum"));
+  fuse_optimizer_ = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
+  FP8_RETURN_IF_ERROR(InitDecayMask());
   return ZeroGrad();
+}
+
+StatusOr<bool> CudaGptModel::DecaysAt(int64_t offset) const {
+  for (const ParamTensor& t : tensors_)
+    if (t.offset == offset) return t.weight_decay;
+  return InternalError("no parameter tensor starts at offset " + std::to_string(offset));
+}
+
+Status CudaGptModel::InitDecayMask() {
+  std::vector<uint8_t> mask(static_cast<size_t>(num_params_), kAdamWNoDecay);
+  auto fill = [&](int64_t offset, int64_t n, uint8_t value) { std::fill_n(mask.begin() + offset, n, value); };
+  for (const ParamTensor& t : tensors_) fill(t.offset, t.numel, t.weight_decay ? kAdamWDecay : kAdamWNoDecay);
+  if (fuse_optimizer_) {
+    fill(wte_, cfg_.vocab_size * cfg_.d_model, kAdamWSkip);
+    for (Block& b : blocks_)
+      for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()})
+        if (lin->FusesOptimizerStep()) fill(lin->weight() - params_.get(), lin->in() * lin->out(), kAdamWSkip);
+  }
+  FP8_RETURN_IF_ERROR(decay_mask_.Allocate(mask.size(), "AdamW decay mask"));
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
+  return OkStatus();
+}
+
+Status CudaGptModel::OptimizerStep(const AdamWArgs& a, float* m, float* v) {
+  float* p = params_.get();
+  if (fuse_optimizer_) {
+    const int64_t n_wte = cfg_.vocab_size * cfg_.d_model;
+    FP8_ASSIGN_OR_RETURN(const bool wte_decays, DecaysAt(wte_));
+    FP8_RETURN_IF_ERROR(AdamWStepTensor(p + wte_, grads_.get() + wte_, m + wte_, v + wte_, n_wte, wte_decays, a, wte_bf16_.get(), stream_));
+    wte_cast_current_ = true;
+    for (Block& b : blocks_)
+      for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) {
+        if (!lin->FusesOptimizerStep()) continue;
+        const int64_t off = lin->weight() - p;
+        FP8_ASSIGN_OR_RETURN(const bool decays, DecaysAt(off));
+        FP8_RETURN_IF_ERROR(lin->OptimizerStep(a, m + off, v + off, decays));
+      }
+  }
+  // Everything else (all of it when not fused); the skipped tensors are the ones stepped above.
+  FP8_RETURN_IF_ERROR(AdamWStep(p, grads_.get(), m, v, decay_mask_.get(), num_params_, a, stream_));
+  if (!fuse_optimizer_) InvalidateWeightCasts();
+  return OkStatus();
+}
+
+void CudaGptModel::InvalidateWeightCasts() {
+  wte_cast_current_ = false;
+  for (Block& b : blocks_)
+    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) lin->InvalidateWeightCast();
+}
+
+float* CudaGptModel::mutable_params() {
+  InvalidateWeightCasts();
+  return params_.get();
 }
 
 Status CudaGptModel::UploadParams(const float* host) {
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(params_.get(), host, sizeof(float) * num_params_, cudaMemcpyHostToDevice));
+  InvalidateWeightCasts();
   return OkStatus();
 }
 Status CudaGptModel::DownloadParams(float* host) const {
@@ -296,7 +352,8 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
                                                lnf_out_.get(), lnf_mean_.get(), lnf_rstd_.get(), stream_));
     }
   }
-  FP8_RETURN_IF_ERROR(CastF32ToBf16(p + wte_, v * c, wte_bf16_.get(), stream_));
+  if (!wte_cast_current_) FP8_RETURN_IF_ERROR(CastF32ToBf16(p + wte_, v * c, wte_bf16_.get(), stream_));
+  wte_cast_current_ = true;
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, n, v, c, 1.0f, lnf_out_.get(), c, wte_bf16_.get(), c, 0.0f, logits_.get(), vocab_ld_, false));
   FP8_RETURN_IF_ERROR(CrossEntropy(logits_.get(), targets_.get(), n, v, vocab_ld_, loss_scale / static_cast<float>(n), training,
                                    losses_.get(), stream_));

@@ -54,7 +54,17 @@ class CudaGptModel {
   Status Backward();
   Status ZeroGrad();
 
-  float* params() { return params_.get(); }
+  // One AdamW step over every parameter (m, v: FP32 moments laid out like params(); decay per
+  // ParamTensor::weight_decay). Under bf16, fp32 and fp8-blockwise the step also writes the next
+  // forward's GEMM operands of the linear weights and the tied wte from the updated values
+  // (CudaLinear::OptimizerStep), so the forward does not read the FP32 weights again;
+  // FP8_CUDA_UNFUSED_OPTIMIZER=1 runs the plain AdamW and leaves the casts to the forward (the
+  // before/after runs and the test that both agree bit for bit).
+  Status OptimizerStep(const AdamWArgs& a, float* m, float* v);
+
+  // The parameters, to write: the weight casts the model keeps are dropped (the next forward
+  // casts again). Read-only users take DownloadParams.
+  float* mutable_params();
   float* grads() { return grads_.get(); }
   int64_t num_params() const { return num_params_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -86,6 +96,9 @@ class CudaGptModel {
   Status Init(int max_batch);
   Status AttentionForward(Block& b, int batch);
   Status AttentionBackward(Block& b, int batch, const bf16* dy, bf16* dqkv);
+  Status InitDecayMask();
+  void InvalidateWeightCasts();
+  StatusOr<bool> DecaysAt(int64_t offset) const;  // weight_decay of the tensor starting there
 
   ModelConfig cfg_;
   PrecisionConfig precision_;
@@ -99,6 +112,11 @@ class CudaGptModel {
   int64_t num_params_ = 0;
   DeviceBuffer<float> params_, grads_;
   DeviceBuffer<bf16> wte_bf16_;
+  bool wte_cast_current_ = false;  // wte_bf16_ holds wte (as CudaLinear's w_cast_current_)
+  bool fuse_optimizer_ = false;    // OptimizerStep writes the casts (no FP8_CUDA_UNFUSED_OPTIMIZER)
+  // AdamWStep's mask: kAdamWDecay / kAdamWNoDecay per parameter, kAdamWSkip on the tensors whose
+  // update OptimizerStep runs with their cast
+  DeviceBuffer<uint8_t> decay_mask_;
   int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
   int max_batch_ = 0, batch_ = 0;

@@ -64,7 +64,6 @@ class CudaLoop {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CudaGptModel> model_;
   DeviceBuffer<float> m_, v_;
-  DeviceBuffer<uint8_t> decay_;
   DeviceBuffer<double> norm_partial_, norm_, host_sums_;
   std::optional<data::TokenDataset> train_, val_;
   std::vector<int32_t> inputs_, targets_;
@@ -88,14 +87,9 @@ Status CudaLoop::InitDevice() {
   const size_t n = static_cast<size_t>(host_.num_params());
   FP8_RETURN_IF_ERROR(m_.Allocate(n, "adam m"));
   FP8_RETURN_IF_ERROR(v_.Allocate(n, "adam v"));
-  FP8_RETURN_IF_ERROR(decay_.Allocate(n, "decay mask"));
   FP8_RETURN_IF_ERROR(norm_partial_.Allocate(1024, "norm partials"));
   FP8_RETURN_IF_ERROR(host_sums_.Allocate(2, "all-reduced scalars"));
   FP8_RETURN_IF_ERROR(norm_.Allocate(1, "norm"));
-  std::vector<uint8_t> mask(n, 0);
-  for (const ParamTensor& t : host_.tensors())
-    if (t.weight_decay) std::fill(mask.begin() + t.offset, mask.begin() + t.offset + t.numel, 1);
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(decay_.get(), mask.data(), n, cudaMemcpyHostToDevice));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemset(m_.get(), 0, n * sizeof(float)));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemset(v_.get(), 0, n * sizeof(float)));
   return OkStatus();
@@ -243,7 +237,7 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
               static_cast<float>(t.adam_epsilon), static_cast<float>(t.weight_decay),
               static_cast<float>(1.0 - std::pow(t.adam_beta1, static_cast<double>(s1))),
               static_cast<float>(1.0 - std::pow(t.adam_beta2, static_cast<double>(s1))), clip};
-  FP8_RETURN_IF_ERROR(AdamWStep(model_->params(), model_->grads(), m_.get(), v_.get(), decay_.get(), model_->num_params(), a, stream_));
+  FP8_RETURN_IF_ERROR(model_->OptimizerStep(a, m_.get(), v_.get()));
   *grad_norm_out = grad_norm;
   *lr_out = lr;
   return OkStatus();

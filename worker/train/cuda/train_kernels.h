@@ -101,9 +101,18 @@ Status SumSquares(const float* x, int64_t n, double* partial, double* out, cudaS
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale;
 };
-// p −= lr·(m̂/(√v̂+eps) + wd·p·decay[i]); grads multiplied by grad_scale (clipping) first.
+// Values of AdamWStep's per-parameter mask.
+constexpr uint8_t kAdamWNoDecay = 0, kAdamWDecay = 1;
+constexpr uint8_t kAdamWSkip = 2;  // not updated by AdamWStep: another step (below) updates it
+// p −= lr·(m̂/(√v̂+eps) + wd·p·[decay[i] == kAdamWDecay]); grads multiplied by grad_scale
+// (clipping) first; parameters marked kAdamWSkip are left alone.
 Status AdamWStep(float* p, const float* g, float* m, float* v, const uint8_t* decay, int64_t n,
              const AdamWArgs& a, cudaStream_t s);
+// The same update for one tensor whose parameters all decay or all do not, also writing `copy`
+// (if not null): the updated values rounded to BF16 (the bf16 recipe's GEMM operand, written
+// while the value is in registers instead of by a second pass over p).
+Status AdamWStepTensor(float* p, const float* g, float* m, float* v, int64_t n, bool decay, const AdamWArgs& a,
+                       bf16* copy, cudaStream_t s);
 
 // out[c, r] = in[r, c] (row pitches ld_in ≥ cols, ld_out ≥ rows), 1-byte elements (the
 // fp8-tensorwise casts' transposes for cuBLASLt's TN-only FP8 GEMMs).
