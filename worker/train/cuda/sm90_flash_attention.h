@@ -109,8 +109,8 @@ int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
 // FlashAttentionBackwardScratchFloats(dims) floats. Default: two kernels, one owning a key tile
 // (dk, dv), one a query tile (dq), no atomics; at hd 64/128 the dq one is the wgmma kernel of
 // sm90_flash_attention_wgmma.cu (FP8_CUDA_FLASH_WGMMA_DQ=0: the mma.sync one), and the dk/dv one
-// can be the wgmma kernel of sm90_flash_attention_wgmma_dkdv.cu (FP8_CUDA_FLASH_WGMMA_DKDV=0/1;
-// FlashAttentionBackwardUsesWgmmaDkDv says which runs). FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
+// the wgmma kernel of sm90_flash_attention_wgmma_dkdv.cu (FP8_CUDA_FLASH_WGMMA_DKDV=0: the mma.sync
+// one; FlashAttentionBackwardUsesWgmmaDkDv says which runs). FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
 // that adds its dq share into an FP32 accumulator in a fixed order of key blocks (slower on the
 // H200 so far; docs/performance.md). Both are bitwise reproducible run to run.
 // FP8_CUDA_FLASH_OLD=1 selects the previous forward (64-query blocks) as well.
