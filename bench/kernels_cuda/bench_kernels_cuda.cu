@@ -232,14 +232,14 @@ void BenchGemms() {
   // The candidates kAuto chooses from (all with the scales through the pipeline) and the
   // variants of this round: 5 vs 6 stages for 128x128 (one staging box), L2 eviction hints
   // (keep A, drop B) on the small-M tiles, 128x64 / 128x112 split-K 2, 128x192, the 128x128 CTA
-  // pairs, 128x192 ping-pong (rasterized in groups of 8 and 16 row blocks; also the headline
-  // candidate), 128x128 ping-pong, 128x128 6 stages in groups of 16 row blocks, the ping-pong
-  // tiles passing the turn at half / the end of the K block's wgmmas. The __ldg
-  // twins, single-accumulator, epilogue-overlap, split-4/8, B-prefetch, 128x56 and 128x64-pair
-  // variants measured slower (docs/performance.md) and are left out to keep the run short; the
-  // tests still run them.
-  constexpr int kVariants = 17;
-  constexpr Sm90BlockwiseGemmTile kHeadlineCandidate = Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf;
+  // pairs, 128x192 ping-pong (rasterized in groups of 8 and 16 row blocks), 128x128 ping-pong,
+  // 128x128 6 stages in groups of 16 row blocks, the ping-pong tiles passing the turn at half /
+  // the end of the K block's wgmmas, 128x192 with half accumulators (also the headline
+  // candidate; also in groups of 16 row blocks). The __ldg twins, single-accumulator,
+  // epilogue-overlap, split-4/8, B-prefetch, 128x56 and 128x64-pair variants measured slower
+  // (docs/performance.md) and are left out to keep the run short; the tests still run them.
+  constexpr int kVariants = 19;
+  constexpr Sm90BlockwiseGemmTile kHeadlineCandidate = Sm90BlockwiseGemmTile::kN192HalfAccumulators;
   struct Row {
     int64_t m, n, k;
     std::string cublas, own, cand, ratio_cand, bf16, ratio_cublas, ratio_bf16, diff;
@@ -266,6 +266,8 @@ void BenchGemms() {
       {Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, "128x192 ping-pong, turn at half"},
       {Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd, "128x192 ping-pong, turn at end"},
       {Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf, "128x128 ping-pong, turn at half"},
+      {Sm90BlockwiseGemmTile::kN192HalfAccumulators, "128x192 half accumulators"},
+      {Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16, "128x192 half accumulators, groups of 16"},
       {Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, "128x128 pairs"}};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
@@ -447,9 +449,8 @@ void ProfileGemm(int64_t m, int64_t n, int64_t k) {
   FP8_CHECK_OK(Sm90Fp8Quantize128x128(b, n, k, Fp8Format::kE4M3, ScaleFormat::kFp32, qb, sb, ld, nullptr));
   FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(**ctx_or, qa, Fp8Format::kE4M3, sa, qb, Fp8Format::kE4M3, sb, m, n, k, d,
                                             Sm90GemmOut::kBf16, nullptr));
-  for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN192PingPong,
-                    Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd,
-                    Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf}) {
+  for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN192HalfAccumulators,
+                    Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16, Sm90BlockwiseGemmTile::kN192PingPong}) {
     FP8_CHECK_OK(Sm90GemmFp8Blockwise(qa, sa, qb, sb, m, n, k, d, nullptr, tile));
   }
   FP8_CUDA_CHECK(cudaDeviceSynchronize());

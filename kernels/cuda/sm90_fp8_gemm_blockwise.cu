@@ -217,6 +217,9 @@ using ConfigN128ScalesTma6Group16 = Config<128, 6, true, false, 1, 1, false, tru
 using ConfigN192PingPongPassAtHalf = Config<192, 5, false, false, 1, 1, false, true, true, false, true, 8, 2>;
 using ConfigN192PingPongPassAtEnd = Config<192, 5, false, false, 1, 1, false, true, true, false, true, 8, 4>;
 using ConfigN128PingPongPassAtHalf = Config<128, 6, false, false, 1, 1, false, true, true, false, true, 8, 2>;
+// 128x192 with the partial double-buffered in two 96-column halves.
+using ConfigN192HalfAcc = Config<192, 5, false, false, 1, 1, false, true, true, false, false, 8, 0, true>;
+using ConfigN192HalfAccGroup16 = Config<192, 5, false, false, 1, 1, false, true, true, false, false, 16, 0, true>;
 // Small-M kAuto tiles with L2 eviction hints (keep A, drop B first).
 using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, true, false, 1, 2, false, true, false, true>;
 using ConfigN64ScalesTmaL2 = Config<64, 8, true, false, 1, 1, false, true, false, true>;
@@ -245,6 +248,8 @@ Sm90BlockwiseGemmTile WithoutScalesTma(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf: return Sm90BlockwiseGemmTile::kN128;
     case Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd: return Sm90BlockwiseGemmTile::kN128;
     case Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN192HalfAccumulators: return Sm90BlockwiseGemmTile::kN128;
+    case Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16: return Sm90BlockwiseGemmTile::kN128;
     default: return tile;
   }
 }
@@ -415,6 +420,10 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
       return Launch<ConfigN192PingPongPassAtEnd>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     case Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf:
       return Launch<ConfigN128PingPongPassAtHalf>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192HalfAccumulators:
+      return Launch<ConfigN192HalfAcc>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
+    case Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16:
+      return Launch<ConfigN192HalfAccGroup16>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
     default:
       return Launch<ConfigN128>(a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream);
   }

@@ -68,8 +68,17 @@ constexpr int kGroupM = 8;
 template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
           int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false,
           bool kOneStagingBox_ = false, bool kL2Hints_ = false, bool kPingPong_ = false,
-          int kGroupM_ = kGroupM, int kPassTurnAfter_ = 0>
+          int kGroupM_ = kGroupM, int kPassTurnAfter_ = 0, bool kHalfAccumulators_ = false>
 struct Config {
+  // kHalfAccumulators (128x192): each consumer warpgroup splits its 64x192 partial into two
+  // 64x96 halves (4 wgmma m64n96k32 each, 48 registers each): while one half of K block kb is
+  // promoted, the other half (or kb + 1's first half) is on the tensor cores. Double buffering
+  // in the registers of one 192-wide partial (96 total + 2 x 48), which two full partials
+  // (3 x 96) would not fit.
+  static constexpr bool kHalfAccumulators = kHalfAccumulators_;
+  static_assert(!kHalfAccumulators_ || (kBlockN_ == 192 && !kDoubleAccumulator_ && !kPingPong_ && kSplitK_ == 1 &&
+                                        kCluster_ == 1 && kScalesTma_),
+                "half accumulators: 128x192, tile by tile, scales through TMA");
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kPassTurnAfter = kPassTurnAfter_;
   static_assert(kPassTurnAfter == 0 || kPassTurnAfter == 2 || kPassTurnAfter == 4, "turn: after 0, 2 or 4 wgmmas");
@@ -373,6 +382,16 @@ __device__ __forceinline__ void WgmmaM64N192K32(float (&d)[96], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// D[64 x 96] (+)= A[64 x 32] · B[96 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
+__device__ __forceinline__ void WgmmaM64N96K32(float (&d)[48], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // D[64 x 112] (+)= A[64 x 32] · B[112 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
 __device__ __forceinline__ void WgmmaM64N112K32(float (&d)[56], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   asm volatile(
@@ -400,12 +419,14 @@ __device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a,
     WgmmaM64N128K32(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 192) {
     WgmmaM64N192K32(d, desc_a, desc_b, accumulate);
+  } else if constexpr (kN == 96) {
+    WgmmaM64N96K32(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 112) {
     WgmmaM64N112K32(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 56) {
     WgmmaM64N56K32(d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(kN == 64, "wgmma shapes: N = 192, 128, 112, 64, 56");
+    static_assert(kN == 64, "wgmma shapes: N = 192, 128, 112, 96, 64, 56");
     WgmmaM64N64K32(d, desc_a, desc_b, accumulate);
   }
 }
@@ -603,6 +624,39 @@ struct Consumer {
     }
     WgmmaCommit();
     FenceOperands(part);
+  }
+
+  // kHalfAccumulators: columns [96·kHalf, 96·kHalf + 96) of this stage's B tile into part (4
+  // wgmma m64n96k32; B rows 96.. start 12 swizzle atoms into the tile).
+  template <int kHalf>
+  __device__ __forceinline__ void IssueHalf(float (&part)[kAcc / 2]) const {
+    const uint64_t desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + warpgroup * 64 * kBlockK);
+    const uint64_t desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes + kHalf * (kBlockN / 2) * kBlockK);
+    FenceOperands(part);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN / 2>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+    WgmmaCommit();
+    FenceOperands(part);
+  }
+  // Promote for one half: the half's 8-column groups are the tile's groups 12·kHalf.., its
+  // registers total[48·kHalf ..] (wgmma's layout puts group i in registers 4i..4i+3 for any N),
+  // so each element gets the same fmaf as from Promote.
+  template <int kHalf>
+  __device__ __forceinline__ void PromoteHalf(float (&part)[kAcc / 2], const Scales& sc) {
+    FenceOperands(part);
+    const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
+    const float t0 = Cfg::kTwoScaleBlocks ? sc.a0 * sc.b1 : s0, t1 = Cfg::kTwoScaleBlocks ? sc.a1 * sc.b1 : s1;
+#pragma unroll
+    for (int i = 0; i < kAcc / 2; i += 4) {
+      const int j = kHalf * (kAcc / 2) + i;
+      const bool second = Cfg::kTwoScaleBlocks && static_cast<uint32_t>(j / 4) >= split_group;
+      const float u0 = second ? t0 : s0, u1 = second ? t1 : s1;
+      total[j] = fmaf(u0, part[i], total[j]);
+      total[j + 1] = fmaf(u0, part[i + 1], total[j + 1]);
+      total[j + 2] = fmaf(u1, part[i + 2], total[j + 2]);
+      total[j + 3] = fmaf(u1, part[i + 3], total[j + 3]);
+    }
   }
 
   // total += (scale_a[row] · scale_b) · part. The scales are multiplied here, after the
@@ -806,6 +860,37 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
       WgmmaWait<0>();
       c.Release(pending_stage);
       c.Promote(part0, pending);
+    }
+  } else if constexpr (Cfg::kHalfAccumulators) {
+    // Two 96-column halves in flight in turn: half 0 of kb + 1 is issued before half 1 of kb is
+    // promoted, half 1 of kb + 1 before half 0 of kb + 1 is promoted.
+    float half0[Cfg::kAccRegs / 2];
+    float half1[Cfg::kAccRegs / 2];
+    Scales cur = fetch();
+    uint32_t cur_stage = c.s;
+    c.template IssueHalf<0>(half0);
+    c.template IssueHalf<1>(half1);
+    advance();
+    for (;;) {
+      WgmmaWait<1>();  // half 0 of the current block
+      c.template PromoteHalf<0>(half0, cur);
+      const bool more = kb < end;
+      const uint32_t next_stage = c.s;
+      Scales next = cur;
+      if (more) {
+        next = fetch();
+        c.template IssueHalf<0>(half0);
+        WgmmaWait<1>();  // half 1 of the current block
+      } else {
+        WgmmaWait<0>();
+      }
+      c.Release(cur_stage);
+      c.template PromoteHalf<1>(half1, cur);
+      if (!more) break;
+      c.template IssueHalf<1>(half1);
+      advance();
+      cur = next;
+      cur_stage = next_stage;
     }
   } else if constexpr (Cfg::kPingPong) {
     // One partial accumulator, the warpgroups' issues alternating (Config::kPingPong): while

@@ -89,6 +89,11 @@ namespace fp8::kernels::cuda {
 //          kN128PingPong passing the turn once 2 of the K block's 4 wgmmas / all 4 have completed
 //          instead of once they are issued (the other warpgroup's wgmmas then queue behind them
 //          instead of sharing the tensor cores with them); bitwise the same as kN128
+//   kN192HalfAccumulators: kN192ScalesTma with each warpgroup's partial split into two 64x96
+//          halves (wgmma m64n96k32), double-buffered: one half is promoted while the other is on
+//          the tensor cores (two full 192-wide partials do not fit in the registers); bitwise the
+//          same as kN128
+//   kN192HalfAccumulatorsGroup16: kN192HalfAccumulators rasterized in groups of 16 row blocks
 //   kAuto: with fewer 128x128 tiles than SMs: kN64SplitK2ScalesTma where its 4 x tiles CTAs
 //          all run at once and K has >= 32 blocks; else the largest split whose clusters all
 //          run at once and leave >= 16 K blocks per CTA (split 2: kN128SplitK2ScalesTmaL2Hints);
@@ -131,6 +136,8 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN192PingPongPassAtHalf,
   kN192PingPongPassAtEnd,
   kN128PingPongPassAtHalf,
+  kN192HalfAccumulators,
+  kN192HalfAccumulatorsGroup16,
 };
 
 // Shape rules of Sm90GemmFp8Blockwise (no CUDA call; testable without a GPU). InvalidArgument

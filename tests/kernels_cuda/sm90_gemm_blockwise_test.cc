@@ -37,7 +37,8 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kN192PingPong, Sm90BlockwiseGemmTile::kN192PingPongGroup16,
     Sm90BlockwiseGemmTile::kN128PingPong, Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16,
     Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd,
-    Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf};
+    Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN192HalfAccumulators,
+    Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN128SplitK2PrefetchB,
@@ -71,7 +72,9 @@ constexpr std::pair<Sm90BlockwiseGemmTile, Sm90BlockwiseGemmTile> kScalesTmaPair
     {Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN128},
     {Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd, Sm90BlockwiseGemmTile::kN128},
-    {Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN128}};
+    {Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN192HalfAccumulators, Sm90BlockwiseGemmTile::kN128},
+    {Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16, Sm90BlockwiseGemmTile::kN128}};
 
 const char* TileName(Sm90BlockwiseGemmTile t) {
   switch (t) {
@@ -107,6 +110,8 @@ const char* TileName(Sm90BlockwiseGemmTile t) {
     case Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf: return "N192-ping-pong-pass-at-half";
     case Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd: return "N192-ping-pong-pass-at-end";
     case Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf: return "N128-ping-pong-pass-at-half";
+    case Sm90BlockwiseGemmTile::kN192HalfAccumulators: return "N192-half-accumulators";
+    case Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16: return "N192-half-accumulators-group-16";
     default: return "auto";
   }
 }
@@ -329,12 +334,13 @@ TEST_F(Sm90GemmBlockwiseTest, ScalesTmaVariantsAreBitwiseEqualToLdgVariants) {
 }
 
 // The ping-pong tiles (warpgroups alternating their wgmma issues, named barriers passed back and
-// forth across tiles) over several tiles per CTA: more 128x192 tiles than SMs, one K block per
+// forth across tiles) and the 128x192 half accumulators (a pipeline of halves carried from one
+// K block to the next, drained per tile) over several tiles per CTA: more 128x192 tiles than SMs, one K block per
 // tile (a turn per tile) and three, a partial last row tile and a last column tile past N
 // (7168 = 37.3 x 192), a partial last rasterization group of 16 row blocks (9 and 3 row
 // blocks; also for the 128x128 tile rasterized in groups of 16). Bitwise the same as 128x128 (same per-element order); a lost turn would hang or
 // leave the NaN poison.
-TEST_F(Sm90GemmBlockwiseTest, PingPongIsBitwiseEqualToN128WithManyTilesPerCta) {
+TEST_F(Sm90GemmBlockwiseTest, PingPongAndHalfAccumulatorsAreBitwiseEqualToN128WithManyTilesPerCta) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1100, 7168, 128}, {1100, 7168, 384},
                          {300, 24576, 256}}) {
     SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
@@ -349,7 +355,9 @@ TEST_F(Sm90GemmBlockwiseTest, PingPongIsBitwiseEqualToN128WithManyTilesPerCta) {
                                        Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16,
                                        Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf,
                                        Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd,
-                                       Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf}) {
+                                       Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf,
+                                       Sm90BlockwiseGemmTile::kN192HalfAccumulators,
+                                       Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16}) {
       SCOPED_TRACE(TileName(tile));
       EXPECT_EQ(DifferingElements(want, RunOwn(dev, m, n, k, tile)), 0u) << "elements that differ from N128";
     }
