@@ -104,7 +104,8 @@ struct Variant {
 };
 const char* const kSwitches[] = {"FP8_CUDA_FLASH_OLD", "FP8_CUDA_FLASH_MMA_FWD", "FP8_CUDA_FLASH_WGMMA_PINGPONG",
                                   "FP8_CUDA_FLASH_WGMMA_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DQ", "FP8_CUDA_FLASH_WGMMA_DQ_KEYS",
-                                  "FP8_CUDA_FLASH_WGMMA_DKDV", "FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "FP8_CUDA_FLASH_WGMMA_DKDV_BQ"};
+                                  "FP8_CUDA_FLASH_WGMMA_DKDV", "FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "FP8_CUDA_FLASH_WGMMA_DKDV_BQ",
+                                  "FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST"};
 const Variant kVariants[] = {
     {"previous (FP8_CUDA_FLASH_OLD=1)", {{"FP8_CUDA_FLASH_OLD", "1"}}},
     {"mma.sync fwd (FP8_CUDA_FLASH_MMA_FWD=1)", {{"FP8_CUDA_FLASH_MMA_FWD", "1"}}},
@@ -123,10 +124,14 @@ const Variant kVariants[] = {
      {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "0"}}},
     {"default fwd, wgmma dQ + wgmma dK/dV, 64-query tiles at hd 64",
      {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_BQ", "64"}}},
+    {"default fwd, wgmma dQ + wgmma dK/dV, intra-WG overlap at hd 64 (64-query tiles)",
+     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "1"}}},
+    {"default fwd, wgmma dQ + wgmma dK/dV, heavy key blocks first",
+     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", "1"}}},
     {"default", {}},
 };
 constexpr int kMmaRow = 1, kWgmmaRow = 5, kWgmmaDqRow = 6, kMmaDqRow = 8, kMmaDkDvRow = 9, kWgmmaDkDvRow = 10,
-              kDefaultRow = 13;
+              kDefaultRow = 15;
 static_assert(std::size(kVariants) == kDefaultRow + 1, "the default row is the last");
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {

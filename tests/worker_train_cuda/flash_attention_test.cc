@@ -284,12 +284,15 @@ TEST_P(FlashAttentionDkDv, WgmmaMatchesMma) {
   const std::vector<float> r = ToF32(ref.Host());
   const ScopedEnv wgmma("FP8_CUDA_FLASH_WGMMA_DKDV", "1");
   ASSERT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get()));
-  for (const char* schedule : {"ping-pong", "plain", "ping-pong, 64-query tiles"}) {
+  for (const char* schedule : {"ping-pong", "plain", "ping-pong, 64-query tiles", "overlap", "ping-pong, heavy first"}) {
     SCOPED_TRACE(schedule);
     const std::string sched = schedule;
-    if (hd != 64 && sched.find("64-query") != std::string::npos) continue;  // hd 128 has 64-query tiles already
-    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", sched.find("ping-pong") != std::string::npos ? "1" : "0");
-    const ScopedEnv bq("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", sched.find("64-query") != std::string::npos ? "64" : "");
+    auto has = [&](const char* what) { return sched.find(what) != std::string::npos; };
+    if (hd != 64 && (has("64-query") || has("overlap"))) continue;  // hd 64 only (hd 128 has 64-query tiles already)
+    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", has("ping-pong") ? "1" : "0");
+    const ScopedEnv bq("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", has("64-query") ? "64" : "");
+    const ScopedEnv overlap("FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", has("overlap") ? "1" : "0");
+    const ScopedEnv heavy("FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", has("heavy") ? "1" : "0");
     ASSERT_EQ(cudaMemset(out.get(), 0xFF, static_cast<size_t>(3 * n) * sizeof(bf16)), cudaSuccess);  // NaNs
     ASSERT_OK(FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), out.get(),
                                      out.get() + cdim, out.get() + 2 * cdim, nullptr));

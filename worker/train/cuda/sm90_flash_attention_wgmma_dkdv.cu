@@ -63,11 +63,21 @@ struct DkDvArgs {
   int32_t seq, heads;
   bool rows_before_heads;  // of q/k/v's tensor maps (dk/dv share their layout)
   bool do_rows_first;      // of dy's
+  bool heavy_first;        // grid (B·H, key blocks): every head's first key block before any second one
   int64_t batch_stride, head_stride, row_stride;  // dk, dv (layout qkv)
   float scale_log2, scale;
   const float *lse, *delta;
   bf16 *dk, *dv;
 };
+
+// Keeps register fragments alive (and unmoved) up to here: an in-flight wgmma RS still reads them.
+template <int kN>
+__device__ __forceinline__ void FenceFragments(uint32_t (&f)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(f[i][j])::"memory");
+}
 
 __device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
   float2 v;
@@ -75,7 +85,7 @@ __device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
   return v;
 }
 
-template <int D, int BQ, bool kPingPong>
+template <int D, int BQ, bool kPingPong, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardDkDvWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_do,
                                  const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
@@ -92,8 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int s) { return bar_kv + 8 + 8 * s; };
   auto empty = [&](int s) { return bar_kv + 8 + 8 * (kStages + s); };
 
-  const int k0 = blockIdx.x * kKeys;  // block 0 has the most query tiles: launched first
-  const int bh = blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
+  // Key block 0 has the most query tiles: launched first (per head, or over all heads).
+  const int k0 = (args.heavy_first ? blockIdx.y : blockIdx.x) * kKeys;
+  const int bh = args.heavy_first ? blockIdx.x : blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
   const int64_t T = args.seq;
   const int i0 = k0 / BQ;  // the first query tile that sees any of these keys
   const int n_tiles = static_cast<int>((T + BQ - 1) / BQ) - i0;
@@ -252,16 +263,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     compute_p_ds(s, (i0 + it) * BQ);
     turn_begin();
     issue_dv_dk(s);
-    gemm::WgmmaWait<0>();
-    gemm::FenceOperands(dv);
-    gemm::FenceOperands(dk);
-    if (lane == 0) gemm::MbarArrive(empty(s));
+    const int s_used = s;
+    if constexpr (!kOverlap) {  // dV/dK done before the turn passes on
+      gemm::WgmmaWait<0>();
+      gemm::FenceOperands(dv);
+      gemm::FenceOperands(dk);
+      if (lane == 0) gemm::MbarArrive(empty(s_used));
+    }
     if (++s == kStages) s = 0, phase ^= 1;
     if constexpr (!kLast) {
       gemm::MbarWait(full(s), phase);
       issue_s_dp(s);
     }
     turn_end(kLast);
+    if constexpr (kOverlap) {
+      // Sᵀ/dPᵀ of the next tile went in right behind dV/dK: wait for dV/dK only (groups retire
+      // in order), keeping the P/dS fragments they read alive until then.
+      if constexpr (kLast) gemm::WgmmaWait<0>();
+      else gemm::WgmmaWait<1>();
+      gemm::FenceOperands(dv);
+      gemm::FenceOperands(dk);
+      FenceFragments(p);
+      FenceFragments(ds);
+      if (lane == 0) gemm::MbarArrive(empty(s_used));
+    }
   };
   for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
   step(n_tiles - 1, std::true_type{});
@@ -272,9 +297,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   StoreRows<D>(dv, fv, s_v, cw, args.dv + off, args.row_stride, k0, T);
 }
 
-template <int D, int BQ, bool kPingPong>
+template <int D, int BQ, bool kPingPong, bool kOverlap>
 Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
-                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv, cudaStream_t stream) {
+                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv, bool heavy_first,
+                  cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, BQ, "q"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tdo, HeadsTensorMap(dy, d, yl, BQ, "dy"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, d, qkv, kKeys, "k"));
@@ -288,11 +314,13 @@ Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dk = dk, a.dv = dv;
-  auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ, kPingPong>;
+  a.heavy_first = heavy_first;
+  auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ, kPingPong, kOverlap>;
   constexpr uint32_t smem = DkDvCfg<D, BQ>::kSmemBytes;
   // Set on every call, as the other launchers do: the attribute is per device.
   FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>((d.seq + kKeys - 1) / kKeys), static_cast<unsigned>(d.batch * d.heads));
+  const unsigned key_blocks = static_cast<unsigned>((d.seq + kKeys - 1) / kKeys), bh = static_cast<unsigned>(d.batch * d.heads);
+  const dim3 grid = heavy_first ? dim3(bh, key_blocks) : dim3(key_blocks, bh);
   kernel<<<grid, kThreads, smem, stream>>>(tq, tdo, tk, tv, a);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
@@ -310,17 +338,24 @@ namespace internal {
 Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
                                        HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse,
                                        const float* delta, bf16* dk, bf16* dv, cudaStream_t s) {
-  // FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG=0: no turns; FP8_CUDA_FLASH_WGMMA_DKDV_BQ=64: 64-query tiles at hd 64.
+  // Variants (docs/performance.md): FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG=0: no turns;
+  // FP8_CUDA_FLASH_WGMMA_DKDV_BQ=64: 64-query tiles at hd 64; FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP=1:
+  // at hd 64, the next tile's Sᵀ/dPᵀ issued behind dV/dK, with 64-query tiles (P/dS fragments and
+  // the next Sᵀ/dPᵀ are live together; at hd 128 ptxas serializes the wgmmas for lack of
+  // registers, C7512, so there it is not built); FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST=1: every
+  // head's longest key block first, then every head's second, ...
   const bool ping_pong = !EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "0");
+  const bool overlap = EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "1");
+  const bool heavy = EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", "1");
+#define FP8_DKDV_ARGS d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, heavy, s
   if (d.head_dim == 64) {
+    if (overlap) return LaunchDkDv<64, 64, true, true>(FP8_DKDV_ARGS);
     if (EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", "64"))
-      return ping_pong ? LaunchDkDv<64, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s)
-                       : LaunchDkDv<64, 64, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
-    return ping_pong ? LaunchDkDv<64, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s)
-                     : LaunchDkDv<64, 128, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+      return ping_pong ? LaunchDkDv<64, 64, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<64, 64, false, false>(FP8_DKDV_ARGS);
+    return ping_pong ? LaunchDkDv<64, 128, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<64, 128, false, false>(FP8_DKDV_ARGS);
   }
-  return ping_pong ? LaunchDkDv<128, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s)
-                   : LaunchDkDv<128, 64, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+  return ping_pong ? LaunchDkDv<128, 64, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<128, 64, false, false>(FP8_DKDV_ARGS);
+#undef FP8_DKDV_ARGS
 }
 
 }  // namespace internal
