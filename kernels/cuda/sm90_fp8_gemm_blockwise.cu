@@ -284,7 +284,10 @@ int SplitOf(Sm90BlockwiseGemmTile tile) {
 //   771 at M = 128, (7168, 16384); 358 vs 350 / 347 at (7168, 2048)); on 128x64 with more
 //   tiles than SMs -1% once and +1% once ((24576, 1536)), so not there.
 // - Not chosen, measured slower: 128x192 tiles with one partial accumulator (0.43-0.71x
-//   cuBLASLt on every issue shape).
+//   cuBLASLt on every issue shape); at M = 4096 (three runs, 2026-11-29, TFLOPS) the 128x192
+//   ping-pong (turn passed at issue, half or end of the K block's wgmmas) 823-1024 against
+//   1143-1249 for 128x128 6 stages, the 128x192 half accumulators 758-859, the 128x128 ping-pong
+//   852-1117; 128x128 in groups of 16 row blocks is level with groups of 8 (within 3%).
 // - Many tiles (>= 4 waves of 128x128): 128x128 with 6 stages (one staging box; 5 stages measured
 //   2-10% slower at M = 4096, K = 16384 and level elsewhere). The CTA pairs sharing A and the
 //   epilogue-overlap variants measured slower on every issue shape and are not chosen.
