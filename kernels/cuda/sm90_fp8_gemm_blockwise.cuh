@@ -864,6 +864,10 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
   } else if constexpr (Cfg::kHalfAccumulators) {
     // Two 96-column halves in flight in turn: half 0 of kb + 1 is issued before half 1 of kb is
     // promoted, half 1 of kb + 1 before half 0 of kb + 1 is promoted.
+    // Measured slower than intended (docs/performance.md, session 5): where the if/else below
+    // merges, ptxas put a `WARPGROUP.DEPBAR.LE gsb0, 0x0` into the shared promotion of half 1,
+    // so each K block waits for the half 0 it has just issued. To try next: peel the last K block
+    // out of the loop so that no branch with different wait counts merges inside it.
     float half0[Cfg::kAccRegs / 2];
     float half1[Cfg::kAccRegs / 2];
     Scales cur = fetch();
