@@ -122,13 +122,14 @@ __global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
 // The load and the cast are split so that a producer of the values other than a plain load
 // (the trainer's AdamW step, which casts the weights it has just updated) runs the same cast.
 
-// Which elements of the CTA's 128x128 block thread threadIdx.x holds: pass p, vector element e
-// is (row0 + p·kRowsPerPass + RowInPass(), col0 + ColInBlock() + e).
-template <typename T>
+// Which elements of the CTA's 128x128 block thread threadIdx.x (of kThreads) holds: pass p,
+// vector element e is (row0 + p·kRowsPerPass + RowInPass(), col0 + ColInBlock() + e).
+template <typename T, int kThreadsPerCta = kSm90QuantThreads>
 struct Sm90Block128x128 {
+  static constexpr int kThreads = kThreadsPerCta;
   static constexpr int kElems = InVec<T>::kElems;
   static constexpr int kThreadsPerRow = 128 / kElems;
-  static constexpr int kRowsPerPass = kSm90QuantThreads / kThreadsPerRow;
+  static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
   static constexpr int kPasses = 128 / kRowsPerPass;
   // Dynamic shared memory the cast needs: the transposed byte tile, only when qt is wanted
   // (a static 16 KB cost the plain cast 8%: fewer CTAs per SM).
@@ -137,20 +138,20 @@ struct Sm90Block128x128 {
   __device__ static int RowInPass() { return threadIdx.x / kThreadsPerRow; }
 };
 
-// Casts the block held in `raw` (T elements as Sm90Block128x128<T> lays them out; zeros outside
-// the tensor) to the outputs named above. Called by every thread of the CTA, after the values
-// are in registers; the CTA is at blockIdx (column block, row block).
-template <typename T, Fp8Format F>
-__device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90Block128x128<T>::kPasses], int64_t rows,
+// Casts the block held in `raw` (T elements as Sm90Block128x128<T, kThreads> lays them out; zeros
+// outside the tensor) to the outputs named above. Called by every thread of the CTA, after the
+// values are in registers; the CTA is at blockIdx (column block, row block).
+template <typename T, Fp8Format F, int kThreads = kSm90QuantThreads>
+__device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90Block128x128<T, kThreads>::kPasses], int64_t rows,
                                                         int64_t cols, bool ue8m0, uint8_t* __restrict__ q,
                                                         float* __restrict__ scale_inv, int64_t scale_ld,
                                                         uint8_t* __restrict__ qt, float* __restrict__ scale_inv_t,
                                                         int64_t scale_ld_t, uint8_t* __restrict__ q1,
                                                         float* __restrict__ scale1) {
-  using B = Sm90Block128x128<T>;
+  using B = Sm90Block128x128<T, kThreads>;
   constexpr int kElems = B::kElems;
   constexpr int kThreadsPerRow = B::kThreadsPerRow;
-  __shared__ uint32_t warp_max[kSm90QuantThreads / 32];
+  __shared__ uint32_t warp_max[kThreads / 32];
   extern __shared__ __align__(16) uint8_t tile[];
   auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
 
@@ -172,7 +173,7 @@ __device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90B
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
   __syncthreads();
 #pragma unroll
-  for (int w = 0; w < kSm90QuantThreads / 32; ++w) amax = max(amax, warp_max[w]);
+  for (int w = 0; w < kThreads / 32; ++w) amax = max(amax, warp_max[w]);
   const float s = ScaleInvFromAmaxBits<F>(amax, ue8m0);
   if (threadIdx.x == 0) {
     if (q) scale_inv[static_cast<int64_t>(blockIdx.y) * scale_ld + blockIdx.x] = s;
@@ -220,7 +221,7 @@ __device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90B
   if (!qt) return;
   __syncthreads();
   // Transposed row i (column col0 + i of x) is 128 bytes: 8 segments of 16; 1024 segments per block.
-  for (int seg = threadIdx.x; seg < 128 * 8; seg += kSm90QuantThreads) {
+  for (int seg = threadIdx.x; seg < 128 * 8; seg += kThreads) {
     const int i = seg / 8, part = seg % 8;
     const int64_t c = col0 + i, r = row0 + part * 16;
     if (c < cols && r < rows)

@@ -187,6 +187,13 @@ struct RecipeCase {
   double loss_tol, grad_tol;
 };
 
+// "fp8-blockwise" → "fp8_blockwise": a recipe as a test-name suffix.
+std::string RecipeParamName(const ::testing::TestParamInfo<Recipe>& info) {
+  std::string n = RecipeName(info.param);
+  for (char& ch : n) if (ch == '-') ch = '_';
+  return n;
+}
+
 // The whole-model tests' setup: 2 layers, C128, 4 heads, T64, vocab 256, the CPU model's
 // initialisation from weight_seed, and a batch of 4 random sequences from token_seed.
 struct TinyGptCase {
@@ -314,9 +321,12 @@ class CudaModelFusedOptimizer : public ::testing::TestWithParam<Recipe> {};
 
 // OptimizerStep writing the next forward's weight operands (and the cast reused across the
 // micro-batches of a step) against the plain AdamW with the forward casting
-// (FP8_CUDA_UNFUSED_OPTIMIZER=1): the same losses and weights bit for bit over three steps of two
-// micro-batches each, evaluation included.
-TEST_P(CudaModelFusedOptimizer, MatchesUnfusedBitwise) {
+// (FP8_CUDA_UNFUSED_OPTIMIZER=1) over three steps of two micro-batches each, evaluation included.
+// The kernels agree bit for bit (adamw_cast_test.cc), but the embedding backward adds token rows
+// with atomics, so from the second step on two runs of the same model differ by FP32 roundings
+// (wte first, everything after): the losses and weights are compared to that level, far below
+// what a stale or wrong weight cast would change (lr 1e-2).
+TEST_P(CudaModelFusedOptimizer, MatchesUnfused) {
   SKIP_WITHOUT_GPU();
   TinyGptCase tc(GetParam(), 3, 17);
   cudaStream_t s;
@@ -352,12 +362,13 @@ TEST_P(CudaModelFusedOptimizer, MatchesUnfusedBitwise) {
       ASSERT_TRUE(eval.ok()) << eval.status().message();
       losses[k] += 1000 * *eval;
     }
-    EXPECT_EQ(losses[0], losses[1]) << "step " << step;
+    EXPECT_NEAR(losses[0], losses[1], 1e-6 * std::abs(losses[1])) << "step " << step;
   }
   std::vector<float> pf(np), pu(np);
   ASSERT_OK((*fused)->DownloadParams(pf.data()));
   ASSERT_OK((*unfused)->DownloadParams(pu.data()));
-  EXPECT_EQ(std::memcmp(pf.data(), pu.data(), np * sizeof(float)), 0);
+  for (const ParamTensor& t : tc.cpu->tensors())
+    EXPECT_LT(RelErr(pf.data() + t.offset, pu.data() + t.offset, static_cast<size_t>(t.numel)), 1e-5) << t.name;
   std::vector<float> p0(tc.cpu->params().begin(), tc.cpu->params().end());
   EXPECT_NE(std::memcmp(pf.data(), p0.data(), np * sizeof(float)), 0) << "the steps did not move the weights";
   fused->reset();
@@ -367,11 +378,54 @@ TEST_P(CudaModelFusedOptimizer, MatchesUnfusedBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelFusedOptimizer,
                          ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
-                         [](const auto& info) {
-                           std::string n = RecipeName(info.param);
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         RecipeParamName);
+
+class CudaModelGradOverwrite : public ::testing::TestWithParam<Recipe> {};
+
+// ZeroGrad leaves the linear weights' and wte's gradients to the first Backward's GEMMs (beta 0):
+// over gradients poisoned with NaN bytes, ZeroGrad + two micro-batches give the gradients of the
+// model that clears everything and accumulates (FP8_CUDA_ZERO_ALL_GRADS=1).
+TEST_P(CudaModelGradOverwrite, MatchesZeroingEverything) {
+  SKIP_WITHOUT_GPU();
+  TinyGptCase tc(GetParam(), 9, 21);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  auto overwriting = tc.Gpu(s);
+  setenv("FP8_CUDA_ZERO_ALL_GRADS", "1", 1);
+  auto zeroing = tc.Gpu(s);
+  unsetenv("FP8_CUDA_ZERO_ALL_GRADS");
+  ASSERT_TRUE(overwriting.ok() && zeroing.ok());
+  const size_t np = static_cast<size_t>(tc.cpu->num_params());
+  std::vector<int32_t> in2(tc.in.rbegin(), tc.in.rend());
+  std::vector<std::vector<float>> grads;
+  for (auto* m : {&*overwriting, &*zeroing}) {
+    ASSERT_EQ(cudaMemset((*m)->grads(), 0xFF, np * sizeof(float)), cudaSuccess);  // NaN everywhere
+    ASSERT_OK((*m)->ZeroGrad());
+    for (const std::vector<int32_t>* batch : {&tc.in, &in2}) {
+      auto loss = (*m)->Forward(batch->data(), tc.tg.data(), tc.batch, true, 0.5f);
+      ASSERT_TRUE(loss.ok()) << loss.status().message();
+      ASSERT_OK((*m)->Backward());
+    }
+    grads.emplace_back(np);
+    ASSERT_OK((*m)->DownloadGrads(grads.back().data()));
+  }
+  for (const ParamTensor& t : tc.cpu->tensors()) {
+    const float* a = grads[0].data() + t.offset;
+    const float* b = grads[1].data() + t.offset;
+    if (t.name == "wte.weight") {  // the embedding backward's atomics: equal to FP32 rounding
+      EXPECT_LT(RelErr(a, b, static_cast<size_t>(t.numel)), 1e-6) << t.name;
+    } else {
+      EXPECT_EQ(std::memcmp(a, b, static_cast<size_t>(t.numel) * sizeof(float)), 0) << t.name;
+    }
+  }
+  overwriting->reset();
+  zeroing->reset();
+  cudaStreamDestroy(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelGradOverwrite,
+                         ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
+                         RecipeParamName);
 
 class CudaTraining : public ::testing::TestWithParam<Recipe> {};
 
@@ -406,11 +460,7 @@ TEST_P(CudaTraining, LossFallsAndCheckpointLoadsOnCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaTraining,
                          ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
-                         [](const auto& info) {
-                           std::string n = RecipeName(info.param);
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         RecipeParamName);
 
 }  // namespace
 }  // namespace fp8::train::cuda

@@ -14,16 +14,20 @@ namespace {
 namespace kc = kernels::cuda;
 using kernels::Fp8Format;
 
-// One CTA per 128x128 block of W, the thread layout of the plain 128x128 cast: each pass, a
-// thread updates its 4 weights (16-byte loads of w, g, m, v; stores of w, m, v) and keeps the
-// new w in registers; then the block is cast exactly as the plain cast casts a block it loaded.
+// One CTA per 128x128 block of W: each pass, a thread updates its 4 weights (16-byte loads of w,
+// g, m, v; stores of w, m, v) and keeps the new w in registers; then the block is cast exactly as
+// the plain cast casts a block it loaded. 512 threads and two CTAs per SM, not the plain cast's
+// 256: the update moves 7 words per weight where the cast moves 1.5, and with 256 threads (112
+// registers, 2 CTAs per SM) too few loads were in flight: 2.32 ms per d4096 block against 1.82
+// for AdamW + the cast apart; with 512, 1.56 ms (1024 threads: 1.57; H200, docs/performance.md).
+constexpr int kAdamWCastThreads = 512;
 template <Fp8Format F>
-__global__ void __launch_bounds__(kc::kSm90QuantThreads)
+__global__ void __launch_bounds__(kAdamWCastThreads, 2)
     AdamWCast128x128Kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
                            float* __restrict__ v, int64_t rows, int64_t cols, bool decay, AdamWArgs a, bool ue8m0,
                            uint8_t* __restrict__ q, float* __restrict__ scale_inv, int64_t scale_ld,
                            uint8_t* __restrict__ qt, float* __restrict__ scale_inv_t, int64_t scale_ld_t) {
-  using B = kc::Sm90Block128x128<float>;
+  using B = kc::Sm90Block128x128<float, kAdamWCastThreads>;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 128;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 128 + B::ColInBlock();
   uint4 raw[B::kPasses];
@@ -46,8 +50,8 @@ __global__ void __launch_bounds__(kc::kSm90QuantThreads)
       raw[p] = make_uint4(0, 0, 0, 0);
     }
   }
-  kc::Sm90Fp8Cast128x128Block<float, F>(raw, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t,
-                                        nullptr, nullptr);
+  kc::Sm90Fp8Cast128x128Block<float, F, kAdamWCastThreads>(raw, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t,
+                                                           nullptr, nullptr);
 }
 
 Status CheckAligned(const void* p, const char* name) {
@@ -73,12 +77,12 @@ Status AdamWStepCast128x128(float* w, const float* g, float* m, float* v, int64_
   const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>((rows + 127) / 128));
   if (grid.y > 65535) return InvalidArgumentError("rows too large: " + std::to_string(rows));
   const bool ue8m0 = sf == kernels::ScaleFormat::kUe8m0;
-  constexpr size_t kSmem = kc::Sm90Block128x128<float>::kTransposeSmemBytes;
+  constexpr size_t kSmem = kc::Sm90Block128x128<float, kAdamWCastThreads>::kTransposeSmemBytes;
   if (fmt == Fp8Format::kE4M3) {
-    AdamWCast128x128Kernel<Fp8Format::kE4M3><<<grid, kc::kSm90QuantThreads, kSmem, s>>>(
+    AdamWCast128x128Kernel<Fp8Format::kE4M3><<<grid, kAdamWCastThreads, kSmem, s>>>(
         w, g, m, v, rows, cols, decay, a, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
   } else {
-    AdamWCast128x128Kernel<Fp8Format::kE5M2><<<grid, kc::kSm90QuantThreads, kSmem, s>>>(
+    AdamWCast128x128Kernel<Fp8Format::kE5M2><<<grid, kAdamWCastThreads, kSmem, s>>>(
         w, g, m, v, rows, cols, decay, a, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
   }
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();

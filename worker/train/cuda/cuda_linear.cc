@@ -131,6 +131,7 @@ Status CudaLinear::ApplyScalingUpdates() {
 
 template <typename Gemm>
 Status CudaLinear::AccumulateWgrad(Gemm&& gemm) {
+  if (overwrite_dw_) return gemm(gw_, 0.0f);
   if (ws_->dw_in_place) {
     const Status st = gemm(gw_, 1.0f);
     if (st.ok()) return st;
@@ -281,7 +282,7 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
     case Recipe::kBf16: {
       // W has not changed since Forward cast it (the optimizer steps after Backward).
       if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
-      return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, 1.0f, gw_, in_, true);
+      return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, overwrite_dw_ ? 0.0f : 1.0f, gw_, in_, true);
     }
     case Recipe::kFp8Tensorwise: {
       FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, dy, m * out_, ws_->aq.get(), true, si_dy_.get()));

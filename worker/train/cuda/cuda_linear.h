@@ -85,6 +85,10 @@ class CudaLinear {
   // updated W: its BF16 copy, or (fp8-blockwise) W and Wᵀ in 128x128 blocks. The forward then
   // skips its cast of W.
   Status OptimizerStep(const AdamWArgs& a, float* m, float* v, bool decay);
+  // Whether the next Backward/BackwardIntoGelu writes dW instead of adding to it (the first
+  // micro-batch after the model's ZeroGrad, which then leaves dW alone: 8 fewer bytes per weight
+  // than zeroing it and accumulating into the zeros).
+  void OverwriteWeightGradNext(bool overwrite) { overwrite_dw_ = overwrite; }
   // W changed outside OptimizerStep (an upload, another optimizer): the next forward casts it.
   void InvalidateWeightCast() { w_cast_current_ = false; }
 
@@ -105,7 +109,8 @@ class CudaLinear {
     float* amax = nullptr;      // its slot
     kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
   };
-  // dW += the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or through ws_->dw (see above).
+  // dW += (or, under overwrite_dw_, =) the FP8 wgrad GEMM `gemm(c, beta)` writes: in place, or
+  // through ws_->dw (see above).
   template <typename Gemm>
   Status AccumulateWgrad(Gemm&& gemm);
   // Whether this layer may try `e` fused; RunFused: true when it ran, false when cuBLASLt
@@ -148,6 +153,7 @@ class CudaLinear {
   // otherwise). Saves the cast for every micro-batch after the first, and all of it when the
   // optimizer writes the operands.
   bool w_cast_current_ = false;
+  bool overwrite_dw_ = false;  // see OverwriteWeightGradNext
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
 };
 

@@ -195,7 +195,29 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(loss_sum_.Allocate(1, "loss sum"));
   fuse_optimizer_ = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
   FP8_RETURN_IF_ERROR(InitDecayMask());
+  InitZeroRanges();
   return ZeroGrad();
+}
+
+void CudaGptModel::InitZeroRanges() {
+  std::vector<std::pair<int64_t, int64_t>> overwritten;  // [begin, end)
+  overwrite_grads_ = std::getenv("FP8_CUDA_ZERO_ALL_GRADS") == nullptr;
+  if (overwrite_grads_) {
+    overwritten.emplace_back(wte_, wte_ + cfg_.vocab_size * cfg_.d_model);  // the head's wgrad
+    for (Block& b : blocks_)
+      for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) {
+        const int64_t off = lin->weight() - params_.get();
+        overwritten.emplace_back(off, off + lin->in() * lin->out());
+      }
+    std::sort(overwritten.begin(), overwritten.end());
+  }
+  zero_ranges_.clear();
+  int64_t at = 0;
+  for (const auto& [begin, end] : overwritten) {
+    if (begin > at) zero_ranges_.emplace_back(at, begin - at);
+    at = std::max(at, end);
+  }
+  if (at < num_params_) zero_ranges_.emplace_back(at, num_params_ - at);
 }
 
 StatusOr<bool> CudaGptModel::DecaysAt(int64_t offset) const {
@@ -267,7 +289,9 @@ Status CudaGptModel::DownloadGrads(float* host) const {
   return OkStatus();
 }
 Status CudaGptModel::ZeroGrad() {
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_.get(), 0, sizeof(float) * num_params_, stream_));
+  for (const auto& [offset, n] : zero_ranges_)
+    FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_.get() + offset, 0, sizeof(float) * n, stream_));
+  grads_fresh_ = true;
   return OkStatus();
 }
 
@@ -369,9 +393,16 @@ Status CudaGptModel::Backward() {
   const int64_t n = static_cast<int64_t>(batch_) * t;
   const float* p = params_.get();
   float* g = grads_.get();
-  // Tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf.
+  // The first Backward after ZeroGrad writes the gradients ZeroGrad left (zero_ranges_).
+  const bool overwrite = grads_fresh_ && overwrite_grads_;
+  for (Block& b : blocks_)
+    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) lin->OverwriteWeightGradNext(overwrite);
+  grads_fresh_ = false;
+  // Tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf (the first contribution to dwte; the
+  // embedding's comes last).
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, n, c, v, 1.0f, logits_.get(), vocab_ld_, wte_bf16_.get(), c, 0.0f, d_c_.get(), c, false));
-  FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, 1.0f, g + wte_, c, true));
+  FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, overwrite ? 0.0f : 1.0f,
+                               g + wte_, c, true));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
   // Each LayerNorm backward also writes the residual gradient in bf16 (dy_c_): the operand of
   // the next linear layer's backward.
