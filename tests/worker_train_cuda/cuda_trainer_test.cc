@@ -225,6 +225,13 @@ struct TinyGptCase {
     FP8_RETURN_IF_ERROR(gpu->UploadParams(cpu->params().data()));
     return gpu;
   }
+  // The same, created with the switch `env`=1 set (the model reads its switches at creation).
+  StatusOr<std::unique_ptr<CudaGptModel>> GpuWith(const char* env, cudaStream_t s) const {
+    setenv(env, "1", 1);
+    auto gpu = Gpu(s);
+    unsetenv(env);
+    return gpu;
+  }
 };
 
 class CudaModelVsCpu : public ::testing::TestWithParam<RecipeCase> {};
@@ -288,9 +295,7 @@ TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto fused = tc.Gpu(s);
-  setenv("FP8_CUDA_NO_FUSION", "1", 1);
-  auto separate = tc.Gpu(s);
-  unsetenv("FP8_CUDA_NO_FUSION");
+  auto separate = tc.GpuWith("FP8_CUDA_NO_FUSION", s);
   ASSERT_TRUE(fused.ok() && separate.ok());
   std::vector<std::vector<float>> grads;
   std::vector<double> losses;
@@ -332,9 +337,7 @@ TEST_P(CudaModelFusedOptimizer, MatchesUnfused) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto fused = tc.Gpu(s);
-  setenv("FP8_CUDA_UNFUSED_OPTIMIZER", "1", 1);
-  auto unfused = tc.Gpu(s);
-  unsetenv("FP8_CUDA_UNFUSED_OPTIMIZER");
+  auto unfused = tc.GpuWith("FP8_CUDA_UNFUSED_OPTIMIZER", s);
   ASSERT_TRUE(fused.ok() && unfused.ok());
   const size_t np = static_cast<size_t>(tc.cpu->num_params());
   DeviceBuffer<float> moments[2][2];
@@ -391,9 +394,7 @@ TEST_P(CudaModelGradOverwrite, MatchesZeroingEverything) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto overwriting = tc.Gpu(s);
-  setenv("FP8_CUDA_ZERO_ALL_GRADS", "1", 1);
-  auto zeroing = tc.Gpu(s);
-  unsetenv("FP8_CUDA_ZERO_ALL_GRADS");
+  auto zeroing = tc.GpuWith("FP8_CUDA_ZERO_ALL_GRADS", s);
   ASSERT_TRUE(overwriting.ok() && zeroing.ok());
   const size_t np = static_cast<size_t>(tc.cpu->num_params());
   std::vector<int32_t> in2(tc.in.rbegin(), tc.in.rend());
