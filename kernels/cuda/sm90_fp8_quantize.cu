@@ -2,9 +2,11 @@
 #include "kernels/cuda/sm90_fp8_quantize.h"
 
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/sm90_cuda_check.h"
 #include "kernels/cuda/sm90_fp8_quantize.cuh"
+#include "kernels/cuda/sm90_fp8_quantize_transpose.cuh"
 
 namespace fp8::kernels::cuda {
 
@@ -75,7 +77,8 @@ Status Quantize1x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Scal
 template <typename T>
 Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
                        uint8_t* q, float* scale_inv, int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
-                       int64_t scale_ld_t, cudaStream_t stream, uint8_t* q1 = nullptr, float* scale1 = nullptr) {
+                       int64_t scale_ld_t, cudaStream_t stream, uint8_t* q1 = nullptr, float* scale1 = nullptr,
+                       const Sm90TransposeOptions& opt = {}) {
   if (q != nullptr) {
     FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
     if (scale_ld < (cols + 127) / 128)
@@ -98,6 +101,18 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
   const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>((rows + 127) / 128));
   if (grid.y > 65535) return InvalidArgumentError("rows too large: " + std::to_string(rows));
   const bool ue8m0 = sf == ScaleFormat::kUe8m0;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    // Xᵀ without X's 128x128 bytes: the lean transposing kernels (sm90_fp8_quantize_transpose.cuh),
+    // q1's MN-major scales at (r, g) → g·rows + r, Xᵀ's block (j, i) scale at j·scale_ld_t + i.
+    if (q == nullptr && qt != nullptr) {
+      const Sm90TransposeCastArgs a{x, rows, cols, ue8m0, q1, scale1, 1, rows, qt, scale_inv_t, scale_ld_t, 1};
+      FP8_CUDA_RETURN_IF_ERROR(
+          fmt == Fp8Format::kE4M3
+              ? (Sm90LaunchTransposeCast<Fp8Format::kE4M3, Sm90TransposedTiles::k128x128>(a, opt, stream))
+              : (Sm90LaunchTransposeCast<Fp8Format::kE5M2, Sm90TransposedTiles::k128x128>(a, opt, stream)));
+      return OkStatus();
+    }
+  }
   const size_t smem = qt != nullptr ? Sm90Block128x128<T>::kTransposeSmemBytes : 0;
   if (fmt == Fp8Format::kE4M3) {
     Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3><<<grid, kSm90QuantThreads, smem, stream>>>(
@@ -153,10 +168,11 @@ Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t
 Status Sm90Fp8Quantize1x128AndTransposed128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols,
                                                 Fp8Format fmt, ScaleFormat sf, uint8_t* q1, float* scale1,
                                                 uint8_t* qt, float* scale_inv_t, int64_t scale_ld_t,
-                                                cudaStream_t stream) {
+                                                cudaStream_t stream, Sm90TransposeOptions options) {
   if (q1 == nullptr) return InvalidArgumentError("1x128 output pointer is null");
   if (qt == nullptr) return InvalidArgumentError("transposed output pointer is null");
-  return Quantize128x128(x, rows, cols, fmt, sf, nullptr, nullptr, 0, qt, scale_inv_t, scale_ld_t, stream, q1, scale1);
+  return Quantize128x128(x, rows, cols, fmt, sf, nullptr, nullptr, 0, qt, scale_inv_t, scale_ld_t, stream, q1, scale1,
+                         options);
 }
 
 }  // namespace fp8::kernels::cuda

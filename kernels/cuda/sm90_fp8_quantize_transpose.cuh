@@ -9,9 +9,15 @@
 // of Xᵀ — and stores them with one 8/16-byte store into a byte tile (16-byte chunks XOR-swizzled
 // by (row/8)%8), which leaves as 16-byte row segments. An earlier version staged the BF16 tile
 // in shared memory and read each column back element by element (55% of copy bandwidth).
+//
+// The launchers run it for fp32 input; bf16 goes to the lean kernels further below.
 #pragma once
 
+#include <algorithm>
+
 #include "kernels/cuda/sm90_fp8_common.cuh"
+#include "kernels/cuda/sm90_fp8_quantize.h"
+#include "kernels/cuda/sm90_fp8_gemm_blockwise.cuh"  // mbarrier / bulk-copy PTX wrappers
 
 namespace fp8::kernels::cuda {
 
@@ -118,6 +124,307 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
     if (cg_out < cols && rg_out < rows)
       *reinterpret_cast<uint4*>(qt + cg_out * rows + rg_out) = *reinterpret_cast<const uint4*>(tile + swizzled(c, part * 16));
   }
+}
+
+// ---- the lean bf16 kernels (what the launchers run for bf16) --------------------------------
+// Why the kernel above sits near 60% of copy: it is bound by its own instruction stream, not by
+// the loads. Measured on an H200 (docs/performance.md): moving its loads into shared memory with
+// bulk copies, several tiles ahead (persistent CTAs), did not help — a CTA still took ~10 µs per
+// tile, whether it had the SM alone or shared it (~17k cycles for ~1.7k instructions per warp):
+// long dependent chains of shuffles, divisions and shared-memory round trips, hidden only by
+// running more CTAs per SM. Each thread computed 16 scales (its 8 rows' and 8 columns', every
+// row and column scale 16 times over the CTA), each an IEEE division plus a reciprocal, after
+// 4 shuffles per row, and read 64 column maxima; and it held its 64 values as floats (80
+// registers: 3 CTAs per SM). The lean cast:
+//   * keeps the raw bf16 words (32 registers) and unpacks twice, so 4 CTAs fit (≤ 64 registers);
+//   * takes |x| maxima on packed bf16 pairs (__vmaxu2 on the bits & 0x7FFF7FFF: the order of
+//     the bit patterns is the order of AbsBits of the floats, NaN above Inf, as everywhere);
+//   * computes each row's scale in 2 of its team's 16 lanes (the 8 rows' maxima are reduced and
+//     scattered in 8 shuffles, then 8 shuffles hand the scales back), each column's scale in one
+//     thread (through shared memory), and the tile's scale (128x128) once per thread.
+// Bytes and scales are the same as the kernel above and the CPU reference (same scale rule, same
+// division): only who computes each scale changed.
+enum class Sm90TransposedTiles : uint8_t { k1x128, k128x128 };
+
+struct Sm90TransposeCastArgs {
+  const __nv_bfloat16* x;
+  int64_t rows, cols;
+  bool ue8m0;
+  uint8_t* q;       // [rows, cols] in 1x128 tiles, or null
+  float* s;         // (r, group g) at r * s_row + g * s_grp
+  int64_t s_row, s_grp;
+  uint8_t* qt;      // [cols, rows]
+  float* st;        // 1x128: (column c, tile row i) at c * st_row + i * st_grp;
+  int64_t st_row, st_grp;  // 128x128: (tile column j, tile row i) at j * st_row + i * st_grp
+};
+
+// Shared memory of one tile's cast (both kernels).
+struct Sm90TransposeCastScratch {
+  uint8_t tile[128 * 128];         // FP8 bytes of Xᵀ, 16-byte chunks XOR-swizzled by (row/8)%8
+  uint32_t col_max[8][64];         // per warp: packed |bf16| maxima of column pairs
+  float col_scale[128];
+  uint32_t warp_max[8];
+};
+
+// Casts tile (ti, tj), held as raw bf16 words: raw[p] = row r_in_tile + p, columns c_in_tile ..
+// + 7 (zeros outside X), where thread (rg, cg) = (threadIdx.x / 16, threadIdx.x % 16) holds
+// rows rg·8 .. + 7 and columns cg·8 .. + 7. `after_read()` runs in every thread after the first
+// __syncthreads (every thread is done with whatever raw was loaded from).
+template <Fp8Format F, Sm90TransposedTiles kTiles, typename AfterRead>
+__device__ __forceinline__ void Sm90TransposeCastTile(const uint4 (&raw)[8], const Sm90TransposeCastArgs& a, uint32_t ti,
+                                                      uint32_t tj, Sm90TransposeCastScratch& sm, AfterRead&& after_read) {
+  constexpr int kWarps = kSm90TransposeThreads / 32;
+  static_assert(kWarps == 8, "256 threads: 16 row groups of 8 rows, 16 column groups of 8 columns");
+  auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
+  const int64_t rows = a.rows, cols = a.cols;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cg = threadIdx.x % 16, rg = threadIdx.x / 16;
+  const int c_in_tile = cg * 8, r_in_tile = rg * 8;
+  const int64_t row0 = int64_t{ti} * 128, col0 = int64_t{tj} * 128, col = col0 + c_in_tile;
+
+  // |x| maxima on packed pairs: per row (8 values) and per column pair (over the 8 rows).
+  uint32_t row_max[8], col_pair_max[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    const uint32_t w[4] = {raw[p].x & 0x7FFF7FFFu, raw[p].y & 0x7FFF7FFFu, raw[p].z & 0x7FFF7FFFu, raw[p].w & 0x7FFF7FFFu};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) col_pair_max[i] = __vmaxu2(col_pair_max[i], w[i]);
+    const uint32_t m = __vmaxu2(__vmaxu2(w[0], w[1]), __vmaxu2(w[2], w[3]));
+    row_max[p] = max(m & 0xFFFFu, m >> 16);
+  }
+
+  // Rows of X (1x128 tiles): reduce the 8 rows' maxima over the 16-lane team and scatter them,
+  // so that lanes 2p and 2p+1 end with row p's; they compute its scale, the team reads it back.
+  if (a.q != nullptr) {
+    const bool h1 = cg & 8, h2 = cg & 4, h3 = cg & 2;
+    uint32_t r4[4], r2[2];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t keep = h1 ? row_max[4 + j] : row_max[j], give = h1 ? row_max[j] : row_max[4 + j];
+      r4[j] = max(keep, __shfl_xor_sync(0xFFFFFFFFu, give, 8));
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t keep = h2 ? r4[2 + j] : r4[j], give = h2 ? r4[j] : r4[2 + j];
+      r2[j] = max(keep, __shfl_xor_sync(0xFFFFFFFFu, give, 4));
+    }
+    uint32_t r1 = max(h3 ? r2[1] : r2[0], __shfl_xor_sync(0xFFFFFFFFu, h3 ? r2[0] : r2[1], 2));
+    r1 = max(r1, __shfl_xor_sync(0xFFFFFFFFu, r1, 1));
+    const float s_own = ScaleInvFromAmaxBits<F>(r1 << 16, a.ue8m0);  // row r_in_tile + cg/2
+    const int64_t r_own = row0 + r_in_tile + cg / 2;
+    if (cg % 2 == 0 && r_own < rows && col0 < cols) a.s[r_own * a.s_row + int64_t{tj} * a.s_grp] = s_own;
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const float s = __shfl_sync(0xFFFFFFFFu, s_own, (lane & 16) | (2 * p));
+      float v[8];
+      InVec<__nv_bfloat16>::Unpack(raw[p], v);
+      uint32_t words[2];
+      QuantizeToWords<F, 8>(v, MakeScaleDivisor(s), words);
+      const int64_t r = row0 + r_in_tile + p;
+      if (r < rows && col < cols) *reinterpret_cast<uint2*>(a.q + r * cols + col) = make_uint2(words[0], words[1]);
+    }
+  }
+
+  // Columns of X = rows of Xᵀ: maxima meet in shared memory.
+  if constexpr (kTiles == Sm90TransposedTiles::k1x128) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) col_pair_max[i] = __vmaxu2(col_pair_max[i], __shfl_xor_sync(0xFFFFFFFFu, col_pair_max[i], 16));
+    if (lane < 16)
+      *reinterpret_cast<uint4*>(&sm.col_max[warp][cg * 4]) = make_uint4(col_pair_max[0], col_pair_max[1], col_pair_max[2], col_pair_max[3]);
+  } else {
+    uint32_t m = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = max(m, max(col_pair_max[i] & 0xFFFFu, col_pair_max[i] >> 16));
+    m = TeamMaxBits<32>(m);
+    if (lane == 0) sm.warp_max[warp] = m;
+  }
+  __syncthreads();
+  after_read();
+
+  ScaleDivisor d_tile{};
+  if constexpr (kTiles == Sm90TransposedTiles::k1x128) {
+    if (threadIdx.x < 128) {  // column c's scale, once
+      const int c = threadIdx.x;
+      uint32_t m = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = __vmaxu2(m, sm.col_max[w][c / 2]);  // per half: a plain max
+      // of the packed words would take the low half from the word with the largest high half
+      m = c % 2 ? m >> 16 : m & 0xFFFFu;
+      const float s = ScaleInvFromAmaxBits<F>(m << 16, a.ue8m0);
+      sm.col_scale[c] = s;
+      if (col0 + c < cols) a.st[(col0 + c) * a.st_row + int64_t{ti} * a.st_grp] = s;
+    }
+    __syncthreads();
+  } else {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = max(m, sm.warp_max[w]);
+    const float s = ScaleInvFromAmaxBits<F>(m << 16, a.ue8m0);
+    if (threadIdx.x == 0) a.st[int64_t{tj} * a.st_row + int64_t{ti} * a.st_grp] = s;
+    d_tile = MakeScaleDivisor(s);
+  }
+  float col_s[8];
+  if constexpr (kTiles == Sm90TransposedTiles::k1x128) {
+    const float4 lo = *reinterpret_cast<const float4*>(&sm.col_scale[c_in_tile]);
+    const float4 hi = *reinterpret_cast<const float4*>(&sm.col_scale[c_in_tile + 4]);
+    col_s[0] = lo.x, col_s[1] = lo.y, col_s[2] = lo.z, col_s[3] = lo.w;
+    col_s[4] = hi.x, col_s[5] = hi.y, col_s[6] = hi.z, col_s[7] = hi.w;
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float column[8];
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const uint32_t w = e < 2 ? raw[p].x : e < 4 ? raw[p].y : e < 6 ? raw[p].z : raw[p].w;
+      column[p] = __uint_as_float(e % 2 ? w & 0xFFFF0000u : w << 16);
+    }
+    uint32_t words[2];
+    if constexpr (kTiles == Sm90TransposedTiles::k1x128) {
+      QuantizeToWords<F, 8>(column, MakeScaleDivisor(col_s[e]), words);
+    } else {
+      QuantizeToWords<F, 8>(column, d_tile, words);
+    }
+    *reinterpret_cast<uint2*>(sm.tile + swizzled(c_in_tile + e, r_in_tile)) = make_uint2(words[0], words[1]);
+  }
+  __syncthreads();
+
+  // Xᵀ rows: 128 rows of 128 bytes = 1024 16-byte segments, 4 per thread.
+#pragma unroll
+  for (int i = 0; i < 128 * 8 / kSm90TransposeThreads; ++i) {
+    const int seg = i * kSm90TransposeThreads + threadIdx.x;
+    const int c = seg / 8, part = seg % 8;
+    const int64_t c_out = col0 + c, r_out = row0 + part * 16;
+    if (c_out < cols && r_out < rows)
+      *reinterpret_cast<uint4*>(a.qt + c_out * rows + r_out) = *reinterpret_cast<const uint4*>(sm.tile + swizzled(c, part * 16));
+  }
+}
+
+// One tile per CTA, loads straight into registers (the launchers' default). kMinBlocks caps
+// registers so that that many CTAs share an SM.
+template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4>
+__global__ void __launch_bounds__(kSm90TransposeThreads, kMinBlocks)
+    Sm90Fp8TransposeCastKernel(const Sm90TransposeCastArgs a) {
+  __shared__ __align__(16) Sm90TransposeCastScratch sm;
+  const int64_t row0 = int64_t{blockIdx.y} * 128;
+  const int64_t col = int64_t{blockIdx.x} * 128 + (threadIdx.x % 16) * 8;
+  const int r_in_tile = (threadIdx.x / 16) * 8;
+  uint4 raw[8];
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    const int64_t r = row0 + r_in_tile + p;
+    raw[p] = (r < a.rows && col < a.cols) ? LoadStreaming(a.x + r * a.cols + col) : make_uint4(0, 0, 0, 0);
+  }
+  Sm90TransposeCastTile<F, kTiles>(raw, a, blockIdx.y, blockIdx.x, sm, [] {});
+}
+
+// Persistent CTAs, tiles brought into kStages shared-memory stages by bulk copies (warp 0 copies
+// each row of 256 bytes, completing on the stage's mbarrier) and refilled with tile k + kStages as
+// soon as tile k is in registers. Kept for the measurement above (bench_kernels_cuda mem).
+template <int kStages>
+struct Sm90TransposeCastPipelinedSmem {
+  static constexpr int kStageBytes = 128 * 128 * 2;
+  static constexpr int kScratchOffset = kStages * kStageBytes;
+  static constexpr int kBarOffset = kScratchOffset + static_cast<int>(sizeof(Sm90TransposeCastScratch));
+  static constexpr int kBytes = kBarOffset + kStages * 8;
+};
+
+template <Fp8Format F, Sm90TransposedTiles kTiles, int kStages>
+__global__ void __launch_bounds__(kSm90TransposeThreads)
+    Sm90Fp8TransposeCastPipelinedKernel(const Sm90TransposeCastArgs a) {
+  using Smem = Sm90TransposeCastPipelinedSmem<kStages>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  auto& sm = *reinterpret_cast<Sm90TransposeCastScratch*>(smem + Smem::kScratchOffset);
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Smem::kBarOffset));
+  const uint32_t stage0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int64_t rows = a.rows, cols = a.cols;
+  const uint32_t col_tiles = static_cast<uint32_t>((cols + 127) / 128);
+  const uint32_t num_tiles = static_cast<uint32_t>((rows + 127) / 128) * col_tiles;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int c_in_tile = (threadIdx.x % 16) * 8, r_in_tile = (threadIdx.x / 16) * 8;
+
+  // Warp 0: tile t's rows (only those inside X, only the columns inside X) into stage `st`.
+  auto issue = [&](uint32_t t, int st) {
+    const uint32_t ti = t / col_tiles, tj = t - ti * col_tiles;
+    const int64_t row0 = int64_t{ti} * 128, col0 = int64_t{tj} * 128;
+    const int nrows = static_cast<int>(min(int64_t{128}, rows - row0));
+    const uint32_t row_bytes = static_cast<uint32_t>(min(int64_t{128}, cols - col0)) * 2;
+    const uint32_t bar = bar0 + 8 * st;
+    if (lane == 0) blockwise_gemm::MbarArriveExpectTx(bar, nrows * row_bytes);
+    __syncwarp();
+    for (int r = lane; r < nrows; r += 32)
+      blockwise_gemm::BulkLoad1d(stage0 + st * Smem::kStageBytes + r * 256, a.x + (row0 + r) * cols + col0, row_bytes, bar);
+  };
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) blockwise_gemm::MbarInit(bar0 + 8 * st, 1);
+    blockwise_gemm::FenceBarrierInit();
+  }
+  __syncthreads();
+  if (warp == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      const uint32_t t = blockIdx.x + st * gridDim.x;
+      if (t < num_tiles) issue(t, st);
+    }
+  }
+  uint32_t k = 0;
+  for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++k) {
+    const int st = static_cast<int>(k % kStages);
+    const uint32_t ti = t / col_tiles, tj = t - ti * col_tiles;
+    const int64_t col = int64_t{tj} * 128 + c_in_tile;
+    blockwise_gemm::MbarWait(bar0 + 8 * st, (k / kStages) & 1);
+    const uint8_t* stage = smem + st * Smem::kStageBytes;
+    uint4 raw[8];
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const int64_t r = int64_t{ti} * 128 + r_in_tile + p;  // rows/columns outside X were not copied
+      raw[p] = (r < rows && col < cols) ? *reinterpret_cast<const uint4*>(stage + (r_in_tile + p) * 256 + c_in_tile * 2)
+                                        : make_uint4(0, 0, 0, 0);
+    }
+    // The refill comes after the cast's first __syncthreads: every thread has read the stage, and
+    // the previous tile's byte tile has been stored (its reads precede that barrier too).
+    Sm90TransposeCastTile<F, kTiles>(raw, a, ti, tj, sm, [&] {
+      if (warp == 0 && t + kStages * gridDim.x < num_tiles) issue(t + kStages * gridDim.x, st);
+    });
+  }
+}
+
+// Launches one of the kernels above. max_ctas > 0 caps the pipelined kernel's grid (tests make
+// each CTA walk many tiles and reuse its stages).
+template <Fp8Format F, Sm90TransposedTiles kTiles, int kStages = 2>
+cudaError_t Sm90LaunchTransposeCastPipelined(const Sm90TransposeCastArgs& a, int max_ctas, cudaStream_t stream) {
+  constexpr int kSmem = Sm90TransposeCastPipelinedSmem<kStages>::kBytes;
+  auto* kernel = &Sm90Fp8TransposeCastPipelinedKernel<F, kTiles, kStages>;
+  // The shared-memory opt-in is per device (a process may drive several): set it every launch.
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (e != cudaSuccess) return e;
+  static int ctas_per_sm = 0;  // per instantiation: the same on every sm_90 device
+  if (ctas_per_sm == 0) {
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kSm90TransposeThreads, kSmem);
+    if (e != cudaSuccess) return e;
+    if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
+  }
+  int device = 0, sms = 0;
+  e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  const int64_t tiles = (a.rows + 127) / 128 * ((a.cols + 127) / 128);
+  int64_t grid = std::min<int64_t>(tiles, int64_t{ctas_per_sm} * sms);
+  if (max_ctas > 0) grid = std::min<int64_t>(grid, max_ctas);
+  kernel<<<static_cast<unsigned>(grid), kSm90TransposeThreads, kSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4>
+cudaError_t Sm90LaunchTransposeCast(const Sm90TransposeCastArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((a.cols + 127) / 128), static_cast<unsigned>((a.rows + 127) / 128));
+  Sm90Fp8TransposeCastKernel<F, kTiles, kMinBlocks><<<grid, kSm90TransposeThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// What the API's Sm90TransposeOptions select.
+template <Fp8Format F, Sm90TransposedTiles kTiles>
+cudaError_t Sm90LaunchTransposeCast(const Sm90TransposeCastArgs& a, const Sm90TransposeOptions& opt, cudaStream_t stream) {
+  return opt.kernel == Sm90TransposeKernel::kPipelined ? Sm90LaunchTransposeCastPipelined<F, kTiles>(a, opt.max_ctas, stream)
+                                                       : Sm90LaunchTransposeCast<F, kTiles>(a, stream);
 }
 
 }  // namespace fp8::kernels::cuda
