@@ -132,32 +132,20 @@ void BenchMemoryBound() {
   out.push_back({"1x128 quant fp32 -> e4m3", 5 * N + 4 * N / 128, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize1x128(xf[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, nullptr));
                  }, warm, reps)});
-  // The transposing casts: the lean one-tile-per-CTA kernel (the launchers' default, except for
-  // 1x128 X and Xᵀ, see sm90_fp8_quantize.h), the kernels it replaced (launched directly), the
-  // lean cast in the pipelined persistent kernel, and the lean kernel at other register caps.
+  // The transposing casts: the lean one-tile-per-CTA kernel (the launchers' bf16 default), the
+  // kernels it replaced (launched directly), and the lean kernel at other register caps.
   const int64_t rt = rows / 128, ld_t = Sm90BlockScaleLd(rows);
   const double xt_bytes = 4 * N + 8 * N / 128, x1_xt128_bytes = 4 * N + 4 * N / 128, xt128_bytes = 3 * N + 4 * N / 16384;
   const dim3 tiles(static_cast<unsigned>(g), static_cast<unsigned>(rt));
-  const Sm90TransposeOptions pipelined{Sm90TransposeKernel::kPipelined, 0};
-  const Sm90TransposeOptions lean{Sm90TransposeKernel::kOneTilePerCta, 0};
   out.push_back({"1x128 quant X and X^T fused, bf16 (lean)", xt_bytes, MedianMs([&](int i) {
-                   FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, qt, st, nullptr,
-                                                                  lean));
+                   FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, qt, st, nullptr));
                  }, warm, reps)});
   out.push_back({"1x128 quant X and X^T fused, bf16, MN-major scales (trainer's dy) (lean)", xt_bytes, MedianMs([&](int i) {
-                   FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kMnMajor, q, s, qt, st, nullptr,
-                                                                  lean));
-                 }, warm, reps)});
-  out.push_back({"1x128 quant X and X^T fused, bf16, MN-major scales (launcher default)", xt_bytes, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kMnMajor, q, s, qt, st, nullptr));
                  }, warm, reps)});
   out.push_back({"1x128 quant X and X^T fused, bf16 (old kernel)", xt_bytes, MedianMs([&](int i) {
                    Sm90Fp8Quantize1x128TransposeKernel<__nv_bfloat16, Fp8Format::kE4M3><<<tiles, kSm90TransposeThreads>>>(
                        x[i % kSets], rows, cols, false, q, s, g, 1, qt, st, rt, 1);
-                 }, warm, reps)});
-  out.push_back({"1x128 quant X and X^T fused, bf16 (lean cast, pipelined persistent kernel)", xt_bytes, MedianMs([&](int i) {
-                   FP8_CHECK_OK(Sm90Fp8Quantize1x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, qt, st, nullptr,
-                                                                  pipelined));
                  }, warm, reps)});
   out.push_back({"128x128 quant of X^T from X (written transposed), bf16 (lean)", xt128_bytes, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize128x128WithTranspose(x[i % kSets], rows, cols, e4, f32s, nullptr, nullptr, 0, qt, sw,
@@ -174,11 +162,6 @@ void BenchMemoryBound() {
   out.push_back({"1x128 of X + 128x128 of X^T in one read, bf16 (old kernel)", x1_xt128_bytes, MedianMs([&](int i) {
                    Sm90Fp8Quantize128x128Kernel<__nv_bfloat16, Fp8Format::kE4M3><<<tiles, kSm90QuantThreads, 128 * 128>>>(
                        x[i % kSets], rows, cols, false, nullptr, nullptr, 0, qt, sw, ld_t, q, s);
-                 }, warm, reps)});
-  out.push_back({"1x128 of X + 128x128 of X^T in one read, bf16 (lean cast, pipelined persistent kernel)", x1_xt128_bytes,
-                 MedianMs([&](int i) {
-                   FP8_CHECK_OK(Sm90Fp8Quantize1x128AndTransposed128x128(x[i % kSets], rows, cols, e4, f32s, q, s, qt, sw,
-                                                                        ld_t, nullptr, pipelined));
                  }, warm, reps)});
   {
     const Sm90TransposeCastArgs a1{x[0], rows, cols, false, q, s, g, 1, qt, st, rt, 1};

@@ -77,8 +77,7 @@ Status Quantize1x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Scal
 template <typename T>
 Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleFormat sf,
                        uint8_t* q, float* scale_inv, int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
-                       int64_t scale_ld_t, cudaStream_t stream, uint8_t* q1 = nullptr, float* scale1 = nullptr,
-                       const Sm90TransposeOptions& opt = {}) {
+                       int64_t scale_ld_t, cudaStream_t stream, uint8_t* q1 = nullptr, float* scale1 = nullptr) {
   if (q != nullptr) {
     FP8_RETURN_IF_ERROR(Sm90ValidateQuantShape(rows, cols, x, q, scale_inv));
     if (scale_ld < (cols + 127) / 128)
@@ -108,8 +107,8 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
       const Sm90TransposeCastArgs a{x, rows, cols, ue8m0, q1, scale1, 1, rows, qt, scale_inv_t, scale_ld_t, 1};
       FP8_CUDA_RETURN_IF_ERROR(
           fmt == Fp8Format::kE4M3
-              ? (Sm90LaunchTransposeCast<Fp8Format::kE4M3, Sm90TransposedTiles::k128x128>(a, opt, stream))
-              : (Sm90LaunchTransposeCast<Fp8Format::kE5M2, Sm90TransposedTiles::k128x128>(a, opt, stream)));
+              ? (Sm90LaunchTransposeCast<Fp8Format::kE4M3, Sm90TransposedTiles::k128x128>(a, stream))
+              : (Sm90LaunchTransposeCast<Fp8Format::kE5M2, Sm90TransposedTiles::k128x128>(a, stream)));
       return OkStatus();
     }
   }
@@ -168,11 +167,10 @@ Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t
 Status Sm90Fp8Quantize1x128AndTransposed128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols,
                                                 Fp8Format fmt, ScaleFormat sf, uint8_t* q1, float* scale1,
                                                 uint8_t* qt, float* scale_inv_t, int64_t scale_ld_t,
-                                                cudaStream_t stream, Sm90TransposeOptions options) {
+                                                cudaStream_t stream) {
   if (q1 == nullptr) return InvalidArgumentError("1x128 output pointer is null");
   if (qt == nullptr) return InvalidArgumentError("transposed output pointer is null");
-  return Quantize128x128(x, rows, cols, fmt, sf, nullptr, nullptr, 0, qt, scale_inv_t, scale_ld_t, stream, q1, scale1,
-                         options);
+  return Quantize128x128(x, rows, cols, fmt, sf, nullptr, nullptr, 0, qt, scale_inv_t, scale_ld_t, stream, q1, scale1);
 }
 
 }  // namespace fp8::kernels::cuda

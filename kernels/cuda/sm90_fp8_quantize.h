@@ -54,26 +54,13 @@ Status Sm90Fp8Quantize128x128WithTranspose(const float* x, int64_t rows, int64_t
                                            int64_t scale_ld, uint8_t* qt, float* scale_inv_t,
                                            int64_t scale_ld_t, cudaStream_t stream);
 
-// Which kernel the bf16 transposing casts (this one below, Sm90Fp8Quantize128x128WithTranspose
-// with q == null, Sm90Fp8Quantize1x128WithTranspose) run (sm90_fp8_quantize_transpose.cuh):
-// kOneTilePerCta, the lean kernel, measured fastest on an H200 (docs/performance.md); kPipelined,
-// persistent CTAs fed by bulk copies, slower, kept for the measurement; kAuto = kOneTilePerCta,
-// except Sm90Fp8Quantize1x128WithTranspose's, which stays on the previous kernel until the lean
-// one's fixed column scales pass the tests on a GPU. max_ctas > 0 caps the pipelined kernel's
-// persistent grid (tests: each CTA then walks many tiles).
-enum class Sm90TransposeKernel : uint8_t { kAuto, kOneTilePerCta, kPipelined };
-struct Sm90TransposeOptions {
-  Sm90TransposeKernel kernel = Sm90TransposeKernel::kAuto;
-  int max_ctas = 0;
-};
-
 // One read of x for fp8-blockwise's forward and backward: q1 [rows, cols] in 1x128 tiles with
 // scale1 MN-major [ceil(cols/128), rows], bit for bit Sm90Fp8Quantize1x128 (kMnMajor); and qt, the
 // 128x128 quantization of xᵀ, as Sm90Fp8Quantize128x128WithTranspose writes it. rows a multiple of 16.
 Status Sm90Fp8Quantize1x128AndTransposed128x128(const __nv_bfloat16* x, int64_t rows, int64_t cols,
                                                 Fp8Format fmt, ScaleFormat sf, uint8_t* q1, float* scale1,
                                                 uint8_t* qt, float* scale_inv_t, int64_t scale_ld_t,
-                                                cudaStream_t stream, Sm90TransposeOptions options = {});
+                                                cudaStream_t stream);
 
 // Row pitch of a 128x128 scale array as cuBLASLt reads it: ceil(cols/128) rounded up to 4
 // (16-byte aligned rows).

@@ -17,7 +17,6 @@
 
 #include "kernels/cuda/sm90_fp8_common.cuh"
 #include "kernels/cuda/sm90_fp8_quantize.h"
-#include "kernels/cuda/sm90_fp8_gemm_blockwise.cuh"  // mbarrier / bulk-copy PTX wrappers
 
 namespace fp8::kernels::cuda {
 
@@ -168,11 +167,10 @@ struct Sm90TransposeCastScratch {
 
 // Casts tile (ti, tj), held as raw bf16 words: raw[p] = row r_in_tile + p, columns c_in_tile ..
 // + 7 (zeros outside X), where thread (rg, cg) = (threadIdx.x / 16, threadIdx.x % 16) holds
-// rows rg·8 .. + 7 and columns cg·8 .. + 7. `after_read()` runs in every thread after the first
-// __syncthreads (every thread is done with whatever raw was loaded from).
-template <Fp8Format F, Sm90TransposedTiles kTiles, typename AfterRead>
+// rows rg·8 .. + 7 and columns cg·8 .. + 7.
+template <Fp8Format F, Sm90TransposedTiles kTiles>
 __device__ __forceinline__ void Sm90TransposeCastTile(const uint4 (&raw)[8], const Sm90TransposeCastArgs& a, uint32_t ti,
-                                                      uint32_t tj, Sm90TransposeCastScratch& sm, AfterRead&& after_read) {
+                                                      uint32_t tj, Sm90TransposeCastScratch& sm) {
   constexpr int kWarps = kSm90TransposeThreads / 32;
   static_assert(kWarps == 8, "256 threads: 16 row groups of 8 rows, 16 column groups of 8 columns");
   auto swizzled = [](int i, int byte) { return i * 128 + ((((byte >> 4) ^ (i >> 3)) & 7) << 4 | (byte & 15)); };
@@ -239,7 +237,6 @@ __device__ __forceinline__ void Sm90TransposeCastTile(const uint4 (&raw)[8], con
     if (lane == 0) sm.warp_max[warp] = m;
   }
   __syncthreads();
-  after_read();
 
   ScaleDivisor d_tile{};
   if constexpr (kTiles == Sm90TransposedTiles::k1x128) {
@@ -299,8 +296,10 @@ __device__ __forceinline__ void Sm90TransposeCastTile(const uint4 (&raw)[8], con
   }
 }
 
-// One tile per CTA, loads straight into registers (the launchers' default). kMinBlocks caps
-// registers so that that many CTAs share an SM.
+// One tile per CTA, loads straight into registers. kMinBlocks caps registers so that that many
+// CTAs share an SM (4: 64 registers, no spills; 3 and 5 measured slower). A persistent variant
+// fed by bulk copies into shared-memory stages measured slower still (49% of copy; the cast's
+// instruction chains, not the bytes in flight, were the limit) and was removed.
 template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4>
 __global__ void __launch_bounds__(kSm90TransposeThreads, kMinBlocks)
     Sm90Fp8TransposeCastKernel(const Sm90TransposeCastArgs a) {
@@ -314,103 +313,7 @@ __global__ void __launch_bounds__(kSm90TransposeThreads, kMinBlocks)
     const int64_t r = row0 + r_in_tile + p;
     raw[p] = (r < a.rows && col < a.cols) ? LoadStreaming(a.x + r * a.cols + col) : make_uint4(0, 0, 0, 0);
   }
-  Sm90TransposeCastTile<F, kTiles>(raw, a, blockIdx.y, blockIdx.x, sm, [] {});
-}
-
-// Persistent CTAs, tiles brought into kStages shared-memory stages by bulk copies (warp 0 copies
-// each row of 256 bytes, completing on the stage's mbarrier) and refilled with tile k + kStages as
-// soon as tile k is in registers. Kept for the measurement above (bench_kernels_cuda mem).
-template <int kStages>
-struct Sm90TransposeCastPipelinedSmem {
-  static constexpr int kStageBytes = 128 * 128 * 2;
-  static constexpr int kScratchOffset = kStages * kStageBytes;
-  static constexpr int kBarOffset = kScratchOffset + static_cast<int>(sizeof(Sm90TransposeCastScratch));
-  static constexpr int kBytes = kBarOffset + kStages * 8;
-};
-
-template <Fp8Format F, Sm90TransposedTiles kTiles, int kStages>
-__global__ void __launch_bounds__(kSm90TransposeThreads)
-    Sm90Fp8TransposeCastPipelinedKernel(const Sm90TransposeCastArgs a) {
-  using Smem = Sm90TransposeCastPipelinedSmem<kStages>;
-  extern __shared__ __align__(128) uint8_t smem[];
-  auto& sm = *reinterpret_cast<Sm90TransposeCastScratch*>(smem + Smem::kScratchOffset);
-  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Smem::kBarOffset));
-  const uint32_t stage0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int64_t rows = a.rows, cols = a.cols;
-  const uint32_t col_tiles = static_cast<uint32_t>((cols + 127) / 128);
-  const uint32_t num_tiles = static_cast<uint32_t>((rows + 127) / 128) * col_tiles;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int c_in_tile = (threadIdx.x % 16) * 8, r_in_tile = (threadIdx.x / 16) * 8;
-
-  // Warp 0: tile t's rows (only those inside X, only the columns inside X) into stage `st`.
-  auto issue = [&](uint32_t t, int st) {
-    const uint32_t ti = t / col_tiles, tj = t - ti * col_tiles;
-    const int64_t row0 = int64_t{ti} * 128, col0 = int64_t{tj} * 128;
-    const int nrows = static_cast<int>(min(int64_t{128}, rows - row0));
-    const uint32_t row_bytes = static_cast<uint32_t>(min(int64_t{128}, cols - col0)) * 2;
-    const uint32_t bar = bar0 + 8 * st;
-    if (lane == 0) blockwise_gemm::MbarArriveExpectTx(bar, nrows * row_bytes);
-    __syncwarp();
-    for (int r = lane; r < nrows; r += 32)
-      blockwise_gemm::BulkLoad1d(stage0 + st * Smem::kStageBytes + r * 256, a.x + (row0 + r) * cols + col0, row_bytes, bar);
-  };
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) blockwise_gemm::MbarInit(bar0 + 8 * st, 1);
-    blockwise_gemm::FenceBarrierInit();
-  }
-  __syncthreads();
-  if (warp == 0) {
-    for (int st = 0; st < kStages; ++st) {
-      const uint32_t t = blockIdx.x + st * gridDim.x;
-      if (t < num_tiles) issue(t, st);
-    }
-  }
-  uint32_t k = 0;
-  for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++k) {
-    const int st = static_cast<int>(k % kStages);
-    const uint32_t ti = t / col_tiles, tj = t - ti * col_tiles;
-    const int64_t col = int64_t{tj} * 128 + c_in_tile;
-    blockwise_gemm::MbarWait(bar0 + 8 * st, (k / kStages) & 1);
-    const uint8_t* stage = smem + st * Smem::kStageBytes;
-    uint4 raw[8];
-#pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const int64_t r = int64_t{ti} * 128 + r_in_tile + p;  // rows/columns outside X were not copied
-      raw[p] = (r < rows && col < cols) ? *reinterpret_cast<const uint4*>(stage + (r_in_tile + p) * 256 + c_in_tile * 2)
-                                        : make_uint4(0, 0, 0, 0);
-    }
-    // The refill comes after the cast's first __syncthreads: every thread has read the stage, and
-    // the previous tile's byte tile has been stored (its reads precede that barrier too).
-    Sm90TransposeCastTile<F, kTiles>(raw, a, ti, tj, sm, [&] {
-      if (warp == 0 && t + kStages * gridDim.x < num_tiles) issue(t + kStages * gridDim.x, st);
-    });
-  }
-}
-
-// Launches one of the kernels above. max_ctas > 0 caps the pipelined kernel's grid (tests make
-// each CTA walk many tiles and reuse its stages).
-template <Fp8Format F, Sm90TransposedTiles kTiles, int kStages = 2>
-cudaError_t Sm90LaunchTransposeCastPipelined(const Sm90TransposeCastArgs& a, int max_ctas, cudaStream_t stream) {
-  constexpr int kSmem = Sm90TransposeCastPipelinedSmem<kStages>::kBytes;
-  auto* kernel = &Sm90Fp8TransposeCastPipelinedKernel<F, kTiles, kStages>;
-  // The shared-memory opt-in is per device (a process may drive several): set it every launch.
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (e != cudaSuccess) return e;
-  static int ctas_per_sm = 0;  // per instantiation: the same on every sm_90 device
-  if (ctas_per_sm == 0) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kSm90TransposeThreads, kSmem);
-    if (e != cudaSuccess) return e;
-    if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
-  }
-  int device = 0, sms = 0;
-  e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  const int64_t tiles = (a.rows + 127) / 128 * ((a.cols + 127) / 128);
-  int64_t grid = std::min<int64_t>(tiles, int64_t{ctas_per_sm} * sms);
-  if (max_ctas > 0) grid = std::min<int64_t>(grid, max_ctas);
-  kernel<<<static_cast<unsigned>(grid), kSm90TransposeThreads, kSmem, stream>>>(a);
-  return cudaGetLastError();
+  Sm90TransposeCastTile<F, kTiles>(raw, a, blockIdx.y, blockIdx.x, sm);
 }
 
 template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4>
@@ -418,13 +321,6 @@ cudaError_t Sm90LaunchTransposeCast(const Sm90TransposeCastArgs& a, cudaStream_t
   const dim3 grid(static_cast<unsigned>((a.cols + 127) / 128), static_cast<unsigned>((a.rows + 127) / 128));
   Sm90Fp8TransposeCastKernel<F, kTiles, kMinBlocks><<<grid, kSm90TransposeThreads, 0, stream>>>(a);
   return cudaGetLastError();
-}
-
-// What the API's Sm90TransposeOptions select.
-template <Fp8Format F, Sm90TransposedTiles kTiles>
-cudaError_t Sm90LaunchTransposeCast(const Sm90TransposeCastArgs& a, const Sm90TransposeOptions& opt, cudaStream_t stream) {
-  return opt.kernel == Sm90TransposeKernel::kPipelined ? Sm90LaunchTransposeCastPipelined<F, kTiles>(a, opt.max_ctas, stream)
-                                                       : Sm90LaunchTransposeCast<F, kTiles>(a, stream);
 }
 
 }  // namespace fp8::kernels::cuda

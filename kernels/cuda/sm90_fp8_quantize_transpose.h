@@ -19,12 +19,10 @@
 
 namespace fp8::kernels::cuda {
 
-// bf16: options choose the kernel (Sm90TransposeOptions, sm90_fp8_quantize.h).
 Status Sm90Fp8Quantize1x128WithTranspose(const __nv_bfloat16* x, int64_t rows, int64_t cols,
                                          Fp8Format fmt, ScaleFormat sf, Sm90ScaleLayout layout,
                                          uint8_t* q, float* scale_inv, uint8_t* qt,
-                                         float* scale_inv_t, cudaStream_t stream,
-                                         Sm90TransposeOptions options = {});
+                                         float* scale_inv_t, cudaStream_t stream);
 Status Sm90Fp8Quantize1x128WithTranspose(const float* x, int64_t rows, int64_t cols,
                                          Fp8Format fmt, ScaleFormat sf, Sm90ScaleLayout layout,
                                          uint8_t* q, float* scale_inv, uint8_t* qt,
