@@ -144,8 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
   // Ping-pong barriers: warpgroup cw issues GEMMs after a sync on 3 + cw, which the other
   // warpgroup arrives on when it has issued its own.
-  const uint32_t my_turn = 3 + cw, other_turn = 4 - cw;
-  if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
+  const PingPongTurns<kPingPong> turns(cw);
 
   float o[D / 2];
 #pragma unroll
@@ -235,14 +234,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto release = [&](int s) {
     if (lane == 0) gemm::MbarArrive(empty(s));
   };
-  auto turn_begin = [&] {
-    if constexpr (kPingPong) gemm::NamedBarrierSync(my_turn, 256);
-  };
-  // The last turn of warpgroup 1 has no partner left to release (its arrive would dangle).
-  auto turn_end = [&](bool last) {
-    if constexpr (kPingPong)
-      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
-  };
 
   // Loops are peeled so that every wgmma is issued on a straight path (a conditional issue made
   // ptxas serialize them). A warpgroup's turn covers back-to-back GEMMs: S of the first tile;
@@ -254,9 +245,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   gemm::MbarWait(bar_q, 0);
   gemm::MbarWait(k_full(0), 0);
-  turn_begin();
+  turns.Begin();
   issue_s(0);
-  turn_end(false);
+  turns.End(false);
   if constexpr (!kOverlap) {
     // S, wait, softmax, PV, wait: the two warpgroups' turns alone overlap softmax and GEMMs.
     auto step = [&](int it, auto last) {
@@ -268,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       pack_p();
       rescale_o(alpha);
       gemm::MbarWait(v_full(s), phase);
-      turn_begin();
+      turns.Begin();
       issue_pv(s);
       gemm::WgmmaWait<0>();
       gemm::FenceOperands(o);
@@ -278,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         gemm::MbarWait(k_full(s), phase);
         issue_s(s);
       }
-      turn_end(kLast);
+      turns.End(kLast);
     };
     for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
     step(n_tiles - 1, std::true_type{});
@@ -299,10 +290,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       next_stage();
       gemm::MbarWait(k_full(s), phase);
       gemm::MbarWait(v_full(s_prev), phase_prev);
-      turn_begin();
+      turns.Begin();
       issue_s(s);
       issue_pv(s_prev);
-      turn_end(false);
+      turns.End(false);
       gemm::WgmmaWait<1>();  // S done, PV may still run
       gemm::FenceOperands(sc);
       float alpha[2];
@@ -314,9 +305,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       pack_p();
     }
     gemm::MbarWait(v_full(s), phase);
-    turn_begin();
+    turns.Begin();
     issue_pv(s);
-    turn_end(true);
+    turns.End(true);
     gemm::WgmmaWait<0>();
     gemm::FenceOperands(o);
     release(s);
@@ -441,8 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int wg_row0 = q0 + 64 * cw;
   const int row0 = wg_row0 + 16 * warp + g;
-  const uint32_t my_turn = 3 + cw, other_turn = 4 - cw;
-  if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);
+  const PingPongTurns<kPingPong> turns(cw);
 
   float lse[2], delta[2];
 #pragma unroll
@@ -498,29 +488,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaRS(dq, ds[kk], MakeSmemDescSw128MnMajor(s_k + s * C::kKvBytes + kk * 16 * 128, BN * 128), true);
     gemm::WgmmaCommit();
   };
-  auto turn_begin = [&] {
-    if constexpr (kPingPong) gemm::NamedBarrierSync(my_turn, 256);
-  };
-  auto turn_end = [&](bool last) {
-    if constexpr (kPingPong)
-      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
-  };
 
   int s = 0;
   uint32_t phase = 0;
   gemm::MbarWait(bar_q, 0);
   gemm::MbarWait(k_full(0), 0);
   gemm::MbarWait(v_full(0), 0);
-  turn_begin();
+  turns.Begin();
   issue_s_dp(0);
-  turn_end(false);
+  turns.End(false);
   auto step = [&](int it, auto last) {
     constexpr bool kLast = decltype(last)::value;
     gemm::WgmmaWait<0>();
     gemm::FenceOperands(sc);
     gemm::FenceOperands(dp);
     compute_ds((n_tiles - 1 - it) * BN);
-    turn_begin();
+    turns.Begin();
     issue_dq(s);
     gemm::WgmmaWait<0>();
     gemm::FenceOperands(dq);
@@ -531,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       gemm::MbarWait(v_full(s), phase);
       issue_s_dp(s);
     }
-    turn_end(kLast);
+    turns.End(kLast);
   };
   for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
   step(n_tiles - 1, std::true_type{});

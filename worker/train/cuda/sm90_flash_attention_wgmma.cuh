@@ -65,6 +65,26 @@ __device__ __forceinline__ void NamedBarrierArrive(uint32_t id, uint32_t threads
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The ping-pong schedule of the two consumer warpgroups (cw 0 and 1): a warpgroup issues its
+// turn's GEMMs between Begin and End, so one warpgroup's softmax runs under the other's GEMMs.
+// Named barriers 3 and 4, 256 threads each: warpgroup cw waits on 3 + cw and releases 4 − cw.
+// Without kPingPong every call is empty.
+template <bool kPingPong>
+struct PingPongTurns {
+  uint32_t my_turn, other_turn, cw;
+  __device__ explicit PingPongTurns(uint32_t consumer) : my_turn(3 + consumer), other_turn(4 - consumer), cw(consumer) {
+    if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
+  }
+  __device__ void Begin() const {
+    if constexpr (kPingPong) ::fp8::kernels::cuda::blockwise_gemm::NamedBarrierSync(my_turn, 256);
+  }
+  // The last turn of warpgroup 1 has no partner left to release (its arrive would dangle).
+  __device__ void End(bool last) const {
+    if constexpr (kPingPong)
+      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
+  }
+};
+
 __device__ __forceinline__ void StSharedU32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }

@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
   const int wg_key0 = k0 + 64 * cw;
   const int key0 = wg_key0 + 16 * warp + g;  // this thread's keys (accumulator rows): key0 and key0 + 8
-  const uint32_t my_turn = 3 + cw, other_turn = 4 - cw;
-  if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
+  const PingPongTurns<kPingPong> turns(cw);
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -237,14 +236,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaRS(dk, ds[kk], MakeSmemDescSw128MnMajor(s_q(s) + kk * 16 * 128, BQ * 128), true);
     gemm::WgmmaCommit();
   };
-  auto turn_begin = [&] {
-    if constexpr (kPingPong) gemm::NamedBarrierSync(my_turn, 256);
-  };
-  // The last turn of warpgroup 1 has no partner left to release (its arrive would dangle).
-  auto turn_end = [&](bool last) {
-    if constexpr (kPingPong)
-      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
-  };
 
   // Peeled so that every wgmma is issued on a straight path (a conditional issue makes ptxas
   // serialize them): a turn is Sᵀ/dPᵀ of the first tile; then dV/dK of tile j with Sᵀ/dPᵀ of j + 1.
@@ -252,16 +243,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t phase = 0;
   gemm::MbarWait(bar_kv, 0);
   gemm::MbarWait(full(0), 0);
-  turn_begin();
+  turns.Begin();
   issue_s_dp(0);
-  turn_end(false);
+  turns.End(false);
   auto step = [&](int it, auto last) {
     constexpr bool kLast = decltype(last)::value;
     gemm::WgmmaWait<0>();
     gemm::FenceOperands(sc);
     gemm::FenceOperands(dp);
     compute_p_ds(s, (i0 + it) * BQ);
-    turn_begin();
+    turns.Begin();
     issue_dv_dk(s);
     const int s_used = s;
     if constexpr (!kOverlap) {  // dV/dK done before the turn passes on
@@ -275,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       gemm::MbarWait(full(s), phase);
       issue_s_dp(s);
     }
-    turn_end(kLast);
+    turns.End(kLast);
     if constexpr (kOverlap) {
       // Sᵀ/dPᵀ of the next tile went in right behind dV/dK: wait for dV/dK only (groups retire
       // in order), keeping the P/dS fragments they read alive until then.
