@@ -168,6 +168,8 @@ Status CudaGptModel::Init(int max_batch) {
     FP8_RETURN_IF_ERROR(b.fc_out.Allocate(4 * nc, "fc out"));
     FP8_RETURN_IF_ERROR(b.gelu_out.Allocate(4 * nc, "gelu out"));
   }
+  for (Block& b : blocks_)
+    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) linears_.push_back(lin);
   vocab_ld_ = (v + 7) / 8 * 8;
   const size_t nc = static_cast<size_t>(n * c);
   FP8_RETURN_IF_ERROR(wte_bf16_.Allocate(static_cast<size_t>(v * c), "bf16 wte"));
@@ -203,12 +205,11 @@ void CudaGptModel::InitZeroRanges() {
   std::vector<std::pair<int64_t, int64_t>> overwritten;  // [begin, end)
   overwrite_grads_ = std::getenv("FP8_CUDA_ZERO_ALL_GRADS") == nullptr;
   if (overwrite_grads_) {
-    overwritten.emplace_back(wte_, wte_ + cfg_.vocab_size * cfg_.d_model);  // the head's wgrad
-    for (Block& b : blocks_)
-      for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) {
-        const int64_t off = lin->weight() - params_.get();
-        overwritten.emplace_back(off, off + lin->in() * lin->out());
-      }
+    overwritten.emplace_back(wte_, wte_ + WteNumel());  // the head's wgrad
+    for (CudaLinear* lin : linears_) {
+      const int64_t off = lin->weight() - params_.get();
+      overwritten.emplace_back(off, off + lin->in() * lin->out());
+    }
     std::sort(overwritten.begin(), overwritten.end());
   }
   zero_ranges_.clear();
@@ -231,10 +232,9 @@ Status CudaGptModel::InitDecayMask() {
   auto fill = [&](int64_t offset, int64_t n, uint8_t value) { std::fill_n(mask.begin() + offset, n, value); };
   for (const ParamTensor& t : tensors_) fill(t.offset, t.numel, t.weight_decay ? kAdamWDecay : kAdamWNoDecay);
   if (fuse_optimizer_) {
-    fill(wte_, cfg_.vocab_size * cfg_.d_model, kAdamWSkip);
-    for (Block& b : blocks_)
-      for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()})
-        if (lin->FusesOptimizerStep()) fill(lin->weight() - params_.get(), lin->in() * lin->out(), kAdamWSkip);
+    fill(wte_, WteNumel(), kAdamWSkip);
+    for (CudaLinear* lin : linears_)
+      if (lin->FusesOptimizerStep()) fill(lin->weight() - params_.get(), lin->in() * lin->out(), kAdamWSkip);
   }
   FP8_RETURN_IF_ERROR(decay_mask_.Allocate(mask.size(), "AdamW decay mask"));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
@@ -244,28 +244,29 @@ Status CudaGptModel::InitDecayMask() {
 Status CudaGptModel::OptimizerStep(const AdamWArgs& a, float* m, float* v) {
   float* p = params_.get();
   if (fuse_optimizer_) {
-    const int64_t n_wte = cfg_.vocab_size * cfg_.d_model;
     FP8_ASSIGN_OR_RETURN(const bool wte_decays, DecaysAt(wte_));
-    FP8_RETURN_IF_ERROR(AdamWStepTensor(p + wte_, grads_.get() + wte_, m + wte_, v + wte_, n_wte, wte_decays, a, wte_bf16_.get(), stream_));
+    FP8_RETURN_IF_ERROR(AdamWStepTensor(p + wte_, grads_.get() + wte_, m + wte_, v + wte_, WteNumel(), wte_decays, a, wte_bf16_.get(),
+                                        stream_));
     wte_cast_current_ = true;
-    for (Block& b : blocks_)
-      for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) {
-        if (!lin->FusesOptimizerStep()) continue;
-        const int64_t off = lin->weight() - p;
-        FP8_ASSIGN_OR_RETURN(const bool decays, DecaysAt(off));
-        FP8_RETURN_IF_ERROR(lin->OptimizerStep(a, m + off, v + off, decays));
-      }
+    for (CudaLinear* lin : linears_) {
+      if (!lin->FusesOptimizerStep()) continue;
+      const int64_t off = lin->weight() - p;
+      FP8_ASSIGN_OR_RETURN(const bool decays, DecaysAt(off));
+      FP8_RETURN_IF_ERROR(lin->OptimizerStep(a, m + off, v + off, decays));
+    }
   }
   // Everything else (all of it when not fused); the skipped tensors are the ones stepped above.
   FP8_RETURN_IF_ERROR(AdamWStep(p, grads_.get(), m, v, decay_mask_.get(), num_params_, a, stream_));
-  if (!fuse_optimizer_) InvalidateWeightCasts();
+  // The weights this step changed without writing their casts.
+  if (!fuse_optimizer_) wte_cast_current_ = false;
+  for (CudaLinear* lin : linears_)
+    if (!fuse_optimizer_ || !lin->FusesOptimizerStep()) lin->InvalidateWeightCast();
   return OkStatus();
 }
 
 void CudaGptModel::InvalidateWeightCasts() {
   wte_cast_current_ = false;
-  for (Block& b : blocks_)
-    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) lin->InvalidateWeightCast();
+  for (CudaLinear* lin : linears_) lin->InvalidateWeightCast();
 }
 
 float* CudaGptModel::mutable_params() {
@@ -395,8 +396,7 @@ Status CudaGptModel::Backward() {
   float* g = grads_.get();
   // The first Backward after ZeroGrad writes the gradients ZeroGrad left (zero_ranges_).
   const bool overwrite = grads_fresh_ && overwrite_grads_;
-  for (Block& b : blocks_)
-    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) lin->OverwriteWeightGradNext(overwrite);
+  for (CudaLinear* lin : linears_) lin->OverwriteWeightGradNext(overwrite);
   grads_fresh_ = false;
   // Tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf (the first contribution to dwte; the
   // embedding's comes last).
@@ -423,8 +423,7 @@ Status CudaGptModel::Backward() {
   FP8_RETURN_IF_ERROR(EmbeddingBackward(dres_.get(), inputs_.get(), n, t, c, g + wte_, g + wpe_, stream_));
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
   if (amax_reduce_) FP8_RETURN_IF_ERROR(amax_reduce_(amax_slots_.get(), static_cast<size_t>(12 * cfg_.n_layer), stream_));
-  for (Block& b : blocks_)
-    for (CudaLinear* lin : {b.qkv.get(), b.proj.get(), b.fc.get(), b.fc_proj.get()}) FP8_RETURN_IF_ERROR(lin->ApplyScalingUpdates());
+  for (CudaLinear* lin : linears_) FP8_RETURN_IF_ERROR(lin->ApplyScalingUpdates());
   return OkStatus();
 }
 

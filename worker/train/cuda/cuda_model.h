@@ -105,6 +105,7 @@ class CudaGptModel {
   void InitZeroRanges();
   void InvalidateWeightCasts();
   StatusOr<bool> DecaysAt(int64_t offset) const;  // weight_decay of the tensor starting there
+  int64_t WteNumel() const { return cfg_.vocab_size * cfg_.d_model; }
 
   ModelConfig cfg_;
   PrecisionConfig precision_;
@@ -130,6 +131,7 @@ class CudaGptModel {
   bool overwrite_grads_ = true;  // no FP8_CUDA_ZERO_ALL_GRADS
   int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
+  std::vector<CudaLinear*> linears_;  // every block's qkv, proj, fc, fc_proj, in block order
   int max_batch_ = 0, batch_ = 0;
   int64_t vocab_ld_ = 0;  // logits row pitch: vocab rounded up to 8 (16-byte rows)
   bool flash_ = false;    // fused attention (head dim supported) instead of the plain path
