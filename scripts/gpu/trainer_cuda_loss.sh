@@ -8,9 +8,11 @@
 # Each recipe in its own process (bf16, fp8-tensorwise, fp8-blockwise), the same seed, the same
 # batch order, lr 6e-4 with 5% warm-up and cosine decay to 10%, clip 1.0; the held-out loss of
 # the same LOSS_EVAL_BATCHES val batches every LOSS_EVAL_EVERY steps and after the last step.
-# Prints each recipe's final val loss, the mean of its last 3 evals, and the difference to bf16.
+# Prints each run's final val loss against the bf16 run of its seed and, per recipe, the mean over
+# seeds against bf16's with its standard error and a verdict (scripts/gpu/loss_summary.py).
 #   bash scripts/gpu/trainer_cuda_loss.sh            (binaries in .trainer-cuda-carry, see trainer_cuda.sh)
 #   LOSS_STEPS=1000 LOSS_BATCH=16 OUT=/tmp/x bash scripts/gpu/trainer_cuda_loss.sh
+#   LOSS_STEPS=3000 LOSS_SEEDS=6 LOSS_RECIPES="bf16 fp8-blockwise" ...   (the 0.25% decision; 2× H200)
 #   LOSS_RECIPES=fp8-tensorwise LOSS_BENCH_ARGS="--amax-history 1 --margin 1" ...   (scaling experiments;
 #   bf16's JSON from an earlier run in /tmp is reused for the comparison when bf16 is not rerun)
 set -uo pipefail
@@ -34,7 +36,15 @@ ls -la $D
 # LOSS_RUNS: recipe[@init-seed] entries, e.g. "bf16 bf16@2 fp8-tensorwise fp8-blockwise" (a second
 # bf16 seed gives the noise floor). Run i goes to GPU i mod LOSS_GPUS (default: every GPU the
 # machine has); the runs of one GPU follow each other, the GPUs run side by side.
+# LOSS_SEEDS=N (with LOSS_SEED_FIRST, default 1): every recipe of LOSS_RECIPES at init seeds
+# first .. first + N − 1, seed by seed, so the GPUs share the seeds evenly.
 RUNS=${LOSS_RUNS:-${LOSS_RECIPES:-bf16 fp8-tensorwise fp8-blockwise}}
+if [ -n "${LOSS_SEEDS:-}" ]; then
+  RUNS=""
+  for s in $(seq "${LOSS_SEED_FIRST:-1}" $(( ${LOSS_SEED_FIRST:-1} + LOSS_SEEDS - 1 ))); do
+    for r in ${LOSS_RECIPES:-bf16 fp8-blockwise}; do RUNS+="$r@$s "; done
+  done
+fi
 GPUS=${LOSS_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 [ "$GPUS" -ge 1 ] 2>/dev/null || GPUS=1
 tag_of() { echo "$1" | sed 's/@/-seed/'; }
@@ -62,28 +72,12 @@ for run in $RUNS; do
   # one file for every run: the machine sends back at most 8 files from $OUT
   cat /tmp/fp8d-loss-$t.txt /tmp/fp8d-loss-$t.log >> "$OUT/loss.log"
 done
-python3 - "$STEPS" "$BATCH" $(for run in bf16 $RUNS; do tag_of "$run"; done | awk '!s[$0]++') <<'PY'
-import json, os, sys
-steps, batch, recipes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-rows = {}
-for r in recipes:
-    p = "/tmp/fp8d-loss-%s.json" % r
-    if os.path.exists(p) and json.load(open(p)):
-        rows[r] = json.load(open(p))[0]
-print("%d steps x %d x 1024 tokens = %.1fM tokens per recipe" % (steps, batch, steps * batch * 1024 / 1e6))
-evals = sorted({s for row in rows.values() for s, _ in row["val_losses"]})
-print("val loss by step: " + "  ".join("%-15s" % r for r in rows))
-for s in evals:
-    print("  %5d           " % s + "  ".join("%-15s" % ("%.5f" % dict(map(tuple, row["val_losses"])).get(s, float("nan"))) for row in rows.values()))
-ref = rows.get("bf16")
-for r, row in rows.items():
-    last3 = [l for _, l in row["val_losses"][-3:]]
-    tail = sum(last3) / len(last3)
-    fin = row["val_loss_final"]
-    def rel(x, y): return x / y - 1 if y else float("nan")
-    rf = rel(fin, ref["val_loss_final"]) if ref else float("nan")
-    rt = rel(tail, sum(l for _, l in ref["val_losses"][-3:]) / len(ref["val_losses"][-3:])) if ref else float("nan")
-    print("%-15s final val loss %.5f (%+.3f%% vs bf16), mean of last 3 evals %.5f (%+.3f%%), train loss last 100 steps %.5f, %.0f tok/s: %s"
-          % (r, fin, 100 * rf, tail, 100 * rt, row["loss_tail_mean"], row["tokens_per_s"],
-             "within 0.25%" if abs(rf) <= 0.0025 else "OUTSIDE 0.25%"))
-PY
+# One JSON line per run (the files of several calls can be concatenated and summarized together);
+# bf16 from an earlier run of this machine when this call did not run it.
+for run in $(echo bf16 $RUNS | tr ' ' '\n' | awk 'NF && !s[$0]++'); do
+  t=$(tag_of "$run")
+  [ -s /tmp/fp8d-loss-$t.json ] && python3 -c 'import json, sys; r = json.load(open(sys.argv[2])); r and print(json.dumps({"run": sys.argv[1], "result": r[0]}))' \
+    "$run" /tmp/fp8d-loss-$t.json >> "$OUT/loss_runs.jsonl"
+done
+echo "$STEPS steps x $BATCH x 1024 tokens = $(( STEPS * BATCH * 1024 / 1000000 ))M tokens per run"
+python3 scripts/gpu/loss_summary.py "$OUT/loss_runs.jsonl"
