@@ -164,7 +164,7 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
       break;
     }
     case Recipe::kFp8Blockwise: {
-      const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+      const ScaleFormat sf = BlockScaleFormat();
       if (training) {
         // x in 1x128 tiles for this GEMM and xᵀ in 128x128 blocks for the backward's wgrad, from
         // one read of x.
@@ -187,7 +187,7 @@ Status CudaLinear::EnsureWeightCast() {
   if (w_cast_current_) return OkStatus();
   if (p_.recipe == Recipe::kFp8Blockwise) {
     // W in 128x128 blocks for the forward GEMM, and Wᵀ for dgrad's, in one pass over the FP32 W.
-    const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+    const ScaleFormat sf = BlockScaleFormat();
     FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize128x128WithTranspose(w_, out_, in_, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
                                                                 kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(),
                                                                 kc::Sm90BlockScaleLd(out_), s_));
@@ -202,7 +202,7 @@ bool CudaLinear::FusesOptimizerStep() const { return p_.recipe != Recipe::kFp8Te
 
 Status CudaLinear::OptimizerStep(const AdamWArgs& a, float* m, float* v, bool decay) {
   if (p_.recipe == Recipe::kFp8Blockwise) {
-    const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+    const ScaleFormat sf = BlockScaleFormat();
     FP8_RETURN_IF_ERROR(AdamWStepCast128x128(w_, gw_, m, v, out_, in_, decay, a, Fp8Format::kE4M3, sf, wq_.get(), wq_scale_.get(),
                                              kc::Sm90BlockScaleLd(in_), wqt_.get(), wqt_scale_.get(), kc::Sm90BlockScaleLd(out_), s_));
   } else if (FusesOptimizerStep()) {
@@ -302,7 +302,7 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
       return OkStatus();
     }
     case Recipe::kFp8Blockwise: {
-      const ScaleFormat sf = p_.ue8m0 ? ScaleFormat::kUe8m0 : ScaleFormat::kFp32;
+      const ScaleFormat sf = BlockScaleFormat();
       // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
                                                                 ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));

@@ -28,6 +28,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "kernels/scaling.h"
 #include "worker/train/cuda/bf16_epilogue_gemm.h"
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/train_kernels.h"
@@ -120,6 +121,8 @@ class CudaLinear {
   // bf16: y = x·Wᵀ with epilogue `e` (bias, or bias + GELU with aux = pre-activation); false when
   // this layer does not fuse `e` and the caller runs the separate passes.
   StatusOr<bool> TryFusedForward(const bf16* x, int64_t m, bf16* y, Bf16Epilogue e, bf16* aux);
+  // fp8-blockwise: the scale format of every cast (PrecisionConfig::ue8m0).
+  kernels::ScaleFormat BlockScaleFormat() const { return p_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32; }
   // bf16/fp32 and fp8-blockwise: casts W into its GEMM operands unless they already hold W.
   Status EnsureWeightCast();
   template <typename T>

@@ -207,8 +207,7 @@ void CudaGptModel::InitZeroRanges() {
   if (overwrite_grads_) {
     overwritten.emplace_back(wte_, wte_ + WteNumel());  // the head's wgrad
     for (CudaLinear* lin : linears_) {
-      const int64_t off = lin->weight() - params_.get();
-      overwritten.emplace_back(off, off + lin->in() * lin->out());
+      overwritten.emplace_back(OffsetOf(lin), OffsetOf(lin) + lin->in() * lin->out());
     }
     std::sort(overwritten.begin(), overwritten.end());
   }
@@ -221,20 +220,18 @@ void CudaGptModel::InitZeroRanges() {
   if (at < num_params_) zero_ranges_.emplace_back(at, num_params_ - at);
 }
 
-StatusOr<bool> CudaGptModel::DecaysAt(int64_t offset) const {
-  for (const ParamTensor& t : tensors_)
-    if (t.offset == offset) return t.weight_decay;
-  return InternalError("no parameter tensor starts at offset " + std::to_string(offset));
-}
-
 Status CudaGptModel::InitDecayMask() {
   std::vector<uint8_t> mask(static_cast<size_t>(num_params_), kAdamWNoDecay);
   auto fill = [&](int64_t offset, int64_t n, uint8_t value) { std::fill_n(mask.begin() + offset, n, value); };
   for (const ParamTensor& t : tensors_) fill(t.offset, t.numel, t.weight_decay ? kAdamWDecay : kAdamWNoDecay);
+  // The fused steps take their tensor's flag as an argument: read once here, not every step.
+  wte_decays_ = mask[static_cast<size_t>(wte_)] == kAdamWDecay;
+  linear_decays_.clear();
+  for (CudaLinear* lin : linears_) linear_decays_.push_back(mask[static_cast<size_t>(OffsetOf(lin))] == kAdamWDecay);
   if (fuse_optimizer_) {
     fill(wte_, WteNumel(), kAdamWSkip);
     for (CudaLinear* lin : linears_)
-      if (lin->FusesOptimizerStep()) fill(lin->weight() - params_.get(), lin->in() * lin->out(), kAdamWSkip);
+      if (lin->FusesOptimizerStep()) fill(OffsetOf(lin), lin->in() * lin->out(), kAdamWSkip);
   }
   FP8_RETURN_IF_ERROR(decay_mask_.Allocate(mask.size(), "AdamW decay mask"));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
@@ -244,15 +241,14 @@ Status CudaGptModel::InitDecayMask() {
 Status CudaGptModel::OptimizerStep(const AdamWArgs& a, float* m, float* v) {
   float* p = params_.get();
   if (fuse_optimizer_) {
-    FP8_ASSIGN_OR_RETURN(const bool wte_decays, DecaysAt(wte_));
-    FP8_RETURN_IF_ERROR(AdamWStepTensor(p + wte_, grads_.get() + wte_, m + wte_, v + wte_, WteNumel(), wte_decays, a, wte_bf16_.get(),
+    FP8_RETURN_IF_ERROR(AdamWStepTensor(p + wte_, grads_.get() + wte_, m + wte_, v + wte_, WteNumel(), wte_decays_, a, wte_bf16_.get(),
                                         stream_));
     wte_cast_current_ = true;
-    for (CudaLinear* lin : linears_) {
+    for (size_t i = 0; i < linears_.size(); ++i) {
+      CudaLinear* lin = linears_[i];
       if (!lin->FusesOptimizerStep()) continue;
-      const int64_t off = lin->weight() - p;
-      FP8_ASSIGN_OR_RETURN(const bool decays, DecaysAt(off));
-      FP8_RETURN_IF_ERROR(lin->OptimizerStep(a, m + off, v + off, decays));
+      const int64_t off = OffsetOf(lin);
+      FP8_RETURN_IF_ERROR(lin->OptimizerStep(a, m + off, v + off, linear_decays_[i]));
     }
   }
   // Everything else (all of it when not fused); the skipped tensors are the ones stepped above.

@@ -104,8 +104,8 @@ class CudaGptModel {
   Status InitDecayMask();
   void InitZeroRanges();
   void InvalidateWeightCasts();
-  StatusOr<bool> DecaysAt(int64_t offset) const;  // weight_decay of the tensor starting there
   int64_t WteNumel() const { return cfg_.vocab_size * cfg_.d_model; }
+  int64_t OffsetOf(const CudaLinear* lin) const { return lin->weight() - params_.get(); }  // of its W in params()
 
   ModelConfig cfg_;
   PrecisionConfig precision_;
@@ -124,6 +124,8 @@ class CudaGptModel {
   // AdamWStep's mask: kAdamWDecay / kAdamWNoDecay per parameter, kAdamWSkip on the tensors whose
   // update OptimizerStep runs with their cast
   DeviceBuffer<uint8_t> decay_mask_;
+  bool wte_decays_ = false;          // weight decay of the tensors OptimizerStep steps itself:
+  std::vector<bool> linear_decays_;  // wte, and each linears_ entry's W
   // ZeroGrad clears these [offset, offset + n) ranges of grads(): all but the gradients the first
   // Backward overwrites; grads_fresh_: no Backward since ZeroGrad.
   std::vector<std::pair<int64_t, int64_t>> zero_ranges_;
