@@ -8,7 +8,10 @@ Prints each run's val loss by step and its final loss against the bf16 run of th
 per recipe: the mean final loss over its seeds with its standard error, the difference of the
 means to bf16's with the standard error of that difference, and a verdict at two standard errors:
 "within 0.25%" only if the whole interval lies inside ±0.25%, "outside" only if it lies wholly
-outside, else "undecided (more seeds)".
+outside, else "undecided (more seeds)". A second verdict asks only whether FP8 costs loss (a
+one-sided, non-inferiority reading of the same interval): "no worse than +0.25%" when its upper end
+lies below +0.25%, "worse than +0.25%" when its lower end lies above, else undecided. An FP8 mean
+below bf16's by more than 0.25% fails the first verdict but is no precision loss.
 
   python3 scripts/gpu/loss_summary.py loss_runs.jsonl [more.jsonl ...]
 """
@@ -44,8 +47,20 @@ def verdict(diff, se):
     return "undecided (more seeds)"
 
 
+def penalty_verdict(diff, se):
+    """One-sided: is the FP8 mean at most 0.25% above bf16's (at two standard errors)?"""
+    if math.isnan(se):
+        return "undecided (one seed)"
+    if diff + 2 * se < CRITERION:
+        return "no worse than +0.25%"
+    if diff - 2 * se > CRITERION:
+        return "worse than +0.25%"
+    return "undecided (more seeds)"
+
+
 def summarize(runs, out=sys.stdout):
-    """runs: {run name: bench result}. Returns {recipe: (mean, se, diff, se_diff, verdict)}."""
+    """runs: {run name: bench result}.
+    Returns {recipe: (mean, se, diff, se_diff, verdict, penalty_verdict)}."""
     if not runs:
         print("no runs", file=out)
         return {}
@@ -82,9 +97,11 @@ def summarize(runs, out=sys.stdout):
             continue
         # Standard error of the difference of two independent means (nan with a single seed).
         se_diff = math.sqrt(se ** 2 + ref_se ** 2) / ref_mean
-        v = verdict(diff, se_diff)
-        result[recipe] = (m, se, diff, se_diff, v)
-        print("  %-15s %d seeds  %.5f ± %.5f   %+.3f%% ± %.3f%%: %s" % (recipe, len(xs), m, se, 100 * diff, 100 * se_diff, v), file=out)
+        v, pv = verdict(diff, se_diff), penalty_verdict(diff, se_diff)
+        result[recipe] = (m, se, diff, se_diff, v, pv)
+        print("  %-15s %d seeds  %.5f ± %.5f   %+.3f%% ± %.3f%% (2 SE: %+.3f%% .. %+.3f%%): %s; one-sided: %s"
+              % (recipe, len(xs), m, se, 100 * diff, 100 * se_diff, 100 * (diff - 2 * se_diff), 100 * (diff + 2 * se_diff), v, pv),
+              file=out)
     return result
 
 

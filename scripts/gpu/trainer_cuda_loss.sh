@@ -12,7 +12,8 @@
 # seeds against bf16's with its standard error and a verdict (scripts/gpu/loss_summary.py).
 #   bash scripts/gpu/trainer_cuda_loss.sh            (binaries in .trainer-cuda-carry, see trainer_cuda.sh)
 #   LOSS_STEPS=1000 LOSS_BATCH=16 OUT=/tmp/x bash scripts/gpu/trainer_cuda_loss.sh
-#   LOSS_STEPS=3000 LOSS_SEEDS=6 LOSS_RECIPES="bf16 fp8-blockwise" ...   (the 0.25% decision; 2× H200)
+#   LOSS_STEPS=3000 LOSS_SEEDS=6 LOSS_RECIPES="bf16 fp8-blockwise" ...   (the 0.25% decision; the runs so far, eval every 500, 32 batches,
+#   are in docs/data/loss_bytes_l12_3000.jsonl: append a call's loss_runs.jsonl there and summarize)
 #   LOSS_RECIPES=fp8-tensorwise LOSS_BENCH_ARGS="--amax-history 1 --margin 1" ...   (scaling experiments;
 #   bf16's JSON from an earlier run in /tmp is reused for the comparison when bf16 is not rerun)
 set -uo pipefail
