@@ -36,26 +36,23 @@ def mean_and_se(xs):
     return m, math.sqrt(var / len(xs))
 
 
-def verdict(diff, se):
-    if math.isnan(se):
-        return "undecided (one seed)"
-    lo, hi = diff - 2 * se, diff + 2 * se
+def verdicts(lo, hi):
+    """(two-sided, one-sided) verdicts on the interval lo .. hi of the difference (nan: one seed)."""
+    if math.isnan(lo):
+        return "undecided (one seed)", "undecided (one seed)"
     if -CRITERION <= lo and hi <= CRITERION:
-        return "within 0.25%"
-    if hi < -CRITERION or lo > CRITERION:
-        return "outside 0.25%"
-    return "undecided (more seeds)"
-
-
-def penalty_verdict(diff, se):
-    """One-sided: is the FP8 mean at most 0.25% above bf16's (at two standard errors)?"""
-    if math.isnan(se):
-        return "undecided (one seed)"
-    if diff + 2 * se < CRITERION:
-        return "no worse than +0.25%"
-    if diff - 2 * se > CRITERION:
-        return "worse than +0.25%"
-    return "undecided (more seeds)"
+        two_sided = "within 0.25%"
+    elif hi < -CRITERION or lo > CRITERION:
+        two_sided = "outside 0.25%"
+    else:
+        two_sided = "undecided (more seeds)"
+    if hi < CRITERION:
+        one_sided = "no worse than +0.25%"
+    elif lo > CRITERION:
+        one_sided = "worse than +0.25%"
+    else:
+        one_sided = "undecided (more seeds)"
+    return two_sided, one_sided
 
 
 def summarize(runs, out=sys.stdout):
@@ -97,11 +94,11 @@ def summarize(runs, out=sys.stdout):
             continue
         # Standard error of the difference of two independent means (nan with a single seed).
         se_diff = math.sqrt(se ** 2 + ref_se ** 2) / ref_mean
-        v, pv = verdict(diff, se_diff), penalty_verdict(diff, se_diff)
+        lo, hi = diff - 2 * se_diff, diff + 2 * se_diff
+        v, pv = verdicts(lo, hi)
         result[recipe] = (m, se, diff, se_diff, v, pv)
         print("  %-15s %d seeds  %.5f ± %.5f   %+.3f%% ± %.3f%% (2 SE: %+.3f%% .. %+.3f%%): %s; one-sided: %s"
-              % (recipe, len(xs), m, se, 100 * diff, 100 * se_diff, 100 * (diff - 2 * se_diff), 100 * (diff + 2 * se_diff), v, pv),
-              file=out)
+              % (recipe, len(xs), m, se, 100 * diff, 100 * se_diff, 100 * lo, 100 * hi, v, pv), file=out)
     return result
 
 
