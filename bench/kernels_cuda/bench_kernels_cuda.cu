@@ -183,6 +183,11 @@ void BenchMemoryBound() {
   out.push_back({"128x128 weight quant bf16 -> e4m3", 3 * N + 4 * N / 16384, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize128x128(x[i % kSets], rows, cols, e4, f32s, q, sw, g, nullptr));
                  }, warm, reps)});
+  out.push_back({"variant: 128x128 weight quant, the instance with the X^T / 1x128 outputs' code (before)", 3 * N + 4 * N / 16384,
+                 MedianMs([&](int i) {
+                   Sm90Fp8Quantize128x128Kernel<__nv_bfloat16, Fp8Format::kE4M3, false><<<tiles, kSm90QuantThreads>>>(
+                       x[i % kSets], rows, cols, false, q, sw, g, nullptr, nullptr, 0, nullptr, nullptr);
+                 }, warm, reps)});
   out.push_back({"128x128 dequant e4m3 -> bf16", 3 * N + 4 * N / 16384, MedianMs([&](int) {
                    FP8_CHECK_OK(Sm90Fp8Dequantize128x128(q, sw, g, rows, cols, e4, deq, nullptr));
                  }, warm, reps)});

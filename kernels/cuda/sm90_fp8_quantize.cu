@@ -113,13 +113,14 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
     }
   }
   const size_t smem = qt != nullptr ? Sm90Block128x128<T>::kTransposeSmemBytes : 0;
-  if (fmt == Fp8Format::kE4M3) {
-    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3><<<grid, kSm90QuantThreads, smem, stream>>>(
-        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, q1, scale1);
-  } else {
-    Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2><<<grid, kSm90QuantThreads, smem, stream>>>(
-        x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t, q1, scale1);
-  }
+  const bool only_q = qt == nullptr && q1 == nullptr;
+  auto* kernel = fmt == Fp8Format::kE4M3
+                     ? (only_q ? Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3, true>
+                               : Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE4M3, false>)
+                     : (only_q ? Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2, true>
+                               : Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2, false>);
+  kernel<<<grid, kSm90QuantThreads, smem, stream>>>(x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t,
+                                                    scale_ld_t, q1, scale1);
   FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }

@@ -229,13 +229,21 @@ __device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90B
   }
 }
 
-template <typename T, Fp8Format F>
+// kOnlyQ: the plain weight cast (q and scale_inv only; qt and q1 ignored). Its own instance
+// because the code for the optional outputs, though skipped at run time, took the kernel from
+// 4 to 3 CTAs per SM by its registers (bf16: 71) and the cast from 92 to 100 us (H200,
+// docs/performance.md).
+template <typename T, Fp8Format F, bool kOnlyQ = false>
 __global__ void __launch_bounds__(kSm90QuantThreads)
     Sm90Fp8Quantize128x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool ue8m0,
                                  uint8_t* __restrict__ q, float* __restrict__ scale_inv,
                                  int64_t scale_ld, uint8_t* __restrict__ qt,
                                  float* __restrict__ scale_inv_t, int64_t scale_ld_t,
                                  uint8_t* __restrict__ q1, float* __restrict__ scale1) {
+  if constexpr (kOnlyQ) {
+    qt = nullptr;
+    q1 = nullptr;
+  }
   using B = Sm90Block128x128<T>;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * 128;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 128 + B::ColInBlock();
