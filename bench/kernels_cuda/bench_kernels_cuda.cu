@@ -59,11 +59,25 @@ void FillBf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
   FP8_CUDA_CHECK(cudaGetLastError());
 }
 
-// Median milliseconds of `reps` timed calls of fn(rep) after `warmup` untimed ones.
+// Holds the GPU for `ns` nanoseconds on one thread, so that the host enqueues every timed call
+// behind it and the events time GPU work back to back. Without it a call that runs shorter on
+// the GPU than it takes to enqueue (cuBLASLt: ~13 us of host time per call, more than a small
+// GEMM runs) is timed with the GPU idle waiting for the host; the host cost is printed apart.
+__global__ void HoldGpu(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// Median milliseconds of `reps` timed calls of fn(rep) after `warmup` untimed ones; the timed
+// calls are enqueued behind HoldGpu (100 us of hold per call covers enqueue costs up to that).
 double MedianMs(const std::function<void(int)>& fn, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn(i);
   std::vector<cudaEvent_t> ev(2 * reps);
   for (auto& e : ev) FP8_CUDA_CHECK(cudaEventCreate(&e));
+  HoldGpu<<<1, 1>>>(static_cast<uint64_t>(reps) * 100000);
   for (int i = 0; i < reps; ++i) {
     FP8_CUDA_CHECK(cudaEventRecord(ev[2 * i]));
     fn(warmup + i);
@@ -222,8 +236,34 @@ void BenchMemoryBound() {
   FP8_VARIANT(BF, 4, 2, 1, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups / thread");
   FP8_VARIANT(BF, 4, 2, 4, x[0], false, false, bf_bytes, "variant: bf16, 4 vecs x 2 groups, <= 64 regs (spills)");
   FP8_VARIANT(BF, 2, 2, 1, x[0], true, true, bf_bytes, "variant: bf16, 2x2, MN order, MN-major scales");
+  FP8_VARIANT(BF, 2, 2, 1, x[0], false, true, bf_bytes, "variant: bf16, 2x2, memory order, MN-major scales (before)");
+  {
+    const uint32_t gpr = static_cast<uint32_t>(g);
+    auto tile = [&](auto kernel_ptr, int tile_rows, int tile_cols, bool mn_major, const char* label) {
+      const dim3 grid((gpr + tile_cols - 1) / tile_cols, static_cast<unsigned>((rows + tile_rows - 1) / tile_rows));
+      out.push_back({label, bf_bytes, MedianMs([&](int) {
+                       kernel_ptr<<<grid, kSm90QuantThreads>>>(x[0], rows, cols, gpr, mn_major, false, q, s);
+                     }, warm, reps)});
+    };
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 8>, 8, 8, true, "variant: bf16, 8 x 8 group tiles, MN-major scales (launcher)");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 8>, 8, 8, false, "variant: bf16, 8 x 8 group tiles, row-major scales (launcher)");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 4, 16>, 4, 16, true, "variant: bf16, 4 x 16 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 16, 4>, 16, 4, true, "variant: bf16, 16 x 4 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 16, 8>, 16, 8, true, "variant: bf16, 16 x 8 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 16>, 8, 16, true, "variant: bf16, 8 x 16 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 64>, 8, 64, true, "variant: bf16, 8 x 64 group tiles, MN-major scales");
+  }
   FP8_VARIANT(float, 4, 2, 1, xf[0], false, false, f_bytes, "variant: fp32, 4 vecs x 2 groups / thread");
   FP8_VARIANT(float, 8, 1, 1, xf[0], false, false, f_bytes, "variant: fp32, 8 vecs x 1 group / thread");
+  FP8_VARIANT(float, 4, 2, 1, xf[0], false, true, f_bytes, "variant: fp32, 4 x 2, memory order, MN-major scales (before)");
+  {
+    const uint32_t gpr = static_cast<uint32_t>(g);
+    const dim3 grid((gpr + 7) / 8, static_cast<unsigned>((rows + 7) / 8));
+    out.push_back({"variant: fp32, 8 x 8 group tiles, MN-major scales (launcher)", f_bytes, MedianMs([&](int) {
+                     Sm90Fp8Quantize1x128TileKernel<float, E4, 4, 8, 8><<<grid, kSm90QuantThreads>>>(xf[0], rows, cols, gpr, true,
+                                                                                                    false, q, s);
+                   }, warm, reps)});
+  }
 #undef FP8_VARIANT
   FP8_CUDA_CHECK(cudaGetLastError());
 

@@ -39,10 +39,13 @@ struct Config1x128;
 template <>
 struct Config1x128<__nv_bfloat16> {
   static constexpr int kVecs = 2, kUnroll = 2, kMinBlocks = 1;
+  // Rows x group columns per CTA of the 2-D tile kernel.
+  static constexpr int kTileRows = 8, kTileCols = 8;
 };
 template <>
 struct Config1x128<float> {
   static constexpr int kVecs = 4, kUnroll = 2, kMinBlocks = 1;
+  static constexpr int kTileRows = 8, kTileCols = 8;
 };
 
 template <typename T, Fp8Format F>
@@ -54,6 +57,16 @@ Status Launch1x128(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90Scale
   const uint32_t num_groups = static_cast<uint32_t>(rows) * groups_per_row;
   const uint32_t groups_per_block = kTeamsPerBlock * Cfg::kUnroll;
   const uint32_t blocks = (num_groups + groups_per_block - 1) / groups_per_block;
+  // 2-D tiles (sm90_fp8_quantize.cuh); the memory-order kernel only where the row tiles
+  // exceed the grid's y limit.
+  const int64_t row_tiles = (rows + Cfg::kTileRows - 1) / Cfg::kTileRows;
+  if (row_tiles <= 65535) {
+    const dim3 grid((groups_per_row + Cfg::kTileCols - 1) / Cfg::kTileCols, static_cast<unsigned>(row_tiles));
+    Sm90Fp8Quantize1x128TileKernel<T, F, Cfg::kVecs, Cfg::kTileRows, Cfg::kTileCols><<<grid, kSm90QuantThreads, 0, stream>>>(
+        x, rows, cols, groups_per_row, layout == Sm90ScaleLayout::kMnMajor, ue8m0, q, scale_inv);
+    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    return OkStatus();
+  }
   // Memory order for both layouts (see the kernel's comment).
   Sm90Fp8Quantize1x128Kernel<T, F, Cfg::kVecs, Cfg::kUnroll, Cfg::kMinBlocks>
       <<<blocks, kSm90QuantThreads, 0, stream>>>(x, rows, cols, groups_per_row, num_groups,

@@ -31,6 +31,53 @@ struct Team1x128 {
   static constexpr int kPerBlock = kSm90QuantThreads / kSize;
 };
 
+// One team's 1x128 group from the lane's kVecs raw vectors: its FP8 words (in the lane's
+// element order) and the group's scale_inv. Every lane of the team must call it (shuffles).
+template <typename T, Fp8Format F, int kVecs>
+__device__ __forceinline__ float Sm90Cast1x128Group(const uint4 (&raw)[kVecs], bool ue8m0,
+                                                    uint32_t (&words)[Team1x128<T, kVecs>::kPerThread / 4]) {
+  using Team = Team1x128<T, kVecs>;
+  constexpr int kElems = Team::kElems;
+  float vals[Team::kPerThread];
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    float part[kElems];
+    InVec<T>::Unpack(raw[v], part);
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) vals[v * kElems + i] = part[i];
+  }
+  uint32_t amax = 0;
+#pragma unroll
+  for (int i = 0; i < Team::kPerThread; ++i) amax = max(amax, AbsBits(vals[i]));
+  amax = TeamMaxBits<Team::kSize>(amax);
+  const float s = ScaleInvFromAmaxBits<F>(amax, ue8m0);
+  QuantizeToWords<F, Team::kPerThread>(vals, s, words);
+  return s;
+}
+
+// The lane's words of group column gc into the row starting at q_row (columns past cols skipped).
+template <typename T, int kVecs, bool kStreamStores = false>
+__device__ __forceinline__ void Sm90Store1x128Words(uint8_t* __restrict__ q_row, int64_t cols, uint32_t gc,
+                                                    int lane_in_team,
+                                                    const uint32_t (&words)[Team1x128<T, kVecs>::kPerThread / 4]) {
+  using Team = Team1x128<T, kVecs>;
+  constexpr int kElems = Team::kElems;
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    const int64_t col = static_cast<int64_t>(gc) * 128 + (lane_in_team + v * Team::kSize) * kElems;
+    if (col >= cols) continue;
+    uint8_t* dst = q_row + col;
+    if constexpr (kElems == 8) {
+      const uint2 w = make_uint2(words[2 * v], words[2 * v + 1]);
+      if constexpr (kStreamStores) __stcs(reinterpret_cast<uint2*>(dst), w);
+      else *reinterpret_cast<uint2*>(dst) = w;
+    } else {
+      if constexpr (kStreamStores) __stcs(reinterpret_cast<unsigned int*>(dst), words[v]);
+      else *reinterpret_cast<uint32_t*>(dst) = words[v];
+    }
+  }
+}
+
 // kMinBlocks > 1 caps registers so that that many CTAs fit on an SM (more loads in flight).
 template <typename T, Fp8Format F, int kVecs, int kUnroll, int kMinBlocks = 1,
           bool kStreamStores = false>
@@ -68,42 +115,83 @@ __global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const uint32_t g = first + u * Team::kPerBlock;
-    float vals[Team::kPerThread];
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      float part[kElems];
-      InVec<T>::Unpack(raw[u][v], part);
-#pragma unroll
-      for (int i = 0; i < kElems; ++i) vals[v * kElems + i] = part[i];
-    }
-    uint32_t amax = 0;
-#pragma unroll
-    for (int i = 0; i < Team::kPerThread; ++i) amax = max(amax, AbsBits(vals[i]));
-    amax = TeamMaxBits<Team::kSize>(amax);
-    const float s = ScaleInvFromAmaxBits<F>(amax, ue8m0);
     uint32_t words[Team::kPerThread / 4];
-    QuantizeToWords<F, Team::kPerThread>(vals, s, words);
+    const float s = Sm90Cast1x128Group<T, F, kVecs>(raw[u], ue8m0, words);
     uint32_t r, gc;
     locate(g, r, gc);
-    const int64_t row_off = static_cast<int64_t>(r) * cols;
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v) {
-      const int64_t col = static_cast<int64_t>(gc) * 128 + (lane_in_team + v * Team::kSize) * kElems;
-      if (g < num_groups && col < cols) {
-        uint8_t* dst = q + row_off + col;
-        if constexpr (kElems == 8) {
-          const uint2 w = make_uint2(words[2 * v], words[2 * v + 1]);
-          if constexpr (kStreamStores) __stcs(reinterpret_cast<uint2*>(dst), w);
-          else *reinterpret_cast<uint2*>(dst) = w;
-        } else {
-          if constexpr (kStreamStores) __stcs(reinterpret_cast<unsigned int*>(dst), words[v]);
-          else *reinterpret_cast<uint32_t*>(dst) = words[v];
-        }
-      }
+    if (g < num_groups) {
+      Sm90Store1x128Words<T, kVecs, kStreamStores>(q + static_cast<int64_t>(r) * cols, cols, gc, lane_in_team, words);
     }
     if (lane_in_team == 0 && g < num_groups) {
       scale_inv[mn_major ? static_cast<int64_t>(gc) * rows + r
                          : static_cast<int64_t>(r) * groups_per_row + gc] = s;
+    }
+  }
+}
+
+// 2-D tiles: a CTA takes kRows consecutive rows x kCols group columns, 64 groups per pass (its
+// 32 teams, 2 groups each: 64 / kCols rows of kCols groups, each row's kCols groups contiguous
+// in memory), keeps the tile's scales in shared memory and writes them as whole 32-byte
+// sectors in either layout: kRows contiguous scales per group column MN-major, kCols per row
+// row-major. The memory-order kernel above stores each MN-major scale 4 bytes at a time, `rows`
+// floats away from the previous group's: one sector per scale. On the H200, 16384 x 7168 bf16:
+// 8 x 8 tiles 94% of copy with MN-major scales, against 87% in memory order (90% with
+// row-major scales); wider or taller tiles were slower (docs/performance.md). Bit for bit the
+// same bytes and scales as the memory-order kernel.
+template <typename T, Fp8Format F, int kVecs, int kRows, int kCols>
+__global__ void __launch_bounds__(kSm90QuantThreads)
+    Sm90Fp8Quantize1x128TileKernel(const T* __restrict__ x, int64_t rows, int64_t cols,
+                                   uint32_t groups_per_row, bool mn_major, bool ue8m0,
+                                   uint8_t* __restrict__ q, float* __restrict__ scale_inv) {
+  using Team = Team1x128<T, kVecs>;
+  constexpr int kElems = Team::kElems;
+  constexpr int kTeams = Team::kPerBlock;
+  constexpr int kSlots = 2 * kTeams;  // groups per pass
+  static_assert(kSlots % kCols == 0 && kRows % (kSlots / kCols) == 0, "whole passes per tile");
+  constexpr int kRowsPerPass = kSlots / kCols;
+  __shared__ float tile_scales[kCols][kRows];
+  const int team = threadIdx.x / Team::kSize, lane_in_team = threadIdx.x % Team::kSize;
+  const uint32_t gc0 = blockIdx.x * kCols;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRows;
+
+#pragma unroll 1
+  for (int pass_row = 0; pass_row < kRows; pass_row += kRowsPerPass) {
+    uint4 raw[2][kVecs];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int slot = u * kTeams + team;
+      const int64_t r = r0 + pass_row + slot / kCols;
+      const uint32_t gc = gc0 + slot % kCols;
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+        const int64_t col = static_cast<int64_t>(gc) * 128 + (lane_in_team + v * Team::kSize) * kElems;
+        raw[u][v] = (r < rows && gc < groups_per_row && col < cols) ? LoadStreaming(x + r * cols + col)
+                                                                    : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int slot = u * kTeams + team;
+      const int row_in_tile = pass_row + slot / kCols;
+      const int64_t r = r0 + row_in_tile;
+      const uint32_t gc = gc0 + slot % kCols;
+      uint32_t words[Team::kPerThread / 4];
+      const float s = Sm90Cast1x128Group<T, F, kVecs>(raw[u], ue8m0, words);
+      if (r < rows && gc < groups_per_row) {
+        Sm90Store1x128Words<T, kVecs>(q + r * cols, cols, gc, lane_in_team, words);
+        if (lane_in_team == 0) tile_scales[slot % kCols][row_in_tile] = s;
+      }
+    }
+  }
+  __syncthreads();
+  // Consecutive threads take consecutive scales of scale_inv: a group column's rows (MN-major)
+  // or a row's group columns (row-major).
+  for (int i = threadIdx.x; i < kCols * kRows; i += kSm90QuantThreads) {
+    const int g = mn_major ? i / kRows : i % kCols, rr = mn_major ? i % kRows : i / kCols;
+    const uint32_t gc = gc0 + g;
+    const int64_t r = r0 + rr;
+    if (gc < groups_per_row && r < rows) {
+      scale_inv[mn_major ? static_cast<int64_t>(gc) * rows + r : r * groups_per_row + gc] = tile_scales[g][rr];
     }
   }
 }

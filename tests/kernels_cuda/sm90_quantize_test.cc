@@ -80,8 +80,11 @@ class Sm90QuantizeTest
 
 TEST_P(Sm90QuantizeTest, Quantize1x128MatchesCpuInBothLayouts) {
   SCOPED_TRACE(Trace());
-  // 1072 = 8·128 + 48: a partial last tile in every row.
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{257, 1072}, {1024, 2048}}) {
+  // 1072 = 8·128 + 48: a partial last tile in every row. 19 x 9008: 71 groups a row (the last
+  // 8-group tile column partial), rows not a multiple of the tiles' 8. 524296 rows: more 8-row
+  // tiles than a grid's y dimension takes, so the launcher falls back to the memory-order kernel.
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{257, 1072}, {1024, 2048}, {19, 9008}, {524296, 16}}) {
     const int64_t groups = CeilDiv(cols, 128);
     TestInput in(input(), rows * cols, seed_ + rows);
     std::vector<uint8_t> q_ref(rows * cols);
