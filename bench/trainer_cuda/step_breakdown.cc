@@ -21,6 +21,7 @@
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/sm90_flash_attention.h"
+#include "worker/train/cuda/token_groups.h"
 #include "worker/train/cuda/train_kernels.h"
 
 namespace fp8::train::cuda {
@@ -83,7 +84,13 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   FP8_RETURN_IF_ERROR(out.Allocate(1, "out"));
   FP8_RETURN_IF_ERROR(tokens.Allocate(static_cast<size_t>(n), "tokens"));
   FP8_RETURN_IF_ERROR(decay.Allocate(static_cast<size_t>(num_params), "decay"));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tokens.get(), 0, sizeof(int32_t) * n, s));
+  // Tokens spread over the vocabulary (the embedding gradient groups positions by token).
+  std::vector<int32_t> host_tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) host_tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
+  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.get(), host_tokens.data(), sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
+  TokenGroups groups;
+  FP8_RETURN_IF_ERROR(groups.Allocate(n, c));
+  FP8_RETURN_IF_ERROR(groups.Build(host_tokens.data(), n, v, s));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(decay.get(), 1, num_params, s));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
@@ -190,7 +197,8 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   if (!fused_opt) add("cast wte fp32->bf16", 1, [&] { return CastF32ToBf16(w, v * c, wb.get(), s); });
   add("embedding fwd+bwd", 1, [&] {
     FP8_RETURN_IF_ERROR(EmbeddingForward(tokens.get(), w, w, n, cfg.seq_len, c, f1.get(), s));
-    return EmbeddingBackward(f1.get(), tokens.get(), n, cfg.seq_len, c, g32.get(), g32.get() + v * c, s);
+    FP8_RETURN_IF_ERROR(groups.AccumulateWteGrad(f1.get(), g32.get(), s));
+    return EmbeddingWpeBackward(f1.get(), n, cfg.seq_len, c, g32.get() + v * c, s);
   });
   const AdamWArgs args{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
   DeviceBuffer<bf16> copies;  // the fused step's BF16 copies (all parameters: an upper bound)

@@ -174,6 +174,7 @@ Status CudaGptModel::Init(int max_batch) {
   const size_t nc = static_cast<size_t>(n * c);
   FP8_RETURN_IF_ERROR(wte_bf16_.Allocate(static_cast<size_t>(v * c), "bf16 wte"));
   FP8_RETURN_IF_ERROR(inputs_.Allocate(static_cast<size_t>(n), "inputs"));
+  FP8_RETURN_IF_ERROR(token_groups_.Allocate(n, c));
   FP8_RETURN_IF_ERROR(targets_.Allocate(static_cast<size_t>(n), "targets"));
   FP8_RETURN_IF_ERROR(res_final_.Allocate(nc, "res_final"));
   FP8_RETURN_IF_ERROR(lnf_mean_.Allocate(static_cast<size_t>(n), "lnf mean"));
@@ -343,6 +344,7 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
   batch_ = batch;
   const int64_t t = cfg_.seq_len, c = cfg_.d_model, v = cfg_.vocab_size;
   const int64_t n = static_cast<int64_t>(batch) * t;
+  if (training) FP8_RETURN_IF_ERROR(token_groups_.Build(inputs, n, v, stream_));  // checks the tokens
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   const float* p = params_.get();
@@ -416,7 +418,8 @@ Status CudaGptModel::Backward() {
     FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), b.x_in.get(), p + b.ln1_w, b.ln1_mean.get(), b.ln1_rstd.get(), n, c, dres_.get(),
                                           li > 0 ? dy_c_.get() : nullptr, g + b.ln1_w, g + b.ln1_b, col_scratch_.get(), stream_));
   }
-  FP8_RETURN_IF_ERROR(EmbeddingBackward(dres_.get(), inputs_.get(), n, t, c, g + wte_, g + wpe_, stream_));
+  FP8_RETURN_IF_ERROR(token_groups_.AccumulateWteGrad(dres_.get(), g + wte_, stream_));
+  FP8_RETURN_IF_ERROR(EmbeddingWpeBackward(dres_.get(), n, t, c, g + wpe_, stream_));
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
   if (amax_reduce_) FP8_RETURN_IF_ERROR(amax_reduce_(amax_slots_.get(), static_cast<size_t>(12 * cfg_.n_layer), stream_));
   for (CudaLinear* lin : linears_) FP8_RETURN_IF_ERROR(lin->ApplyScalingUpdates());

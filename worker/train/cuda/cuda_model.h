@@ -26,6 +26,7 @@
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
 #include "worker/train/cuda/cuda_linear.h"
 #include "worker/train/cuda/device_buffer.h"
+#include "worker/train/cuda/token_groups.h"
 #include "worker/train/model.h"
 #include "worker/train/spec.h"
 
@@ -139,6 +140,7 @@ class CudaGptModel {
   bool flash_ = false;    // fused attention (head dim supported) instead of the plain path
 
   DeviceBuffer<int32_t> inputs_, targets_;
+  TokenGroups token_groups_;  // the training batch's positions by token (wte gradient, no atomics)
   DeviceBuffer<float> res_final_, lnf_mean_, lnf_rstd_, losses_, scores_, col_scratch_;
   DeviceBuffer<bf16> lnf_out_, logits_;
   DeviceBuffer<float> att_delta_;  // flash backward: rowsum(dy∘y) per (b, h, t)

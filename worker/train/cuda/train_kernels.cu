@@ -97,14 +97,6 @@ __global__ void EmbeddingForwardKernel(const int32_t* tok, const float* wte, con
   }
 }
 
-__global__ void EmbeddingWteBackwardKernel(const float* dout, const int32_t* tok, int64_t n,
-                                           int64_t c, float* dwte) {
-  GRID_STRIDE(idx, n * c) {
-    const int64_t i = idx / c, j = idx % c;
-    atomicAdd(&dwte[static_cast<int64_t>(tok[i]) * c + j], dout[idx]);
-  }
-}
-
 __global__ void EmbeddingWpeBackwardKernel(const float* dout, int64_t n, int64_t t, int64_t c,
                                            float* dwpe) {
   GRID_STRIDE(idx, t * c) {
@@ -812,10 +804,7 @@ Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wp
   LAUNCH_CHECK();
 }
 
-Status EmbeddingBackward(const float* dout, const int32_t* tokens, int64_t n, int64_t t, int64_t c,
-                         float* dwte, float* dwpe, cudaStream_t s) {
-  EmbeddingWteBackwardKernel<<<Blocks(n * c), kThreads, 0, s>>>(dout, tokens, n, c, dwte);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+Status EmbeddingWpeBackward(const float* dout, int64_t n, int64_t t, int64_t c, float* dwpe, cudaStream_t s) {
   EmbeddingWpeBackwardKernel<<<Blocks(t * c), kThreads, 0, s>>>(dout, n, t, c, dwpe);
   LAUNCH_CHECK();
 }

@@ -21,9 +21,8 @@ using bf16 = __nv_bfloat16;
 // out[n, c] = wte[tokens[n]] + wpe[n % t]   (fp32 residual stream)
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
                         int64_t t, int64_t c, float* out, cudaStream_t s);
-// dwte[tokens[n]] += dout[n] (atomics), dwpe[p] += Σ_b dout[b·t + p] (fixed order).
-Status EmbeddingBackward(const float* dout, const int32_t* tokens, int64_t n, int64_t t, int64_t c,
-                         float* dwte, float* dwpe, cudaStream_t s);
+// dwpe[p] += Σ_b dout[b·t + p] (fixed order). The wte gradient: TokenGroups (token_groups.h).
+Status EmbeddingWpeBackward(const float* dout, int64_t n, int64_t t, int64_t c, float* dwpe, cudaStream_t s);
 
 // eps 1e-5 like the CPU. out bf16 (a GEMM operand), mean/rstd fp32 [n].
 Status LayerNormForward(const float* x, const float* w, const float* b, int64_t n, int64_t c,
