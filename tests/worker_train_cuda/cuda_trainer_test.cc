@@ -386,6 +386,29 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelFusedOptimizer,
                          ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
                          RecipeParamName);
 
+// Token ids index wte and the logits' rows: one outside the vocabulary is refused by name and
+// position, in training and evaluation, before anything reads it.
+TEST(CudaModelForward, RejectsTokenOutsideTheVocabularyNamingIt) {
+  SKIP_WITHOUT_GPU();
+  TinyGptCase tc(Recipe::kBf16, 3, 17);
+  auto model = tc.Gpu(nullptr);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  std::vector<int32_t> bad_in = tc.in, bad_tg = tc.tg;
+  bad_in[5] = 256;  // vocabulary 256
+  bad_tg[9] = -1;
+  for (bool training : {true, false}) {
+    auto a = (*model)->Forward(bad_in.data(), tc.tg.data(), tc.batch, training, 1.0f);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(a.status().message().find("inputs[5] = 256"), std::string::npos) << a.status().message();
+    auto b = (*model)->Forward(tc.in.data(), bad_tg.data(), tc.batch, training, 1.0f);
+    ASSERT_FALSE(b.ok());
+    EXPECT_NE(b.status().message().find("targets[9] = -1"), std::string::npos) << b.status().message();
+  }
+  auto good = (*model)->Forward(tc.in.data(), tc.tg.data(), tc.batch, false, 1.0f);
+  EXPECT_TRUE(good.ok()) << good.status().message();
+}
+
 class CudaModelGradOverwrite : public ::testing::TestWithParam<Recipe> {};
 
 // ZeroGrad leaves the linear weights' and wte's gradients to the first Backward's GEMMs (beta 0):

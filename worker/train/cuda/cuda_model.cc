@@ -344,7 +344,13 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
   batch_ = batch;
   const int64_t t = cfg_.seq_len, c = cfg_.d_model, v = cfg_.vocab_size;
   const int64_t n = static_cast<int64_t>(batch) * t;
-  if (training) FP8_RETURN_IF_ERROR(token_groups_.Build(inputs, n, v, stream_));  // checks the tokens
+  // Token ids index wte and the logits' rows: checked here, on the host, never read out of bounds.
+  FP8_RETURN_IF_ERROR(CheckTokens(targets, n, v, "targets"));
+  if (training) {
+    FP8_RETURN_IF_ERROR(token_groups_.Build(inputs, n, v, stream_));  // checks the inputs
+  } else {
+    FP8_RETURN_IF_ERROR(CheckTokens(inputs, n, v, "inputs"));
+  }
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   const float* p = params_.get();

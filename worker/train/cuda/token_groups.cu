@@ -84,16 +84,20 @@ Status Upload(DeviceBuffer<T>& dst, const std::vector<T>& src, cudaStream_t s) {
 
 }  // namespace
 
+Status CheckTokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      return InvalidArgumentError(std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  return OkStatus();
+}
+
 Status GroupTokens(const int32_t* tokens, int64_t n, int64_t vocab, HostTokenGroups* g) {
   if (n < 0 || n > INT32_MAX) return InvalidArgumentError("token count out of range: " + std::to_string(n));
+  FP8_RETURN_IF_ERROR(CheckTokens(tokens, n, vocab, "inputs"));
   g->count.assign(static_cast<size_t>(vocab), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t v = tokens[i];
-    if (v < 0 || v >= vocab)
-      return InvalidArgumentError("inputs[" + std::to_string(i) + "] = " + std::to_string(v) + " is outside the vocabulary [0, " +
-                                  std::to_string(vocab) + ")");
-    ++g->count[static_cast<size_t>(v)];
-  }
+  for (int64_t i = 0; i < n; ++i) ++g->count[static_cast<size_t>(tokens[i])];
   g->chunk_begin.clear();
   g->chunk_token.clear();
   g->chunk_slot.clear();

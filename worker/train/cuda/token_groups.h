@@ -41,7 +41,9 @@ struct HostTokenGroups {
   static int64_t MaxSlots(int64_t n) { return 2 * n / kChunk + 1; }
 };
 
-// Groups tokens[0, n). InvalidArgument naming the position of a token outside [0, vocab).
+// InvalidArgument naming `what`[i] for the first tokens[i] outside [0, vocab).
+Status CheckTokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* what);
+// Groups tokens[0, n) (checked as "inputs").
 Status GroupTokens(const int32_t* tokens, int64_t n, int64_t vocab, HostTokenGroups* g);
 
 // Device copy of a grouping and the scratch for the partial sums, sized once for batches of up
