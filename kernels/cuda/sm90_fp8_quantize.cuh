@@ -19,10 +19,11 @@ constexpr int kSm90QuantThreads = 256;
 // reciprocal, the range check — is spread over kVecs·kElems elements per thread. Each thread
 // handles kUnroll groups, all loads issued first.
 //
-// Groups are visited in memory order (row by row) by default: a CTA then streams one long
-// contiguous range, which measured faster on an H200 than 2-D tiles or a column-major walk
-// (docs/performance.md). mn_order walks down the rows instead (consecutive teams write
-// consecutive MN-major scales); mn_major only chooses where scale_inv is stored.
+// Two kernels share that per-group work. The launcher's: 2-D tiles of 8 rows x 8 groups per
+// CTA with the scales written through shared memory (Sm90Fp8Quantize1x128TileKernel, below).
+// The memory-order kernel (one long contiguous range per CTA; session 3's default) stays for
+// tensors with more row tiles than a grid's y dimension, and as the benchmark's baseline;
+// mn_order walks down the rows instead, mn_major only chooses where scale_inv is stored.
 template <typename T, int kVecs>
 struct Team1x128 {
   static constexpr int kElems = InVec<T>::kElems;
