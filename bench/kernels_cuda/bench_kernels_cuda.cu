@@ -239,31 +239,26 @@ void BenchMemoryBound() {
   FP8_VARIANT(BF, 2, 2, 1, x[0], false, true, bf_bytes, "variant: bf16, 2x2, memory order, MN-major scales (before)");
   {
     const uint32_t gpr = static_cast<uint32_t>(g);
-    auto tile = [&](auto kernel_ptr, int tile_rows, int tile_cols, bool mn_major, const char* label) {
+    auto tile = [&](auto kernel_ptr, auto* input, double bytes, int tile_rows, int tile_cols, bool mn_major, const char* label) {
       const dim3 grid((gpr + tile_cols - 1) / tile_cols, static_cast<unsigned>((rows + tile_rows - 1) / tile_rows));
-      out.push_back({label, bf_bytes, MedianMs([&](int) {
-                       kernel_ptr<<<grid, kSm90QuantThreads>>>(x[0], rows, cols, gpr, mn_major, false, q, s);
+      out.push_back({label, bytes, MedianMs([&](int) {
+                       kernel_ptr<<<grid, kSm90QuantThreads>>>(input, rows, cols, gpr, mn_major, false, q, s);
                      }, warm, reps)});
     };
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 8>, 8, 8, true, "variant: bf16, 8 x 8 group tiles, MN-major scales (launcher)");
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 8>, 8, 8, false, "variant: bf16, 8 x 8 group tiles, row-major scales (launcher)");
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 4, 16>, 4, 16, true, "variant: bf16, 4 x 16 group tiles, MN-major scales");
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 16, 4>, 16, 4, true, "variant: bf16, 16 x 4 group tiles, MN-major scales");
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 16, 8>, 16, 8, true, "variant: bf16, 16 x 8 group tiles, MN-major scales");
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 16>, 8, 16, true, "variant: bf16, 8 x 16 group tiles, MN-major scales");
-    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 64>, 8, 64, true, "variant: bf16, 8 x 64 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 8>, x[0], bf_bytes, 8, 8, true, "variant: bf16, 8 x 8 group tiles, MN-major scales (launcher)");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 8>, x[0], bf_bytes, 8, 8, false, "variant: bf16, 8 x 8 group tiles, row-major scales (launcher)");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 4, 16>, x[0], bf_bytes, 4, 16, true, "variant: bf16, 4 x 16 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 16, 4>, x[0], bf_bytes, 16, 4, true, "variant: bf16, 16 x 4 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 16, 8>, x[0], bf_bytes, 16, 8, true, "variant: bf16, 16 x 8 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 16>, x[0], bf_bytes, 8, 16, true, "variant: bf16, 8 x 16 group tiles, MN-major scales");
+    tile(Sm90Fp8Quantize1x128TileKernel<BF, E4, 2, 8, 64>, x[0], bf_bytes, 8, 64, true, "variant: bf16, 8 x 64 group tiles, MN-major scales");
+    FP8_VARIANT(float, 4, 2, 1, xf[0], false, true, f_bytes, "variant: fp32, 4 x 2, memory order, MN-major scales (before)");
+    tile(Sm90Fp8Quantize1x128TileKernel<float, E4, 4, 8, 8>, xf[0], f_bytes, 8, 8, true,
+         "variant: fp32, 8 x 8 group tiles, MN-major scales (launcher)");
   }
   FP8_VARIANT(float, 4, 2, 1, xf[0], false, false, f_bytes, "variant: fp32, 4 vecs x 2 groups / thread");
   FP8_VARIANT(float, 8, 1, 1, xf[0], false, false, f_bytes, "variant: fp32, 8 vecs x 1 group / thread");
-  FP8_VARIANT(float, 4, 2, 1, xf[0], false, true, f_bytes, "variant: fp32, 4 x 2, memory order, MN-major scales (before)");
-  {
-    const uint32_t gpr = static_cast<uint32_t>(g);
-    const dim3 grid((gpr + 7) / 8, static_cast<unsigned>((rows + 7) / 8));
-    out.push_back({"variant: fp32, 8 x 8 group tiles, MN-major scales (launcher)", f_bytes, MedianMs([&](int) {
-                     Sm90Fp8Quantize1x128TileKernel<float, E4, 4, 8, 8><<<grid, kSm90QuantThreads>>>(xf[0], rows, cols, gpr, true,
-                                                                                                    false, q, s);
-                   }, warm, reps)});
-  }
+
 #undef FP8_VARIANT
   FP8_CUDA_CHECK(cudaGetLastError());
 

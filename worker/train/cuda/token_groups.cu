@@ -15,33 +15,42 @@ constexpr int kThreads = 256, kWarps = kThreads / 32, kUnroll = 4;
 // distinct tokens has a chunk per position).
 constexpr unsigned kMaxBlocks = 132 * 8;
 
-// One warp per chunk (grid-stride over chunks): lane l takes channels l, l + 32, ... and sums
-// the chunk's rows in position order (each step reads 128 contiguous bytes of a row).
+// One warp: dst[j] = (accumulate ? dst[j] : 0) + Σ_{i in [begin, end)} row_of(i)[j] for j < c,
+// rows added in order. Lane l takes channels l, l + 32, ..., kUnroll of them at a time
+// (independent sums, more loads in flight); each step reads 128 contiguous bytes of a row.
+template <class RowOf>
+__device__ __forceinline__ void WarpSumRows(RowOf row_of, int begin, int end, int64_t c, bool accumulate,
+                                            float* __restrict__ dst) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t j0 = lane; j0 < c; j0 += 32 * kUnroll) {
+    float sum[kUnroll] = {};
+    for (int i = begin; i < end; ++i) {
+      const float* row = row_of(i);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j0 + 32 * u < c) sum[u] += row[j0 + 32 * u];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + 32 * u;
+      if (j >= c) break;
+      dst[j] = accumulate ? dst[j] + sum[u] : sum[u];
+    }
+  }
+}
+
+// One warp per chunk (grid-stride over chunks): its rows in position order, into dwte (the
+// token's only chunk) or its row of partial sums.
 __global__ void ChunkSumKernel(const float* __restrict__ dout, int64_t c, int64_t num_chunks,
                                const int32_t* __restrict__ order, const int32_t* __restrict__ chunk_begin,
                                const int32_t* __restrict__ chunk_token, const int32_t* __restrict__ chunk_slot,
                                float* __restrict__ partial, float* __restrict__ dwte) {
-  const int lane = threadIdx.x % 32;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; k < num_chunks;
        k += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int begin = chunk_begin[k], end = chunk_begin[k + 1], slot = chunk_slot[k];
+    const int slot = chunk_slot[k];
     float* dst = slot < 0 ? dwte + static_cast<int64_t>(chunk_token[k]) * c : partial + static_cast<int64_t>(slot) * c;
-    // kUnroll channel groups at a time: independent sums, more loads in flight per warp.
-    for (int64_t j0 = lane; j0 < c; j0 += 32 * kUnroll) {
-      float sum[kUnroll] = {};
-      for (int i = begin; i < end; ++i) {
-        const float* row = dout + static_cast<int64_t>(order[i]) * c;
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (j0 + 32 * u < c) sum[u] += row[j0 + 32 * u];
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + 32 * u;
-        if (j >= c) break;
-        dst[j] = slot < 0 ? dst[j] + sum[u] : sum[u];
-      }
-    }
+    WarpSumRows([&](int i) { return dout + static_cast<int64_t>(order[i]) * c; }, chunk_begin[k], chunk_begin[k + 1], c,
+                slot < 0, dst);
   }
 }
 
@@ -49,25 +58,10 @@ __global__ void ChunkSumKernel(const float* __restrict__ dout, int64_t c, int64_
 __global__ void MultiChunkSumKernel(int64_t c, int64_t num_multi, const int32_t* __restrict__ multi_begin,
                                     const int32_t* __restrict__ multi_token, const float* __restrict__ partial,
                                     float* __restrict__ dwte) {
-  const int lane = threadIdx.x % 32;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; g < num_multi;
        g += static_cast<int64_t>(gridDim.x) * kWarps) {
-    float* dst = dwte + static_cast<int64_t>(multi_token[g]) * c;
-    for (int64_t j0 = lane; j0 < c; j0 += 32 * kUnroll) {
-      float sum[kUnroll] = {};
-      for (int r = multi_begin[g]; r < multi_begin[g + 1]; ++r) {
-        const float* row = partial + static_cast<int64_t>(r) * c;
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (j0 + 32 * u < c) sum[u] += row[j0 + 32 * u];
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + 32 * u;
-        if (j >= c) break;
-        dst[j] += sum[u];
-      }
-    }
+    WarpSumRows([&](int r) { return partial + static_cast<int64_t>(r) * c; }, multi_begin[g], multi_begin[g + 1], c, true,
+                dwte + static_cast<int64_t>(multi_token[g]) * c);
   }
 }
 
