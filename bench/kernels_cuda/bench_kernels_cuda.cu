@@ -50,13 +50,13 @@ __global__ void Bf16ToF32(const __nv_bfloat16* x, float* y, int64_t n) {
 template <typename T>
 T* Alloc(size_t n) {
   void* p = nullptr;
-  FP8_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  FP8_CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
   return static_cast<T*>(p);
 }
 
 void FillBf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
   FillRandomBf16<<<4096, 256>>>(x, n, seed);
-  FP8_CUDA_CHECK(cudaGetLastError());
+  FP8_CHECK_CUDA(cudaGetLastError());
 }
 
 // Holds the GPU for `ns` nanoseconds on one thread, so that the host enqueues every timed call
@@ -76,19 +76,19 @@ __global__ void HoldGpu(uint64_t ns) {
 double MedianMs(const std::function<void(int)>& fn, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn(i);
   std::vector<cudaEvent_t> ev(2 * reps);
-  for (auto& e : ev) FP8_CUDA_CHECK(cudaEventCreate(&e));
+  for (auto& e : ev) FP8_CHECK_CUDA(cudaEventCreate(&e));
   HoldGpu<<<1, 1>>>(static_cast<uint64_t>(reps) * 100000);
   for (int i = 0; i < reps; ++i) {
-    FP8_CUDA_CHECK(cudaEventRecord(ev[2 * i]));
+    FP8_CHECK_CUDA(cudaEventRecord(ev[2 * i]));
     fn(warmup + i);
-    FP8_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
+    FP8_CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
   }
-  FP8_CUDA_CHECK(cudaDeviceSynchronize());
-  FP8_CUDA_CHECK(cudaGetLastError());
+  FP8_CHECK_CUDA(cudaDeviceSynchronize());
+  FP8_CHECK_CUDA(cudaGetLastError());
   std::vector<double> ms(reps);
   for (int i = 0; i < reps; ++i) {
     float t = 0;
-    FP8_CUDA_CHECK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
+    FP8_CHECK_CUDA(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
     ms[i] = t;
   }
   for (auto& e : ev) cudaEventDestroy(e);
@@ -112,7 +112,7 @@ void BenchMemoryBound() {
     xf[s] = Alloc<float>(n);
     FillBf16(x[s], n, 1234 + s);
     Bf16ToF32<<<4096, 256>>>(x[s], xf[s], n);
-    FP8_CUDA_CHECK(cudaGetLastError());
+    FP8_CHECK_CUDA(cudaGetLastError());
   }
   __nv_bfloat16* copy_dst = Alloc<__nv_bfloat16>(n);
   __nv_bfloat16* deq = Alloc<__nv_bfloat16>(n);
@@ -124,7 +124,7 @@ void BenchMemoryBound() {
   float* tensor_scale = Alloc<float>(1);
   float* amax = Alloc<float>(1);
   const float one_over = 4.0f / 448.0f;
-  FP8_CUDA_CHECK(cudaMemcpy(tensor_scale, &one_over, 4, cudaMemcpyHostToDevice));
+  FP8_CHECK_CUDA(cudaMemcpy(tensor_scale, &one_over, 4, cudaMemcpyHostToDevice));
   const auto e4 = Fp8Format::kE4M3;
   const auto f32s = ScaleFormat::kFp32;
   const int warm = 5, reps = 30;
@@ -132,7 +132,7 @@ void BenchMemoryBound() {
 
   std::vector<MemRow> out;
   out.push_back({"D2D copy (cudaMemcpyAsync), bf16 16384x7168", 4 * N, MedianMs([&](int i) {
-                   FP8_CUDA_CHECK(cudaMemcpyAsync(copy_dst, x[i % kSets], n * 2, cudaMemcpyDeviceToDevice));
+                   FP8_CHECK_CUDA(cudaMemcpyAsync(copy_dst, x[i % kSets], n * 2, cudaMemcpyDeviceToDevice));
                  }, warm, reps)});
   out.push_back({"1x128 quant bf16 -> e4m3, row-major scales", 3 * N + 4 * N / 128, MedianMs([&](int i) {
                    FP8_CHECK_OK(Sm90Fp8Quantize1x128(x[i % kSets], rows, cols, e4, f32s, Sm90ScaleLayout::kRowMajor, q, s, nullptr));
@@ -183,7 +183,7 @@ void BenchMemoryBound() {
     using Tiles = Sm90TransposedTiles;
     constexpr auto E4 = Fp8Format::kE4M3;
     auto lean = [&](const char* label, double bytes, auto launch) {
-      out.push_back({label, bytes, MedianMs([&](int) { FP8_CUDA_CHECK((launch())); }, warm, reps)});
+      out.push_back({label, bytes, MedianMs([&](int) { FP8_CHECK_CUDA((launch())); }, warm, reps)});
     };
     lean("variant: lean X and X^T 1x128, launch bounds (256, 3)", xt_bytes,
          [&] { return Sm90LaunchTransposeCast<E4, Tiles::k1x128, 3>(a1, nullptr); });
@@ -260,7 +260,7 @@ void BenchMemoryBound() {
   FP8_VARIANT(float, 8, 1, 1, xf[0], false, false, f_bytes, "variant: fp32, 8 vecs x 1 group / thread");
 
 #undef FP8_VARIANT
-  FP8_CUDA_CHECK(cudaGetLastError());
+  FP8_CHECK_CUDA(cudaGetLastError());
 
   const double copy_tbps = out[0].bytes / (out[0].ms * 1e-3) / 1e12;
   std::printf("\n### Memory-bound kernels, 16384x7168 (bytes = each input read once + each output written once)\n\n");
@@ -280,9 +280,9 @@ void BenchMemoryBound() {
 // DeepSeek's calc_diff between two bf16 device outputs (1 - 2Σxy / Σ(x² + y²)).
 double CalcDiffBf16(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n) {
   std::vector<uint16_t> hx(n), hy(n);
-  FP8_CUDA_CHECK(cudaDeviceSynchronize());
-  FP8_CUDA_CHECK(cudaMemcpy(hx.data(), x, n * 2, cudaMemcpyDeviceToHost));
-  FP8_CUDA_CHECK(cudaMemcpy(hy.data(), y, n * 2, cudaMemcpyDeviceToHost));
+  FP8_CHECK_CUDA(cudaDeviceSynchronize());
+  FP8_CHECK_CUDA(cudaMemcpy(hx.data(), x, n * 2, cudaMemcpyDeviceToHost));
+  FP8_CHECK_CUDA(cudaMemcpy(hy.data(), y, n * 2, cudaMemcpyDeviceToHost));
   auto to_float = [](uint16_t h) {
     const uint32_t bits = static_cast<uint32_t>(h) << 16;  // bf16 = the top half of a float
     float f;
@@ -303,7 +303,7 @@ void BenchGemms() {
   FP8_CHECK_OK(ctx_or.status());
   auto& ctx = *ctx_or.value();
   cudaDeviceProp prop{};
-  FP8_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  FP8_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const double l2 = prop.l2CacheSize;
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{7168, 16384}, {4096, 7168}, {7168, 2048}, {24576, 1536}};
@@ -449,11 +449,11 @@ void BenchGemms() {
       // Host cost of one call (enqueue only): small GEMMs take a few microseconds on the GPU,
       // and events measure an idle GPU waiting for the host as kernel time.
       auto host_us = [&](const std::function<Status(int)>& fn) {
-        FP8_CUDA_CHECK(cudaDeviceSynchronize());
+        FP8_CHECK_CUDA(cudaDeviceSynchronize());
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < 100; ++i) FP8_CHECK_OK(fn(i));
         const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 100;
-        FP8_CUDA_CHECK(cudaDeviceSynchronize());
+        FP8_CHECK_CUDA(cudaDeviceSynchronize());
         return us;
       };
       std::printf("host enqueue per call: cuBLASLt %.1f us, own %.1f us\n", host_us(fp8),
@@ -531,7 +531,7 @@ void ProfileGemm(int64_t m, int64_t n, int64_t k) {
                     Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16, Sm90BlockwiseGemmTile::kN192PingPong}) {
     FP8_CHECK_OK(Sm90GemmFp8Blockwise(qa, sa, qb, sb, m, n, k, d, nullptr, tile));
   }
-  FP8_CUDA_CHECK(cudaDeviceSynchronize());
+  FP8_CHECK_CUDA(cudaDeviceSynchronize());
   for (void* p : std::initializer_list<void*>{a, b, d, qa, qb, sa, sb}) cudaFree(p);
 }
 
@@ -551,7 +551,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   cudaDeviceProp prop{};
-  FP8_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  FP8_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);

@@ -56,7 +56,7 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   const int64_t n = static_cast<int64_t>(batch) * cfg.seq_len, c = cfg.d_model, v = cfg.vocab_size, L = cfg.n_layer;
   const int64_t h = cfg.n_head, hd = c / h, vld = (v + 7) / 8 * 8;
   cudaStream_t s;
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return InternalError("cublasCreate");
   cublasSetStream(cublas, s);
@@ -87,13 +87,13 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   // Tokens spread over the vocabulary (the embedding gradient groups positions by token).
   std::vector<int32_t> host_tokens(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host_tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.get(), host_tokens.data(), sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(tokens.get(), host_tokens.data(), sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
   TokenGroups groups;
   FP8_RETURN_IF_ERROR(groups.Allocate(n, c));
   FP8_RETURN_IF_ERROR(groups.Build(host_tokens.data(), n, v, s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(decay.get(), 1, num_params, s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(decay.get(), 1, num_params, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
   FP8_RETURN_IF_ERROR(InitNormal(w32.get(), num_params, 3, 0.02f, s));
   FP8_RETURN_IF_ERROR(InitNormal(f1.get(), n * c, 4, 1.0f, s));
   FP8_RETURN_IF_ERROR(CastF32ToBf16(w32.get(), 4 * n * c < num_params ? 4 * n * c : num_params, a.get(), s));

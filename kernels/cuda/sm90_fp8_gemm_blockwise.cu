@@ -53,7 +53,7 @@ StatusOr<int> SmCount(int device) {
     if (const int sms = cached[device].load(std::memory_order_relaxed); sms > 0) return sms;
   }
   int sms = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FP8_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (device < kCachedDevices) cached[device].store(sms, std::memory_order_relaxed);
   return sms;
 }
@@ -63,7 +63,7 @@ Status AllowLargeSharedMemory(int device) {
   static std::atomic<uint64_t> done_devices{0};
   const uint64_t bit = device < kCachedDevices ? uint64_t{1} << device : 0;
   if (bit != 0 && (done_devices.load(std::memory_order_relaxed) & bit) != 0) return OkStatus();
-  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>,
+  FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   done_devices.fetch_or(bit, std::memory_order_relaxed);
   return OkStatus();
@@ -107,7 +107,7 @@ StatusOr<int> ResidentCtas(int device, int sms) {
     FP8_RETURN_IF_ERROR(AllowLargeSharedMemory<Cfg>(device));  // the query sees the kernel's limit
     ClusterLaunch<Cfg> launch(sms, nullptr);
     int clusters = 0;
-    FP8_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(
+    FP8_RETURN_IF_CUDA_ERROR(cudaOccupancyMaxActiveClusters(
         &clusters, blockwise_gemm::Sm90Fp8BlockwiseGemmKernel<Cfg>, &launch.config));
     if (clusters < 1) {
       return InternalError("blockwise GEMM: no cluster of " + std::to_string(Cfg::kClusterDim) +
@@ -161,9 +161,9 @@ Status Launch(const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
     kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
   } else {  // grid: whole clusters (pairs: tiles is even, the caller checked)
     ClusterLaunch<Cfg> launch(grid, stream);
-    FP8_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_d, args));
+    FP8_RETURN_IF_CUDA_ERROR(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_d, args));
   }
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 
@@ -339,7 +339,7 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
   if (!Aligned16(a) || !Aligned16(b) || !Aligned16(d))
     return InvalidArgumentError("blockwise GEMM: a, b and d must be 16-byte aligned (TMA)");
   int device = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  FP8_RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   FP8_ASSIGN_OR_RETURN(const int sms, SmCount(device));
   const int64_t tiles_128 = (m + 127) / 128 * (n / 128), k_blocks = k / 128;
   if (tile == Sm90BlockwiseGemmTile::kAuto) {

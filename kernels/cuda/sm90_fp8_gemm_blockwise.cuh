@@ -1,5 +1,5 @@
-// Device side of Sm90GemmFp8Blockwise (sm90_fp8_gemm_blockwise.h): PTX wrappers for mbarriers,
-// TMA (cp.async.bulk.tensor), wgmma and setmaxnreg, and the warp-specialized persistent kernel.
+// Device side of Sm90GemmFp8Blockwise (sm90_fp8_gemm_blockwise.h): the FP8 wgmma shapes and the
+// warp-specialized persistent kernel (shared PTX wrappers: sm90_ptx.cuh).
 //
 // CTA = 3 warpgroups. Warpgroup 2 is the producer: one thread streams 128x128 A and
 // 128xBLOCK_N B tiles of each K block through a kStages-deep shared-memory ring with TMA,
@@ -22,6 +22,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/sm90_ptx.cuh"
 
 namespace fp8::kernels::cuda::blockwise_gemm {
 
@@ -149,190 +151,8 @@ struct Config {
   static_assert(kReduceVecs % kSplitK == 0, "each CTA of the cluster reduces an equal slice");
 };
 
-// ---- PTX wrappers ----------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void FenceBarrierInit() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Arrive on the barrier at the same shared-memory offset in CTA `cta` of the cluster. Default
-// (.release.cta) semantics, as CUTLASS's ClusterBarrier: an explicit .release.cluster made ptxas
-// put a MEMBAR.ALL.GPU before every arrive (waits out all outstanding loads; measured 2-3.7x
-// slower). The stage's shared memory was read by wgmma, already waited for.
-__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// 16 bytes at the shared-memory offset `addr` of CTA `cta` of the cluster (DSMEM).
-__device__ __forceinline__ float4 LdSharedCluster(uint32_t addr, uint32_t cta) {
-  float4 v;
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %4, %5;\n"
-      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
-      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-      : "r"(addr), "r"(cta)
-      : "memory");
-  return v;
-}
-__device__ __forceinline__ void StSharedV4(uint32_t addr, float a, float b, float c, float d) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
-}
-// All threads of all CTAs of the cluster (also a CTA-wide barrier).
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-// Spins until the phase with parity `parity` of the barrier has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// [ptr, ptr + bytes) from HBM into L2, nothing into shared memory (bytes: a multiple of 16).
-__device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// `bytes` (a multiple of 16; src and dst 16-byte aligned) global -> shared, completing on the
-// mbarrier as a TMA tile does (1-D bulk copy, no tensor map).
-__device__ __forceinline__ void BulkLoad1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ float LdSharedF32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-// 2-D tile global -> shared, completing `bytes` on the mbarrier (out-of-range elements are 0).
-__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                          int32_t c0, int32_t c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// As TmaLoad2d, with an L2 eviction policy for the lines it reads (CreatePolicyEvict*).
-__device__ __forceinline__ void TmaLoad2dHint(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0,
-                                              int32_t c1, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t CreatePolicyEvictFirst() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t CreatePolicyEvictLast() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-// As TmaLoad2d, into the same offset `dst` of every CTA in `cta_mask`, completing on each one's
-// barrier at offset `bar`.
-__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                                   int32_t c0, int32_t c1, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
-}
-// 2-D tile shared -> global (out-of-range rows/columns are not written).
-__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, uint32_t src, int32_t c0,
-                                           int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// The staging tile may be overwritten once the earlier stores have read it.
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-__device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-// Ordinary shared-memory stores become visible to the TMA (async proxy).
-__device__ __forceinline__ void FenceProxyAsyncShared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void NamedBarrierSync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-// Counts this thread's warp towards barrier `id` without waiting (the signalling side of a
-// producer/consumer pair of named-barrier users).
-__device__ __forceinline__ void NamedBarrierArrive(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-template <uint32_t kRegs>
-__device__ __forceinline__ void SetMaxNRegInc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-template <uint32_t kRegs>
-__device__ __forceinline__ void SetMaxNRegDec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-
-// wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle layout that TMA
-// writes: 8-row atoms of 128 bytes, 1024 bytes apart (stride byte offset); the leading byte
-// offset is unused for swizzled K-major operands. Stepping K by 32 FP8 = +32 bytes = +2 in the
-// address field (the hardware applies the swizzle to the computed addresses).
-__device__ __forceinline__ uint64_t MakeSmemDescSw128(uint32_t smem_addr) {
-  uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
-  desc |= uint64_t{1024 >> 4} << 32;
-  desc |= uint64_t{1} << 62;
-  return desc;
-}
-
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-// Tells the compiler the accumulator registers change here, so it neither reads them before a
-// wgmma.wait nor moves them across an in-flight wgmma (CUTLASS's warpgroup_fence_operand).
-template <int kN>
-__device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// The shared PTX wrappers (sm90_ptx.cuh), unqualified inside this namespace.
+using namespace ::fp8::kernels::cuda::ptx;
 
 // D[64 x 128] (+)= A[64 x 32] · B[128 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
 __device__ __forceinline__ void WgmmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {

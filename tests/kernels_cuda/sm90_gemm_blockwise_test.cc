@@ -166,8 +166,8 @@ struct DeviceOperands {
       for (int64_t j = 0; j < kb; ++j) sa_mn[j * op.m + i] = op.a_scale[i * kb + j];
     for (int64_t i = 0; i < op.n / 128; ++i)
       for (int64_t j = 0; j < kb; ++j) sb_ld[i * ld + j] = op.b_scale[i * kb + j];
-    FP8_CUDA_CHECK(cudaMemcpy(a_scale.get(), sa_mn.data(), sa_mn.size() * 4, cudaMemcpyHostToDevice));
-    FP8_CUDA_CHECK(cudaMemcpy(b_scale.get(), sb_ld.data(), sb_ld.size() * 4, cudaMemcpyHostToDevice));
+    FP8_CHECK_CUDA(cudaMemcpy(a_scale.get(), sa_mn.data(), sa_mn.size() * 4, cudaMemcpyHostToDevice));
+    FP8_CHECK_CUDA(cudaMemcpy(b_scale.get(), sb_ld.data(), sb_ld.size() * 4, cudaMemcpyHostToDevice));
   }
   DeviceBuffer<uint8_t> a, b;
   DeviceBuffer<float> a_scale, b_scale;
@@ -202,7 +202,7 @@ std::vector<uint16_t> RunOwn(const DeviceOperands& dev, int64_t m, int64_t n, in
                                          reinterpret_cast<__nv_bfloat16*>(d.get()), nullptr, tile);
   EXPECT_TRUE(st.ok()) << st.ToString();
   std::vector<uint16_t> out = d.ToHost();
-  FP8_CUDA_CHECK(cudaGetLastError());
+  FP8_CHECK_CUDA(cudaGetLastError());
   size_t touched = 0;
   for (int64_t i = m * n; i < (m + 64) * n; ++i) touched += out[i] != 0xFFFF;
   EXPECT_EQ(touched, 0u) << "elements written past row M";

@@ -85,7 +85,7 @@ Status AdamWStepCast128x128(float* w, const float* g, float* m, float* v, int64_
     AdamWCast128x128Kernel<Fp8Format::kE5M2><<<grid, kAdamWCastThreads, kSmem, s>>>(
         w, g, m, v, rows, cols, decay, a, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
   }
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

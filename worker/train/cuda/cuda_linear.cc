@@ -88,7 +88,7 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
     // Empty history, scale_inv 1 (DelayedScaling's initial state).
     std::vector<float> init(static_cast<size_t>(DelayedStateFloats(h)), 0.0f);
     init.back() = 1.0f;
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(sc->state.get(), init.data(), init.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(sc->state.get(), init.data(), init.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
   return xq_saved_.Allocate(static_cast<size_t>(max_m * in_), "saved x cast");
 }
@@ -106,7 +106,7 @@ Status CudaLinear::CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q
   const float* scale_inv = DelayedScaleInv(sc.state.get(), h);
   if (!sc.seeded) {
     float* tmp = ws_->tmp_state.get();
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tmp, sc.state.get(), DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(tmp, sc.state.get(), DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
     FP8_RETURN_IF_ERROR(kc::Sm90Amax(x, n, amax_out, s_));
     FP8_RETURN_IF_ERROR(DelayedScalingUpdate(tmp, amax_out, Params(sc.format), s_));
     FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(tmp, h), sc.format, q, scratch_amax + 1, s_));
@@ -115,7 +115,7 @@ Status CudaLinear::CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q
     FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, scale_inv, sc.format, q, amax_out, s_));
   }
   if (training) sc.pending = true;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(si_dst, scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, s_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(si_dst, scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, s_));
   return OkStatus();
 }
 
@@ -346,7 +346,7 @@ Status CudaLinear::Restore(const nlohmann::json& state) {
     std::copy(hist.begin(), hist.end(), st.begin());
     st[static_cast<size_t>(h)] = static_cast<float>(hist.size());
     st.back() = state[key]["scale_inv"].get<float>();
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(sc->state.get(), st.data(), st.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(sc->state.get(), st.data(), st.size() * sizeof(float), cudaMemcpyHostToDevice));
     sc->seeded = !hist.empty();
   }
   return OkStatus();

@@ -235,7 +235,7 @@ Status CudaGptModel::InitDecayMask() {
       if (lin->FusesOptimizerStep()) fill(OffsetOf(lin), lin->in() * lin->out(), kAdamWSkip);
   }
   FP8_RETURN_IF_ERROR(decay_mask_.Allocate(mask.size(), "AdamW decay mask"));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
   return OkStatus();
 }
 
@@ -272,23 +272,23 @@ float* CudaGptModel::mutable_params() {
 }
 
 Status CudaGptModel::UploadParams(const float* host) {
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(params_.get(), host, sizeof(float) * num_params_, cudaMemcpyHostToDevice));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(params_.get(), host, sizeof(float) * num_params_, cudaMemcpyHostToDevice));
   InvalidateWeightCasts();
   return OkStatus();
 }
 Status CudaGptModel::DownloadParams(float* host) const {
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, params_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(host, params_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
   return OkStatus();
 }
 Status CudaGptModel::DownloadGrads(float* host) const {
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, grads_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(host, grads_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
   return OkStatus();
 }
 Status CudaGptModel::ZeroGrad() {
   for (const auto& [offset, n] : zero_ranges_)
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_.get() + offset, 0, sizeof(float) * n, stream_));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads_.get() + offset, 0, sizeof(float) * n, stream_));
   grads_fresh_ = true;
   return OkStatus();
 }
@@ -351,8 +351,8 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
   } else {
     FP8_RETURN_IF_ERROR(CheckTokens(inputs, n, v, "inputs"));
   }
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   const float* p = params_.get();
   float* x = blocks_.empty() ? res_final_.get() : blocks_[0].x_in.get();
   FP8_RETURN_IF_ERROR(EmbeddingForward(inputs_.get(), p + wte_, p + wpe_, n, t, c, x, stream_));
@@ -388,8 +388,8 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
                                    losses_.get(), stream_));
   FP8_RETURN_IF_ERROR(SumToDouble(losses_.get(), n, loss_sum_.get(), stream_));
   double sum = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   return sum / static_cast<double>(n);
 }
 
@@ -407,7 +407,7 @@ Status CudaGptModel::Backward() {
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, n, c, v, 1.0f, logits_.get(), vocab_ld_, wte_bf16_.get(), c, 0.0f, d_c_.get(), c, false));
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, overwrite ? 0.0f : 1.0f,
                                g + wte_, c, true));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
   // Each LayerNorm backward also writes the residual gradient in bf16 (dy_c_): the operand of
   // the next linear layer's backward.
   FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), res_final_.get(), p + lnf_w_, lnf_mean_.get(), lnf_rstd_.get(), n, c, dres_.get(),

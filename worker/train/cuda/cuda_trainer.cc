@@ -75,10 +75,10 @@ class CudaLoop {
 
 Status CudaLoop::InitDevice() {
   int count = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  FP8_RETURN_IF_CUDA_ERROR(cudaGetDeviceCount(&count));
   if (count < 1) return UnavailableError("no CUDA device");
-  FP8_CUDA_RETURN_IF_ERROR(cudaSetDevice(dist_.rank % count));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FP8_RETURN_IF_CUDA_ERROR(cudaSetDevice(dist_.rank % count));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FP8_ASSIGN_OR_RETURN(comm_, NcclComm::Create(dist_.rank, dist_.world_size, dist_.rendezvous_dir, dist_.timeout));
   FP8_ASSIGN_OR_RETURN(model_, CudaGptModel::Create(spec_.model, spec_.precision, host_.tensors(),
                                                     spec_.training.per_device_train_batch_size, stream_));
@@ -90,8 +90,8 @@ Status CudaLoop::InitDevice() {
   FP8_RETURN_IF_ERROR(norm_partial_.Allocate(1024, "norm partials"));
   FP8_RETURN_IF_ERROR(host_sums_.Allocate(2, "all-reduced scalars"));
   FP8_RETURN_IF_ERROR(norm_.Allocate(1, "norm"));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemset(m_.get(), 0, n * sizeof(float)));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemset(v_.get(), 0, n * sizeof(float)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemset(m_.get(), 0, n * sizeof(float)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemset(v_.get(), 0, n * sizeof(float)));
   return OkStatus();
 }
 
@@ -182,8 +182,8 @@ Status CudaLoop::Save(int64_t step) {
   FP8_RETURN_IF_ERROR(model_->DownloadParams(host_.params().data()));
   const size_t n = static_cast<size_t>(host_.num_params());
   std::vector<float> mm(n), vv(n);
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(mm.data(), m_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(vv.data(), v_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(mm.data(), m_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(vv.data(), v_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
   host_adam_->Restore(mm, vv);
   FP8_ASSIGN_OR_RETURN(SavedCheckpoint saved,
                        SaveCheckpoint(checkpoint_dir_, step, host_, *host_adam_, State(step), spec_.training.save_total_limit));
@@ -226,8 +226,8 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
   if (!std::isfinite(loss)) return OkStatus();
   FP8_RETURN_IF_ERROR(SumSquares(model_->grads(), model_->num_params(), norm_partial_.get(), norm_.get(), stream_));
   double sq = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&sq, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&sq, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   const double grad_norm = std::sqrt(sq);
   float clip = 1.0f;
   if (t.max_grad_norm > 0 && grad_norm > t.max_grad_norm) clip = static_cast<float>(t.max_grad_norm / (grad_norm + 1e-6));
@@ -244,10 +244,10 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
 }
 
 Status CudaLoop::AllReduceHost(double* v, int n) {
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
   FP8_RETURN_IF_ERROR(comm_->AllReduceSum(host_sums_.get(), static_cast<size_t>(n), stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(v, host_sums_.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(v, host_sums_.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   return OkStatus();
 }
 

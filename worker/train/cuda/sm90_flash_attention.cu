@@ -821,9 +821,9 @@ constexpr int kBwdInner = D == 128 ? 32 : 64;
 template <typename Kernel>
 Status Launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t s, const Params& p) {
   if (smem > 48 * 1024)
-    FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<grid, kThreads, smem, s>>>(p);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 
@@ -869,12 +869,12 @@ constexpr int kFusedBq = D == 128 ? 32 : 64;
 template <int D, int BQ, int MR, bool kLazy = false>
 Status BackwardFused(const Params& p, unsigned bh, cudaStream_t s) {
   constexpr int BK = 16 * MR * kWarps;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.turns, 0, sizeof(int) * bh * Blocks(p.seq, BQ), s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(p.turns, 0, sizeof(int) * bh * Blocks(p.seq, BQ), s));
   FP8_RETURN_IF_ERROR(Launch(FlashBackwardFusedKernel<D, BQ, MR, kLazy>, dim3(Blocks(p.seq, BK), bh),
                              sizeof(bf16) * ((2 * BK + 4 * BQ) * D + BK * BQ) + sizeof(float) * 4 * BQ, s, p));
   const int64_t chunks = static_cast<int64_t>(bh) * p.seq * (D / 8);
   FlashDqStoreKernel<D><<<Blocks(chunks, 256), 256, 0, s>>>(p);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

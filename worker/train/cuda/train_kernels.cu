@@ -745,7 +745,7 @@ Status LaunchTranspose(const T* in, int64_t rows, int64_t cols, int64_t ld_in, T
                        int64_t ld_out, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
   TransposeKernel<T><<<grid, dim3(32, 8), 0, s>>>(in, rows, cols, ld_in, out, ld_out);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 
@@ -796,7 +796,7 @@ __global__ void FillKernel(float* x, int64_t n, float v) {
 
 }  // namespace
 
-#define LAUNCH_CHECK() FP8_CUDA_RETURN_IF_LAUNCH_FAILED(); return OkStatus()
+#define LAUNCH_CHECK() FP8_RETURN_IF_LAUNCH_FAILED(); return OkStatus()
 
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
                         int64_t t, int64_t c, float* out, cudaStream_t s) {
@@ -841,17 +841,17 @@ Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const
   if (aligned && !two_pass) {
     const int64_t chunks = (n + kLnRows - 1) / kLnRows;
     LayerNormBackwardFusedKernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16, scratch);
-    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    FP8_RETURN_IF_LAUNCH_FAILED();
     LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((c + 31) / 32), 2), kThreads, 0, s>>>(scratch, chunks, c, dw, db);
     LAUNCH_CHECK();
   }
   LayerNormBackwardDxKernel<<<Blocks(n * 32), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   const int64_t chunks = (n + kColChunk - 1) / kColChunk;
   ColumnPartialKernel<<<dim3(Blocks(c), static_cast<unsigned>(chunks)), kThreads, 0, s>>>(dout, x, mean, rstd, n, c, scratch);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   ColumnFinalizeKernel<<<Blocks(c), kThreads, 0, s>>>(scratch, chunks, c, dw);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   ColumnFinalizeKernel<<<Blocks(c), kThreads, 0, s>>>(scratch + chunks * c, chunks, c, db);
   LAUNCH_CHECK();
 }
@@ -861,13 +861,13 @@ Status ColumnSumAccumulate(const bf16* dy, int64_t m, int64_t n, float* db, floa
   if (Vec8(n, {dy, scratch})) {
     const int64_t chunks = (m + kColSumRows - 1) / kColSumRows;
     ColumnSum8PartialKernel<<<dim3(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(chunks)), dim3(32, 8), 0, s>>>(dy, m, n, scratch);
-    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    FP8_RETURN_IF_LAUNCH_FAILED();
     LnColumnFinalizeKernel<<<dim3(static_cast<unsigned>((n + 31) / 32), 1), kThreads, 0, s>>>(scratch, chunks, n, db, nullptr);
     LAUNCH_CHECK();
   }
   const int64_t chunks = (m + kColChunk - 1) / kColChunk;
   ColumnPartialKernel<<<dim3(Blocks(n), static_cast<unsigned>(chunks)), kThreads, 0, s>>>(dy, nullptr, nullptr, nullptr, m, n, scratch);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   ColumnFinalizeKernel<<<Blocks(n), kThreads, 0, s>>>(scratch, chunks, n, db);
   LAUNCH_CHECK();
 }
@@ -973,7 +973,7 @@ Status SumToDouble(const float* x, int64_t n, double* out, cudaStream_t s) {
 Status SumSquares(const float* x, int64_t n, double* partial, double* out, cudaStream_t s) {
   const unsigned blocks = std::min<unsigned>(1024, Blocks(n));
   SumSquaresPartialKernel<<<blocks, kThreads, 0, s>>>(x, n, partial);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   SumDoublesKernel<<<1, 32, 0, s>>>(partial, static_cast<int>(blocks), out);
   LAUNCH_CHECK();
 }
