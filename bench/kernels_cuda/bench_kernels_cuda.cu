@@ -307,20 +307,11 @@ void BenchGemms() {
   const double l2 = prop.l2CacheSize;
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{7168, 16384}, {4096, 7168}, {7168, 2048}, {24576, 1536}};
-  // The candidates kAuto chooses from (all with the scales through the pipeline) and the
-  // variants of this round: 5 vs 6 stages for 128x128 (one staging box), L2 eviction hints
-  // (keep A, drop B) on the small-M tiles, 128x64 / 128x112 split-K 2, 128x192, the 128x128 CTA
-  // pairs, 128x192 ping-pong (rasterized in groups of 8 and 16 row blocks), 128x128 ping-pong,
-  // 128x128 6 stages in groups of 16 row blocks, the ping-pong tiles passing the turn at half /
-  // the end of the K block's wgmmas, 128x192 with half accumulators (also the headline
-  // candidate; also in groups of 16 row blocks). The __ldg twins, single-accumulator,
-  // epilogue-overlap, split-4/8, B-prefetch, 128x56 and 128x64-pair variants measured slower
-  // (docs/performance.md) and are left out to keep the run short; the tests still run them.
-  constexpr int kVariants = 19;
-  constexpr Sm90BlockwiseGemmTile kHeadlineCandidate = Sm90BlockwiseGemmTile::kN192HalfAccumulators;
+  // Every tile kAuto chooses from, each measured alone beside the headline columns.
+  constexpr int kVariants = 7;
   struct Row {
     int64_t m, n, k;
-    std::string cublas, own, cand, ratio_cand, bf16, ratio_cublas, ratio_bf16, diff;
+    std::string cublas, own, bf16, ratio_cublas, ratio_bf16, diff;
     std::string variants[kVariants];
   };
   std::vector<Row> rows;
@@ -328,25 +319,13 @@ void BenchGemms() {
     Sm90BlockwiseGemmTile tile;
     const char* label;
   } variants[kVariants] = {
-      {Sm90BlockwiseGemmTile::kN128ScalesTma, "128x128 5 stages"},
-      {Sm90BlockwiseGemmTile::kN128ScalesTma6Stages, "128x128 6 stages"},
+      {Sm90BlockwiseGemmTile::kN128ScalesTma6Stages, "128x128"},
       {Sm90BlockwiseGemmTile::kN64ScalesTma, "128x64"},
       {Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints, "128x64 L2 hints"},
-      {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTma, "128x128 split-K 2"},
       {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, "128x128 split-K 2 L2 hints"},
-      {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, "128x64 split-K 2"},
-      {Sm90BlockwiseGemmTile::kN112SplitK2ScalesTma, "128x112 split-K 2"},
-      {Sm90BlockwiseGemmTile::kN192ScalesTma, "128x192 (1 partial acc.)"},
-      {Sm90BlockwiseGemmTile::kN192PingPong, "128x192 ping-pong"},
-      {Sm90BlockwiseGemmTile::kN192PingPongGroup16, "128x192 ping-pong, groups of 16"},
-      {Sm90BlockwiseGemmTile::kN128PingPong, "128x128 ping-pong"},
-      {Sm90BlockwiseGemmTile::kN128ScalesTma6StagesGroup16, "128x128 6 stages, groups of 16"},
-      {Sm90BlockwiseGemmTile::kN192PingPongPassAtHalf, "128x192 ping-pong, turn at half"},
-      {Sm90BlockwiseGemmTile::kN192PingPongPassAtEnd, "128x192 ping-pong, turn at end"},
-      {Sm90BlockwiseGemmTile::kN128PingPongPassAtHalf, "128x128 ping-pong, turn at half"},
-      {Sm90BlockwiseGemmTile::kN192HalfAccumulators, "128x192 half accumulators"},
-      {Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16, "128x192 half accumulators, groups of 16"},
-      {Sm90BlockwiseGemmTile::kN128PairSharedAScalesTma, "128x128 pairs"}};
+      {Sm90BlockwiseGemmTile::kN128SplitK4, "128x128 split-K 4"},
+      {Sm90BlockwiseGemmTile::kN128SplitK8, "128x128 split-K 8"},
+      {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, "128x64 split-K 2"}};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
@@ -406,35 +385,29 @@ void BenchGemms() {
         return std::string(buf);
       };
       Row row{m, n, k};
-      // Four rounds, the order rotated each round (each GEMM once first, once after each of
+      // Three rounds, the order rotated each round (each GEMM once first, once after each of
       // the others), best median of each: the first FP8 GEMM after a cuBLASLt FP8 run measured
       // up to 12% lower than the same kernel later in the run (power/clock state), which would
-      // otherwise favour whichever runs first. The candidate tile (kHeadlineCandidate) runs in
-      // these rounds too, so that it compares with kAuto and cuBLASLt under the same conditions
-      // (own kernels measured back to back in the variant rounds read up to 15% higher).
-      double fp8_tf = 0, own_tf = 0, cand_tf = 0, bf16_tf = 0;
-      std::string fp8_err, own_err, cand_err, bf16_err;
+      // otherwise favour whichever runs first.
+      double fp8_tf = 0, own_tf = 0, bf16_tf = 0;
+      std::string fp8_err, own_err, bf16_err;
       const auto own_auto = own(Sm90BlockwiseGemmTile::kAuto);
-      const auto own_cand = own(kHeadlineCandidate);
-      for (int round = 0; round < 4; ++round) {
+      for (int round = 0; round < 3; ++round) {
         auto best = [&](const std::function<Status(int)>& fn, double& tf, std::string& err) {
           const auto [t, e] = measure(fn);
           tf = std::max(tf, t);
           if (!e.empty()) err = e;
         };
-        for (int j = 0; j < 4; ++j) {
-          switch ((round + j) % 4) {
+        for (int j = 0; j < 3; ++j) {
+          switch ((round + j) % 3) {
             case 0: best(fp8, fp8_tf, fp8_err); break;
             case 1: best(own_auto, own_tf, own_err); break;
-            case 2: best(own_cand, cand_tf, cand_err); break;
             default: best(bf16, bf16_tf, bf16_err); break;
           }
         }
       }
       row.cublas = cell(fp8_tf, fp8_err);
       row.own = cell(own_tf, own_err);
-      row.cand = cell(cand_tf, cand_err);
-      row.ratio_cand = ratio(cand_tf, fp8_tf);
       row.bf16 = cell(bf16_tf, bf16_err);
       row.ratio_cublas = ratio(own_tf, fp8_tf);
       row.ratio_bf16 = ratio(own_tf, bf16_tf);
@@ -470,10 +443,9 @@ void BenchGemms() {
         }
       }
       for (int v = 0; v < kVariants; ++v) row.variants[v] = cell(variant_tf[v], variant_err[v]);
-      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), candidate %s (%s x), bf16 %s, calc_diff %s, variants",
+      std::printf("gemm m=%lld n=%lld k=%lld: cuBLASLt %s, own %s (%s x), bf16 %s, calc_diff %s, tiles",
                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                  row.cublas.c_str(), row.own.c_str(), row.ratio_cublas.c_str(), row.cand.c_str(),
-                  row.ratio_cand.c_str(), row.bf16.c_str(), row.diff.c_str());
+                  row.cublas.c_str(), row.own.c_str(), row.ratio_cublas.c_str(), row.bf16.c_str(), row.diff.c_str());
       for (int v = 0; v < kVariants; ++v) std::printf("%s %s", v == 0 ? "" : " /", row.variants[v].c_str());
       std::printf("\n");
       std::fflush(stdout);
@@ -484,15 +456,14 @@ void BenchGemms() {
     }
   }
   std::printf("\n### GEMMs, C[M,N] = A[M,K] * B[N,K]^T, BF16 output, TFLOPS\n\n");
-  std::printf("| M | N | K | FP8 blockwise cuBLASLt | FP8 blockwise own (auto tile) | own / cuBLASLt | own candidate tile | candidate / cuBLASLt | BF16 cuBLASLt | own / BF16 | calc_diff own vs cuBLASLt |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| M | N | K | FP8 blockwise cuBLASLt | FP8 blockwise own (auto tile) | own / cuBLASLt | BF16 cuBLASLt | own / BF16 | calc_diff own vs cuBLASLt |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    std::printf("| %lld | %lld | %lld | %s | **%s** | %s | %s | %s | %s | %s | %s |\n", static_cast<long long>(r.m),
+    std::printf("| %lld | %lld | %lld | %s | **%s** | %s | %s | %s | %s |\n", static_cast<long long>(r.m),
                 static_cast<long long>(r.n), static_cast<long long>(r.k), r.cublas.c_str(), r.own.c_str(),
-                r.ratio_cublas.c_str(), r.cand.c_str(), r.ratio_cand.c_str(), r.bf16.c_str(), r.ratio_bf16.c_str(),
-                r.diff.c_str());
+                r.ratio_cublas.c_str(), r.bf16.c_str(), r.ratio_bf16.c_str(), r.diff.c_str());
   }
-  std::printf("\n### Own blockwise GEMM, block tile variants (best of two rounds), TFLOPS\n\n");
+  std::printf("\n### Own blockwise GEMM, each tile kAuto chooses from (best of two rounds), TFLOPS\n\n");
   std::printf("| M | N | K |");
   for (const auto& v : variants) std::printf(" %s |", v.label);
   std::printf("\n|---:|---:|---:|");
@@ -527,8 +498,8 @@ void ProfileGemm(int64_t m, int64_t n, int64_t k) {
   FP8_CHECK_OK(Sm90Fp8Quantize128x128(b, n, k, Fp8Format::kE4M3, ScaleFormat::kFp32, qb, sb, ld, nullptr));
   FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(**ctx_or, qa, Fp8Format::kE4M3, sa, qb, Fp8Format::kE4M3, sb, m, n, k, d,
                                             Sm90GemmOut::kBf16, nullptr));
-  for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN192HalfAccumulators,
-                    Sm90BlockwiseGemmTile::kN192HalfAccumulatorsGroup16, Sm90BlockwiseGemmTile::kN192PingPong}) {
+  for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN128ScalesTma6Stages,
+                    Sm90BlockwiseGemmTile::kN64ScalesTma}) {
     FP8_CHECK_OK(Sm90GemmFp8Blockwise(qa, sa, qb, sb, m, n, k, d, nullptr, tile));
   }
   FP8_CHECK_CUDA(cudaDeviceSynchronize());
