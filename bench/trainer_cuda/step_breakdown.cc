@@ -176,10 +176,7 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   if (!fused_bias) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
   if (!fused_gelu) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
   if (!fused_dgelu) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  // The optimizer writes the BF16 copies of W and wte (CudaGptModel::OptimizerStep) unless
-  // FP8_CUDA_UNFUSED_OPTIMIZER=1, where the forward casts them.
-  const bool fused_opt = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
-  if (!fused_opt) add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
+  // No W casts: the optimizer writes the BF16 copies of W and wte (CudaGptModel::OptimizerStep).
   add("bias grads (column sums)", li, [&] {
     for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
     return OkStatus();

@@ -29,7 +29,6 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   const int64_t wmax = max_in * max_out;
   const int64_t dmax = std::max(max_in, max_out);
   ws->dw_scratch_floats = wmax;
-  ws->dw_in_place = std::getenv("FP8_CUDA_DW_SCRATCH") == nullptr;
   FP8_RETURN_IF_ERROR(ws->col_scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(max_m, dmax)), "column scratch"));
   FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
   FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
@@ -54,8 +53,7 @@ CudaLinear::CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, f
                        const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
                        kernels::cuda::Sm90CublasLtContext* lt, Bf16EpilogueGemm* epilogue_gemm, cudaStream_t s)
     : in_(in), out_(out), w_(w), b_(b), gw_(gw), gb_(gb), p_(p), ws_(ws), cublas_(cublas), lt_(lt), epi_(epilogue_gemm), s_(s) {
-  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr &&
-          std::getenv("FP8_CUDA_NO_FUSION") == nullptr;
+  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr;
 }
 
 DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {

@@ -80,7 +80,8 @@ std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
 StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& cfg,
                                                              const PrecisionConfig& precision,
                                                              const std::vector<ParamTensor>& tensors,
-                                                             int max_batch, cudaStream_t stream) {
+                                                             int max_batch, cudaStream_t stream,
+                                                             const CudaModelOptions& options) {
   if (cfg.d_model % cfg.n_head != 0) return InvalidArgumentError("model.n_head: must divide d_model");
   const int64_t m = static_cast<int64_t>(max_batch) * cfg.seq_len;
   if (precision.recipe == Recipe::kFp8Tensorwise && (cfg.d_model % 16 != 0 || m % 16 != 0))
@@ -93,6 +94,7 @@ StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& 
   model->precision_ = precision;
   model->tensors_ = tensors;
   model->stream_ = stream;
+  model->options_ = options;
   FP8_RETURN_IF_ERROR(model->Init(max_batch));
   return model;
 }
@@ -119,8 +121,7 @@ Status CudaGptModel::Init(int max_batch) {
 
   const int64_t c = cfg_.d_model, t = cfg_.seq_len, v = cfg_.vocab_size, h = cfg_.n_head;
   const int64_t n = static_cast<int64_t>(max_batch) * t;
-  // FP8_CUDA_PLAIN_ATTENTION=1 keeps the plain path: for before/after benchmarks in one run.
-  flash_ = FlashAttentionSupportsHeadDim(c / h) && std::getenv("FP8_CUDA_PLAIN_ATTENTION") == nullptr;
+  flash_ = FlashAttentionSupportsHeadDim(c / h);
   const size_t plain_tt = flash_ ? 0 : static_cast<size_t>(max_batch * h * t * t);  // T×T only without flash
   FP8_RETURN_IF_ERROR(params_.Allocate(static_cast<size_t>(num_params_), "parameters"));
   FP8_RETURN_IF_ERROR(grads_.Allocate(static_cast<size_t>(num_params_), "gradients"));
@@ -145,7 +146,7 @@ Status CudaGptModel::Init(int max_batch) {
       FP8_ASSIGN_OR_RETURN(int64_t w, at(pre + name + ".weight"));
       FP8_ASSIGN_OR_RETURN(int64_t bb, at(pre + name + ".bias"));
       lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(),
-                                         epilogue_gemm_.get(), stream_);
+                                         options_.fused_epilogues ? epilogue_gemm_.get() : nullptr, stream_);
       return lin->Init(n, amax_slots_.get() + 3 * (4 * l + k));
     };
     FP8_RETURN_IF_ERROR(linear(b.qkv, 0, "attn.c_attn", c, 3 * c));
@@ -196,7 +197,7 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(d_c_.Allocate(nc, "d [n, C]"));
   FP8_RETURN_IF_ERROR(d_4c_.Allocate(4 * nc, "d [n, 4C]"));
   FP8_RETURN_IF_ERROR(loss_sum_.Allocate(1, "loss sum"));
-  fuse_optimizer_ = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
+  fuse_optimizer_ = options_.fused_optimizer;
   FP8_RETURN_IF_ERROR(InitDecayMask());
   InitZeroRanges();
   return ZeroGrad();
@@ -204,7 +205,7 @@ Status CudaGptModel::Init(int max_batch) {
 
 void CudaGptModel::InitZeroRanges() {
   std::vector<std::pair<int64_t, int64_t>> overwritten;  // [begin, end)
-  overwrite_grads_ = std::getenv("FP8_CUDA_ZERO_ALL_GRADS") == nullptr;
+  overwrite_grads_ = options_.overwrite_grads;
   if (overwrite_grads_) {
     overwritten.emplace_back(wte_, wte_ + WteNumel());  // the head's wgrad
     for (CudaLinear* lin : linears_) {

@@ -546,14 +546,6 @@ Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* 
   return OkStatus();
 }
 
-template <int D>
-Status Dispatch(bool ping_pong, bool overlap, const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
-                HeadLayout qkv, bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
-  if (overlap)
-    return ping_pong ? Launch<D, true, true>(d, q, k, v, qkv, y, yl, lse, s) : Launch<D, false, true>(d, q, k, v, qkv, y, yl, lse, s);
-  return ping_pong ? Launch<D, true, false>(d, q, k, v, qkv, y, yl, lse, s) : Launch<D, false, false>(d, q, k, v, qkv, y, yl, lse, s);
-}
-
 template <int D, int BN, bool kPingPong>
 Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
                 HeadLayout yl, const float* lse, const float* delta, bf16* dq, cudaStream_t stream) {
@@ -580,11 +572,6 @@ Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-bool EnvIs(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
-}
-
 }  // namespace
 
 namespace internal {
@@ -603,16 +590,10 @@ bool FlashAttentionForwardWgmmaHandles(const AttentionDims& d, HeadLayout qkv, c
 
 Status FlashAttentionForwardWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
                                   bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
-  // Schedules, measured on the H200 (docs/performance.md): ping-pong at both head dims, plus the
-  // intra-warpgroup overlap at hd 64 (0.183 vs 0.199 ms; at hd 128 it cost 4%, 0.295 vs 0.284).
-  // FP8_CUDA_FLASH_WGMMA_PINGPONG=0/1 and FP8_CUDA_FLASH_WGMMA_OVERLAP=0/1 override them.
-  auto flag = [](const char* name, bool fallback) {
-    return EnvIs(name, "1") ? true : EnvIs(name, "0") ? false : fallback;
-  };
-  const bool ping_pong = flag("FP8_CUDA_FLASH_WGMMA_PINGPONG", true);
-  const bool overlap = flag("FP8_CUDA_FLASH_WGMMA_OVERLAP", d.head_dim == 64);
-  if (d.head_dim == 64) return Dispatch<64>(ping_pong, overlap, d, q, k, v, qkv, y, yl, lse, s);
-  return Dispatch<128>(ping_pong, overlap, d, q, k, v, qkv, y, yl, lse, s);
+  // Ping-pong at both head dims, plus the intra-warpgroup overlap at hd 64: measured on the H200
+  // (docs/perf-history.md) 0.183 vs 0.199 ms at hd 64; at hd 128 the overlap cost 4%.
+  if (d.head_dim == 64) return Launch<64, true, true>(d, q, k, v, qkv, y, yl, lse, s);
+  return Launch<128, true, false>(d, q, k, v, qkv, y, yl, lse, s);
 }
 
 bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, const void* q, const void* k,
@@ -626,15 +607,10 @@ bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLa
 Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
                                      const bf16* dy, HeadLayout yl, const float* lse, const float* delta, bf16* dq,
                                      cudaStream_t s) {
-  // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers)
-  // unless FP8_CUDA_FLASH_WGMMA_DQ_KEYS=128. FP8_CUDA_FLASH_WGMMA_PINGPONG=0: no turns.
-  const bool ping_pong = !EnvIs("FP8_CUDA_FLASH_WGMMA_PINGPONG", "0");
-  if (d.head_dim == 64)
-    return ping_pong ? LaunchDq<64, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s)
-                     : LaunchDq<64, 128, false>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
-  if (EnvIs("FP8_CUDA_FLASH_WGMMA_DQ_KEYS", "128")) return LaunchDq<128, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
-  return ping_pong ? LaunchDq<128, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s)
-                   : LaunchDq<128, 64, false>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers).
+  // Ping-pong turns between the consumer warpgroups.
+  if (d.head_dim == 64) return LaunchDq<64, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  return LaunchDq<128, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
 }
 
 }  // namespace internal

@@ -19,7 +19,7 @@
 // Sᵀ/dPᵀ of tile j + 1, so one warpgroup's exp2 work overlaps the other's GEMMs.
 //
 // Query tile BQ: 64 at hd 128 (dK, dV, Sᵀ, dPᵀ = 64 + 64 + 32 + 32 registers of the 240);
-// 128 at hd 64 (32 + 32 + 64 + 64), or 64 under FP8_CUDA_FLASH_WGMMA_DKDV_BQ=64.
+// 128 at hd 64 (32 + 32 + 64 + 64).
 #include <cuda.h>
 
 #include <algorithm>
@@ -62,7 +62,6 @@ struct DkDvArgs {
   int32_t seq, heads;
   bool rows_before_heads;  // of q/k/v's tensor maps (dk/dv share their layout)
   bool do_rows_first;      // of dy's
-  bool heavy_first;        // grid (B·H, key blocks): every head's first key block before any second one
   int64_t batch_stride, head_stride, row_stride;  // dk, dv (layout qkv)
   float scale_log2, scale;
   const float *lse, *delta;
@@ -102,8 +101,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto empty = [&](int s) { return bar_kv + 8 + 8 * (kStages + s); };
 
   // Key block 0 has the most query tiles: launched first (per head, or over all heads).
-  const int k0 = (args.heavy_first ? blockIdx.y : blockIdx.x) * kKeys;
-  const int bh = args.heavy_first ? blockIdx.x : blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
+  const int k0 = blockIdx.x * kKeys;
+  const int bh = blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
   const int64_t T = args.seq;
   const int i0 = k0 / BQ;  // the first query tile that sees any of these keys
   const int n_tiles = static_cast<int>((T + BQ - 1) / BQ) - i0;
@@ -289,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int D, int BQ, bool kPingPong, bool kOverlap>
 Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
-                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv, bool heavy_first,
+                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv,
                   cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, BQ, "q"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tdo, HeadsTensorMap(dy, d, yl, BQ, "dy"));
@@ -304,21 +303,15 @@ Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dk = dk, a.dv = dv;
-  a.heavy_first = heavy_first;
   auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ, kPingPong, kOverlap>;
   constexpr uint32_t smem = DkDvCfg<D, BQ>::kSmemBytes;
   // Set on every call, as the other launchers do: the attribute is per device.
   FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const unsigned key_blocks = static_cast<unsigned>((d.seq + kKeys - 1) / kKeys), bh = static_cast<unsigned>(d.batch * d.heads);
-  const dim3 grid = heavy_first ? dim3(bh, key_blocks) : dim3(key_blocks, bh);
+  const dim3 grid(key_blocks, bh);
   kernel<<<grid, kThreads, smem, stream>>>(tq, tdo, tk, tv, a);
   FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
-}
-
-bool EnvIs(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
 }
 
 }  // namespace
@@ -328,24 +321,11 @@ namespace internal {
 Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
                                        HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse,
                                        const float* delta, bf16* dk, bf16* dv, cudaStream_t s) {
-  // Variants (docs/performance.md): FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG=0: no turns;
-  // FP8_CUDA_FLASH_WGMMA_DKDV_BQ=64: 64-query tiles at hd 64; FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP=1:
-  // at hd 64, the next tile's Sᵀ/dPᵀ issued behind dV/dK, with 64-query tiles (P/dS fragments and
-  // the next Sᵀ/dPᵀ are live together; at hd 128 ptxas serializes the wgmmas for lack of
-  // registers, C7512, so there it is not built); FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST=1: every
-  // head's longest key block first, then every head's second, ...
-  const bool ping_pong = !EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "0");
-  const bool overlap = EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "1");
-  const bool heavy = EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", "1");
-#define FP8_DKDV_ARGS d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, heavy, s
-  if (d.head_dim == 64) {
-    if (overlap) return LaunchDkDv<64, 64, true, true>(FP8_DKDV_ARGS);
-    if (EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", "64"))
-      return ping_pong ? LaunchDkDv<64, 64, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<64, 64, false, false>(FP8_DKDV_ARGS);
-    return ping_pong ? LaunchDkDv<64, 128, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<64, 128, false, false>(FP8_DKDV_ARGS);
-  }
-  return ping_pong ? LaunchDkDv<128, 64, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<128, 64, false, false>(FP8_DKDV_ARGS);
-#undef FP8_DKDV_ARGS
+  // Ping-pong turns; 128-query tiles at hd 64, 64 at hd 128; key blocks in launch order. The
+  // schedules that lost (no turns, 64-query tiles at hd 64, the next tile's Sᵀ/dPᵀ overlapped,
+  // heaviest key blocks first) are in docs/perf-history.md.
+  if (d.head_dim == 64) return LaunchDkDv<64, 128, true, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+  return LaunchDkDv<128, 64, true, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
 }
 
 }  // namespace internal

@@ -837,8 +837,7 @@ Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const
                        reinterpret_cast<uintptr_t>(dx) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(scratch) % 16 == 0;
-  static const bool two_pass = std::getenv("FP8_CUDA_LN_TWO_PASS") != nullptr;
-  if (aligned && !two_pass) {
+  if (aligned) {
     const int64_t chunks = (n + kLnRows - 1) / kLnRows;
     LayerNormBackwardFusedKernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dout, x, w, mean, rstd, n, c, dx, dx_bf16, scratch);
     FP8_RETURN_IF_LAUNCH_FAILED();
