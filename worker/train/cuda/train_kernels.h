@@ -1,7 +1,8 @@
 // Device kernels of the CUDA trainer (everything that is not a GEMM): embeddings, LayerNorm,
 // GELU, causal softmax, attention head permutes, fused softmax cross-entropy, column sums,
 // AdamW, norms, FP8 byte transposes and the delayed-scaling update. Plain C++ declarations so
-// the host code (.cc, C++20) can call them; the launchers live in train_kernels.cu.
+// the host code (.cc, C++20) can call them; the launchers live in one .cu per layer (embedding,
+// layernorm, bias_gelu, attention_plain, cross_entropy, adamw, delayed_scaling, elementwise).
 //
 // Layouts follow worker/train/layers.h: activations row-major [N, C], N = B·T, weights
 // [out, in]. Every launcher checks the launch and returns a Status naming file:line.
