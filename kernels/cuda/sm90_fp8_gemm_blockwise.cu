@@ -137,7 +137,7 @@ Status Launch(const GemmCall& call) {
   using blockwise_gemm::kBlockM;
   const auto [a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream] = call;
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a,
-                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, Cfg::kABoxRows, kBlockK, "A"));
+                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, kBlockM, kBlockK, "A"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b,
                        MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, kBlockK, "B"));
   // D is stored in 64x64 boxes: 128 bytes a row, the widest the 128B swizzle allows.
@@ -147,12 +147,10 @@ Status Launch(const GemmCall& call) {
   args.a_scale = a_scale_inv;
   args.b_scale = b_scale_inv;
   args.d = d;
-  args.b = b;
   args.m = static_cast<uint32_t>(m);
   args.n = static_cast<uint32_t>(n);
   args.num_m_blocks = static_cast<uint32_t>((m + kBlockM - 1) / kBlockM);
-  // BLOCK_N = 112 / 56 need not divide N: the last column tile is clipped (kDirectStore).
-  args.num_n_blocks = static_cast<uint32_t>((n + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  args.num_n_blocks = static_cast<uint32_t>(n / Cfg::kBlockN);
   args.num_k_blocks = static_cast<uint32_t>(k / kBlockK);
   args.b_scale_ld = static_cast<uint32_t>(Sm90BlockScaleLd(k));
 
@@ -170,7 +168,7 @@ Status Launch(const GemmCall& call) {
   }
   if constexpr (Cfg::kClusterDim == 1) {
     kernel<<<grid, blockwise_gemm::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, args);
-  } else {  // grid: whole clusters (pairs: tiles is even, the caller checked)
+  } else {  // grid: whole clusters
     ClusterLaunch<Cfg> launch(grid, stream);
     FP8_RETURN_IF_CUDA_ERROR(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_d, args));
   }
@@ -185,21 +183,21 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // 128x128, 6 stages of 32 KB beside the 32 KB staging tile; with the scales through the
 // pipeline one 8 KB staging box per warpgroup leaves room for the 6th stage beside the scale
 // copies (6 x 32 KB + 16 KB + 3.2 KB).
-using ConfigN128 = Config<128, 6, true>;
-using ConfigN128ScalesTma6 = Config<128, 6, true, false, 1, 1, false, true, true>;
+using ConfigN128 = Config<128, 6>;
+using ConfigN128ScalesTma6 = Config<128, 6, 1, true, true>;
 // 128x64: 24 KB stages, 8 fit beside the 16 KB staging tile; L2 hints for small M.
-using ConfigN64 = Config<64, 8, true>;
-using ConfigN64ScalesTma = Config<64, 8, true, false, 1, 1, false, true>;
-using ConfigN64ScalesTmaL2 = Config<64, 8, true, false, 1, 1, false, true, false, true>;
+using ConfigN64 = Config<64, 8>;
+using ConfigN64ScalesTma = Config<64, 8, 1, true>;
+using ConfigN64ScalesTmaL2 = Config<64, 8, 1, true, false, true>;
 // 128x128 tiles, K split over clusters of 2, 4 or 8 CTAs; no staging tile, so 7 stages fit
 // (6 beside the scale copies).
-using ConfigN128SplitK2 = Config<128, 7, true, false, 1, 2>;
-using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, true, false, 1, 2, false, true, false, true>;
-using ConfigN128SplitK4 = Config<128, 7, true, false, 1, 4>;
-using ConfigN128SplitK8 = Config<128, 7, true, false, 1, 8>;
+using ConfigN128SplitK2 = Config<128, 7, 2>;
+using ConfigN128SplitK2ScalesTmaL2 = Config<128, 6, 2, true, false, true>;
+using ConfigN128SplitK4 = Config<128, 7, 4>;
+using ConfigN128SplitK8 = Config<128, 7, 8>;
 // 128x64 split 2: 24 KB stages, no staging tile, 9 fit beside the scale copies. Its __ldg twin
 // is the 128x128 split 2, which computes the same bits.
-using ConfigN64SplitK2ScalesTma = Config<64, 9, true, false, 1, 2, false, true>;
+using ConfigN64SplitK2ScalesTma = Config<64, 9, 2, true>;
 
 template <class WithScalesTma, class WithLdgScales>
 Status LaunchEither(bool scales_tma, const GemmCall& call) {

@@ -28,18 +28,6 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
 __device__ __forceinline__ void MbarArrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Arrive on the barrier at the same shared-memory offset in CTA `cta` of the cluster. Default
-// (.release.cta) semantics, as CUTLASS's ClusterBarrier: an explicit .release.cluster made ptxas
-// put a MEMBAR.ALL.GPU before every arrive (waits out all outstanding loads; measured 2-3.7x
-// slower). The stage's shared memory was read by wgmma, already waited for.
-__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
 // 16 bytes at the shared-memory offset `addr` of CTA `cta` of the cluster (DSMEM).
 __device__ __forceinline__ float4 LdSharedCluster(uint32_t addr, uint32_t cta) {
   float4 v;
@@ -74,11 +62,6 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
-// [ptr, ptr + bytes) from HBM into L2, nothing into shared memory (bytes: a multiple of 16).
-__device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
-               : "memory");
-}
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -121,16 +104,6 @@ __device__ __forceinline__ uint64_t CreatePolicyEvictLast() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
   return p;
-}
-// As TmaLoad2d, into the same offset `dst` of every CTA in `cta_mask`, completing on each one's
-// barrier at offset `bar`.
-__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                                   int32_t c0, int32_t c1, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
 }
 // 2-D tile shared -> global (out-of-range rows/columns are not written).
 __device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, uint32_t src, int32_t c0,
