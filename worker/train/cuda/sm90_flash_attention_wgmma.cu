@@ -13,7 +13,7 @@
 // Each consumer warp then arrives on the stage's "empty" mbarrier, which the producer waits on
 // before refilling it.
 //
-// Ping-pong (kPingPong): two named barriers make the consumer warpgroups take turns at issuing
+// Ping-pong (PingPongTurns): two named barriers make the consumer warpgroups take turns at issuing
 // their GEMMs (one's PV of tile j and S of tile j + 1, back to back), so one warpgroup's softmax
 // runs while the other's GEMMs occupy the tensor cores.
 //
@@ -68,7 +68,7 @@ struct Args {
   float* lse;
 };
 
-template <int D, bool kPingPong, bool kOverlap>
+template <int D, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashForwardWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                             const __grid_constant__ CUtensorMap tmap_v, const Args args) {
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
   // Ping-pong barriers: warpgroup cw issues GEMMs after a sync on 3 + cw, which the other
   // warpgroup arrives on when it has issued its own.
-  const PingPongTurns<kPingPong> turns(cw);
+  const PingPongTurns turns(cw);
 
   float o[D / 2];
 #pragma unroll
@@ -356,7 +356,7 @@ struct DqArgs {
   bf16* dq;
 };
 
-template <int D, int BN, bool kPingPong>
+template <int D, int BN>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardDqWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_do,
                                const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int wg_row0 = q0 + 64 * cw;
   const int row0 = wg_row0 + 16 * warp + g;
-  const PingPongTurns<kPingPong> turns(cw);
+  const PingPongTurns turns(cw);
 
   float lse[2], delta[2];
 #pragma unroll
@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                q0, T);
 }
 
-template <int D, bool kPingPong, bool kOverlap>
+template <int D, bool kOverlap>
 Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, bf16* y,
               HeadLayout yl, float* lse, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
@@ -536,7 +536,7 @@ Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* 
   a.y_batch_stride = yl.batch_stride, a.y_head_stride = yl.head_stride, a.y_row_stride = yl.row_stride;
   a.scale_log2 = static_cast<float>(kLog2e / std::sqrt(static_cast<double>(d.head_dim)));
   a.y = y, a.lse = lse;
-  auto kernel = FlashForwardWgmmaKernel<D, kPingPong, kOverlap>;
+  auto kernel = FlashForwardWgmmaKernel<D, kOverlap>;
   constexpr uint32_t smem = Cfg<D>::kSmemBytes;
   // Set on every call, as the mma.sync launcher does: the attribute is per device.
   FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -546,7 +546,7 @@ Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* 
   return OkStatus();
 }
 
-template <int D, int BN, bool kPingPong>
+template <int D, int BN>
 Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
                 HeadLayout yl, const float* lse, const float* delta, bf16* dq, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
@@ -561,7 +561,7 @@ Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dq = dq;
-  auto kernel = FlashBackwardDqWgmmaKernel<D, BN, kPingPong>;
+  auto kernel = FlashBackwardDqWgmmaKernel<D, BN>;
   constexpr uint32_t smem = DqCfg<D, BN>::kSmemBytes;
   FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((d.seq + kBlockM - 1) / kBlockM), static_cast<unsigned>(d.batch * d.heads));
@@ -592,8 +592,8 @@ Status FlashAttentionForwardWgmma(const AttentionDims& d, const bf16* q, const b
                                   bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
   // Ping-pong at both head dims, plus the intra-warpgroup overlap at hd 64: measured on the H200
   // (docs/perf-history.md) 0.183 vs 0.199 ms at hd 64; at hd 128 the overlap cost 4%.
-  if (d.head_dim == 64) return Launch<64, true, true>(d, q, k, v, qkv, y, yl, lse, s);
-  return Launch<128, true, false>(d, q, k, v, qkv, y, yl, lse, s);
+  if (d.head_dim == 64) return Launch<64, true>(d, q, k, v, qkv, y, yl, lse, s);
+  return Launch<128, false>(d, q, k, v, qkv, y, yl, lse, s);
 }
 
 bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, const void* q, const void* k,
@@ -609,8 +609,8 @@ Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, cons
                                      cudaStream_t s) {
   // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers).
   // Ping-pong turns between the consumer warpgroups.
-  if (d.head_dim == 64) return LaunchDq<64, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
-  return LaunchDq<128, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  if (d.head_dim == 64) return LaunchDq<64, 128>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  return LaunchDq<128, 64>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
 }
 
 }  // namespace internal

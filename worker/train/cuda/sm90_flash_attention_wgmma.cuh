@@ -36,20 +36,15 @@ StatusOr<CUtensorMap> HeadsTensorMap(const __nv_bfloat16* ptr, const AttentionDi
 // The ping-pong schedule of the two consumer warpgroups (cw 0 and 1): a warpgroup issues its
 // turn's GEMMs between Begin and End, so one warpgroup's softmax runs under the other's GEMMs.
 // Named barriers 3 and 4, 256 threads each: warpgroup cw waits on 3 + cw and releases 4 − cw.
-// Without kPingPong every call is empty.
-template <bool kPingPong>
 struct PingPongTurns {
   uint32_t my_turn, other_turn, cw;
   __device__ explicit PingPongTurns(uint32_t consumer) : my_turn(3 + consumer), other_turn(4 - consumer), cw(consumer) {
-    if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
+    if (cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
   }
-  __device__ void Begin() const {
-    if constexpr (kPingPong) ptx::NamedBarrierSync(my_turn, 256);
-  }
+  __device__ void Begin() const { ptx::NamedBarrierSync(my_turn, 256); }
   // The last turn of warpgroup 1 has no partner left to release (its arrive would dangle).
   __device__ void End(bool last) const {
-    if constexpr (kPingPong)
-      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
+    if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
   }
 };
 

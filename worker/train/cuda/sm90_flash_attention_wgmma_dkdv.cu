@@ -68,22 +68,13 @@ struct DkDvArgs {
   bf16 *dk, *dv;
 };
 
-// Keeps register fragments alive (and unmoved) up to here: an in-flight wgmma RS still reads them.
-template <int kN>
-__device__ __forceinline__ void FenceFragments(uint32_t (&f)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(f[i][j])::"memory");
-}
-
 __device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
   return v;
 }
 
-template <int D, int BQ, bool kPingPong, bool kOverlap>
+template <int D, int BQ>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardDkDvWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_do,
                                  const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
@@ -173,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
   const int wg_key0 = k0 + 64 * cw;
   const int key0 = wg_key0 + 16 * warp + g;  // this thread's keys (accumulator rows): key0 and key0 + 8
-  const PingPongTurns<kPingPong> turns(cw);
+  const PingPongTurns turns(cw);
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -252,30 +243,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     compute_p_ds(s, (i0 + it) * BQ);
     turns.Begin();
     issue_dv_dk(s);
-    const int s_used = s;
-    if constexpr (!kOverlap) {  // dV/dK done before the turn passes on
-      ptx::WgmmaWait<0>();
-      ptx::FenceOperands(dv);
-      ptx::FenceOperands(dk);
-      if (lane == 0) ptx::MbarArrive(empty(s_used));
-    }
+    ptx::WgmmaWait<0>();  // dV/dK done before the turn passes on
+    ptx::FenceOperands(dv);
+    ptx::FenceOperands(dk);
+    if (lane == 0) ptx::MbarArrive(empty(s));
     if (++s == kStages) s = 0, phase ^= 1;
     if constexpr (!kLast) {
       ptx::MbarWait(full(s), phase);
       issue_s_dp(s);
     }
     turns.End(kLast);
-    if constexpr (kOverlap) {
-      // Sᵀ/dPᵀ of the next tile went in right behind dV/dK: wait for dV/dK only (groups retire
-      // in order), keeping the P/dS fragments they read alive until then.
-      if constexpr (kLast) ptx::WgmmaWait<0>();
-      else ptx::WgmmaWait<1>();
-      ptx::FenceOperands(dv);
-      ptx::FenceOperands(dk);
-      FenceFragments(p);
-      FenceFragments(ds);
-      if (lane == 0) ptx::MbarArrive(empty(s_used));
-    }
   };
   for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
   step(n_tiles - 1, std::true_type{});
@@ -286,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   StoreRows<D>(dv, fv, s_v, cw, args.dv + off, args.row_stride, k0, T);
 }
 
-template <int D, int BQ, bool kPingPong, bool kOverlap>
+template <int D, int BQ>
 Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
                   HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv,
                   cudaStream_t stream) {
@@ -303,7 +280,7 @@ Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dk = dk, a.dv = dv;
-  auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ, kPingPong, kOverlap>;
+  auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ>;
   constexpr uint32_t smem = DkDvCfg<D, BQ>::kSmemBytes;
   // Set on every call, as the other launchers do: the attribute is per device.
   FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -324,8 +301,8 @@ Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& d, const bf16* q, co
   // Ping-pong turns; 128-query tiles at hd 64, 64 at hd 128; key blocks in launch order. The
   // schedules that lost (no turns, 64-query tiles at hd 64, the next tile's Sᵀ/dPᵀ overlapped,
   // heaviest key blocks first) are in docs/perf-history.md.
-  if (d.head_dim == 64) return LaunchDkDv<64, 128, true, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
-  return LaunchDkDv<128, 64, true, false>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+  if (d.head_dim == 64) return LaunchDkDv<64, 128>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+  return LaunchDkDv<128, 64>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
 }
 
 }  // namespace internal
