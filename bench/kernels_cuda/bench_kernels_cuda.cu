@@ -3,7 +3,7 @@
 // wgmma kernel, with their ratio and calc_diff) next to the cuBLASLt BF16 GEMM.
 // Timing: CUDA events around each repetition after a warm-up, median of the repetitions; GEMM
 // operands rotate over enough copies that the working set exceeds the L2 cache several times.
-// Prints markdown tables (docs/performance.md, "CUDA kernels (H200)").
+// Prints markdown tables (docs/performance.md, "GPU: kernels and trainer").
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 

@@ -33,7 +33,7 @@ Status Sm90ValidateQuantShape(int64_t rows, int64_t cols, const void* in, const 
 namespace {
 
 // Per input type: vectors per thread and groups per thread, chosen on an H200 by
-// bench_kernels_cuda's variant rows (docs/performance.md, "CUDA kernels (H200)").
+// bench_kernels_cuda's variant rows (docs/performance.md, "GPU: kernels and trainer").
 template <typename T>
 struct Config1x128;
 template <>

@@ -19,7 +19,7 @@ using kernels::Fp8Format;
 // the plain cast casts a block it loaded. 512 threads and two CTAs per SM, not the plain cast's
 // 256: the update moves 7 words per weight where the cast moves 1.5, and with 256 threads (112
 // registers, 2 CTAs per SM) too few loads were in flight: 2.32 ms per d4096 block against 1.82
-// for AdamW + the cast apart; with 512, 1.56 ms (1024 threads: 1.57; H200, docs/performance.md).
+// for AdamW + the cast apart; with 512, 1.56 ms (1024 threads: 1.57; H200, docs/perf-history.md).
 constexpr int kAdamWCastThreads = 512;
 template <Fp8Format F>
 __global__ void __launch_bounds__(kAdamWCastThreads, 2)

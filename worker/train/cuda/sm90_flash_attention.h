@@ -3,9 +3,10 @@
 // running max/sum per query row and saves only the row's logsumexp; the backward recomputes the
 // probabilities from it. Tiles wholly above the causal diagonal are never visited.
 //
-// Tensor cores through mma.sync m16n8k16 (BF16 → FP32), operands staged in shared memory by
-// cp.async (two stages) and read with ldmatrix. Head dims 32, 64 and 128. Measured against
-// PyTorch SDPA by bench/trainer_cuda/bench_attention_cuda.cc (docs/performance.md).
+// Head dims 32, 64 and 128. At 64 and 128 the wgmma kernels run (TMA producer warp, two consumer
+// warpgroups, FA3 style); elsewhere mma.sync m16n8k16 kernels with operands staged by cp.async.
+// Measured against PyTorch SDPA by bench/trainer_cuda/bench_attention_cuda.cc
+// (docs/performance.md).
 //
 // Layout: element (b, h, t, d) of q, k, v, y (and their gradients) sits at
 //   ptr[b·batch_stride + h·head_stride + t·row_stride + d]
