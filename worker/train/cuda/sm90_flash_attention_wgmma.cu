@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::PrefetchTensorMap(&tmap_v);
       // coordinates (d, row, head, batch) in the tensor map's dimension order
       auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row) {
-        if (args.rows_before_heads) TmaLoad4d(dst, map, bar, col, row, head, batch);
-        else TmaLoad4d(dst, map, bar, col, head, row, batch);
+        TmaLoadHeadRows(dst, map, bar, col, row, head, batch, args.rows_before_heads);
       };
       ptx::MbarArriveExpectTx(bar_q, C::kQBytes);
 #pragma unroll
@@ -398,8 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::PrefetchTensorMap(&tmap_k);
       ptx::PrefetchTensorMap(&tmap_v);
       auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
-        if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
-        else TmaLoad4d(dst, map, bar, col, head, row, batch);
+        TmaLoadHeadRows(dst, map, bar, col, row, head, batch, rows_first);
       };
       ptx::MbarArriveExpectTx(bar_q, 2 * C::kTileBytes);
 #pragma unroll

@@ -33,6 +33,15 @@ constexpr int kTileRows = 128;    // rows of the tile a CTA owns (queries, or ke
 StatusOr<CUtensorMap> HeadsTensorMap(const __nv_bfloat16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
                                      const char* what);
 
+// One box of a head's rows global → shared: coordinates (d, row, head, batch) in the order of the
+// tensor map's dimensions (HeadsTensorMap puts rows or heads first, whichever has the smaller
+// stride).
+__device__ __forceinline__ void TmaLoadHeadRows(uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row,
+                                                int head, int batch, bool rows_first) {
+  if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
+  else TmaLoad4d(dst, map, bar, col, head, row, batch);
+}
+
 // The ping-pong schedule of the two consumer warpgroups (cw 0 and 1): a warpgroup issues its
 // turn's GEMMs between Begin and End, so one warpgroup's softmax runs under the other's GEMMs.
 // Named barriers 3 and 4, 256 threads each: warpgroup cw waits on 3 + cw and releases 4 − cw.

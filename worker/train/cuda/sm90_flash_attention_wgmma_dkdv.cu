@@ -116,8 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::SetMaxNRegDec<24>();
     if (threadIdx.x >= 32) return;
     auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
-      if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
-      else TmaLoad4d(dst, map, bar, col, head, row, batch);
+      TmaLoadHeadRows(dst, map, bar, col, row, head, batch, rows_first);
     };
     if (lane == 0) {
       ptx::PrefetchTensorMap(&tmap_q);
