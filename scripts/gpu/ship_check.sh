@@ -30,6 +30,7 @@ cd "$C/.."
 OUT=${OUT:-/tmp/fp8d-ship-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0  # NVLink multicast off (KINDS.md)
 S=$OUT/summary.txt
 {
   date -u +%FT%TZ
