@@ -31,25 +31,6 @@ __global__ void EmbeddingWpeBackwardKernel(const float* dout, int64_t n, int64_t
   }
 }
 
-// The rest of a warp-per-row LayerNorm once the lanes' partial sums of the row are known: mean,
-// variance (a second pass over the row, from L1/L2), the normalised bf16 row and the statistics.
-__device__ void WarpLayerNormFromSum(const float* xr, float partial_sum, int64_t row, int64_t c, int lane,
-                                     const float* w, const float* b, bf16* out, float* mean, float* rstd) {
-  const float mu = WarpSum(partial_sum) / static_cast<float>(c);
-  float v = 0;
-  for (int64_t j = lane; j < c; j += 32) {
-    const float d = xr[j] - mu;
-    v += d * d;
-  }
-  const float rs = rsqrtf(WarpSum(v) / static_cast<float>(c) + 1e-5f);
-  bf16* o = out + row * c;
-  for (int64_t j = lane; j < c; j += 32) o[j] = __float2bfloat16((xr[j] - mu) * rs * w[j] + b[j]);
-  if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = rs;
-  }
-}
-
 }  // namespace
 
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
