@@ -64,7 +64,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   DeviceBuffer<float> f1, f2, w32, g32, m32, v32, stats1, stats2, scratch, lse, delta;
   DeviceBuffer<double> partial, out;
   DeviceBuffer<int32_t> tokens;
-  DeviceBuffer<uint8_t> decay;
   FP8_RETURN_IF_ERROR(a.Allocate(static_cast<size_t>(4 * n * c), "a"));
   FP8_RETURN_IF_ERROR(b.Allocate(static_cast<size_t>(4 * n * c), "b"));
   FP8_RETURN_IF_ERROR(wb.Allocate(static_cast<size_t>(std::max(12 * c * c, v * c)), "wb"));
@@ -83,7 +82,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   FP8_RETURN_IF_ERROR(partial.Allocate(1024, "partial"));
   FP8_RETURN_IF_ERROR(out.Allocate(1, "out"));
   FP8_RETURN_IF_ERROR(tokens.Allocate(static_cast<size_t>(n), "tokens"));
-  FP8_RETURN_IF_ERROR(decay.Allocate(static_cast<size_t>(num_params), "decay"));
   // Tokens spread over the vocabulary (the embedding gradient groups positions by token).
   std::vector<int32_t> host_tokens(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host_tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
@@ -91,7 +89,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   TokenGroups groups;
   FP8_RETURN_IF_ERROR(groups.Allocate(n, c));
   FP8_RETURN_IF_ERROR(groups.Build(host_tokens.data(), n, v, s));
-  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(decay.get(), 1, num_params, s));
   FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
   FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
   FP8_RETURN_IF_ERROR(InitNormal(w32.get(), num_params, 3, 0.02f, s));
@@ -191,7 +188,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   add("cross-entropy fwd+grad", 1, [&] {
     return CrossEntropy(logits.get(), tokens.get(), n, v, vld, 1.0f, true, f2.get(), s);
   });
-  if (!fused_opt) add("cast wte fp32->bf16", 1, [&] { return CastF32ToBf16(w, v * c, wb.get(), s); });
   add("embedding fwd+bwd", 1, [&] {
     FP8_RETURN_IF_ERROR(EmbeddingForward(tokens.get(), w, w, n, cfg.seq_len, c, f1.get(), s));
     FP8_RETURN_IF_ERROR(groups.AccumulateWteGrad(f1.get(), g32.get(), s));
@@ -199,11 +195,10 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   });
   const AdamWArgs args{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
   DeviceBuffer<bf16> copies;  // the fused step's BF16 copies (all parameters: an upper bound)
-  if (fused_opt) FP8_RETURN_IF_ERROR(copies.Allocate(static_cast<size_t>(num_params), "bf16 copies"));
-  add(fused_opt ? "grad norm + AdamW + bf16 copies" : "grad norm + AdamW", 1, [&] {
+  FP8_RETURN_IF_ERROR(copies.Allocate(static_cast<size_t>(num_params), "bf16 copies"));
+  add("grad norm + AdamW + bf16 copies", 1, [&] {
     FP8_RETURN_IF_ERROR(SumSquares(g32.get(), num_params, partial.get(), out.get(), s));
-    if (fused_opt) return AdamWStepTensor(w32.get(), g32.get(), m32.get(), v32.get(), num_params, true, args, copies.get(), s);
-    return AdamWStep(w32.get(), g32.get(), m32.get(), v32.get(), decay.get(), num_params, args, s);
+    return AdamWStepTensor(w32.get(), g32.get(), m32.get(), v32.get(), num_params, true, args, copies.get(), s);
   });
   // fp8-blockwise's weight update of one block: AdamW then the 128x128 W/Wᵀ cast the forward
   // runs, against the fused step (adamw_cast.h). Not part of the bf16 sum.
