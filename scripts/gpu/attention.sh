@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# The fused causal attention on the GPU machine, in one call: the CUDA trainer tests (the
-# FlashAttention ones also on the previous kernels), bench_attention_cuda (previous kernels,
-# mma.sync and wgmma forwards, dQ and dK/dV kernels, default; the backward's kernels alone) beside
-# PyTorch SDPA, and the bf16 training step with its breakdown, default kernels, then under
-# STEP_COMPARE (default: the mma.sync dK/dV kernel, i.e. the previous backward).
+# The fused causal attention on the GPU machine, in one call: the CUDA trainer tests,
+# bench_attention_cuda (the mma.sync and wgmma kernels side by side, the backward's kernels alone)
+# beside PyTorch SDPA, and the training step with its breakdown.
 #   here:   scripts/gpu/attention.sh pack [BUILD_DIR]   binaries (default build-attn: targets
 #           worker_train_cuda_test bench_attention_cuda bench_trainer_cuda) + libraries → .attn-carry
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
