@@ -21,7 +21,7 @@ constexpr int kSm90QuantThreads = 256;
 //
 // Two kernels share that per-group work. The launcher's: 2-D tiles of 8 rows x 8 groups per
 // CTA with the scales written through shared memory (Sm90Fp8Quantize1x128TileKernel, below).
-// The memory-order kernel (one long contiguous range per CTA; session 3's default) stays for
+// The memory-order kernel (one long contiguous range per CTA) stays for
 // tensors with more row tiles than a grid's y dimension, and as the benchmark's baseline;
 // mn_order walks down the rows instead, mn_major only chooses where scale_inv is stored.
 template <typename T, int kVecs>
