@@ -24,35 +24,36 @@ inline unsigned Blocks(int64_t n, int per_block = kThreads) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > (1 << 30) ? (1 << 30) : b));
 }
 
-__device__ __forceinline__ float WarpSum(float v) {
+// Warp- and block-wide reductions (blockDim.x a multiple of 32, ≤ 1024; every thread gets the
+// result), in a fixed order: the same bits on every run.
+struct SumOp {
+  static constexpr float kIdentity = 0.0f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  static constexpr float kIdentity = -FLT_MAX;
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+template <class Op>
+__device__ __forceinline__ float WarpReduce(float v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = Op()(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float WarpMax(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Block-wide reductions (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
-__device__ inline float BlockSum(float v, float* sh) {
+template <class Op>
+__device__ inline float BlockReduce(float v, float* sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = WarpSum(v);
+  v = WarpReduce<Op>(v);
   __syncthreads();
   if (lane == 0) sh[warp] = v;
   __syncthreads();
-  v = lane < nw ? sh[lane] : 0.0f;
-  return WarpSum(v);
+  v = lane < nw ? sh[lane] : Op::kIdentity;
+  return WarpReduce<Op>(v);
 }
-__device__ inline float BlockMax(float v, float* sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = WarpMax(v);
-  __syncthreads();
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  v = lane < nw ? sh[lane] : -FLT_MAX;
-  return WarpMax(v);
-}
+__device__ __forceinline__ float WarpSum(float v) { return WarpReduce<SumOp>(v); }
+__device__ __forceinline__ float WarpMax(float v) { return WarpReduce<MaxOp>(v); }
+__device__ inline float BlockSum(float v, float* sh) { return BlockReduce<SumOp>(v, sh); }
+__device__ inline float BlockMax(float v, float* sh) { return BlockReduce<MaxOp>(v, sh); }
 
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
