@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One GPU-machine call that checks the shipped CUDA kernels and trainer: the CUDA tests
 # (kernels_cuda_test, worker_train_cuda_test), then the kernel bench (casts against a copy,
-# own blockwise GEMM against cuBLASLt) and the trainer bench beside PyTorch torch.compile bf16,
-# all in the same run, so the ratios compare with docs/performance.md's current numbers.
+# own blockwise GEMM against cuBLASLt), the trainer bench beside PyTorch torch.compile bf16 and
+# the attention bench beside PyTorch SDPA, all in the same run, so the ratios compare with
+# docs/performance.md's current numbers.
 #   here:   scripts/gpu/ship_check.sh pack [BUILD_DIR] [CARRY]
 #           BUILD_DIR (default build-cuda, -DFP8D_CUDA=ON) holds kernels_cuda_test,
-#           bench_kernels_cuda, worker_train_cuda_test, bench_trainer_cuda; they, the libraries
+#           bench_kernels_cuda, worker_train_cuda_test, bench_trainer_cuda and
+#           bench_attention_cuda; they, the libraries
 #           they need and this script go to CARRY (default .ship-carry, git-ignored), which must
 #           sit in the checkout the device tool sends.
 #   device: bash .ship-carry/ship_check.sh        (carry .ship-carry; logs under $OUT)
@@ -19,9 +21,10 @@ if [ "${1:-}" = pack ]; then
   C=${3:-.ship-carry}
   . scripts/gpu/pack_common.sh
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib"
-  pack_binaries "$C/bin" "$B/bin" kernels_cuda_test bench_kernels_cuda worker_train_cuda_test bench_trainer_cuda
+  pack_binaries "$C/bin" "$B/bin" kernels_cuda_test bench_kernels_cuda worker_train_cuda_test bench_trainer_cuda \
+    bench_attention_cuda
   pack_libs "$C" "$C"/bin/*
-  cp scripts/gpu/ship_check.sh scripts/gpu/torch_gpt_baseline.py "$C/"
+  cp scripts/gpu/ship_check.sh scripts/gpu/torch_gpt_baseline.py scripts/gpu/attention_torch.py "$C/"
   exit 0
 fi
 
@@ -62,5 +65,10 @@ step bench_trainer_cuda 110 "$C/bin/bench_trainer_cuda" --shapes gpt2-124m,d4096
 cat "$OUT/bench_trainer_cuda.log" >> "$S"
 PYTHONUNBUFFERED=1 step torch_gpt_baseline 120 python3 "$C/torch_gpt_baseline.py" --shapes gpt2-124m,d4096-l8 --steps 8 --warmup 3
 grep -v "^W\|Warning" "$OUT/torch_gpt_baseline.log" | tail -4 >> "$S"
+
+PYTHONUNBUFFERED=1 step torch_attention 60 python3 "$C/attention_torch.py" --reps 20 --warmup 3
+grep -E "^hd" "$OUT/torch_attention.log" > "$OUT/torch_attention.txt"
+step bench_attention_cuda 60 "$C/bin/bench_attention_cuda" --reps 20 --warmup 3 --torch "$OUT/torch_attention.txt"
+cat "$OUT/bench_attention_cuda.log" >> "$S"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader >> "$S" 2>&1
 cat "$S"
