@@ -309,6 +309,62 @@ class HfGpt2Test(unittest.TestCase):
         self.assertEqual(p.returncode, 64, p.stderr)
         self.assertIn("model", [e for e in ev if e["type"] == "error"][0]["message"])
 
+    def calibrate(self, name, spec, check=True):
+        path = os.path.join(self.dir, name + "-calibrate.json")
+        dump_json(path, spec)
+        return run(["calibrate", "--spec", path], check=check)
+
+    def test_calibrate_an_export_warns_about_unaligned_blocks(self):
+        export = os.path.join(self.dir, "calib-export")
+        run(["export", "--checkpoint", self.numpy_dir, "--out", export, "--format", "hf", "--max-shard-bytes", "30000"])
+        out = os.path.join(self.dir, "calib-out")
+        p = self.calibrate("export", {"input": export, "output_dir": out, "backend": "cpu"})
+        report = load_json(os.path.join(out, "report.json"))
+        # Every linear weight of this model (n_embd 32) has dimensions that are not multiples of 128.
+        linear = sorted(f"transformer.h.{i}.{m}.weight" for i in range(N_LAYER)
+                        for m in ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"])
+        self.assertEqual(sorted(w["tensor"] for w in report["warnings"]), linear)
+        self.assertEqual(report["summary"]["unaligned_tensors"], len(linear))
+        for w in report["warnings"]:
+            self.assertEqual(w["engines"], ["transformers", "vllm"])
+            self.assertIn("transformers", w["message"])
+            self.assertIn("vLLM", w["message"])
+            self.assertIn(w["tensor"], p.stderr)
+        with open(os.path.join(out, "report.txt")) as f:
+            self.assertIn("not a multiple of the block size 128", f.read())
+        # transformers' names survive; the FP8 weights get DeepSeek-style scales next to them.
+        index = load_json(os.path.join(out, "model.safetensors.index.json"))
+        for name in linear:
+            self.assertIn(name, index["weight_map"])
+            self.assertIn(name + "_scale_inv", index["weight_map"])
+        self.assertIn("transformer.wte.weight", index["weight_map"])
+        config = load_json(os.path.join(out, "config.json"))
+        self.assertEqual(config["architectures"], ["GPT2LMHeadModel"])
+        self.assertEqual(config["quantization_config"]["weight_block_size"], [128, 128])
+
+        # skip_unaligned: nothing of this model could stay FP8, which is an error naming the option.
+        p = self.calibrate("export-skip", {"input": export, "output_dir": out + "-skip", "backend": "cpu",
+                                           "weights": {"skip_unaligned": True}}, check=False)
+        self.assertEqual(p.returncode, EXIT_BAD_DATA, p.stderr)
+        self.assertIn("skip_unaligned", p.stderr)
+        self.assertFalse(os.path.exists(out + "-skip"))
+
+    def test_skip_unaligned_leaves_unaligned_tensors_unquantized(self):
+        model = os.path.join(self.dir, "mixed.safetensors")
+        rng = np.random.default_rng(3)
+        write_safetensors(model, {"a.weight": rng.normal(0, 1, (256, 256)).astype(np.float32),
+                                  "b.weight": rng.normal(0, 1, (100, 256)).astype(np.float32)})
+        out = os.path.join(self.dir, "mixed-out")
+        self.calibrate("mixed", {"input": model, "output_dir": out, "backend": "cpu",
+                                 "weights": {"skip_unaligned": True}})
+        report = load_json(os.path.join(out, "report.json"))
+        self.assertEqual([(w["tensor"], w["dims"], w["skipped"]) for w in report["warnings"]], [("b.weight", [0], True)])
+        index = load_json(os.path.join(out, "model.safetensors.index.json"))
+        self.assertIn("a.weight_scale_inv", index["weight_map"])
+        self.assertNotIn("b.weight_scale_inv", index["weight_map"])
+        config = load_json(os.path.join(out, "config.json"))
+        self.assertEqual(config["quantization_config"]["ignored_layers"], ["b"])
+
     def test_resume_takes_precedence_over_init_from(self):
         _, ev, out = self.train("resume", init_from=self.numpy_dir, training={"max_steps": 2, "save_steps": 1})
         losses = [e["loss"] for e in ev if e["type"] == "progress"]
