@@ -342,6 +342,20 @@ class HfGpt2Test(unittest.TestCase):
         self.assertEqual(config["architectures"], ["GPT2LMHeadModel"])
         self.assertEqual(config["quantization_config"]["weight_block_size"], [128, 128])
 
+        # Static activation scales and the eval loss work on the export too (transformers' names).
+        act = out + "-static"
+        self.calibrate("export-static", {"input": export, "output_dir": act, "backend": "cpu",
+                                         "activations": {"data": self.train_glob, "num_samples": 8}})
+        report = load_json(os.path.join(act, "report.json"))
+        index = load_json(os.path.join(act, "model.safetensors.index.json"))
+        for i in range(N_LAYER):
+            self.assertIn(f"transformer.h.{i}.attn.c_attn.input_scale", index["weight_map"])
+        self.assertEqual(len(report["activations"]["layers"]), len(linear))
+        bf16, fp8 = report["summary"]["eval_loss_bf16"], report["summary"]["eval_loss_fp8_weights"]
+        bf16_here = self.evaluate("--model", export, "--data", self.train_glob, "--seed", "42", "--recipe", "bf16")
+        self.assertLess(abs(bf16 - bf16_here["eval_loss"]) / bf16, 0.2)  # same model, other samples
+        self.assertLess(abs(fp8 - bf16) / bf16, 0.05)  # FP8 weights read back in the right orientation
+
         # skip_unaligned: nothing of this model could stay FP8, which is an error naming the option.
         p = self.calibrate("export-skip", {"input": export, "output_dir": out + "-skip", "backend": "cpu",
                                            "weights": {"skip_unaligned": True}}, check=False)

@@ -32,6 +32,7 @@ namespace {
 constexpr const char* kStateDir = ".fp8-calibrate";
 constexpr const char* kStateFile = "state.json";
 constexpr const char* kScaleSuffix = "_scale_inv";
+constexpr std::string_view kHfPrefix = "transformer.";  // transformers' GPT2LMHeadModel
 
 // What happens to one input tensor.
 struct Action {
@@ -162,9 +163,11 @@ Status AddInputScales(const ModelInput& in, const ActivationCalibration& cal, Pl
   for (auto& actions : plan->shards) {
     for (auto& a : actions) {
       if (a.kind != Action::kQuantize) continue;
-      const ActivationLayerStats* l = cal.Find(ModuleOf(a.tensor->name));
+      // fp8d's layer names are GPT2Model's; an export's tensors carry transformers' prefix.
+      const std::string module = ModuleOf(a.tensor->name);
+      const ActivationLayerStats* l = cal.Find(module.starts_with(kHfPrefix) ? module.substr(kHfPrefix.size()) : module);
       if (!l) continue;
-      a.input_scale_name = l->layer + kInputScaleSuffix;
+      a.input_scale_name = module + kInputScaleSuffix;
       a.input_scale = l->scale;
       if (in.tensor_shard.count(a.input_scale_name))
         return InvalidArgumentError(in.dir + ": tensor \"" + a.input_scale_name +
@@ -480,7 +483,8 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
       // Only the layers that got an input_scale (a user's exclude may have kept some in BF16).
       ActivationCalibration written = gpt->activations;
       std::erase_if(written.layers, [&](const ActivationLayerStats& l) {
-        return !weight_map.contains(l.layer + kInputScaleSuffix);
+        return !weight_map.contains(l.layer + kInputScaleSuffix) &&
+               !weight_map.contains(std::string(kHfPrefix) + l.layer + kInputScaleSuffix);
       });
       const double t0 = elapsed();
       FP8_ASSIGN_OR_RETURN(EvalLossReport eval,
