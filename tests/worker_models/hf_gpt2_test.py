@@ -157,7 +157,10 @@ class HfGpt2Test(unittest.TestCase):
         cls.val_glob = os.path.join(cls.dir, "data", "val_*.bin")
         cls.numpy_params = gpt2_params(np.random.default_rng(20))
         cls.numpy_dir = os.path.join(cls.dir, "numpy-gpt2")
-        write_gpt2_dir(cls.numpy_dir, cls.numpy_params)
+        # Checkpoints saved by older transformers also hold each layer's causal-mask buffer.
+        buffers = {f"transformer.h.{i}.attn.bias": np.tril(np.ones((1, 1, N_POS, N_POS), np.float32))
+                   for i in range(N_LAYER)}
+        write_gpt2_dir(cls.numpy_dir, {**cls.numpy_params, **buffers})
 
     @classmethod
     def tearDownClass(cls):
@@ -308,6 +311,17 @@ class HfGpt2Test(unittest.TestCase):
         p, ev, out = self.train("bad-model-section", check=False, init_from=self.numpy_dir, model={"preset": "tiny"})
         self.assertEqual(p.returncode, 64, p.stderr)
         self.assertIn("model", [e for e in ev if e["type"] == "error"][0]["message"])
+        p, ev, out = self.train("bad-export", check=False, init_from=self.numpy_dir, training={"export": "onnx"})
+        self.assertEqual(p.returncode, 64, p.stderr)
+        self.assertIn("training.export", [e for e in ev if e["type"] == "error"][0]["message"])
+        # export refuses to replace a directory that is not an earlier export.
+        precious = os.path.join(self.dir, "precious")
+        os.makedirs(precious)
+        dump_json(os.path.join(precious, "notes.json"), {})
+        p = run(["export", "--checkpoint", self.numpy_dir, "--out", precious, "--format", "hf"], check=False)
+        self.assertEqual(p.returncode, 64, p.stderr)
+        self.assertIn("refusing to replace", p.stderr)
+        self.assertEqual(os.listdir(precious), ["notes.json"])
 
     def calibrate(self, name, spec, check=True):
         path = os.path.join(self.dir, name + "-calibrate.json")

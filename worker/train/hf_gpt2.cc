@@ -96,6 +96,9 @@ StatusOr<ModelSource> OpenHuggingFace(const fs::path& dir) {
   FP8_ASSIGN_OR_RETURN(m.d_model, PositiveInt(c, "n_embd", where));
   FP8_ASSIGN_OR_RETURN(m.seq_len, PositiveInt(c, c.contains("n_positions") ? "n_positions" : "n_ctx", where));
   FP8_ASSIGN_OR_RETURN(m.vocab_size, PositiveInt(c, "vocab_size", where));
+  if (m.d_model % m.n_head != 0)
+    return DataLossError(where + ": field \"n_embd\" (" + std::to_string(m.d_model) + ") is not a multiple of \"n_head\" (" +
+                         std::to_string(m.n_head) + ")");
   return src;
 }
 

@@ -65,8 +65,9 @@ bool ParseInt(const std::string& s, int64_t lo, int64_t* out) {
 
 int BadData(const std::string& what, const Status& s) {
   std::fprintf(stderr, "fp8-worker: %s: %s\n", what.c_str(), s.message().c_str());
-  return s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kInternal ? worker::kExitInternal
-                                                                                          : worker::kExitBadData;
+  // An output the command may not replace is a usage error; I/O failures are internal.
+  if (s.code() == StatusCode::kFailedPrecondition) return worker::kExitInvalidSpec;
+  return s.code() == StatusCode::kInternal ? worker::kExitInternal : worker::kExitBadData;
 }
 
 int Usage(const std::string& msg, const char* usage) {
