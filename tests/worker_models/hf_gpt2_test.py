@@ -8,6 +8,7 @@ waited for (subprocess.run); every file it writes is under one temporary directo
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -212,6 +213,8 @@ class HfGpt2Test(unittest.TestCase):
 
         # The trainer's eval loss, measured again on the same batches from the export.
         ev_hf = self.evaluate("--model", hf, "--data", self.val_glob, "--seed", "42", "--recipe", "bf16")
+        print(f"round trip: trainer eval_loss {done['eval_loss']!r}, from the export {ev_hf['eval_loss']!r}",
+              file=sys.stderr)
         self.assertAlmostEqual(ev_hf["eval_loss"] / done["eval_loss"], 1.0, delta=1e-6)
 
         # A sharded export (forced by a small shard size) holds the same model.
@@ -240,6 +243,7 @@ class HfGpt2Test(unittest.TestCase):
         self.assertEqual(got.shape, want.shape)
         self.assertGreater(np.abs(want).max(), 1.0)  # logits of some size, not a degenerate model
         rel = np.abs(got - want).max() / np.abs(want).max()
+        print(f"logits: max |fp8d - numpy| / max |numpy| = {rel:.3g}", file=sys.stderr)
         self.assertLess(rel, 1e-4, f"max |fp8d - numpy| / max |numpy| = {rel}")
 
     def test_fine_tuning_starts_at_the_loaded_models_loss(self):
@@ -255,6 +259,8 @@ class HfGpt2Test(unittest.TestCase):
                 step1 = [e for e in ev if e["type"] == "progress"][0]["loss"]
                 loaded = self.evaluate("--model", self.numpy_dir, "--data", self.train_glob, "--seed", "42",
                                        "--first-batch", "4", "--recipe", recipe)["first_batch_loss"]
+                print(f"{recipe}: step-1 loss {step1:.6f}, loaded model {loaded:.6f}, random init {random_loss:.6f}",
+                      file=sys.stderr)
                 self.assertAlmostEqual(step1 / loaded, 1.0, delta=1e-6)
                 self.assertGreater(abs(step1 - random_loss), 0.5, (step1, random_loss))
                 if recipe == "fp8-tensorwise":
@@ -394,9 +400,13 @@ class HfGpt2Test(unittest.TestCase):
         self.assertEqual(config["quantization_config"]["ignored_layers"], ["b"])
 
     def test_resume_takes_precedence_over_init_from(self):
-        _, ev, out = self.train("resume", init_from=self.numpy_dir, training={"max_steps": 2, "save_steps": 1})
+        init = os.path.join(self.dir, "resume-init")
+        shutil.copytree(self.numpy_dir, init)
+        _, ev, out = self.train("resume", init_from=init, training={"max_steps": 2, "save_steps": 1})
         losses = [e["loss"] for e in ev if e["type"] == "progress"]
-        # A retry resumes from step-1 (not from init_from): it repeats step 2 bit for bit.
+        # A retry resumes from step-1 (not from init_from, which need not exist anymore): it
+        # repeats step 2 bit for bit.
+        shutil.rmtree(init)
         path = os.path.join(self.dir, "resume.json")
         p = run(["train", "--spec", path, "--resume-from", os.path.join(out, "checkpoints", "step-1")])
         ev2 = events(p.stdout)

@@ -10,6 +10,7 @@
 
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/collective.h"
 #include "worker/train/hf_gpt2.h"
 #include "worker/train/spec.h"
@@ -92,9 +93,10 @@ int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
       // The CUDA trainer builds its model from spec.model: take the shape from init_from here
       // (the CPU trainer does the same inside RunTraining).
       if (!spec->init_from.empty()) {
-        auto src = OpenModelSource(spec->init_from);
+        const bool resuming = !opts.resume_from.empty() && FindCheckpoint(opts.resume_from).ok();
+        auto src = OpenModelSource(resuming ? opts.resume_from : spec->init_from);
         if (!src.ok()) {
-          const std::string msg = "init_from: " + src.status().message();
+          const std::string msg = (resuming ? "resume from: " : "init_from: ") + src.status().message();
           std::fprintf(stderr, "fp8-worker: DATA_ERROR: %s\n", msg.c_str());
           events.Emit("error", {{"class", "DATA_ERROR"}, {"message", msg}});
           return worker::kExitBadData;

@@ -323,14 +323,17 @@ TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Coll
   std::optional<ModelSource> init;
   TrainSpec resolved = spec;
   if (!spec.init_from.empty()) {
-    auto src = OpenModelSource(spec.init_from);
+    // A retry takes the shape from the checkpoint it resumes (init_from need not exist anymore).
+    const bool resuming = !options.resume_from.empty() && FindCheckpoint(options.resume_from).ok();
+    auto src = OpenModelSource(resuming ? options.resume_from : spec.init_from);
     if (!src.ok()) {
       TrainResult r;
-      Fail(events, "DATA_ERROR", "init_from: " + src.status().message(), worker::kExitBadData, &r);
+      Fail(events, "DATA_ERROR", (resuming ? "resume from: " : "init_from: ") + src.status().message(),
+           worker::kExitBadData, &r);
       return r;
     }
-    init = std::move(src).value();
-    resolved.model = init->config;
+    resolved.model = src->config;
+    if (!resuming) init = std::move(src).value();
     if (resolved.model.vocab_size > 65536) {
       TrainResult r;
       Fail(events, "DATA_ERROR", "init_from: " + init->config_path + ": vocab_size " +
