@@ -6,7 +6,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev sqlite3 libboost-dev libasio-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgloo-dev libsystemd-dev python3 ccache
+  libgloo-dev libsystemd-dev python3 python3-numpy ccache
 )
 missing=()
 for p in "${PKGS[@]}"; do

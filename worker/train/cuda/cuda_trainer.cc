@@ -10,6 +10,7 @@
 #include "kernels/cuda/sm90_cuda_check.h"
 #include "worker/data/shards.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/hf_gpt2.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/nccl_comm.h"
 #include "worker/train/model.h"
@@ -114,11 +115,13 @@ int CudaLoop::Setup() {
   }
   host_adam_ = std::make_unique<train::AdamW>(spec_.training, spec_.precision.bf16_moments, host_.tensors(), host_.num_params());
   host_.InitWeights(static_cast<uint64_t>(spec_.training.seed));
+  bool resumed = false;
   if (!opt_.resume_from.empty()) {
     auto dir = FindCheckpoint(opt_.resume_from);
     if (!dir.ok()) {
       std::fprintf(stderr, "fp8-worker: no checkpoint to resume from (%s); starting at step 0\n", dir.status().message().c_str());
     } else {
+      resumed = true;
       auto state = LoadCheckpoint(*dir, &host_, host_adam_.get());
       if (!state.ok()) return Fail("DATA_ERROR", "resume from " + *dir + ": " + state.status().message(), worker::kExitBadData);
       step_ = (*state)["step"].get<int64_t>();
@@ -133,6 +136,14 @@ int CudaLoop::Setup() {
       if (!s.ok()) return Fail("DATA_ERROR", "resume from " + *dir + ": " + s.message(), worker::kExitBadData);
       std::fprintf(stderr, "fp8-worker: resumed from %s at step %lld\n", dir->c_str(), static_cast<long long>(step_));
     }
+  }
+  // As on the CPU: a retry resumes from its checkpoint; init_from only starts a fresh run (the
+  // spec's model shape was taken from it by TrainMain).
+  if (!resumed && !spec_.init_from.empty()) {
+    auto src = OpenModelSource(spec_.init_from);
+    Status s = src.ok() ? LoadModelWeights(*src, &host_) : src.status();
+    if (!s.ok()) return Fail("DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData);
+    std::fprintf(stderr, "fp8-worker: initialized from %s\n", src->dir.c_str());
   }
   if (Status s = model_->UploadParams(host_.params().data()); !s.ok()) return Fail("INTERNAL_ERROR", s.message(), worker::kExitTemporary);
   result_.start_step = step_;
@@ -329,6 +340,15 @@ TrainResult CudaLoop::Run() {
   if (result_.eval_loss >= 0) res["eval_loss"] = result_.eval_loss;
   if (!result_.last_checkpoint.empty()) res["checkpoint"] = result_.last_checkpoint;
   if (spec_.precision.recipe == Recipe::kFp8Tensorwise) res["fp8_scaling_digest"] = ScalingStateDigest(model_->PrecisionState());
+  if (spec_.training.export_hf && !result_.interrupted && dist_.rank == 0) {
+    // The final step's Save (rank 0) left the trained weights in host_.
+    const std::string hf_dir = (std::filesystem::path(spec_.output_dir) / "hf").string();
+    if (Status s = ExportHfGpt2(host_, hf_dir); !s.ok()) {
+      Fail("INTERNAL_ERROR", "training.export: " + s.message(), worker::kExitInternal);
+      return result_;
+    }
+    res["export"] = std::filesystem::absolute(hf_dir).string();
+  }
   ev_.StopHeartbeat();
   ev_.Emit("done", {{"result", res}});
   result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
