@@ -57,23 +57,43 @@ void JobServiceImpl::Stop() {
   writers_->join();
 }
 
-fp8::Status JobServiceImpl::Admit(const grpc::CallbackServerContext& context, const char* method,
-                                  const fp8::Status& validation) const {
-  FP8_RETURN_IF_ERROR(auth_->Authorize(context, method));
+fp8::StatusOr<Principal> JobServiceImpl::Admit(const grpc::CallbackServerContext& context,
+                                               const char* method,
+                                               const fp8::Status& validation) const {
+  fp8::StatusOr<Principal> principal = auth_->Authenticate(CallerFromGrpc(context));
+  if (!principal.ok()) return principal.status();
+  FP8_RETURN_IF_ERROR(AuthorizeMethod(*principal, method));
   if (!ready_.load()) return fp8::UnavailableError("fp8d is recovering its jobs; retry shortly");
-  return validation;
+  FP8_RETURN_IF_ERROR(validation);
+  return principal;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
                                                     const fp8d::v1::CreateJobRequest* request,
                                                     Job* response) {
-  fp8::Status admitted = Admit(*context, "CreateJob", ValidateCreateJobRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted);
+  auto admitted = Admit(*context, "CreateJob", ValidateCreateJobRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted.status());
+  const Principal principal = *admitted;
+  const int64_t run_as_uid = RunAsUid(options_.isolation, principal);
+  fp8::Status isolated = ValidateJobEnv(request->job());
+  if (isolated.ok()) {
+    isolated = CheckJobPaths(request->job(), AllowedRoots(options_.isolation, run_as_uid));
+  }
+  if (!isolated.ok()) {
+    AuditLog(principal, "CreateJob", "", isolated);
+    return Refuse(context, isolated);
+  }
   auto* reactor = context->DefaultReactor();
   fp8d::v1::CreateJobRequest normalized = *request;
   NormalizeCreateJobRequest(normalized);
-  boost::asio::post(io_, [this, reactor, response, req = std::move(normalized)]() mutable {
-    manager_->CreateJob(std::move(req), Responder(reactor, response));
+  normalized.mutable_job()->set_owner(principal.name);
+  normalized.mutable_job()->set_run_as_uid(run_as_uid);
+  boost::asio::post(io_, [this, reactor, response, principal,
+                          req = std::move(normalized)]() mutable {
+    manager_->CreateJob(std::move(req), [reactor, response, principal](fp8::StatusOr<Job> job) {
+      AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
+      Responder(reactor, response)(std::move(job));
+    });
   });
   return reactor;
 }
@@ -81,8 +101,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const fp8d::v1::GetJobRequest* request,
                                                  Job* response) {
-  fp8::Status admitted = Admit(*context, "GetJob", ValidateGetJobRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted);
+  auto admitted = Admit(*context, "GetJob", ValidateGetJobRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted.status());
   auto* reactor = context->DefaultReactor();
   boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
     manager_->GetJob(std::move(req), Responder(reactor, response));
@@ -93,8 +113,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const fp8d::v1::ListJobsRequest* request,
                                                    fp8d::v1::ListJobsResponse* response) {
-  fp8::Status admitted = Admit(*context, "ListJobs", ValidateListJobsRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted);
+  auto admitted = Admit(*context, "ListJobs", ValidateListJobsRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted.status());
   auto* reactor = context->DefaultReactor();
   fp8d::v1::ListJobsRequest req = *request;
   if (req.page_size() == 0) req.set_page_size(50);
@@ -107,11 +127,29 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const fp8d::v1::CancelJobRequest* request,
                                                     Job* response) {
-  fp8::Status admitted = Admit(*context, "CancelJob", ValidateCancelJobRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted);
+  auto admitted = Admit(*context, "CancelJob", ValidateCancelJobRequest(*request));
+  if (!admitted.ok()) return Refuse(context, admitted.status());
   auto* reactor = context->DefaultReactor();
-  boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
-    manager_->CancelJob(std::move(req), Responder(reactor, response));
+  // The owner never changes after create, so checking it first and cancelling next is safe.
+  boost::asio::post(io_, [this, reactor, response, principal = *admitted, req = *request]() mutable {
+    fp8d::v1::GetJobRequest get;
+    get.set_name(req.name());
+    manager_->GetJob(std::move(get), [this, reactor, response, principal,
+                                      req = std::move(req)](fp8::StatusOr<Job> job) mutable {
+      fp8::Status allowed = job.ok() ? AuthorizeOwner(principal, job->owner(), "CancelJob", req.name())
+                                     : job.status();
+      if (!allowed.ok()) {
+        AuditLog(principal, "CancelJob", req.name(), allowed);
+        reactor->Finish(ToGrpcStatus(allowed));
+        return;
+      }
+      const std::string name = req.name();
+      manager_->CancelJob(std::move(req), [reactor, response, principal,
+                                           name](fp8::StatusOr<Job> result) {
+        AuditLog(principal, "CancelJob", name, result.status());
+        Responder(reactor, response)(std::move(result));
+      });
+    });
   });
   return reactor;
 }
@@ -120,17 +158,19 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   fp8d::v1::WatchJobRequest request;
   fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted =
+  auto admitted =
       Admit(*context, "WatchJob", parsed.ok() ? ValidateWatchJobRequest(request) : parsed);
-  if (!admitted.ok()) return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted));
+  if (!admitted.ok()) {
+    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted.status()));
+  }
   return NewWatchReactor(io_, manager_, writers_, std::move(request), options_.watch_queue_limit);
 }
 
 grpc::ServerWriteReactor<fp8d::v1::LogChunk>* JobServiceImpl::GetJobLogs(
     grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) {
-  fp8::Status admitted = Admit(*context, "GetJobLogs", ValidateGetJobLogsRequest(*request));
+  auto admitted = Admit(*context, "GetJobLogs", ValidateGetJobLogsRequest(*request));
   if (!admitted.ok()) {
-    return new FinishedWriteReactor<fp8d::v1::LogChunk>(ToGrpcStatus(admitted));
+    return new FinishedWriteReactor<fp8d::v1::LogChunk>(ToGrpcStatus(admitted.status()));
   }
   LogStreamOptions log_options;
   log_options.chunk_bytes = options_.log_chunk_bytes;

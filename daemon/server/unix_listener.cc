@@ -1,0 +1,70 @@
+#include "daemon/server/unix_listener.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <grpcpp/server_posix.h>
+#include <spdlog/spdlog.h>
+
+namespace fp8d::server {
+
+fp8::Status UnixListener::Bind(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return fp8::InvalidArgumentError("--listen unix:" + path + ": path empty or too long");
+  }
+  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0) return fp8::InternalError(std::string("socket: ") + std::strerror(errno));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd_, 128) != 0) {
+    const int err = errno;
+    close(fd_);
+    fd_ = -1;
+    return fp8::FailedPreconditionError("--listen unix:" + path + ": " + std::strerror(err));
+  }
+  chmod(path.c_str(), 0666);
+  path_ = path;
+  return fp8::OkStatus();
+}
+
+void UnixListener::Start(grpc::Server* server) {
+  thread_ = std::thread([this, server] {
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (conn < 0) continue;
+      ucred cred{};
+      socklen_t len = sizeof(cred);
+      if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        spdlog::warn("unix socket: SO_PEERCRED failed: {}", std::strerror(errno));
+        close(conn);
+        continue;
+      }
+      // Recorded before gRPC sees the fd, so no call can arrive before its uid is known.
+      peers_->Set(conn, cred.uid);
+      grpc::AddInsecureChannelFromFd(server, conn);
+    }
+  });
+}
+
+void UnixListener::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  if (fd_ >= 0) {
+    close(fd_);
+    fd_ = -1;
+    unlink(path_.c_str());
+  }
+}
+
+}  // namespace fp8d::server
