@@ -166,6 +166,8 @@ int Run(const ServerConfig& config) {
     spdlog::error("opening {}/fp8d.db: {}", data_dir, store.status().ToString());
     return 1;
   }
+  // Only fp8d reads its store: jobs' specs and environments are in it.
+  for (const char* suffix : {"", "-wal", "-shm"}) chmod((data_dir + "/fp8d.db" + suffix).c_str(), 0600);
 
   fp8d::core::ManagerOptions options;
   options.data_dir = data_dir;
