@@ -1,10 +1,12 @@
 #include "daemon/api/job_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include <boost/asio/post.hpp>
 
+#include "daemon/api/http_metrics.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/stream_reactors.h"
 #include "daemon/api/validation.h"
@@ -17,9 +19,17 @@ namespace {
 
 // Finishes a unary call from the manager's callback: copy the value into gRPC's response
 // object (alive until Finish) or map the error 1:1.
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 template <typename T>
-auto Responder(grpc::ServerUnaryReactor* reactor, T* response) {
-  return [reactor, response](fp8::StatusOr<T> result) {
+auto Responder(grpc::ServerUnaryReactor* reactor, T* response, const char* method,
+               Clock::time_point start = Clock::now()) {
+  return [reactor, response, method, start](fp8::StatusOr<T> result) {
+    RecordGrpcCall(method, result.status().code(), SecondsSince(start));
     if (!result.ok()) {
       reactor->Finish(ToGrpcStatus(result.status()));
       return;
@@ -34,7 +44,9 @@ size_t WriterThreads(const JobServiceOptions& options) {
   return std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 2, 8);
 }
 
-grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8::Status& status) {
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8::Status& status,
+                                 const char* method) {
+  RecordGrpcCall(method, status.code(), 0);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -72,7 +84,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
                                                     const fp8d::v1::CreateJobRequest* request,
                                                     Job* response) {
   auto admitted = Admit(*context, "CreateJob", ValidateCreateJobRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted.status());
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "CreateJob");
   const Principal principal = *admitted;
   const int64_t run_as_uid = RunAsUid(options_.isolation, principal);
   fp8::Status isolated = ValidateJobEnv(request->job());
@@ -81,18 +93,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   }
   if (!isolated.ok()) {
     AuditLog(principal, "CreateJob", "", isolated);
-    return Refuse(context, isolated);
+    return Refuse(context, isolated, "CreateJob");
   }
   auto* reactor = context->DefaultReactor();
   fp8d::v1::CreateJobRequest normalized = *request;
   NormalizeCreateJobRequest(normalized);
   normalized.mutable_job()->set_owner(principal.name);
   normalized.mutable_job()->set_run_as_uid(run_as_uid);
-  boost::asio::post(io_, [this, reactor, response, principal,
-                          req = std::move(normalized)]() mutable {
-    manager_->CreateJob(std::move(req), [reactor, response, principal](fp8::StatusOr<Job> job) {
+  auto respond = Responder(reactor, response, "CreateJob");
+  boost::asio::post(io_, [this, respond, principal, req = std::move(normalized)]() mutable {
+    manager_->CreateJob(std::move(req), [respond, principal](fp8::StatusOr<Job> job) {
       AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
-      Responder(reactor, response)(std::move(job));
+      respond(std::move(job));
     });
   });
   return reactor;
@@ -102,10 +114,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
                                                  const fp8d::v1::GetJobRequest* request,
                                                  Job* response) {
   auto admitted = Admit(*context, "GetJob", ValidateGetJobRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted.status());
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "GetJob");
   auto* reactor = context->DefaultReactor();
   boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
-    manager_->GetJob(std::move(req), Responder(reactor, response));
+    manager_->GetJob(std::move(req), Responder(reactor, response, "GetJob"));
   });
   return reactor;
 }
@@ -114,12 +126,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                                                    const fp8d::v1::ListJobsRequest* request,
                                                    fp8d::v1::ListJobsResponse* response) {
   auto admitted = Admit(*context, "ListJobs", ValidateListJobsRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted.status());
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "ListJobs");
   auto* reactor = context->DefaultReactor();
   fp8d::v1::ListJobsRequest req = *request;
   if (req.page_size() == 0) req.set_page_size(50);
   boost::asio::post(io_, [this, reactor, response, req = std::move(req)]() mutable {
-    manager_->ListJobs(std::move(req), Responder(reactor, response));
+    manager_->ListJobs(std::move(req), Responder(reactor, response, "ListJobs"));
   });
   return reactor;
 }
@@ -128,26 +140,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                                                     const fp8d::v1::CancelJobRequest* request,
                                                     Job* response) {
   auto admitted = Admit(*context, "CancelJob", ValidateCancelJobRequest(*request));
-  if (!admitted.ok()) return Refuse(context, admitted.status());
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "CancelJob");
   auto* reactor = context->DefaultReactor();
   // The owner never changes after create, so checking it first and cancelling next is safe.
-  boost::asio::post(io_, [this, reactor, response, principal = *admitted, req = *request]() mutable {
+  auto respond = Responder(reactor, response, "CancelJob");
+  boost::asio::post(io_, [this, respond, principal = *admitted, req = *request]() mutable {
     fp8d::v1::GetJobRequest get;
     get.set_name(req.name());
-    manager_->GetJob(std::move(get), [this, reactor, response, principal,
+    manager_->GetJob(std::move(get), [this, respond, principal,
                                       req = std::move(req)](fp8::StatusOr<Job> job) mutable {
       fp8::Status allowed = job.ok() ? AuthorizeOwner(principal, job->owner(), "CancelJob", req.name())
                                      : job.status();
       if (!allowed.ok()) {
         AuditLog(principal, "CancelJob", req.name(), allowed);
-        reactor->Finish(ToGrpcStatus(allowed));
+        respond(fp8::StatusOr<Job>(allowed));
         return;
       }
       const std::string name = req.name();
-      manager_->CancelJob(std::move(req), [reactor, response, principal,
-                                           name](fp8::StatusOr<Job> result) {
+      manager_->CancelJob(std::move(req), [respond, principal, name](fp8::StatusOr<Job> result) {
         AuditLog(principal, "CancelJob", name, result.status());
-        Responder(reactor, response)(std::move(result));
+        respond(std::move(result));
       });
     });
   });

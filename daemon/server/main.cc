@@ -35,6 +35,7 @@
 
 #include "daemon/agent/agent.h"
 #include "daemon/api/auth_policy.h"
+#include "daemon/api/http_listener.h"
 #include "daemon/api/job_service.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/server/server_config.h"
@@ -244,6 +245,30 @@ int Run(const ServerConfig& config) {
   if (on_unix) unix_listener.Start(server.get());
   const std::string bound = BoundAddress(config.listen, port);
   spdlog::info("listening on {} (data dir {})", bound, data_dir);
+  std::atomic<bool> ready{false};
+  std::unique_ptr<fp8d::api::HttpListener> http;
+  if (!config.http_listen.empty()) {
+    fp8d::api::HttpOptions http_options;
+    http_options.listen = config.http_listen;
+    http_options.tls_cert = config.tls_cert;
+    http_options.tls_key = config.tls_key;
+    http_options.tls_client_ca = config.tls_client_ca;
+    http = std::make_unique<fp8d::api::HttpListener>(io, manager.get(), auth->policy, http_options,
+                                                     [&ready] { return ready.load(); });
+    fp8::StatusOr<int> http_port = http->Start();
+    if (!http_port.ok()) {
+      spdlog::error("{}", http_port.status().message());
+      http.reset();
+      unix_listener.Stop();
+      server->Shutdown(std::chrono::system_clock::now());
+      service.Stop();
+      work.reset();
+      io.stop();
+      io_thread.join();
+      return 2;
+    }
+    spdlog::info("http listening on {}", BoundAddress(config.http_listen, *http_port));
+  }
   if (!config.addr_file.empty() && !WriteAddrFile(config.addr_file, bound)) {
     spdlog::error("--addr-file {}: cannot write", config.addr_file);
   }
@@ -259,6 +284,7 @@ int Run(const ServerConfig& config) {
         return;
       }
       service.SetReady(true);
+      ready = true;
       health->SetServingStatus(true);
       health->SetServingStatus("fp8d.v1.JobService", true);
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -276,11 +302,16 @@ int Run(const ServerConfig& config) {
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
     // gRPC's file watcher reloads the certificates; SIGHUP only must not end fp8d.
     spdlog::info("SIGHUP: TLS certificate files are re-read within {} s", config.tls_reload_s);
+    if (http != nullptr && !config.tls_cert.empty()) {
+      if (fp8::Status s = http->ReloadTls(); !s.ok()) spdlog::error("SIGHUP: {}", s.message());
+    }
   }
   spdlog::info("signal {}: shutting down (workers keep running)", sig);
 
   service.SetReady(false);
   health->SetServingStatus(false);
+  ready = false;
+  if (http != nullptr) http->Stop();
   unix_listener.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   service.Stop();
