@@ -8,7 +8,7 @@ PKGS=(
   libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   libgloo-dev libsystemd-dev python3 ccache
   libssl-dev openssl curl python3-grpcio python3-protobuf prometheus-cpp-dev
-  python3-prometheus-client util-linux passwd
+  python3-prometheus-client util-linux passwd prometheus
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -427,7 +427,127 @@ def case_isolation(base):
         d.stop()
 
 
-CASES = [case_nonloopback_refused, case_tls_tokens, case_mtls, case_rotation, case_isolation]
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def curl(url, *extra):
+    p = subprocess.run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", *extra, url],
+                       capture_output=True, text=True, timeout=30)
+    body, _, code = p.stdout.rpartition("\n")
+    return int(code or 0), body
+
+
+def check_metrics_text(text):
+    """promtool when installed, else python3-prometheus-client's parser."""
+    if shutil.which("promtool"):
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        # promtool exits 0 on valid text; lint notes go to stderr without failing.
+        expect(p.returncode == 0, f"promtool check metrics: {(p.stdout + p.stderr).strip() or 'ok'}")
+    from prometheus_client.parser import text_string_to_metric_families
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    expect("fp8d_jobs" in families, f"prometheus_client parses /metrics ({len(families)} families)")
+    return families
+
+
+def sample(families, name, **labels):
+    for f in families.values():
+        for smp in f.samples:
+            if smp.name == name and all(smp.labels.get(k) == v for k, v in labels.items()):
+                return smp.value
+    return None
+
+
+def case_http(base):
+    ca = make_ca(base, "ca")
+    srv = make_cert(base, "server", "localhost", ca, server=True)
+    tok_path, tok = tokens_file(base)
+    shared = shared_dir(base)
+    hport = free_port()
+    d = Daemon(base, ["--listen", "0.0.0.0:0", "--tls-cert", srv[1], "--tls-key", srv[0],
+                      "--auth-tokens", tok_path, "--allowed-root", shared, "--http-listen", f"127.0.0.1:{hport}"])
+    try:
+        d.wait_address()
+        target = f"127.0.0.1:{d.port()}"
+        ch = grpc.secure_channel(target, grpc.ssl_channel_credentials(read(ca[1])),
+                                 options=[("grpc.ssl_target_name_override", "localhost")])
+        wait_serving(ch)
+        s = stubs(ch)
+        url = f"https://127.0.0.1:{hport}"
+        tls = ["--cacert", ca[1]]
+        code, _ = curl(url + "/healthz", *tls)
+        expect(code == 200, "/healthz 200")
+        code, _ = curl(url + "/readyz", *tls)
+        expect(code == 200, "/readyz 200 after recovery")
+        short = s.CreateJob(PB.svc.CreateJobRequest(job=train_job(f"{shared}/out-s", f"{shared}/data/*.bin",
+                                                                  {"FP8_TEST_STEPS": "3", "FP8_TEST_STEP_MS": "20"})),
+                            metadata=token_md(tok["alice"]), timeout=30)
+        long = s.CreateJob(PB.svc.CreateJobRequest(job=train_job(f"{shared}/out-l", f"{shared}/data/*.bin",
+                                                                 {"FP8_TEST_STEPS": "600", "FP8_TEST_STEP_MS": "100"})),
+                           metadata=token_md(tok["alice"]), timeout=30)
+        end = time.time() + 60
+        while time.time() < end:
+            if s.GetJob(PB.svc.GetJobRequest(name=short.name), metadata=token_md(tok["vera"]), timeout=10).state == PB.job.SUCCEEDED:
+                break
+            time.sleep(0.1)
+        jid = short.name.split("/")[1]
+        auth = ["-H", f"Authorization: Bearer {tok['vera']}"]
+        code, body = curl(f"{url}/v1/jobs/{jid}", *tls, *auth)
+        expect(code == 200, f"curl /v1/jobs/{jid} with a viewer token: 200")
+        env = dict(os.environ, FP8D_TOKEN=tok["vera"], HOME=base)
+        p = subprocess.run([ARGS.fp8ctl, "--server", target, "--tls-ca", ca[1], "get", jid, "-o", "json"],
+                           capture_output=True, text=True, env=env, timeout=30)
+        expect(p.returncode == 0, f"fp8ctl get -o json over TLS with FP8D_TOKEN ({p.stderr.strip()})")
+        import json
+        expect(json.loads(body) == json.loads(p.stdout), "curl's JSON equals fp8ctl get -o json's")
+        code, body = curl(f"{url}/v1/jobs/{jid}/events", *tls, *auth)
+        events = json.loads(body).get("events", [])
+        expect(code == 200 and any(e.get("to_state") == "SUCCEEDED" for e in events),
+               f"/v1/jobs/{jid}/events lists {len(events)} events ending in SUCCEEDED")
+        code, body = curl(f"{url}/v1/jobs", *tls, *auth)
+        expect(code == 200 and len(json.loads(body)["jobs"]) == 2, "/v1/jobs lists both jobs")
+        code, _ = curl(f"{url}/v1/jobs/{jid}", *tls)
+        expect(code == 401, f"no token: {code}")
+        code, _ = curl(f"{url}/v1/jobs/{jid}", *tls, "-H", "Authorization: Bearer nope")
+        expect(code == 401, f"wrong token: {code}")
+        code, _ = curl(f"{url}/v1/jobs", *tls, *auth, "-X", "POST", "-d", "{}")
+        expect(code == 403, f"viewer POST /v1/jobs: {code}")
+        code, _ = curl(f"{url}/v1/jobs/{jid}:cancel", *tls, *auth, "-X", "POST")
+        expect(code == 403, f"viewer POST /v1/jobs/{{id}}:cancel: {code}")
+        code, _ = curl(f"http://127.0.0.1:{hport}/healthz")
+        expect(code != 200, f"plaintext HTTP to the TLS listener fails ({code})")
+        # The long job runs: its progress shows up in /metrics.
+        step = None
+        end = time.time() + 60
+        while time.time() < end and not step:
+            code, text = curl(f"{url}/metrics", *tls, *auth)
+            if code == 200:
+                fams = {}
+                from prometheus_client.parser import text_string_to_metric_families
+                for f in text_string_to_metric_families(text):
+                    fams[f.name] = f
+                step = sample(fams, "fp8d_job_step", job=long.name)
+            time.sleep(0.3)
+        families = check_metrics_text(text)
+        expect(step and step > 0, f"fp8d_job_step for the running job: {step}")
+        expect(sample(families, "fp8d_jobs", state="SUCCEEDED", kind="TRAIN") == 1, "fp8d_jobs{SUCCEEDED,TRAIN} == 1")
+        expect(sample(families, "fp8d_jobs", state="RUNNING", kind="TRAIN") == 1, "fp8d_jobs{RUNNING,TRAIN} == 1")
+        expect((sample(families, "fp8d_grpc_requests_total", method="CreateJob", code="OK") or 0) >= 2,
+               "fp8d_grpc_requests_total counts CreateJob")
+        s.CancelJob(PB.svc.CancelJobRequest(name=long.name), metadata=token_md(tok["alice"]), timeout=30)
+        end = time.time() + 30
+        while time.time() < end and s.GetJob(PB.svc.GetJobRequest(name=long.name), metadata=token_md(tok["vera"]),
+                                               timeout=10).state != PB.job.CANCELLED:
+            time.sleep(0.1)
+        ch.close()
+    finally:
+        d.stop()
+
+
+CASES = [case_nonloopback_refused, case_tls_tokens, case_mtls, case_rotation, case_http, case_isolation]
 
 
 def main():
@@ -438,6 +558,7 @@ def main():
     ap.add_argument("--fp8d", required=True)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--proto-dir", required=True)
+    ap.add_argument("--fp8ctl", required=True)
     ap.add_argument("--only", default="")
     ARGS = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fp8d-remote-")
