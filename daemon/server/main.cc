@@ -37,6 +37,7 @@
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/http_listener.h"
 #include "daemon/api/job_service.h"
+#include "daemon/api/reflection_v1.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/server/server_config.h"
 #include "daemon/server/unix_listener.h"
@@ -232,6 +233,10 @@ int Run(const ServerConfig& config) {
   // Per-call bookkeeping for a channelz service fp8d does not register.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
   builder.RegisterService(&service);
+  fp8d::api::ReflectionV1Service reflection_v1(
+      {"fp8d.v1.JobService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+       "grpc.reflection.v1alpha.ServerReflection"});
+  builder.RegisterService(&reflection_v1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!on_unix && port == 0)) {
     spdlog::error("--listen {}: could not bind", config.listen);

@@ -205,6 +205,18 @@ def case_tls_tokens(base):
         wait_serving(ch, token_md(tok["vera"]))
         wait_serving(ch, token_md(tok["vera"]), "fp8d.v1.JobService")
         print("  ok: health SERVING for '' and 'fp8d.v1.JobService'")
+        for version in ("v1", "v1alpha"):
+            info = ch.stream_stream(f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                                    request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            answers = list(info(iter([b"\x3a\x00"]), timeout=10))  # list_services: ""
+            expect(len(answers) == 1 and b"fp8d.v1.JobService" in answers[0],
+                   f"reflection {version} lists fp8d.v1.JobService")
+        sym = b"fp8d.v1.JobService"
+        info = ch.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        answers = list(info(iter([b"\x22" + bytes([len(sym)]) + sym]), timeout=10))
+        expect(b"fp8d/v1/job_service.proto" in answers[0] and b"fp8d/v1/job.proto" in answers[0],
+               "reflection v1 file_containing_symbol returns job_service.proto with its imports")
         job = train_job(f"{shared}/out-a", f"{shared}/data/*.bin")
         req = PB.svc.CreateJobRequest(job=job, request_id="a1")
         a = s.CreateJob(req, metadata=token_md(tok["alice"]), timeout=30)
