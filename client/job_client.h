@@ -25,10 +25,6 @@ Status FromGrpc(const grpc::Status& status);
 // "jobs/<id>" stays as is; "<id>" becomes "jobs/<id>".
 std::string NormalizeJobName(const std::string& job);
 
-// The channel credentials for `options`: INVALID_ARGUMENT naming an unreadable file.
-StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const ConnectionOptions& options);
-
 // How to reach fp8d: the address, and for a remote one TLS (CA, optional client certificate for
 // mTLS) and a bearer token. Files are read when the client is made.
 struct ConnectionOptions {
@@ -40,6 +36,10 @@ struct ConnectionOptions {
   std::string token;           // sent as "authorization: Bearer <token>"
   std::string server_name;     // TLS name to verify instead of the address's host
 };
+
+// The channel credentials for `options`: INVALID_ARGUMENT naming an unreadable file.
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ConnectionOptions& options);
 
 class JobClient {
  public:
