@@ -28,7 +28,7 @@ fp8::StatusOr<std::string> Resolve(const std::string& field, const std::string& 
       for (const auto& part : rest) {
         if (part == "..") return Bad(field, "must not contain '..' below an existing directory");
       }
-      return (fs::path(buf) / rest).lexically_normal().string();
+      return rest.empty() ? std::string(buf) : (fs::path(buf) / rest).lexically_normal().string();
     }
     if (p == p.root_path()) break;
     rest = p.filename() / rest;

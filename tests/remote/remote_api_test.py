@@ -150,6 +150,18 @@ def expect(cond, what):
     print(f"  ok: {what}")
 
 
+def cancel_and_wait(s, name, md=(), timeout=60):
+    """Cancels and waits for CANCELLED: fp8d leaves running workers alone when it stops."""
+    s.CancelJob(PB.svc.CancelJobRequest(name=name), metadata=md, timeout=30)
+    end = time.time() + timeout
+    while time.time() < end:
+        if s.GetJob(PB.svc.GetJobRequest(name=name), metadata=md, timeout=10).state in (
+                PB.job.CANCELLED, PB.job.SUCCEEDED, PB.job.FAILED):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{name} did not end after CancelJob")
+
+
 def tokens_file(base, extra=""):
     lines = []
     tokens = {}
@@ -253,6 +265,8 @@ def case_tls_tokens(base):
                         metadata=token_md(tok["bob"]), timeout=30)
         c = s.CancelJob(PB.svc.CancelJobRequest(name=b.name), metadata=token_md(tok["root-admin"]), timeout=30)
         expect(c.state in (PB.job.CANCELLING, PB.job.CANCELLED), "CancelJob of bob's job as admin")
+        cancel_and_wait(s, a.name, token_md(tok["root-admin"]))
+        cancel_and_wait(s, b.name, token_md(tok["root-admin"]))
         chunks = s.GetJobLogs(PB.svc.GetJobLogsRequest(name=a.name, rank=0), metadata=token_md(tok["vera"]),
                               timeout=10)
         try:
@@ -432,8 +446,14 @@ def case_isolation(base):
         logs = [f for f in os.listdir(f"{d.data}/jobs/{mine.name.split('/')[1]}/attempt-1") if f.endswith(".log")]
         log_mode = os.stat(f"{d.data}/jobs/{mine.name.split('/')[1]}/attempt-1/{logs[0]}").st_mode & 0o777
         expect(log_mode == 0o640, f"rank log {oct(log_mode)}")
+        end = time.time() + 30
+        progressed = None
+        while time.time() < end and not progressed:
+            progressed = s.GetJob(PB.svc.GetJobRequest(name=mine.name), timeout=10).progress.step
+            time.sleep(0.1)
+        expect(progressed, f"the worker running as {user} reads its spec and reports progress (step {progressed})")
         for j in (mine, root_job):
-            s.CancelJob(PB.svc.CancelJobRequest(name=j.name), timeout=30)
+            cancel_and_wait(s, j.name)
         ch.close()
     finally:
         d.stop()
@@ -549,11 +569,7 @@ def case_http(base):
         expect(sample(families, "fp8d_jobs", state="RUNNING", kind="TRAIN") == 1, "fp8d_jobs{RUNNING,TRAIN} == 1")
         expect((sample(families, "fp8d_grpc_requests_total", method="CreateJob", code="OK") or 0) >= 2,
                "fp8d_grpc_requests_total counts CreateJob")
-        s.CancelJob(PB.svc.CancelJobRequest(name=long.name), metadata=token_md(tok["alice"]), timeout=30)
-        end = time.time() + 30
-        while time.time() < end and s.GetJob(PB.svc.GetJobRequest(name=long.name), metadata=token_md(tok["vera"]),
-                                               timeout=10).state != PB.job.CANCELLED:
-            time.sleep(0.1)
+        cancel_and_wait(s, long.name, token_md(tok["alice"]))
         ch.close()
     finally:
         d.stop()
