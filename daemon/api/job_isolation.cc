@@ -31,7 +31,7 @@ fp8::StatusOr<std::string> Resolve(const std::string& field, const std::string& 
       return rest.empty() ? std::string(buf) : (fs::path(buf) / rest).lexically_normal().string();
     }
     if (p == p.root_path()) break;
-    rest = p.filename() / rest;
+    rest = rest.empty() ? p.filename() : p.filename() / rest;
     p = p.parent_path();
   }
   return Bad(field, "cannot be resolved");
