@@ -257,11 +257,15 @@ class HttpListener::Impl {
     if (!principal.ok()) return ErrorResponse(req, principal.status());
     const bool read_only = req.method() == http::verb::get || req.method() == http::verb::head;
     if (!read_only) {
-      fp8::Status allowed = AuthorizeMethod(*principal, "Http" + std::string(req.method_string()));
-      if (!allowed.ok()) return ErrorResponse(req, allowed);
-      return ErrorResponse(req, fp8::Status(fp8::StatusCode::kUnimplemented,
-                                            std::string(req.method_string()) + " " + path +
-                                                ": the HTTP API is read-only; use gRPC"));
+      const std::string method = "Http" + std::string(req.method_string());
+      fp8::Status allowed = AuthorizeMethod(*principal, method);
+      if (allowed.ok()) {
+        allowed = fp8::Status(fp8::StatusCode::kUnimplemented, std::string(req.method_string()) +
+                                                                   " " + path +
+                                                                   ": the HTTP API is read-only; use gRPC");
+      }
+      AuditLog(*principal, method, path, allowed);
+      return ErrorResponse(req, allowed);
     }
     if (!ready_()) return ErrorResponse(req, fp8::UnavailableError("fp8d is recovering its jobs"));
     if (path == "/metrics") return Metrics(req);

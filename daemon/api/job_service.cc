@@ -73,11 +73,19 @@ fp8::StatusOr<Principal> JobServiceImpl::Admit(const grpc::CallbackServerContext
                                                const char* method,
                                                const fp8::Status& validation) const {
   fp8::StatusOr<Principal> principal = auth_->Authenticate(CallerFromGrpc(context));
-  if (!principal.ok()) return principal.status();
-  FP8_RETURN_IF_ERROR(AuthorizeMethod(*principal, method));
-  if (!ready_.load()) return fp8::UnavailableError("fp8d is recovering its jobs; retry shortly");
-  FP8_RETURN_IF_ERROR(validation);
-  return principal;
+  fp8::Status admitted = principal.status();
+  if (admitted.ok()) admitted = AuthorizeMethod(*principal, method);
+  if (admitted.ok() && !ready_.load()) {
+    admitted = fp8::UnavailableError("fp8d is recovering its jobs; retry shortly");
+  }
+  if (admitted.ok()) admitted = validation;
+  if (admitted.ok()) return principal;
+  // Refused mutating calls are audited too (accepted ones when they finish).
+  if (!IsReadOnlyMethod(method)) {
+    AuditLog(principal.ok() ? *principal : Principal{"(unauthenticated)", Role::kViewer, -1}, method,
+             "", admitted);
+  }
+  return admitted;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,

@@ -282,8 +282,11 @@ def case_tls_tokens(base):
         expect(code == grpc.StatusCode.UNAVAILABLE, f"plaintext to the TLS port fails the handshake ({code})")
         plain.close()
         log = d.log_text()
-        expect('"audit":true' in log and '"method":"CancelJob"' in log and '"principal":"bob"' in log,
-               "audit lines for mutating calls, including the refused one")
+        audit = [l for l in log.splitlines() if '"audit":true' in l]
+        expect(any('"principal":"bob"' in l and '"result":"PERMISSION_DENIED"' in l and "CancelJob" in l for l in audit)
+               and any('"principal":"vera"' in l and '"method":"CreateJob"' in l for l in audit)
+               and any('"principal":"alice"' in l and '"method":"CreateJob"' in l and '"result":"OK"' in l for l in audit),
+               f"audit lines for mutating calls, refused ones too ({len(audit)} lines)")
         ch.close()
     finally:
         d.stop()
