@@ -187,6 +187,13 @@ def shared_dir(base):
 
 # --- cases -------------------------------------------------------------------------------------
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
 def case_nonloopback_refused(base):
     p = subprocess.run([ARGS.fp8d, "--listen", "0.0.0.0:0", "--data-dir", f"{base}/d"],
                        capture_output=True, text=True, timeout=30)
@@ -299,8 +306,9 @@ def case_mtls(base):
     alice = make_cert(base, "alice", "alice", ca)
     mallory = make_cert(base, "mallory", "alice", other)
     tok_path, _ = tokens_file(base, "- alice submitter\n")
+    hport = free_port()
     d = Daemon(base, ["--listen", "0.0.0.0:0", "--tls-cert", srv[1], "--tls-key", srv[0],
-                      "--tls-client-ca", ca[1], "--auth-tokens", tok_path])
+                      "--tls-client-ca", ca[1], "--auth-tokens", tok_path, "--http-listen", f"127.0.0.1:{hport}"])
     try:
         d.wait_address()
         target = f"127.0.0.1:{d.port()}"
@@ -317,6 +325,11 @@ def case_mtls(base):
         expect(code == grpc.StatusCode.UNAVAILABLE, f"mTLS: no client certificate is refused ({code})")
         for c in (good, bad, none):
             c.close()
+        url = f"https://127.0.0.1:{hport}/v1/jobs"
+        code, _ = curl(url, "--cacert", ca[1], "--cert", alice[1], "--key", alice[0])
+        expect(code == 200, f"HTTP mTLS: CN=alice from the configured CA reads /v1/jobs ({code})")
+        code, _ = curl(url, "--cacert", ca[1], "--cert", mallory[1], "--key", mallory[0])
+        expect(code == 0, f"HTTP mTLS: a certificate from another CA fails the handshake ({code})")
     finally:
         d.stop()
 
@@ -329,8 +342,10 @@ def case_rotation(base):
     tok_path, tok = tokens_file(base)
     shutil.copy(s1[0], f"{base}/server.key")
     shutil.copy(s1[1], f"{base}/server.crt")
+    hport = free_port()
     d = Daemon(base, ["--listen", "0.0.0.0:0", "--tls-cert", f"{base}/server.crt",
-                      "--tls-key", f"{base}/server.key", "--auth-tokens", tok_path, "--tls-reload-s", "1"])
+                      "--tls-key", f"{base}/server.key", "--auth-tokens", tok_path, "--tls-reload-s", "1",
+                      "--http-listen", f"127.0.0.1:{hport}"])
     try:
         d.wait_address()
         target = f"127.0.0.1:{d.port()}"
@@ -341,6 +356,8 @@ def case_rotation(base):
         code = code_of(lambda: stubs(new).ListJobs(PB.svc.ListJobsRequest(), metadata=token_md(tok["vera"]), timeout=3))
         expect(code == grpc.StatusCode.UNAVAILABLE, "before rotation a client trusting only CA2 fails")
         new.close()
+        hurl = f"https://127.0.0.1:{hport}/healthz"
+        expect(curl(hurl, "--cacert", ca2[1])[0] == 0, "before rotation HTTPS with only CA2 fails")
         # Key and certificate replaced by rename, each atomically.
         shutil.copy(s2[0], f"{base}/server.key.new")
         shutil.copy(s2[1], f"{base}/server.crt.new")
@@ -356,6 +373,8 @@ def case_rotation(base):
             ch.close()
             time.sleep(0.3)
         expect(ok, "after swapping the files and SIGHUP a client trusting only CA2 connects")
+        code, _ = curl(hurl, "--cacert", ca2[1])
+        expect(code == 200, f"after SIGHUP the HTTPS listener serves the new certificate ({code})")
         expect(d.proc.poll() is None, "fp8d survived SIGHUP")
         old.close()
     finally:
@@ -462,13 +481,6 @@ def case_isolation(base):
         d.stop()
 
 
-def free_port():
-    import socket
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        return so.getsockname()[1]
-
-
 def curl(url, *extra):
     p = subprocess.run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", *extra, url],
                        capture_output=True, text=True, timeout=30)
@@ -538,6 +550,28 @@ def case_http(base):
         expect(p.returncode == 0, f"fp8ctl get -o json over TLS with FP8D_TOKEN ({p.stderr.strip()})")
         import json
         expect(json.loads(body) == json.loads(p.stdout), "curl's JSON equals fp8ctl get -o json's")
+        # fp8ctl contexts: the same call from ~/.config/fp8d/config.yaml alone.
+        home = f"{base}/home"
+        os.makedirs(f"{home}/.config/fp8d")
+        with open(f"{home}/token", "w") as f:
+            f.write(tok["vera"] + "\n")
+        with open(f"{home}/.config/fp8d/config.yaml", "w") as f:
+            f.write(f"contexts:\n  - {{name: here, server: '{target}', ca: {ca[1]}, token-file: {home}/token}}\n"
+                    f"  - {{name: elsewhere, server: '127.0.0.1:1'}}\n")
+        cenv = dict(os.environ, HOME=home)
+        cenv.pop("FP8D_TOKEN", None)
+        cenv.pop("FP8D_ADDR", None)
+        p = subprocess.run([ARGS.fp8ctl, "config", "use-context", "here"], capture_output=True, text=True, env=cenv)
+        expect(p.returncode == 0, "fp8ctl config use-context here")
+        p = subprocess.run([ARGS.fp8ctl, "config", "get-contexts"], capture_output=True, text=True, env=cenv)
+        expect("*        here" in p.stdout and "elsewhere" in p.stdout, "fp8ctl config get-contexts marks the current one")
+        p = subprocess.run([ARGS.fp8ctl, "get", jid, "-o", "json"], capture_output=True, text=True, env=cenv, timeout=30)
+        expect(p.returncode == 0 and json.loads(p.stdout)["name"] == short.name,
+               f"fp8ctl get through the current context (TLS, token file) ({p.stderr.strip()})")
+        p = subprocess.run([ARGS.fp8ctl, "--context", "here", "cancel", jid], capture_output=True, text=True,
+                           env=cenv, timeout=30)
+        expect(p.returncode == 3 and "PERMISSION_DENIED" in p.stderr,
+               f"fp8ctl --context here cancel as the viewer: {p.stderr.strip()}")
         code, body = curl(f"{url}/v1/jobs/{jid}/events", *tls, *auth)
         events = json.loads(body).get("events", [])
         expect(code == 200 and any(e.get("to_state") == "SUCCEEDED" for e in events),
