@@ -47,8 +47,9 @@ struct LaunchRequest {
   std::optional<std::map<std::string, std::string>> env;
 };
 
-// The part of `base` (e.g. environ) a worker may inherit: PATH, HOME, LANG, LC_*, TZ, CUDA_*,
-// NCCL_*, and the names (or PREFIX*) in `extra_allow`. Everything else (credentials, tokens)
+// The part of `base` (e.g. environ) a worker may inherit: PATH, HOME, LANG, LC_*, TZ, TMPDIR,
+// USER, LOGNAME, LD_LIBRARY_PATH, CUDA_*, NCCL_*, FP8_* (the worker's knobs; FP8D_* come from
+// the launcher), and the names (or PREFIX*) in `extra_allow`. Everything else (credentials, tokens)
 // stays with fp8d.
 std::map<std::string, std::string> AllowlistedEnvironment(
     char** base, const std::vector<std::string>& extra_allow);

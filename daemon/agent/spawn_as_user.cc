@@ -125,8 +125,11 @@ fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
 
 std::map<std::string, std::string> AllowlistedEnvironment(
     char** base, const std::vector<std::string>& extra_allow) {
-  static const char* kNames[] = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME"};
-  static const char* kPrefixes[] = {"LC_", "CUDA_", "NCCL_"};
+  // LD_LIBRARY_PATH: where an operator installed the CUDA/NCCL libraries; FP8_*: the worker's
+  // own tuning knobs. Both are set by whoever runs fp8d, and neither holds a credential.
+  static const char* kNames[] = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME",
+                                 "LD_LIBRARY_PATH"};
+  static const char* kPrefixes[] = {"LC_", "CUDA_", "NCCL_", "FP8_"};
   auto allowed = [&](const std::string& key) {
     for (const char* n : kNames) {
       if (key == n) return true;

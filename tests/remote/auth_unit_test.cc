@@ -139,17 +139,21 @@ TEST(Isolation, JobEnvKeys) {
 
 TEST(Isolation, WorkerEnvironmentAllowlist) {
   std::vector<std::string> raw = {"PATH=/bin", "AWS_SECRET_ACCESS_KEY=x", "LC_ALL=C", "NCCL_DEBUG=INFO",
-                                  "FP8_TEST_MODE=hang", "HOME=/root", "OTHER=1"};
+                                  "FP8_TEST_MODE=hang", "HOME=/root", "OTHER=1", "MY_TOOL_X=1",
+                                  "LD_LIBRARY_PATH=/opt/lib"};
   std::vector<char*> env;
   for (auto& e : raw) env.push_back(e.data());
   env.push_back(nullptr);
-  auto out = agent::AllowlistedEnvironment(env.data(), {"FP8_TEST_*"});
+  auto out = agent::AllowlistedEnvironment(env.data(), {"MY_TOOL_*"});
   EXPECT_EQ(out.count("AWS_SECRET_ACCESS_KEY"), 0u);
   EXPECT_EQ(out.count("OTHER"), 0u);
   EXPECT_EQ(out.at("LC_ALL"), "C");
   EXPECT_EQ(out.at("NCCL_DEBUG"), "INFO");
   EXPECT_EQ(out.at("FP8_TEST_MODE"), "hang");
   EXPECT_EQ(out.at("PATH"), "/bin");
+  EXPECT_EQ(out.at("MY_TOOL_X"), "1");
+  EXPECT_EQ(out.at("LD_LIBRARY_PATH"), "/opt/lib");
+  EXPECT_EQ(agent::AllowlistedEnvironment(env.data(), {}).count("MY_TOOL_X"), 0u);
 }
 
 TEST(Contexts, ResolveAndUse) {
