@@ -8,6 +8,7 @@
 // manager's Shutdown (persist; workers keep running for the next fp8d to re-adopt), exit 0.
 #include <pwd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -349,6 +350,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Many clients and watchers: the soft fd limit up to the hard one.
+  if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
 
   auto logger = spdlog::stderr_color_mt("fp8d");
   spdlog::set_default_logger(logger);

@@ -1,12 +1,15 @@
 #include "daemon/server/unix_listener.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include <grpcpp/server_posix.h>
@@ -36,13 +39,29 @@ fp8::Status UnixListener::Bind(const std::string& path) {
   return fp8::OkStatus();
 }
 
+// Each connection gets an fd number above the last one handed out (wrapping at half the fd
+// limit), so a number, and with it gRPC's "fd:N" peer name, is not reused right after a
+// connection closes: a late call of a closed connection can never find a newer peer's uid.
+int UnixListener::FreshNumber(int fd) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  const int top = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20)) / 2;
+  if (next_fd_ < 64 || next_fd_ >= top) next_fd_ = 64;
+  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, next_fd_);
+  if (moved < 0) return fd;
+  close(fd);
+  next_fd_ = moved + 1;
+  return moved;
+}
+
 void UnixListener::Start(grpc::Server* server) {
   thread_ = std::thread([this, server] {
     while (!stop_.load()) {
       pollfd p{fd_, POLLIN, 0};
       if (poll(&p, 1, 200) <= 0) continue;
-      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (conn < 0) continue;
+      conn = FreshNumber(conn);
       ucred cred{};
       socklen_t len = sizeof(cred);
       if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {

@@ -29,7 +29,10 @@ class UnixListener {
   void Stop();
 
  private:
+  int FreshNumber(int fd);
+
   std::shared_ptr<api::UnixPeerTable> peers_;
+  int next_fd_ = 64;
   std::string path_;
   int fd_ = -1;
   std::atomic<bool> stop_{false};
