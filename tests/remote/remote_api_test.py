@@ -413,10 +413,20 @@ def case_isolation(base):
         print("  SKIP: isolation needs root (useradd, setuid)")
         return
     user = "fp8dtest"
+    created = False
     try:
         pwd.getpwnam(user)
     except KeyError:
         sh("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user)
+        created = True
+    try:
+        isolation_as(base, user)
+    finally:
+        if created:
+            subprocess.run(["userdel", user], capture_output=True)
+
+
+def isolation_as(base, user):
     uid = pwd.getpwnam(user).pw_uid
     shared = shared_dir(base)
     sock = f"{base}/fp8d.sock"
@@ -626,7 +636,9 @@ def main():
     ap.add_argument("--fp8ctl", required=True)
     ap.add_argument("--only", default="")
     ARGS = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="fp8d-remote-")
+    # Under /tmp whatever $TMPDIR says: the isolation case's unprivileged worker must be able to
+    # pass through every parent folder.
+    work = tempfile.mkdtemp(prefix="fp8d-remote-", dir="/tmp")
     os.chmod(work, 0o755)
     gen = f"{work}/gen"
     os.makedirs(gen)
