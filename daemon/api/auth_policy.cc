@@ -174,8 +174,9 @@ std::optional<uid_t> UnixPeerTable::Get(int fd) const {
 }
 
 LocalPeerAuthPolicy::LocalPeerAuthPolicy(std::shared_ptr<const UnixPeerTable> unix_peers,
-                                         Principal default_user)
-    : unix_peers_(std::move(unix_peers)), default_user_(std::move(default_user)) {}
+                                         Principal default_user, bool loopback_default)
+    : unix_peers_(std::move(unix_peers)), default_user_(std::move(default_user)),
+      loopback_default_(loopback_default) {}
 
 fp8::StatusOr<Principal> LocalPeerAuthPolicy::Authenticate(const CallerInfo& caller) const {
   const std::string& peer = caller.peer;
@@ -192,7 +193,7 @@ fp8::StatusOr<Principal> LocalPeerAuthPolicy::Authenticate(const CallerInfo& cal
   }
   const bool loopback = peer.rfind("ipv4:127.", 0) == 0 || peer.rfind("ipv6:[::1]", 0) == 0 ||
                         peer.rfind("ipv6:[::ffff:127.", 0) == 0;
-  if (loopback) return default_user_;
+  if (loopback && loopback_default_) return default_user_;
   return fp8::NotFoundError("not a local peer");
 }
 

@@ -102,15 +102,18 @@ class UnixPeerTable {
 
 // Callers on this machine without a credential: a unix-socket peer is its SO_PEERCRED uid
 // (root is admin, any other user a submitter named after its login); a loopback TCP peer is
-// the configured default user (a submitter, never root).
+// the configured default user (a submitter, never root) when `loopback_default` is set (fp8d
+// listens on loopback only: a port open to other machines demands credentials of everyone).
 class LocalPeerAuthPolicy final : public AuthPolicy {
  public:
-  LocalPeerAuthPolicy(std::shared_ptr<const UnixPeerTable> unix_peers, Principal default_user);
+  LocalPeerAuthPolicy(std::shared_ptr<const UnixPeerTable> unix_peers, Principal default_user,
+                      bool loopback_default = true);
   fp8::StatusOr<Principal> Authenticate(const CallerInfo& caller) const override;
 
  private:
   std::shared_ptr<const UnixPeerTable> unix_peers_;
   Principal default_user_;
+  bool loopback_default_;
 };
 
 // Asks each source in order; the first answer other than NOT_FOUND wins. No answer at all is

@@ -101,8 +101,8 @@ struct AuthSetup {
   fp8d::api::Principal default_user;
 };
 
-// The sources, in order: bearer tokens, the client certificate, then (only when fp8d listens
-// on this machine alone) the local peer.
+// The sources, in order: bearer tokens, the client certificate, then the local peer (unix
+// socket uids; loopback TCP as the default user only when fp8d listens on this machine alone).
 fp8::StatusOr<AuthSetup> MakeAuth(const ServerConfig& config) {
   AuthSetup setup;
   struct passwd* pw = getpwnam(config.default_user.c_str());
@@ -121,9 +121,8 @@ fp8::StatusOr<AuthSetup> MakeAuth(const ServerConfig& config) {
   setup.unix_peers = std::make_shared<fp8d::api::UnixPeerTable>();
   const bool local_only = fp8d::server::IsLocalAddress(config.listen) &&
                           (config.http_listen.empty() || fp8d::server::IsLocalAddress(config.http_listen));
-  if (local_only) {
-    sources.push_back(std::make_shared<fp8d::api::LocalPeerAuthPolicy>(setup.unix_peers, setup.default_user));
-  }
+  sources.push_back(std::make_shared<fp8d::api::LocalPeerAuthPolicy>(setup.unix_peers,
+                                                                     setup.default_user, local_only));
   setup.policy = std::make_shared<fp8d::api::ChainAuthPolicy>(std::move(sources));
   return setup;
 }

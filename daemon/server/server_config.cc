@@ -63,21 +63,14 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   FP8_RETURN_IF_ERROR(FromYaml(root, "addr_file", flag("addr_file"), &config->addr_file));
   FP8_RETURN_IF_ERROR(FromYaml(root, "log_level", flag("log_level"), &config->log_level));
   FP8_RETURN_IF_ERROR(FromYaml(root, "worker_env", nullptr, &config->worker_env));
-  for (const char* key : {"tls_cert", "tls_key", "tls_client_ca", "auth_tokens", "default_user",
-                          "http_listen", "allowed_roots"}) {
-    CLI::Option* f = flag(key);
-    if (std::string(key) == "allowed_roots") {
-      FP8_RETURN_IF_ERROR(FromYaml(root, key, f, &config->allowed_roots));
-      continue;
-    }
-    std::string* target = std::string(key) == "tls_cert"        ? &config->tls_cert
-                          : std::string(key) == "tls_key"       ? &config->tls_key
-                          : std::string(key) == "tls_client_ca" ? &config->tls_client_ca
-                          : std::string(key) == "auth_tokens"   ? &config->auth_tokens
-                          : std::string(key) == "default_user"  ? &config->default_user
-                                                                : &config->http_listen;
-    FP8_RETURN_IF_ERROR(FromYaml(root, key, f, target));
+  const std::pair<const char*, std::string*> remote_keys[] = {
+      {"tls_cert", &config->tls_cert},         {"tls_key", &config->tls_key},
+      {"tls_client_ca", &config->tls_client_ca}, {"auth_tokens", &config->auth_tokens},
+      {"default_user", &config->default_user}, {"http_listen", &config->http_listen}};
+  for (const auto& [key, target] : remote_keys) {
+    FP8_RETURN_IF_ERROR(FromYaml(root, key, flag(key), target));
   }
+  FP8_RETURN_IF_ERROR(FromYaml(root, "allowed_roots", flag("allowed_roots"), &config->allowed_roots));
   if (root["worker"] && flag("worker")->count() == 0) {
     const YAML::Node w = root["worker"];
     try {

@@ -77,6 +77,11 @@ TEST(AuthSources, TokenMtlsLocalAndTheirChain) {
   EXPECT_EQ(chain.Authenticate(c)->role, Role::kAdmin);
   c.peer = "fd:18";  // not accepted by fp8d's unix listener
   EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated);
+  LocalPeerAuthPolicy exposed(peers, Principal{"nobody", Role::kSubmitter, 65534}, false);
+  c.peer = "ipv4:127.0.0.1:5";
+  EXPECT_EQ(exposed.Authenticate(c).status().code(), fp8::StatusCode::kNotFound);
+  c.peer = "fd:17";
+  EXPECT_EQ(exposed.Authenticate(c)->role, Role::kAdmin);
   CallerInfo basic;
   ParseAuthorizationHeader("Basic abc", &basic);
   EXPECT_EQ(TokenAuthPolicy(entries).Authenticate(basic).status().code(), fp8::StatusCode::kUnauthenticated);
