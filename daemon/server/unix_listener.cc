@@ -27,7 +27,18 @@ fp8::Status UnixListener::Bind(const std::string& path) {
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size());
   struct stat st{};
-  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    // A socket someone still accepts on belongs to a live fp8d: leave it alone.
+    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool live = probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    if (probe >= 0) close(probe);
+    if (live) {
+      close(fd_);
+      fd_ = -1;
+      return fp8::FailedPreconditionError("--listen unix:" + path + ": another process is serving on it");
+    }
+    unlink(path.c_str());  // stale, from a process that is gone
+  }
   if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd_, 128) != 0) {
     const int err = errno;
     close(fd_);

@@ -442,6 +442,10 @@ def isolation_as(base, user):
                                                                      {"FP8_TEST_STEP_MS": "100", "FP8_TEST_STEPS": "600"})),
                                timeout=30)
         expect(root_job.owner == "root", f"root over the unix socket owns {root_job.name}")
+        p = subprocess.run([ARGS.fp8d, "--listen", f"unix:{sock}", "--data-dir", f"{base}/other"],
+                           capture_output=True, text=True, timeout=30)
+        expect(p.returncode == 1 and "another process is serving" in p.stderr and os.path.exists(sock),
+               "a second fp8d on the same unix socket exits 1 and leaves the socket alone")
         rc, out = as_user(user, "cancel", sock, root_job.name)
         expect("CODE PERMISSION_DENIED" in out, f"{user} cancelling root's job: {out}")
         body = PB.svc.CreateJobRequest(job=train_job(f"{shared}/out-user", f"{shared}/data/*.bin",
