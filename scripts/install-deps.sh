@@ -7,6 +7,8 @@ PKGS=(
   libsqlite3-dev sqlite3 libboost-dev libasio-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   libgloo-dev libsystemd-dev python3 python3-numpy ccache
+  libssl-dev openssl curl python3-grpcio python3-protobuf prometheus-cpp-dev
+  python3-prometheus-client util-linux passwd prometheus
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ using fp8::StatusOr;
 struct ManagerOptions {
   std::string data_dir;                          // <data dir>/jobs/<id>/attempt-<n>/
   std::vector<std::string> worker_argv_prefix;   // how to run fp8-worker (tests: the test worker)
+  // Workers get only an allowlisted part of fp8d's environment (agent::AllowlistedEnvironment
+  // with worker_env_allow), then worker_env, then the job's own env. Off: fp8d's whole one.
+  bool clean_worker_env = false;
+  std::vector<std::string> worker_env_allow;
+  std::map<std::string, std::string> worker_env;
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
