@@ -33,6 +33,7 @@
 #include "daemon/api/job_service.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/server/server_config.h"
+#include "daemon/server/systemd_notify.h"
 #include "daemon/store/job_store.h"
 
 namespace {
@@ -119,7 +120,13 @@ int Run(const ServerConfig& config) {
         return fp8d::agent::NewLocalAgent(agent_options, listener);
       },
       &clock);
+  // STATUS= is read on io, where the manager lives.
+  fp8d::server::SystemdNotifier notifier(io, [&manager] {
+    const fp8d::core::JobManager::ActiveCounts counts = manager->CountActive();
+    return fmt::format("jobs: {} running, {} queued", counts.running, counts.queued);
+  });
   std::thread io_thread([&io] { io.run(); });
+  notifier.Start();
 
   fp8d::api::JobServiceImpl service(io, manager.get(),
                                     std::make_shared<fp8d::api::AllowLocalAuthPolicy>());
@@ -135,6 +142,7 @@ int Run(const ServerConfig& config) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (config.listen.rfind("unix:", 0) != 0 && port == 0)) {
     spdlog::error("--listen {}: could not bind", config.listen);
+    notifier.Stop();
     work.reset();
     io.stop();
     io_thread.join();
@@ -160,6 +168,7 @@ int Run(const ServerConfig& config) {
       }
       service.SetReady(true);
       health->SetServingStatus(true);
+      notifier.Ready();  // the same moment as SERVING
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - start_time).count();
       spdlog::info("recovery finished in {} ms; SERVING", ms);
@@ -173,6 +182,7 @@ int Run(const ServerConfig& config) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("signal {}: shutting down (workers keep running)", sig);
+  notifier.Stopping();
 
   service.SetReady(false);
   health->SetServingStatus(false);
@@ -184,6 +194,7 @@ int Run(const ServerConfig& config) {
     spdlog::error("manager shutdown timed out after 30 s");
     exit_code = 1;
   }
+  notifier.Stop();
   work.reset();
   io.stop();
   io_thread.join();
