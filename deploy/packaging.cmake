@@ -14,7 +14,7 @@ set(FP8D_VERSION "0.1.0" CACHE STRING "fp8d version for packages")
 
 install(TARGETS fp8d fp8ctl fp8-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES README.md docs/architecture.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(FILES deploy/systemd/remote.conf DESTINATION ${CMAKE_INSTALL_DATADIR}/fp8d/systemd)
+install(FILES deploy/systemd/remote.conf deploy/systemd/unprivileged.conf DESTINATION ${CMAKE_INSTALL_DATADIR}/fp8d/systemd)
 
 install(CODE "set(FP8D_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
   set(FP8D_BINDIR_REL \"${CMAKE_INSTALL_BINDIR}\")")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/systemd/fp8d.service, alone and with the remote.conf drop-in:
+# deploy/systemd/fp8d.service, alone and with each drop-in (remote.conf, unprivileged.conf):
 #   - `systemd-analyze verify` prints nothing and exits 0 (a warning is a failure);
 #   - `systemd-analyze security --offline=yes` rates the exposure at most 3.0.
 # verify wants ExecStart's binary to exist, so it checks a temporary copy whose ExecStart names
@@ -46,6 +46,12 @@ check "fp8d.service" "$tmp/plain"
 cp "$tmp/plain/fp8d.service" "$tmp/remote/fp8d.service"
 sed "s|/usr/bin/fp8d |$fp8d |" "$src/deploy/systemd/remote.conf" > "$tmp/remote/fp8d.service.d/remote.conf"
 check "fp8d.service + remote.conf" "$tmp/remote"
+
+# With the drop-in that runs fp8d as the user fp8d without capabilities.
+mkdir -p "$tmp/unprivileged/fp8d.service.d"
+cp "$tmp/plain/fp8d.service" "$tmp/unprivileged/fp8d.service"
+cp "$src/deploy/systemd/unprivileged.conf" "$tmp/unprivileged/fp8d.service.d/"
+check "fp8d.service + unprivileged.conf" "$tmp/unprivileged"
 
 # The checks above can fail: a unit with a misspelled key must not pass verify.
 mkdir -p "$tmp/broken"
