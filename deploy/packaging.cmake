@@ -17,6 +17,7 @@ install(FILES README.md docs/architecture.md DESTINATION ${CMAKE_INSTALL_DOCDIR}
 install(FILES deploy/systemd/remote.conf deploy/systemd/unprivileged.conf DESTINATION ${CMAKE_INSTALL_DATADIR}/fp8d/systemd)
 
 install(CODE "set(FP8D_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+  set(FP8D_STAGING \"${CMAKE_BINARY_DIR}/deploy-staging\")
   set(FP8D_BINDIR_REL \"${CMAKE_INSTALL_BINDIR}\")")
 install(CODE [[
   if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
@@ -26,19 +27,18 @@ install(CODE [[
   endif()
   file(READ "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.service" _unit)
   string(REPLACE "/usr/bin/" "${CMAKE_INSTALL_PREFIX}/${FP8D_BINDIR_REL}/" _unit "${_unit}")
+  string(REPLACE "/usr/share/" "${CMAKE_INSTALL_PREFIX}/share/" _unit "${_unit}")
   string(REPLACE "/etc/" "${_etc}/" _unit "${_unit}")
-  set(_staged "${CMAKE_CURRENT_BINARY_DIR}/fp8d-install-staging")
-  file(MAKE_DIRECTORY "${_staged}")
-  file(WRITE "${_staged}/fp8d.service" "${_unit}")
-  file(INSTALL "${_staged}/fp8d.service"
+  # Staged under their installed names, so install_manifest.txt lists what really lands.
+  file(WRITE "${FP8D_STAGING}/unit/fp8d.service" "${_unit}")
+  configure_file("${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.sysusers" "${FP8D_STAGING}/sysusers/fp8d.conf" COPYONLY)
+  configure_file("${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.env" "${FP8D_STAGING}/default/fp8d" COPYONLY)
+  file(INSTALL "${FP8D_STAGING}/unit/fp8d.service"
        DESTINATION "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/lib/systemd/system")
-  file(INSTALL "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.sysusers"
+  file(INSTALL "${FP8D_STAGING}/sysusers/fp8d.conf"
        DESTINATION "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/lib/sysusers.d")
-  file(RENAME "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/lib/sysusers.d/fp8d.sysusers"
-       "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/lib/sysusers.d/fp8d.conf")
   file(INSTALL "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.yaml" DESTINATION "$ENV{DESTDIR}${_etc}/fp8d")
-  file(INSTALL "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.env" DESTINATION "$ENV{DESTDIR}${_etc}/default")
-  file(RENAME "$ENV{DESTDIR}${_etc}/default/fp8d.env" "$ENV{DESTDIR}${_etc}/default/fp8d")
+  file(INSTALL "${FP8D_STAGING}/default/fp8d" DESTINATION "$ENV{DESTDIR}${_etc}/default")
 ]])
 
 # The Debian runtime packages of the binaries: one list, shared with the container image

@@ -113,9 +113,12 @@ if not re.search(r"runtime-packages\.txt.*xargs apt-get install", text):
     fail("runtime stage does not apt-get install deploy/runtime-packages.txt")
 else:
     ok("runtime stage installs deploy/runtime-packages.txt")
+copied = " ".join(l for l in runtime if l.startswith("COPY --from=build "))
 for b in ("fp8d", "fp8-worker", "fp8ctl"):
-    if not re.search(rf"COPY --from=build \S*/{re.escape(b)}\b", text):
+    if not re.search(rf"/{re.escape(b)}(\s|$)", copied):
         fail(f"runtime stage does not copy {b} from the build stage")
+    else:
+        ok(f"runtime stage copies {b} from the build stage")
 users = [l.split()[1] for l in runtime if l.split()[0].upper() == "USER"]
 if not users or users[-1].split(":")[0] in ("0", "root"):
     fail(f"runtime stage must end as a non-root USER, has {users}")
