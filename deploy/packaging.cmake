@@ -14,7 +14,6 @@ set(FP8D_VERSION "0.1.0" CACHE STRING "fp8d version for packages")
 
 install(TARGETS fp8d fp8ctl fp8-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES README.md docs/architecture.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(FILES deploy/systemd/remote.conf deploy/systemd/unprivileged.conf DESTINATION ${CMAKE_INSTALL_DATADIR}/fp8d/systemd)
 
 install(CODE "set(FP8D_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
   set(FP8D_STAGING \"${CMAKE_BINARY_DIR}/deploy-staging\")
@@ -25,20 +24,25 @@ install(CODE [[
   else()
     set(_etc "${CMAKE_INSTALL_PREFIX}/etc")
   endif()
-  file(READ "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.service" _unit)
-  string(REPLACE "/usr/bin/" "${CMAKE_INSTALL_PREFIX}/${FP8D_BINDIR_REL}/" _unit "${_unit}")
-  string(REPLACE "/usr/share/" "${CMAKE_INSTALL_PREFIX}/share/" _unit "${_unit}")
-  string(REPLACE "/etc/" "${_etc}/" _unit "${_unit}")
-  # Staged under their installed names, so install_manifest.txt lists what really lands.
-  file(WRITE "${FP8D_STAGING}/unit/fp8d.service" "${_unit}")
+  # The unit and its drop-ins, with the paths of this prefix; staged under their installed
+  # names, so install_manifest.txt lists what really lands.
+  foreach(_file fp8d.service remote.conf unprivileged.conf)
+    file(READ "${FP8D_SOURCE_DIR}/deploy/systemd/${_file}" _text)
+    string(REPLACE "/usr/bin/" "${CMAKE_INSTALL_PREFIX}/${FP8D_BINDIR_REL}/" _text "${_text}")
+    string(REPLACE "/usr/share/" "${CMAKE_INSTALL_PREFIX}/share/" _text "${_text}")
+    string(REPLACE "/etc/" "${_etc}/" _text "${_text}")
+    file(WRITE "${FP8D_STAGING}/unit/${_file}" "${_text}")
+  endforeach()
   configure_file("${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.sysusers" "${FP8D_STAGING}/sysusers/fp8d.conf" COPYONLY)
   configure_file("${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.env" "${FP8D_STAGING}/default/fp8d" COPYONLY)
   file(INSTALL "${FP8D_STAGING}/unit/fp8d.service"
-       DESTINATION "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/lib/systemd/system")
+       DESTINATION "${CMAKE_INSTALL_PREFIX}/lib/systemd/system")
+  file(INSTALL "${FP8D_STAGING}/unit/remote.conf" "${FP8D_STAGING}/unit/unprivileged.conf"
+       DESTINATION "${CMAKE_INSTALL_PREFIX}/share/fp8d/systemd")
   file(INSTALL "${FP8D_STAGING}/sysusers/fp8d.conf"
-       DESTINATION "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/lib/sysusers.d")
-  file(INSTALL "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.yaml" DESTINATION "$ENV{DESTDIR}${_etc}/fp8d")
-  file(INSTALL "${FP8D_STAGING}/default/fp8d" DESTINATION "$ENV{DESTDIR}${_etc}/default")
+       DESTINATION "${CMAKE_INSTALL_PREFIX}/lib/sysusers.d")
+  file(INSTALL "${FP8D_SOURCE_DIR}/deploy/systemd/fp8d.yaml" DESTINATION "${_etc}/fp8d")
+  file(INSTALL "${FP8D_STAGING}/default/fp8d" DESTINATION "${_etc}/default")
 ]])
 
 # The Debian runtime packages of the binaries: one list, shared with the container image
@@ -50,12 +54,15 @@ set(CPACK_PACKAGE_NAME fp8d)
 set(CPACK_PACKAGE_VERSION ${FP8D_VERSION})
 set(CPACK_PACKAGE_CONTACT "fp8d maintainers <fp8d@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "FP8 training and calibration job controller (fp8d, fp8-worker, fp8ctl)")
-set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
-# DESTDIR staging, so the install rules above see CMAKE_INSTALL_PREFIX=/usr, not a temp path.
+# DESTDIR staging with the prefix /usr, so the install rules above see CMAKE_INSTALL_PREFIX=/usr
+# (not a temporary path) whatever prefix the build was configured with.
 set(CPACK_SET_DESTDIR ON)
+set(CPACK_INSTALL_PREFIX /usr)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
+set(CPACK_STRIP_FILES ON)  # RelWithDebInfo binaries are ~100 MB with their debug info
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${_fp8d_depends}")
 # postinst: create the user, reload systemd, enable and start the unit where systemd runs.
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA

@@ -130,16 +130,24 @@ listed = [l.strip() for l in open(os.path.join(src, "deploy/runtime-packages.txt
           if re.match(r"^[a-z0-9]", l)]
 
 
-def owner(path):
+def candidates(path):
+    # dpkg knows a file by the path its package ships; with merged /usr, ldd may name either.
     real = os.path.realpath(path)
-    for candidate in (path, real, re.sub(r"^/usr", "", path), re.sub(r"^/usr", "", real)):
-        r = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
-        if r.returncode == 0:
-            return r.stdout.split(":")[0].strip()
-    return None
+    return [path, real, re.sub(r"^/usr", "", path), re.sub(r"^/usr", "", real)]
 
 
-needed = set()
+def resolve_owners(paths):
+    """One dpkg -S for every candidate path (one call per library takes a minute)."""
+    queries = sorted({c for p in paths for c in candidates(p)})
+    r = subprocess.run(["dpkg", "-S"] + queries, capture_output=True, text=True)
+    by_path = {}
+    for line in r.stdout.splitlines():
+        pkgs, _, file = line.partition(": ")
+        by_path[file.strip()] = pkgs.split(",")[0].split(":")[0].strip()
+    return {p: next((by_path[c] for c in candidates(p) if c in by_path), None) for p in paths}
+
+
+libraries = []  # (binary, lib, path)
 for binary in binaries:
     if not os.path.exists(binary):
         fail(f"{binary}: not built")
@@ -153,17 +161,21 @@ for binary in binaries:
         if path == "not":
             fail(f"{os.path.basename(binary)}: {lib} not found")
             continue
-        pkg = owner(path)
-        if pkg is None:
-            stem = lib.split(".so")[0]
-            if "cuda" in path and re.search(rf"/{re.escape(stem)}\.so", open(dockerfile).read()):
-                ok(f"{os.path.basename(binary)}: {lib} from the CUDA toolkit (copied by the Dockerfile)")
-            else:
-                fail(f"{os.path.basename(binary)}: {lib} ({path}) belongs to no Debian package")
-            continue
-        needed.add(pkg)
-        if pkg not in listed:
-            fail(f"{os.path.basename(binary)}: {lib} is in {pkg}, missing from deploy/runtime-packages.txt")
+        libraries.append((binary, lib, path))
+owners = resolve_owners([path for _, _, path in libraries])
+needed = set()
+for binary, lib, path in libraries:
+    pkg = owners[path]
+    if pkg is None:
+        stem = lib.split(".so")[0]
+        if "cuda" in path and re.search(rf"/{re.escape(stem)}\.so", open(dockerfile).read()):
+            ok(f"{os.path.basename(binary)}: {lib} from the CUDA toolkit (copied by the Dockerfile)")
+        else:
+            fail(f"{os.path.basename(binary)}: {lib} ({path}) belongs to no Debian package")
+        continue
+    needed.add(pkg)
+    if pkg not in listed:
+        fail(f"{os.path.basename(binary)}: {lib} is in {pkg}, missing from deploy/runtime-packages.txt")
 unused = sorted(set(listed) - needed)
 if unused and not failures:
     fail(f"deploy/runtime-packages.txt lists packages no binary needs: {' '.join(unused)}")
