@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every overlay under deploy/kubernetes/overlays renders with `kubectl kustomize`, and every
-# rendered object passes the offline schema check (npm/check_manifests.mjs). Also shows the
-# check can fail: a copy of the example output with a misspelled field must be rejected.
+# rendered object passes the offline schema check (npm/check_manifests.mjs), and the references
+# between them hold. Also shows both can fail: a copy of the example output with a misspelled
+# field, and one with a dangling serviceName, must be rejected.
 # Usage: kubernetes_test.sh <source dir>
 set -euo pipefail
 src=$1
@@ -41,6 +42,12 @@ if node "$here/npm/check_manifests.mjs" "$tmp/misspelled.yaml" > "$tmp/misspelle
   echo "FAIL: the schema check accepted a misspelled field"; failures=$((failures + 1))
 else
   echo "ok   the schema check rejects a misspelled field: $(head -1 "$tmp/misspelled.out" | cut -c1-120)"
+fi
+sed 's/serviceName: fp8d-headless/serviceName: fp8d-missing/' "$tmp/example.yaml" > "$tmp/dangling.yaml"
+if node "$here/npm/check_manifests.mjs" "$tmp/dangling.yaml" > "$tmp/dangling.out"; then
+  echo "FAIL: the cross-check accepted a serviceName that names no Service"; failures=$((failures + 1))
+else
+  echo "ok   the cross-check rejects a dangling reference: $(head -1 "$tmp/dangling.out" | cut -c1-120)"
 fi
 echo "kubernetes: $failures failures"
 [ "$failures" -eq 0 ]
