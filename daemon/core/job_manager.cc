@@ -460,17 +460,6 @@ void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
       [done = std::move(done)](Answer a) { done(std::move(a.path), a.terminal); });
 }
 
-std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
-                                          std::unique_ptr<store::JobStore> store,
-                                          AgentFactory make_agent, const Clock* clock) {
-  return std::make_unique<JobManagerImpl>(io, std::move(options), std::move(store),
-                                          std::move(make_agent), clock);
-}
-
-}  // namespace fp8d::core
-
-namespace fp8d::core {
-
 JobManager::ActiveCounts JobManagerImpl::CountActive() const {
   ActiveCounts counts;
   counts.queued = static_cast<int64_t>(queued_.size());
@@ -486,6 +475,13 @@ JobManager::ActiveCounts JobManagerImpl::CountActive() const {
     }
   }
   return counts;
+}
+
+std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
+                                          std::unique_ptr<store::JobStore> store,
+                                          AgentFactory make_agent, const Clock* clock) {
+  return std::make_unique<JobManagerImpl>(io, std::move(options), std::move(store),
+                                          std::move(make_agent), clock);
 }
 
 }  // namespace fp8d::core
