@@ -81,6 +81,15 @@ class JobManager {
   // Path of a rank's log for GetJobLogs (attempt 0 = current), NOT_FOUND if none yet.
   virtual void LogPath(const std::string& name, int rank, int attempt,
                        std::function<void(StatusOr<std::string>, bool job_terminal)> done) = 0;
+
+  // How many jobs wait for slots (QUEUED) and how many hold them (STARTING, RUNNING,
+  // CANCELLING), read from the in-memory view: cheap enough for a status line every second
+  // (systemd's STATUS=).
+  struct ActiveCounts {
+    int64_t queued = 0;
+    int64_t running = 0;
+  };
+  virtual ActiveCounts CountActive() const = 0;
 };
 
 // The manager is the agent's listener, so it builds the agent itself through `make_agent`.

@@ -42,6 +42,7 @@
 #include "daemon/core/job_manager.h"
 #include "daemon/server/server_config.h"
 #include "daemon/server/unix_listener.h"
+#include "daemon/server/systemd_notify.h"
 #include "daemon/store/job_store.h"
 
 namespace {
@@ -204,7 +205,13 @@ int Run(const ServerConfig& config) {
         return fp8d::agent::NewLocalAgent(agent_options, listener);
       },
       &clock);
+  // STATUS= is read on io, where the manager lives.
+  fp8d::server::SystemdNotifier notifier(io, [&manager] {
+    const fp8d::core::JobManager::ActiveCounts counts = manager->CountActive();
+    return fmt::format("jobs: {} running, {} queued", counts.running, counts.queued);
+  });
   std::thread io_thread([&io] { io.run(); });
+  notifier.Start();
 
   fp8d::api::JobServiceOptions service_options;
   service_options.isolation.run_as_owner = config.run_jobs_as_owner && geteuid() == 0;
@@ -221,6 +228,7 @@ int Run(const ServerConfig& config) {
   if (on_unix) {
     if (fp8::Status s = unix_listener.Bind(config.listen.substr(5)); !s.ok()) {
       spdlog::error("{}", s.message());
+      notifier.Stop();
       work.reset();
       io.stop();
       io_thread.join();
@@ -240,6 +248,7 @@ int Run(const ServerConfig& config) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!on_unix && port == 0)) {
     spdlog::error("--listen {}: could not bind", config.listen);
+    notifier.Stop();
     work.reset();
     io.stop();
     io_thread.join();
@@ -267,6 +276,7 @@ int Run(const ServerConfig& config) {
       unix_listener.Stop();
       server->Shutdown(std::chrono::system_clock::now());
       service.Stop();
+      notifier.Stop();
       work.reset();
       io.stop();
       io_thread.join();
@@ -292,6 +302,7 @@ int Run(const ServerConfig& config) {
       ready = true;
       health->SetServingStatus(true);
       health->SetServingStatus("fp8d.v1.JobService", true);
+      notifier.Ready();  // the same moment as SERVING
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - start_time).count();
       spdlog::info("recovery finished in {} ms; SERVING", ms);
@@ -312,6 +323,7 @@ int Run(const ServerConfig& config) {
     }
   }
   spdlog::info("signal {}: shutting down (workers keep running)", sig);
+  notifier.Stopping();
 
   service.SetReady(false);
   health->SetServingStatus(false);
@@ -326,6 +338,7 @@ int Run(const ServerConfig& config) {
     spdlog::error("manager shutdown timed out after 30 s");
     exit_code = 1;
   }
+  notifier.Stop();
   work.reset();
   io.stop();
   io_thread.join();
