@@ -55,8 +55,11 @@ std::string AbsolutePath(const std::string& path) {
   return ec ? path : abs.lexically_normal().string();
 }
 
+// The attempt's own files (attempt dir, spec.json, rank files) are the controller's: failing
+// to write them (a full disk, say) is not the job's fault. UNAVAILABLE tells the manager to
+// retry without counting an attempt.
 Status ErrnoStatus(const std::string& what, int err) {
-  return fp8::InternalError(what + ": " + std::strerror(err));
+  return fp8::UnavailableError(what + ": " + std::strerror(err));
 }
 
 // Creates (or empties) a file the child will open for appending.
@@ -162,13 +165,24 @@ class LocalAgent final : public Agent {
 
   StatusOr<std::vector<RankProcess>> Launch(const LaunchRequest& request) override;
   Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
-               const std::vector<RankProcess>& ranks) override;
+               const std::vector<RankProcess>& ranks) override {
+    return AdoptRanks(job_id, attempt, attempt_dir, ranks, /*recovery=*/false);
+  }
+  Status AdoptForRecovery(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                          const std::vector<RankProcess>& ranks) override {
+    return AdoptRanks(job_id, attempt, attempt_dir, ranks, /*recovery=*/true);
+  }
+  StatusOr<std::vector<FoundWorker>> FindWorkers() override { return FindWorkerProcesses(); }
   void Signal(const std::string& job_id, int attempt, int sig) override;
   void Stop() override;
 
  private:
+  // `recovery`: gone ranks are observed as exited instead of refusing the whole attempt.
+  Status AdoptRanks(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                    const std::vector<RankProcess>& ranks, bool recovery);
   Status ValidateLaunch(const LaunchRequest& request) const;
   std::map<std::string, std::string> RankEnvironment(const LaunchRequest& request, int rank) const;
+  StatusOr<std::vector<FoundWorker>> FindWorkerProcesses();
   void ObserveLoop();
   void PollOnce();
   // Under mu_: updates rank.gone / rank.exit.
@@ -263,7 +277,7 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
   }
   std::error_code ec;
   fs::create_directories(request.attempt_dir + "/rendezvous", ec);
-  if (ec) return fp8::InternalError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
+  if (ec) return fp8::UnavailableError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
   const std::string spec_path = request.attempt_dir + "/spec.json";
   FP8_RETURN_IF_ERROR(WriteFileAtomically(spec_path, request.spec_json));
 
@@ -326,16 +340,19 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
   return out;
 }
 
-Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
-                         const std::vector<RankProcess>& ranks) {
+Status LocalAgent::AdoptRanks(const std::string& job_id, int attempt,
+                              const std::string& attempt_dir,
+                              const std::vector<RankProcess>& ranks, bool recovery) {
   if (ranks.empty()) return fp8::InvalidArgumentError("ranks: nothing to adopt");
   const AttemptKey key{job_id, attempt};
   std::vector<std::shared_ptr<RankState>> adopted;
+  bool any_alive = false, any_events = false;
   for (const RankProcess& rp : ranks) {
     // Opened before the start-time check: if the check passes, the pidfd names that process
     // and not a later holder of the pid.
-    int pidfd = OpenPidFd(rp.pid);
-    if (!ProcessMatches(rp.pid, rp.start_time)) {
+    int pidfd = rp.pid > 0 ? OpenPidFd(rp.pid) : -1;
+    const bool alive = rp.pid > 0 && ProcessMatches(rp.pid, rp.start_time);
+    if (!alive && !recovery) {
       if (pidfd >= 0) ::close(pidfd);
       ProcStat now = ReadProcStat(rp.pid);
       std::string why = !now.exists ? "is gone"
@@ -347,19 +364,38 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
                                 " rank " + std::to_string(rp.rank) + ": pid " +
                                 std::to_string(rp.pid) + " " + why);
     }
+    if (!alive && pidfd >= 0) {
+      ::close(pidfd);
+      pidfd = -1;
+    }
     auto state = std::make_shared<RankState>();
     state->job_id = job_id;
     state->attempt = attempt;
     state->rank = rp.rank;
-    state->pid = rp.pid;
-    state->start_time = rp.start_time;
+    // A gone rank keeps no pid: nothing may ever be signalled through it.
+    state->pid = alive ? rp.pid : 0;
+    state->start_time = alive ? rp.start_time : 0;
     state->our_child = false;
     state->pidfd = pidfd;
     state->reader = std::make_unique<EventFileReader>(RankFile(AbsolutePath(attempt_dir), rp.rank, ".events"),
                                                       rp.events_offset);
-    FP8_RETURN_IF_ERROR(state->reader->Open());
+    Status opened = state->reader->Open();
+    if (opened.ok()) {
+      any_events = true;
+    } else if (!(recovery && !alive && opened.code() == fp8::StatusCode::kNotFound)) {
+      // A gone rank without an events file was never started: its exit is delivered with no
+      // events. Anything else (a live rank without its file, a file shorter than the offset)
+      // cannot be observed correctly.
+      return opened;
+    }
+    any_alive = any_alive || alive;
     WatchEvents(*state);
     adopted.push_back(std::move(state));
+  }
+  if (recovery && !any_alive && !any_events) {
+    for (auto& r : adopted) UnwatchEvents(*r);
+    return fp8::NotFoundError("job " + job_id + " attempt " + std::to_string(attempt) +
+                              ": no rank is alive and no rank wrote an events file");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return fp8::FailedPreconditionError("agent is stopped");
@@ -370,6 +406,36 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   attempts_[key] = std::move(adopted);
   Wake();
   return fp8::OkStatus();
+}
+
+StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
+  std::vector<FoundWorker> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string pid_text = entry.path().filename().string();
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t pid = std::stoll(pid_text);
+    // Every rank leads its own process group; its helpers (same environment) do not.
+    ProcStat st = ReadProcStat(pid);
+    if (!st.exists || st.zombie || st.pgrp != pid) continue;
+    auto env = ReadProcEnviron(pid);
+    auto rendezvous = env.find("FP8D_RENDEZVOUS_DIR");
+    auto rank = env.find("FP8D_RANK");
+    if (rendezvous == env.end() || rank == env.end()) continue;
+    const std::string suffix = "/rendezvous";
+    const std::string& dir = rendezvous->second;
+    if (dir.size() <= suffix.size() || dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    FoundWorker w;
+    w.attempt_dir = dir.substr(0, dir.size() - suffix.size());
+    w.process.rank = std::atoi(rank->second.c_str());
+    w.process.pid = pid;
+    w.process.start_time = st.start_time;
+    found.push_back(std::move(w));
+  }
+  if (ec) return fp8::InternalError("listing /proc: " + ec.message());
+  return found;
 }
 
 void LocalAgent::Signal(const std::string& job_id, int attempt, int sig) {

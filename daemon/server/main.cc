@@ -32,6 +32,7 @@
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/job_service.h"
 #include "daemon/core/job_manager.h"
+#include "daemon/server/data_dir_lock.h"
 #include "daemon/server/server_config.h"
 #include "daemon/store/job_store.h"
 
@@ -79,6 +80,11 @@ int Run(const ServerConfig& config) {
     return 1;
   }
   const std::string data_dir = fs::absolute(config.data_dir).lexically_normal().string();
+  // Before anything reads or writes the data dir: a second daemon touches nothing.
+  if (fp8::Status locked = fp8d::server::LockDataDir(data_dir); !locked.ok()) {
+    spdlog::error("{}", locked.message());
+    return 1;
+  }
 
   // Workers inherit fp8d's environment (design §4), so worker_env goes there.
   for (const auto& [key, value] : config.worker_env) setenv(key.c_str(), value.c_str(), 1);
@@ -131,10 +137,14 @@ int Run(const ServerConfig& config) {
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   // Per-call bookkeeping for a channelz service fp8d does not register.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind the same port and take
+  // half the connections: a port in use must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (config.listen.rfind("unix:", 0) != 0 && port == 0)) {
-    spdlog::error("--listen {}: could not bind", config.listen);
+    spdlog::error("--listen {}: could not bind (is the address in use by another process?)",
+                  config.listen);
     work.reset();
     io.stop();
     io_thread.join();
