@@ -65,8 +65,8 @@ TEST(Checkpoint, StartUpRemovesStaleTemporaryDirectoriesOnly) {
   const std::string ckpt = dir + "/checkpoints";
   const std::string dead = std::to_string(DeadPid());
   const std::string live = std::to_string(::getppid());  // the test runner's parent lives on
-  for (const std::string& name : {".step-5.tmp-" + dead, ".step-6.old-" + dead,
-                                  ".step-7.tmp-" + live, "step-4", ".step-x.tmp-abc"}) {
+  for (const std::string& name : std::vector<std::string>{".step-5.tmp-" + dead, ".step-6.old-" + dead,
+                                  ".step-7.tmp-" + live, std::string("step-4"), std::string(".step-x.tmp-abc")}) {
     fs::create_directories(ckpt + "/" + name);
   }
   ASSERT_TRUE(PrepareCheckpointDir(ckpt).ok());
