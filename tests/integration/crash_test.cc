@@ -230,6 +230,35 @@ TEST_F(CrashTest, OutOfMemoryTwiceAtTheSameStepIsNotRetriedAgain) {
   EXPECT_EQ(job->attempts(1).failure_step(), 7);
 }
 
+// An output dir the worker cannot create is a bad spec, found at start: FAILED on attempt 1
+// with INVALID_SPEC, instead of three attempts that each fail at their first checkpoint.
+TEST_F(CrashTest, UnwritableOutputDirIsInvalidSpecAtStart) {
+  if (!std::filesystem::exists(RealWorkerPath())) GTEST_SKIP() << RealWorkerPath() << " not built";
+  const std::string corpus = std::string(FP8D_SOURCE_DIR) + "/data/corpus.txt";
+  const std::string data = tmp_.path() + "/tokens";
+  ProcessResult prep = RunProcess({RealWorkerPath(), "prepare-data", "--text", corpus, "--out", data});
+  ASSERT_EQ(prep.exit_code, 0) << prep.err;
+  std::filesystem::create_directories(tmp_.path() + "/out");
+  { std::ofstream(tmp_.path() + "/out/a-file") << "not a directory"; }
+
+  DaemonOptions options;
+  options.worker = RealWorkerPath();
+  options.cpu_slots = 1;
+  StartDaemon(options);
+  Job spec = TestTrainJob(tmp_.path() + "/out/a-file/run", 20, 10);
+  spec.mutable_train()->mutable_data()->set_train(data + "/train_*.bin");
+  auto created = client().CreateJob(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(300));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::FAILED);
+  EXPECT_EQ(job->attempt(), 1);
+  EXPECT_EQ(job->error().failure_class(), fp8d::v1::INVALID_SPEC);
+  // Reported by the worker (rank 0), not refused by the controller.
+  EXPECT_NE(job->error().message().find("rank 0: output_dir: cannot create"), std::string::npos)
+      << job->error().message();
+}
+
 // Records every version a WatchJob stream delivers, on a thread of its own.
 class Watcher {
  public:
