@@ -9,6 +9,11 @@
 // than up to a poll interval later (WatchJob latency). Because one thread
 // delivers everything, a rank's events arrive in file order and its exit strictly after its
 // last event. The listener is called without the agent's lock held, so it may call Signal.
+//
+// After a controller restart, FindWorkers finds the ranks it started by their environment
+// (each rank leads its own process group and carries FP8D_RENDEZVOUS_DIR and FP8D_RANK), and
+// AdoptForRecovery observes a rank that is already gone as exited, so the rest of its events
+// file is still read and delivered.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,10 +30,12 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "daemon/agent/agent.h"
@@ -435,6 +442,17 @@ StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
     found.push_back(std::move(w));
   }
   if (ec) return fp8::InternalError("listing /proc: " + ec.message());
+  // A helper that made itself a group leader (setsid) carries the rank's environment too; the
+  // rank itself started first.
+  std::sort(found.begin(), found.end(), [](const FoundWorker& a, const FoundWorker& b) {
+    return std::tie(a.attempt_dir, a.process.rank, a.process.start_time) <
+           std::tie(b.attempt_dir, b.process.rank, b.process.start_time);
+  });
+  found.erase(std::unique(found.begin(), found.end(),
+                          [](const FoundWorker& a, const FoundWorker& b) {
+                            return a.attempt_dir == b.attempt_dir && a.process.rank == b.process.rank;
+                          }),
+              found.end());
   return found;
 }
 

@@ -11,9 +11,9 @@
 // no RUNNING → QUEUED edge) with no backoff; a CANCELLING job is simply CANCELLED. Live workers
 // of this data dir that no recovered attempt owns are killed.
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <map>
-#include <csignal>
 #include <utility>
 
 #include <google/protobuf/util/time_util.h>
