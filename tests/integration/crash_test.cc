@@ -328,10 +328,11 @@ std::string FillUp(const std::string& dir) {
 }
 
 // ENOSPC on the store (the data dir on a small tmpfs; jobs/ and the log elsewhere, so only the
-// database runs out of space). Job A finishes while the disk is full, which also places job B
-// (QUEUED → STARTING, the launch intent): neither write commits. Watchers must not see those
-// states, GetJob keeps the durable ones, B's workers must not start, and once space returns
-// everything converges.
+// database runs out of space). While the disk is full: job A finishes (RUNNING → SUCCEEDED),
+// job B's ranks report `started` (STARTING → RUNNING) and then finish, and A's slot goes to
+// job C (QUEUED → STARTING, the launch intent). None of these writes commits. Watchers must
+// not see those states, GetJob keeps the durable ones, C's workers must not start, and once
+// space returns everything converges.
 TEST_F(CrashTest, StoreOutOfSpaceAtTransitionsPublishesOnlyWhatIsDurable) {
   if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
   const std::string mnt = tmp_.path() + "/small";
@@ -353,50 +354,65 @@ TEST_F(CrashTest, StoreOutOfSpaceAtTransitionsPublishesOnlyWhatIsDurable) {
   std::filesystem::create_symlink(tmp_.path() + "/fp8d.log", data_dir + "/fp8d.log");
 
   DaemonOptions options;
-  options.cpu_slots = 1;
-  options.env = {{"FP8_TEST_STEP_MS", "50"}, {"FP8_TEST_STEP_LOG", "1"}};
+  options.cpu_slots = 2;
+  // Every worker sleeps 1.5 s before `started`: time to fill the disk after B's launch.
+  options.env = {{"FP8_TEST_STEP_MS", "50"}, {"FP8_TEST_STEP_LOG", "1"},
+                 {"FP8_TEST_START_DELAY_MS", "1500"}};
   daemon_ = std::make_unique<Daemon>(data_dir, options);
   ASSERT_TRUE(daemon_->Start().ok());
 
-  auto a = client().CreateJob(TestTrainJob(Out("a"), 40));
+  auto a = client().CreateJob(TestTrainJob(Out("a"), 30));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(WaitState(client(), a->name(), fp8d::v1::RUNNING).ok());
   auto b = client().CreateJob(TestTrainJob(Out("b"), 5));
   ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto c = client().CreateJob(TestTrainJob(Out("c"), 5));  // queued: both slots are taken
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string b_events =
+      tmp_.path() + "/jobs/" + b->name().substr(5) + "/attempt-1/rank-0.events";
+  ASSERT_TRUE(PollUntil([&] { return std::filesystem::exists(b_events); }));
   Watcher watch_a(*daemon_, a->name());
   Watcher watch_b(*daemon_, b->name());
-
+  Watcher watch_c(*daemon_, c->name());
   const std::string filler = FillUp(mnt);
-  // A's worker ends (its events go to jobs/, on another disk); its SUCCEEDED cannot commit.
-  ASSERT_TRUE(PollUntil([&] { return ReadSteps(Out("a") + "/steps.log").size() == 40; }));
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_TRUE(PollUntil([&] { return watch_b.Saw(fp8d::v1::STARTING); }));
+  // No write can commit, and nothing new was published: B's `started` is still to come.
+  EXPECT_FALSE(watch_b.Saw(fp8d::v1::RUNNING)) << "B's RUNNING was durable before the disk filled";
+
+  // The workers' events go to jobs/, on another disk: A and B run to their end.
+  ASSERT_TRUE(PollUntil([&] { return ReadSteps(Out("a") + "/steps.log").size() == 30; }));
+  ASSERT_TRUE(PollUntil([&] { return ReadSteps(Out("b") + "/steps.log").size() == 5; }));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   auto get_a = client().GetJob(a->name());
   auto get_b = client().GetJob(b->name());
-  ASSERT_TRUE(get_a.ok() && get_b.ok());
+  auto get_c = client().GetJob(c->name());
+  ASSERT_TRUE(get_a.ok() && get_b.ok() && get_c.ok());
   EXPECT_EQ(get_a->state(), fp8d::v1::RUNNING);
-  EXPECT_EQ(get_b->state(), fp8d::v1::QUEUED);
+  EXPECT_EQ(get_b->state(), fp8d::v1::STARTING);
+  EXPECT_EQ(get_c->state(), fp8d::v1::QUEUED);
   EXPECT_FALSE(watch_a.Saw(fp8d::v1::SUCCEEDED));
-  EXPECT_FALSE(watch_b.Saw(fp8d::v1::STARTING));
-  EXPECT_FALSE(std::filesystem::exists(Out("b") + "/steps.log")) << "B launched on an intent not durable";
+  EXPECT_FALSE(watch_b.Saw(fp8d::v1::RUNNING));
+  EXPECT_FALSE(watch_c.Saw(fp8d::v1::STARTING));
+  EXPECT_FALSE(std::filesystem::exists(Out("c") + "/steps.log")) << "C launched on an intent not durable";
   auto cancel = client().CancelJob(a->name());
   EXPECT_EQ(cancel.status().code(), fp8::StatusCode::kUnavailable) << cancel.status().ToString();
   EXPECT_NE(daemon_->Log().find("persisting version"), std::string::npos)
       << "the store never failed a write: the test did not exercise ENOSPC";
 
   std::filesystem::remove(filler);  // space returns
-  auto final_a = WaitTerminal(client(), a->name());
-  auto final_b = WaitTerminal(client(), b->name());
-  ASSERT_TRUE(final_a.ok() && final_b.ok());
-  EXPECT_EQ(final_a->state(), fp8d::v1::SUCCEEDED);
-  EXPECT_EQ(final_b->state(), fp8d::v1::SUCCEEDED);
-  EXPECT_EQ(final_a->attempt(), 1);
-  EXPECT_EQ(final_b->attempt(), 1);
-  watch_a.Join();
-  watch_b.Join();
-  ExpectHistoryAgrees(*final_a, watch_a.Seen());
-  ExpectHistoryAgrees(*final_b, watch_b.Seen());
+  for (const auto& job : {a, b, c}) {
+    auto final_job = WaitTerminal(client(), job->name());
+    ASSERT_TRUE(final_job.ok()) << final_job.status().ToString();
+    EXPECT_EQ(final_job->state(), fp8d::v1::SUCCEEDED) << job->name();
+    EXPECT_EQ(final_job->attempt(), 1) << job->name();
+  }
+  for (auto* w : {&watch_a, &watch_b, &watch_c}) w->Join();
+  ExpectHistoryAgrees(*WaitTerminal(client(), a->name()), watch_a.Seen());
+  ExpectHistoryAgrees(*WaitTerminal(client(), b->name()), watch_b.Seen());
+  ExpectHistoryAgrees(*WaitTerminal(client(), c->name()), watch_c.Seen());
   EXPECT_TRUE(watch_a.Saw(fp8d::v1::SUCCEEDED));
-  EXPECT_TRUE(watch_b.Saw(fp8d::v1::SUCCEEDED));
+  EXPECT_TRUE(watch_b.Saw(fp8d::v1::RUNNING));
+  EXPECT_TRUE(watch_c.Saw(fp8d::v1::SUCCEEDED));
   daemon_.reset();  // before the tmpfs goes
 }
 
