@@ -70,6 +70,9 @@ struct WorkerExit {
   int exit_code = -1;
   int signal = 0;
   bool adopted = false;
+  // AdoptForRecovery: the rank has neither a process nor an events file, so it was never
+  // started (the controller stopped part-way through launching the attempt).
+  bool never_started = false;
 };
 
 class AgentListener {

@@ -135,6 +135,7 @@ struct RankState {
   int64_t pid = 0;
   uint64_t start_time = 0;
   bool our_child = false;  // started by this agent: reap it; else watch /proc
+  bool never_started = false;  // recovery: no process and no events file
   std::unique_ptr<EventFileReader> reader;
   // Readable once the process has exited. Only the observer thread touches it after the
   // rank is registered; `pidfd_fired` keeps a readable one out of later poll sets.
@@ -389,10 +390,13 @@ Status LocalAgent::AdoptRanks(const std::string& job_id, int attempt,
     Status opened = state->reader->Open();
     if (opened.ok()) {
       any_events = true;
-    } else if (!(recovery && !alive && opened.code() == fp8::StatusCode::kNotFound)) {
+    } else if (recovery && !alive && opened.code() == fp8::StatusCode::kNotFound) {
       // A gone rank without an events file was never started: its exit is delivered with no
-      // events. Anything else (a live rank without its file, a file shorter than the offset)
-      // cannot be observed correctly.
+      // events, marked so.
+      state->never_started = true;
+    } else {
+      // A live rank without its file, or a file shorter than the offset, cannot be observed
+      // correctly.
       return opened;
     }
     any_alive = any_alive || alive;
@@ -566,6 +570,7 @@ void LocalAgent::CheckGoneLocked(RankState& r) {
     r.exit.exit_code = -1;
     r.exit.signal = 0;
     r.exit.adopted = true;
+    r.exit.never_started = r.never_started;
     return;
   }
   const pid_t pid = static_cast<pid_t>(r.pid);

@@ -175,7 +175,14 @@ void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
 
   if (!run.finished && e->job.state() != fp8d::v1::CANCELLING && !IsTerminal(e->job.state())) {
     const std::string who = "rank " + std::to_string(ex.rank);
-    if (ex.adopted) {
+    if (ex.never_started) {
+      // The controller stopped part-way through launching the attempt: the job did nothing
+      // wrong. Its other ranks are stopped and the attempt is retried without counting.
+      --e->counted_attempts;
+      FailAttempt(*e, fp8d::v1::CONTROLLER_RESTART,
+                  who + " was never started (the controller stopped while launching the "
+                        "attempt); not counted as an attempt");
+    } else if (ex.adopted) {
       // Not our child: the exit status is unknowable, the events are the verdict.
       if (!rank.done) FailAttempt(*e, fp8d::v1::WORKER_CRASH, who + " exited without reporting done");
     } else if (ex.signal != 0) {

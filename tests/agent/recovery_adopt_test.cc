@@ -74,6 +74,27 @@ TEST_F(AgentTest, RecoveryAdoptReadsAGoneRankToTheEndAndAdoptsTheLiveOne) {
   for (const auto& r : *ranks) Reap(r.pid);
 }
 
+TEST_F(AgentTest, RecoveryAdoptMarksARankWithoutProcessOrEventsFileAsNeverStarted) {
+  RecordingListener first_listener;
+  auto first = NewAgent(&first_listener);
+  // One rank was launched before the controller "died"; the attempt was to have two.
+  LaunchRequest req = Request("job-half", 1, {{"FP8_TEST_MODE", "hang_after_start"}});
+  auto ranks = LaunchTracked(*first, req);
+  ASSERT_TRUE(ranks.ok());
+  ASSERT_TRUE(first_listener.WaitForEventType("job-half", 0, "started"));
+  first->Stop();
+  auto second = NewAgent(&listener_);
+  std::vector<RankProcess> saved = {(*ranks)[0], RankProcess{1, 0, 0, 0}};
+  ASSERT_TRUE(second->AdoptForRecovery("job-half", 1, req.attempt_dir, saved).ok());
+  ASSERT_TRUE(listener_.WaitForExit("job-half", 1, 1));
+  EXPECT_TRUE(listener_.Exit("job-half", 1)->never_started);
+  EXPECT_FALSE(listener_.Exit("job-half", 0).has_value()) << "the live rank was not adopted";
+  second->Signal("job-half", 1, SIGKILL);
+  ASSERT_TRUE(listener_.WaitForExit("job-half", 1, 0));
+  EXPECT_FALSE(listener_.Exit("job-half", 0)->never_started);
+  Reap((*ranks)[0].pid);
+}
+
 TEST_F(AgentTest, RecoveryAdoptOfAnAttemptThatNeverSpawnedIsNotFound) {
   auto agent = NewAgent(&listener_);
   std::vector<RankProcess> never = {RankProcess{0, 0, 0, 0}, RankProcess{1, 0, 0, 0}};

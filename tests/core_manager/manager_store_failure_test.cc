@@ -1,6 +1,8 @@
 // A store that refuses writes (a full disk): a state change is published and acted on only once
 // its write has committed; the write is retried until it does; controller-side launch errors
 // do not count as attempts.
+#include <csignal>
+
 #include "daemon/core/job_fields.h"
 #include "tests/core_manager/manager_harness.h"
 
@@ -81,6 +83,36 @@ TEST_F(ManagerTest, AControllerSideLaunchErrorIsRetriedWithoutCountingAnAttempt)
   ASSERT_EQ(job.attempts_size(), 2);
   EXPECT_TRUE(job.attempts(0).controller_fault());
   EXPECT_FALSE(job.attempts(1).controller_fault());
+}
+
+TEST_F(ManagerTest, ARankNeverStartedAfterARestartIsRetriedWithoutCountingAnAttempt) {
+  StartManager();
+  Job spec = TrainJob(2);
+  spec.mutable_retry()->set_max_attempts(1);
+  auto created = Create(spec);
+  ASSERT_TRUE(created.ok());
+  const std::string name = created->name();
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  Emit(name, 1, 0, {{"type", "started"}});
+  // What recovery's adopt reports for a rank with neither a process nor an events file.
+  agent::WorkerExit never;
+  never.job_id = JobIdOf(name);
+  never.attempt = 1;
+  never.rank = 1;
+  never.adopted = true;
+  never.never_started = true;
+  agent_->listener->OnWorkerExit(never);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT)) << "max_attempts 1, but this one must not count";
+  EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::CONTROLLER_RESTART);
+  ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGTERM); })) << "rank 0 was left running";
+  Exit(name, 1, 0, -1, SIGTERM);
+  clock_.Advance(1000);
+  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  Emit(name, 2, 0, {{"type", "started"}});
+  Emit(name, 2, 1, {{"type", "started"}});
+  ASSERT_TRUE(WaitState(name, fp8d::v1::RUNNING));
+  FinishAttempt(name, 2, 2);
+  ASSERT_TRUE(WaitState(name, fp8d::v1::SUCCEEDED));
 }
 
 TEST_F(ManagerTest, OutOfMemoryAtTheSameStepTwiceIsPermanent) {
