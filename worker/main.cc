@@ -2,6 +2,7 @@
 // the human log on stderr.
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "worker/common/events.h"
@@ -42,7 +43,22 @@ void Usage() {
 }
 }  // namespace
 
+int Dispatch(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return Dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // Out of memory is its own failure class: the daemon retries it once and stops when a
+    // second attempt runs out at the same step (the shape does not fit).
+    std::fprintf(stderr, "fp8-worker: out of memory\n");
+    fp8::worker::EventWriter events;
+    events.Emit("error", {{"class", "RESOURCE_EXHAUSTED"}, {"message", "out of memory (std::bad_alloc)"}});
+    return fp8::worker::kExitTemporary;
+  }
+}
+
+int Dispatch(int argc, char** argv) {
   if (argc < 2) {
     Usage();
     return fp8::worker::kExitInvalidSpec;

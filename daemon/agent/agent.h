@@ -83,6 +83,9 @@ struct WorkerExit {
   int exit_code = -1;
   int signal = 0;
   bool adopted = false;
+  // AdoptForRecovery: the rank has neither a process nor an events file, so it was never
+  // started (the controller stopped part-way through launching the attempt).
+  bool never_started = false;
 };
 
 class AgentListener {
@@ -104,6 +107,29 @@ class Agent {
   // start time differs (pid reused); then nothing is adopted.
   virtual Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
                        const std::vector<RankProcess>& ranks) = 0;
+  // Recovery's adopt, after a controller restart: a rank whose process is alive is adopted as
+  // Adopt does; a rank whose process is gone (pid 0, exited, or reused) is observed as already
+  // exited, so its events file is read on from its offset to the end before its exit is
+  // delivered (adopted = true): a worker that finished, crashed or checkpointed while the
+  // controller was down is judged by what it wrote. NOT_FOUND, adopting nothing, when no rank
+  // is alive and no rank's events file exists (the attempt's workers were never started).
+  // Agents that cannot read a finished rank's events fall back to Adopt.
+  virtual Status AdoptForRecovery(const std::string& job_id, int attempt,
+                                  const std::string& attempt_dir,
+                                  const std::vector<RankProcess>& ranks) {
+    return Adopt(job_id, attempt, attempt_dir, ranks);
+  }
+  // Every live worker process this agent started, found without saved pids (a controller
+  // killed between spawning workers and saving their pids), so recovery can adopt them or
+  // kill them. `attempt_dir` is the absolute attempt dir given at launch. UNIMPLEMENTED where
+  // the agent cannot search.
+  struct FoundWorker {
+    std::string attempt_dir;
+    RankProcess process;  // events_offset 0
+  };
+  virtual StatusOr<std::vector<FoundWorker>> FindWorkers() {
+    return fp8::UnimplementedError("this agent cannot search for workers");
+  }
   // Sends `sig` to the process group of every live rank of the attempt.
   virtual void Signal(const std::string& job_id, int attempt, int sig) = 0;
   // Stops observing (the daemon's SIGTERM path): workers keep running.

@@ -107,12 +107,26 @@ ProcStat ReadProcStat(int64_t pid) {
   // After ')': field 3 (state) is index 0, field 22 (starttime) is index 19.
   for (int i = 0; i <= 19 && fields >> field; ++i) {
     if (i == 0) st.zombie = (field == "Z" || field == "X" || field == "x");
+    if (i == 2) st.pgrp = std::strtoll(field.c_str(), nullptr, 10);
     if (i == 19) {
       st.exists = true;
       st.start_time = std::strtoull(field.c_str(), nullptr, 10);
     }
   }
   return st;
+}
+
+std::map<std::string, std::string> ReadProcEnviron(int64_t pid) {
+  std::map<std::string, std::string> env;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  if (!in) return env;
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
 }
 
 uint64_t ProcessStartTime(int64_t pid) { return ReadProcStat(pid).start_time; }

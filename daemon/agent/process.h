@@ -58,8 +58,13 @@ fp8::Status GiveTo(const RunAs& run_as, const std::vector<std::string>& paths, u
 struct ProcStat {
   bool exists = false;
   bool zombie = false;        // exited but not yet reaped by its parent: not alive
+  int64_t pgrp = 0;           // field 5: the process group id
   uint64_t start_time = 0;    // field 22 of /proc/<pid>/stat (clock ticks since boot)
 };
 ProcStat ReadProcStat(int64_t pid);
+
+// The environment a process was started with (/proc/<pid>/environ; needs the same uid or
+// root). Empty when unreadable.
+std::map<std::string, std::string> ReadProcEnviron(int64_t pid);
 
 }  // namespace fp8d::agent

@@ -232,10 +232,23 @@ Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& lab
   return OkStatus();
 }
 
+// A duration that is set (non-zero) must reach `floor_ns`: a 1 ns heartbeat timeout cannot be
+// met by any worker, and rounding it to "unset" would silently mean the default.
+Status AtLeast(std::string_view field, const google::protobuf::Duration& d, int64_t floor_ns,
+               const char* floor_text) {
+  const int64_t ns = DurationNanos(d);
+  if (ns > 0 && ns < floor_ns) {
+    return Bad(field, std::string("must be 0 (the default) or at least ") + floor_text);
+  }
+  return OkStatus();
+}
+
 Status ValidateRetry(const fp8d::v1::RetryPolicy& r) {
   FP8_RETURN_IF_ERROR(InRange("job.retry.max_attempts", r.max_attempts(), 0, kMaxAttempts));
   FP8_RETURN_IF_ERROR(ValidDuration("job.retry.initial_backoff", r.initial_backoff()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.retry.max_backoff", r.max_backoff()));
+  FP8_RETURN_IF_ERROR(AtLeast("job.retry.initial_backoff", r.initial_backoff(), 10'000'000, "10ms"));
+  FP8_RETURN_IF_ERROR(AtLeast("job.retry.max_backoff", r.max_backoff(), 10'000'000, "10ms"));
   if (r.has_initial_backoff() && r.has_max_backoff() &&
       DurationNanos(r.max_backoff()) > 0 &&
       DurationNanos(r.max_backoff()) < DurationNanos(r.initial_backoff())) {
@@ -255,6 +268,10 @@ Status ValidateTimeouts(const fp8d::v1::Timeouts& t) {
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.attempt_deadline", t.attempt_deadline()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.heartbeat_timeout", t.heartbeat_timeout()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.progress_timeout", t.progress_timeout()));
+  constexpr int64_t kSecond = 1'000'000'000;
+  FP8_RETURN_IF_ERROR(AtLeast("job.timeouts.attempt_deadline", t.attempt_deadline(), kSecond, "1s"));
+  FP8_RETURN_IF_ERROR(AtLeast("job.timeouts.heartbeat_timeout", t.heartbeat_timeout(), kSecond, "1s"));
+  FP8_RETURN_IF_ERROR(AtLeast("job.timeouts.progress_timeout", t.progress_timeout(), kSecond, "1s"));
   return OkStatus();
 }
 

@@ -339,6 +339,13 @@ void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
     GetJob(std::move(r), done);
   };
 
+  if (e->write_failures > 0) {
+    // Its last state change is not durable yet (the store refuses writes): answering from the
+    // state in memory could contradict what GetJob says.
+    done(fp8::UnavailableError(name + ": its state cannot be written to the store right now (" +
+                               e->write_error + "); retry shortly"));
+    return;
+  }
   switch (e->job.state()) {
     case fp8d::v1::QUEUED:
     case fp8d::v1::RETRY_WAIT: {

@@ -54,8 +54,10 @@ class JobManager {
   virtual ~JobManager() = default;
 
   // Start-up recovery (design §3, issue: before SERVING): loads active jobs, re-adopts live
-  // workers, requeues attempts whose workers died while the daemon was down (not counted
-  // against max_attempts), then starts scheduling. `done` runs once recovery is finished.
+  // workers (found by their environment if their pids were never saved), judges workers that
+  // ended while the daemon was down by the rest of their events, kills workers no active
+  // attempt owns, requeues attempts that never spawned (not counted against max_attempts),
+  // then starts scheduling. `done` runs once recovery is finished.
   virtual void Start(std::function<void(Status)> done) = 0;
   // Stops timers and the agent's observation; leaves workers running; flushes the store.
   virtual void Shutdown(std::function<void()> done) = 0;

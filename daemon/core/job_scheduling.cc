@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/core/failpoint.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
 #include "daemon/core/job_manager_impl.h"
@@ -138,7 +139,11 @@ void JobManagerImpl::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& s
       e, fp8d::v1::STARTING,
       "attempt " + std::to_string(number) + " placed on " + where +
           (resumed.empty() ? "" : "; resuming from " + resumed),
-      [this, name, number](Status) { Launch(name, number); },
+      [this, name, number](Status st) {
+        if (!st.ok()) return;
+        Failpoint("after_intent");
+        Launch(name, number);
+      },
       [name, record](store::JobStore& s) { return s.PutAttempt(name, record); });
 }
 
@@ -186,6 +191,7 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
   launcher_->Post([this, alive, request = std::move(request), name, number] {
     auto result = std::make_shared<StatusOr<std::vector<agent::RankProcess>>>(
         agent_->Launch(request));
+    if (result->ok()) Failpoint("after_spawn");
     boost::asio::post(io_, [this, alive, name, number, result] {
       if (!alive.expired()) OnLaunched(name, number, std::move(*result));
     });
@@ -201,8 +207,18 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
     spdlog::error("{}: launching attempt {} failed: {}", name, number, result.status().ToString());
     for (RankRun& r : run.ranks) r.exited = true;  // the agent started none (or reaped them)
     if (!run.finished && e->job.state() == fp8d::v1::STARTING) {
-      FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
-                  "could not start the workers: " + result.status().message());
+      if (result.status().code() == fp8::StatusCode::kUnavailable) {
+        // The controller could not write the attempt's own files (its disk, not the job's
+        // fault): retried with backoff, not counted against max_attempts.
+        run.record.attempt.set_controller_fault(true);
+        --e->counted_attempts;
+        FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
+                    "the controller could not prepare the attempt (" + result.status().message() +
+                        "); retried, not counted as an attempt");
+      } else {
+        FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
+                    "could not start the workers: " + result.status().message());
+      }
     }
     OnRunExited(*e);
     return;
@@ -220,7 +236,11 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
     r.last_seen_ms = std::max(r.last_seen_ms, now);
     run.record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
   }
-  SaveAttempt(*e);  // pids and start times: what recovery needs to re-adopt
+  // Pids and start times: what recovery needs to re-adopt (it can also find the workers
+  // without them, by their environment).
+  SaveAttempt(*e, [](Status st) {
+    if (st.ok()) Failpoint("after_pid_save");
+  });
   spdlog::info("{}: attempt {} launched {} rank(s)", name, number, run.ranks.size());
   // A cancel or a failure verdict that came while the workers were being started.
   if (e->job.state() == fp8d::v1::CANCELLING || run.finished) {

@@ -40,6 +40,7 @@
 #include "daemon/api/job_service.h"
 #include "daemon/api/reflection_v1.h"
 #include "daemon/core/job_manager.h"
+#include "daemon/server/data_dir_lock.h"
 #include "daemon/server/server_config.h"
 #include "daemon/server/unix_listener.h"
 #include "daemon/server/systemd_notify.h"
@@ -156,6 +157,11 @@ int Run(const ServerConfig& config) {
     return 1;
   }
   const std::string data_dir = fs::absolute(config.data_dir).lexically_normal().string();
+  // Before anything reads or writes the data dir: a second daemon touches nothing.
+  if (fp8::Status locked = fp8d::server::LockDataDir(data_dir); !locked.ok()) {
+    spdlog::error("{}", locked.message());
+    return 1;
+  }
   // Others may pass through (workers running as their owners reach their own job folders,
   // which they own) but not list it; the DB inside is 0600.
   chmod(data_dir.c_str(), 0711);
@@ -240,6 +246,9 @@ int Run(const ServerConfig& config) {
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   // Per-call bookkeeping for a channelz service fp8d does not register.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind the same port and take
+  // half the connections: a port in use must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
   fp8d::api::ReflectionV1Service reflection_v1(
       {"fp8d.v1.JobService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
@@ -247,7 +256,8 @@ int Run(const ServerConfig& config) {
   builder.RegisterService(&reflection_v1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!on_unix && port == 0)) {
-    spdlog::error("--listen {}: could not bind", config.listen);
+    spdlog::error("--listen {}: could not bind (is the address in use by another process?)",
+                  config.listen);
     notifier.Stop();
     work.reset();
     io.stop();

@@ -98,6 +98,28 @@ TEST(Validation, MessagesStartWithTheFieldPath) {
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.kind", 0), 0u);
 }
 
+TEST(Validation, DurationsBelowTheirFloorAreRefused) {
+  auto r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_heartbeat_timeout()->set_nanos(1);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.timeouts.heartbeat_timeout: must be 0 (the default) or at least 1s");
+  r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_progress_timeout()->set_nanos(999'999'999);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.timeouts.progress_timeout", 0), 0u);
+  r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_attempt_deadline()->set_nanos(5'000'000);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.timeouts.attempt_deadline", 0), 0u);
+  r = ValidRequest();
+  r.mutable_job()->mutable_retry()->mutable_initial_backoff()->set_nanos(1000);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.retry.initial_backoff: must be 0 (the default) or at least 10ms");
+  // At the floor, and unset, are fine.
+  r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_heartbeat_timeout()->set_seconds(1);
+  r.mutable_job()->mutable_retry()->mutable_initial_backoff()->set_nanos(10'000'000);
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
+}
+
 TEST(Validation, JobNames) {
   EXPECT_TRUE(api::ValidateJobName("jobs/abc-1_2.x", "name").ok());
   for (const char* bad : {"", "jobs/", "abc", "job/abc", "jobs/a b", "jobs/a/b"}) {

@@ -91,6 +91,15 @@ int Loop::Setup() {
   checkpoint_dir_ = opt_.checkpoint_dir.empty()
                         ? (std::filesystem::path(spec_.output_dir) / "checkpoints").string()
                         : opt_.checkpoint_dir;
+  if (coll_.rank() == 0) {
+    // An output dir that cannot be written fails now, as a bad spec, not after the first
+    // save_steps steps of work and then again on every retry.
+    if (Status st = PrepareCheckpointDir(checkpoint_dir_); !st.ok()) {
+      const bool permanent = st.code() == StatusCode::kInvalidArgument;
+      return Fail(ev_, permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + st.message(),
+                  permanent ? worker::kExitInvalidSpec : worker::kExitTemporary, &result_);
+    }
+  }
   model_.InitWeights(static_cast<uint64_t>(spec_.training.seed));
   bool resumed = false;
   if (!opt_.resume_from.empty()) {

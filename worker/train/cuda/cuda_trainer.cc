@@ -108,6 +108,12 @@ int CudaLoop::Setup() {
   }
   checkpoint_dir_ = opt_.checkpoint_dir.empty() ? (std::filesystem::path(spec_.output_dir) / "checkpoints").string()
                                                 : opt_.checkpoint_dir;
+  // As the CPU trainer: an output dir that cannot be written is a bad spec, caught at start.
+  if (Status s = dist_.rank == 0 ? PrepareCheckpointDir(checkpoint_dir_) : OkStatus(); !s.ok()) {
+    const bool permanent = s.code() == StatusCode::kInvalidArgument;
+    return Fail(permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + s.message(),
+                permanent ? worker::kExitInvalidSpec : worker::kExitTemporary);
+  }
   if (Status s = InitDevice(); !s.ok()) {
     const bool spec_error = s.code() == StatusCode::kInvalidArgument;
     return Fail(spec_error ? "INVALID_SPEC" : "INTERNAL_ERROR", s.message(),
