@@ -91,15 +91,6 @@ int Loop::Setup() {
   checkpoint_dir_ = opt_.checkpoint_dir.empty()
                         ? (std::filesystem::path(spec_.output_dir) / "checkpoints").string()
                         : opt_.checkpoint_dir;
-  if (coll_.rank() == 0) {
-    // An output dir that cannot be written fails now, as a bad spec, not after the first
-    // save_steps steps of work and then again on every retry.
-    if (Status st = PrepareCheckpointDir(checkpoint_dir_); !st.ok()) {
-      const bool permanent = st.code() == StatusCode::kInvalidArgument;
-      return Fail(ev_, permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + st.message(),
-                  permanent ? worker::kExitInvalidSpec : worker::kExitTemporary, &result_);
-    }
-  }
   model_.InitWeights(static_cast<uint64_t>(spec_.training.seed));
   bool resumed = false;
   if (!opt_.resume_from.empty()) {
@@ -126,6 +117,16 @@ int Loop::Setup() {
     if (Status s = LoadModelWeights(*init_, &model_); !s.ok())
       return Fail(ev_, "DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData, &result_);
     std::fprintf(stderr, "fp8-worker: initialized from %s\n", init_->dir.c_str());
+  }
+  if (coll_.rank() == 0) {
+    // An output dir that cannot be written fails now, as a bad spec, not after the first
+    // save_steps steps of work and then again on every retry. It comes after the inputs are
+    // checked, so a bad input writes nothing.
+    if (Status st = PrepareCheckpointDir(checkpoint_dir_); !st.ok()) {
+      const bool permanent = st.code() == StatusCode::kInvalidArgument;
+      return Fail(ev_, permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + st.message(),
+                  permanent ? worker::kExitInvalidSpec : worker::kExitTemporary, &result_);
+    }
   }
   result_.start_step = step_;
   return 0;

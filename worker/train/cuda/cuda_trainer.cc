@@ -108,12 +108,6 @@ int CudaLoop::Setup() {
   }
   checkpoint_dir_ = opt_.checkpoint_dir.empty() ? (std::filesystem::path(spec_.output_dir) / "checkpoints").string()
                                                 : opt_.checkpoint_dir;
-  // As the CPU trainer: an output dir that cannot be written is a bad spec, caught at start.
-  if (Status s = dist_.rank == 0 ? PrepareCheckpointDir(checkpoint_dir_) : OkStatus(); !s.ok()) {
-    const bool permanent = s.code() == StatusCode::kInvalidArgument;
-    return Fail(permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + s.message(),
-                permanent ? worker::kExitInvalidSpec : worker::kExitTemporary);
-  }
   if (Status s = InitDevice(); !s.ok()) {
     const bool spec_error = s.code() == StatusCode::kInvalidArgument;
     return Fail(spec_error ? "INVALID_SPEC" : "INTERNAL_ERROR", s.message(),
@@ -150,6 +144,13 @@ int CudaLoop::Setup() {
     Status s = src.ok() ? LoadModelWeights(*src, &host_) : src.status();
     if (!s.ok()) return Fail("DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData);
     std::fprintf(stderr, "fp8-worker: initialized from %s\n", src->dir.c_str());
+  }
+  // As the CPU trainer: an output dir that cannot be written is a bad spec, caught at start,
+  // after the inputs are checked, so a bad input writes nothing.
+  if (Status s = dist_.rank == 0 ? PrepareCheckpointDir(checkpoint_dir_) : OkStatus(); !s.ok()) {
+    const bool permanent = s.code() == StatusCode::kInvalidArgument;
+    return Fail(permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + s.message(),
+                permanent ? worker::kExitInvalidSpec : worker::kExitTemporary);
   }
   if (Status s = model_->UploadParams(host_.params().data()); !s.ok()) return Fail("INTERNAL_ERROR", s.message(), worker::kExitTemporary);
   result_.start_step = step_;
