@@ -11,7 +11,9 @@
 // last event. The listener is called without the agent's lock held, so it may call Signal.
 //
 // After a controller restart, FindWorkers finds the ranks it started by their environment
-// (each rank leads its own process group and carries FP8D_RENDEZVOUS_DIR and FP8D_RANK), and
+// (each rank leads its own process group and carries FP8D_RENDEZVOUS_DIR and FP8D_RANK), or,
+// for a rank running as another uid whose environment fp8d may not read, by the pid file its
+// child wrote before it dropped to that uid (rank-<r>.pid, FindRankByPidFile); and
 // AdoptForRecovery observes a rank that is already gone as exited, so the rest of its events
 // file is still read and delivered.
 #include <fcntl.h>
@@ -315,6 +317,7 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
     spawn.uid = run_as->uid;
     spawn.gid = run_as->gid;
     spawn.groups = run_as->groups;
+    if (spawn.uid > 0) spawn.pid_file = RankFile(request.attempt_dir, rank, ".pid");
     Status st = CreateEmptyFile(spawn.stdout_path);
     if (st.ok()) st = CreateEmptyFile(spawn.stderr_path);
     if (st.ok()) st = GiveTo(*run_as, {spawn.stdout_path, spawn.stderr_path}, 0640);
@@ -436,18 +439,25 @@ StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
     // Every rank leads its own process group; its helpers (same environment) do not.
     ProcStat st = ReadProcStat(pid);
     if (!st.exists || st.zombie || st.pgrp != pid) continue;
+    FoundWorker w;
     auto env = ReadProcEnviron(pid);
     auto rendezvous = env.find("FP8D_RENDEZVOUS_DIR");
     auto rank = env.find("FP8D_RANK");
-    if (rendezvous == env.end() || rank == env.end()) continue;
     const std::string suffix = "/rendezvous";
-    const std::string& dir = rendezvous->second;
-    if (dir.size() <= suffix.size() || dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    if (rendezvous != env.end() && rank != env.end()) {
+      const std::string& dir = rendezvous->second;
+      if (dir.size() <= suffix.size() || dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      w.attempt_dir = dir.substr(0, dir.size() - suffix.size());
+      w.process.rank = std::atoi(rank->second.c_str());
+    } else if (env.empty()) {
+      // Another uid's environ is unreadable without CAP_SYS_PTRACE: its pid file names it.
+      w.process.rank = FindRankByPidFile(pid, &w.attempt_dir);
+      if (w.process.rank < 0) continue;
+    } else {
       continue;
     }
-    FoundWorker w;
-    w.attempt_dir = dir.substr(0, dir.size() - suffix.size());
-    w.process.rank = std::atoi(rank->second.c_str());
     w.process.pid = pid;
     w.process.start_time = st.start_time;
     found.push_back(std::move(w));

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -114,6 +115,37 @@ ProcStat ReadProcStat(int64_t pid) {
     }
   }
   return st;
+}
+
+int FindRankByPidFile(int64_t pid, std::string* attempt_dir) {
+  std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string arg, spec;
+  for (bool after_flag = false; std::getline(cmdline, arg, '\0');) {
+    if (after_flag) {
+      spec = arg;
+      break;
+    }
+    after_flag = arg == "--spec";
+  }
+  const std::string suffix = "/spec.json";
+  if (spec.size() <= suffix.size() || spec.compare(spec.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  const std::string dir = spec.substr(0, spec.size() - suffix.size());
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("rank-", 0) != 0 || name.size() <= 9 || name.compare(name.size() - 4, 4, ".pid") != 0) continue;
+    const std::string number = name.substr(5, name.size() - 9);
+    if (number.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path());
+    int64_t written = 0;
+    if (in >> written && written == pid) {
+      *attempt_dir = dir;
+      return std::stoi(number);
+    }
+  }
+  return -1;
 }
 
 std::map<std::string, std::string> ReadProcEnviron(int64_t pid) {

@@ -20,6 +20,10 @@ struct SpawnRequest {
   int64_t uid = 0;
   int64_t gid = 0;
   std::vector<unsigned int> groups;  // supplementary groups of the uid (getgrouplist)
+  // uid > 0 only: the child writes its pid here (as root, before it drops to uid). fp8d cannot
+  // read another uid's /proc/<pid>/environ without CAP_SYS_PTRACE, which the hardened unit does
+  // not grant, so after a restart this file names the rank (FindRankByPidFile).
+  std::string pid_file;
 };
 
 // Starts the process in a new session (so it leads its own process group, and a terminal's
@@ -62,6 +66,11 @@ struct ProcStat {
   uint64_t start_time = 0;    // field 22 of /proc/<pid>/stat (clock ticks since boot)
 };
 ProcStat ReadProcStat(int64_t pid);
+
+// The rank of `pid` when it is a worker started with `--spec <attempt dir>/spec.json` (read
+// from /proc/<pid>/cmdline, which any uid may read) and `<attempt dir>/rank-<r>.pid` holds its
+// pid. Sets `attempt_dir` and returns the rank, or -1.
+int FindRankByPidFile(int64_t pid, std::string* attempt_dir);
 
 // The environment a process was started with (/proc/<pid>/environ; needs the same uid or
 // root). Empty when unreadable.

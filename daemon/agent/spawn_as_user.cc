@@ -39,6 +39,20 @@ std::string ResolveProgram(const std::string& program, const std::vector<std::st
   return program;
 }
 
+// The child's pid as decimal text into `path`, with async-signal-safe calls only.
+bool WritePidFile(const char* path) {
+  char digits[24];
+  int n = 0;
+  for (long v = static_cast<long>(getpid()); v > 0; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  char text[25];
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  text[n++] = '\n';
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = write(fd, text, n) == n;
+  return close(fd) == 0 && ok;
+}
+
 [[noreturn]] void ChildFail(int pipe_fd) {
   const int err = errno;
   (void)!write(pipe_fd, &err, sizeof(err));
@@ -94,6 +108,7 @@ fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!request.pid_file.empty() && !WritePidFile(request.pid_file.c_str())) ChildFail(report[1]);
     // Groups first, the uid last: after setuid the child could no longer change the others.
     if (setgroups(groups.size(), groups.data()) != 0) ChildFail(report[1]);
     if (setgid(gid) != 0 || setuid(uid) != 0) ChildFail(report[1]);
