@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <boost/asio/post.hpp>
+#include <google/protobuf/empty.pb.h>
 
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/stream_reactors.h"
@@ -15,16 +16,22 @@ using fp8d::v1::Job;
 
 namespace {
 
-// Finishes a unary call from the manager's callback: copy the value into gRPC's response
-// object (alive until Finish) or map the error 1:1.
+// Finishes a unary call from the manager's callback: serialize the value into gRPC's response
+// buffer (alive until Finish) or map the error 1:1.
 template <typename T>
-auto Responder(grpc::ServerUnaryReactor* reactor, T* response) {
+auto Responder(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* response) {
   return [reactor, response](fp8::StatusOr<T> result) {
     if (!result.ok()) {
       reactor->Finish(ToGrpcStatus(result.status()));
       return;
     }
-    *response = std::move(result).value();
+    std::string bytes;
+    if (!result->SerializeToString(&bytes)) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "response did not serialize"));
+      return;
+    }
+    grpc::Slice slice(std::move(bytes));
+    *response = grpc::ByteBuffer(&slice, 1);
     reactor->Finish(grpc::Status::OK);
   };
 }
@@ -65,53 +72,73 @@ fp8::Status JobServiceImpl::Admit(const grpc::CallbackServerContext& context, co
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
-                                                    const fp8d::v1::CreateJobRequest* request,
-                                                    Job* response) {
-  fp8::Status admitted = Admit(*context, "CreateJob", ValidateCreateJobRequest(*request));
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
+  fp8d::v1::CreateJobRequest request;
+  fp8::Status parsed = ParseRawRequest(*raw, &request);
+  fp8::Status admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted);
   auto* reactor = context->DefaultReactor();
-  fp8d::v1::CreateJobRequest normalized = *request;
-  NormalizeCreateJobRequest(normalized);
-  boost::asio::post(io_, [this, reactor, response, req = std::move(normalized)]() mutable {
-    manager_->CreateJob(std::move(req), Responder(reactor, response));
+  NormalizeCreateJobRequest(request);
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->CreateJob(std::move(req), Responder<Job>(reactor, response));
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
-                                                 const fp8d::v1::GetJobRequest* request,
-                                                 Job* response) {
-  fp8::Status admitted = Admit(*context, "GetJob", ValidateGetJobRequest(*request));
+                                                 const grpc::ByteBuffer* raw,
+                                                 grpc::ByteBuffer* response) {
+  fp8d::v1::GetJobRequest request;
+  fp8::Status parsed = ParseRawRequest(*raw, &request);
+  fp8::Status admitted = Admit(*context, "GetJob", parsed.ok() ? ValidateGetJobRequest(request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted);
   auto* reactor = context->DefaultReactor();
-  boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
-    manager_->GetJob(std::move(req), Responder(reactor, response));
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->GetJob(std::move(req), Responder<Job>(reactor, response));
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
-                                                   const fp8d::v1::ListJobsRequest* request,
-                                                   fp8d::v1::ListJobsResponse* response) {
-  fp8::Status admitted = Admit(*context, "ListJobs", ValidateListJobsRequest(*request));
+                                                   const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* response) {
+  fp8d::v1::ListJobsRequest req;
+  fp8::Status parsed = ParseRawRequest(*raw, &req);
+  fp8::Status admitted = Admit(*context, "ListJobs", parsed.ok() ? ValidateListJobsRequest(req) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted);
   auto* reactor = context->DefaultReactor();
-  fp8d::v1::ListJobsRequest req = *request;
   if (req.page_size() == 0) req.set_page_size(50);
   boost::asio::post(io_, [this, reactor, response, req = std::move(req)]() mutable {
-    manager_->ListJobs(std::move(req), Responder(reactor, response));
+    manager_->ListJobs(std::move(req), Responder<fp8d::v1::ListJobsResponse>(reactor, response));
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
-                                                    const fp8d::v1::CancelJobRequest* request,
-                                                    Job* response) {
-  fp8::Status admitted = Admit(*context, "CancelJob", ValidateCancelJobRequest(*request));
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
+  fp8d::v1::CancelJobRequest request;
+  fp8::Status parsed = ParseRawRequest(*raw, &request);
+  fp8::Status admitted = Admit(*context, "CancelJob", parsed.ok() ? ValidateCancelJobRequest(request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted);
   auto* reactor = context->DefaultReactor();
-  boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
-    manager_->CancelJob(std::move(req), Responder(reactor, response));
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->CancelJob(std::move(req), Responder<Job>(reactor, response));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
+  fp8d::v1::DeleteJobRequest request;
+  fp8::Status parsed = ParseRawRequest(*raw, &request);
+  fp8::Status admitted = Admit(*context, "DeleteJob", parsed.ok() ? ValidateDeleteJobRequest(request) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted);
+  auto* reactor = context->DefaultReactor();
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->DeleteJob(std::move(req), Responder<google::protobuf::Empty>(reactor, response));
   });
   return reactor;
 }
@@ -126,16 +153,19 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(
   return NewWatchReactor(io_, manager_, writers_, std::move(request), options_.watch_queue_limit);
 }
 
-grpc::ServerWriteReactor<fp8d::v1::LogChunk>* JobServiceImpl::GetJobLogs(
-    grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) {
-  fp8::Status admitted = Admit(*context, "GetJobLogs", ValidateGetJobLogsRequest(*request));
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::GetJobLogs(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  fp8d::v1::GetJobLogsRequest request;
+  fp8::Status parsed = ParseRawRequest(*raw, &request);
+  fp8::Status admitted =
+      Admit(*context, "GetJobLogs", parsed.ok() ? ValidateGetJobLogsRequest(request) : parsed);
   if (!admitted.ok()) {
-    return new FinishedWriteReactor<fp8d::v1::LogChunk>(ToGrpcStatus(admitted));
+    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted));
   }
   LogStreamOptions log_options;
   log_options.chunk_bytes = options_.log_chunk_bytes;
   log_options.poll_ms = options_.log_poll_ms;
-  return NewLogReactor(io_, manager_, readers_, *request, log_options);
+  return NewLogReactor(io_, manager_, readers_, std::move(request), log_options);
 }
 
 }  // namespace fp8d::api

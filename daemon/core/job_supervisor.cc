@@ -345,6 +345,7 @@ void JobManagerImpl::Tick() {
     }
   }
   FlushDirtyRows(now, /*all=*/false);
+  SweepFinishedJobs(now);
   ArmTick();
 }
 

@@ -94,6 +94,7 @@ int Run(const ServerConfig& config) {
   options.worker_argv_prefix = fp8d::server::ResolveWorker(config.worker);
   options.cancel_grace_ms = config.cancel_grace_ms;
   options.tick_ms = config.tick_ms;
+  options.job_ttl_after_finished_ms = config.job_ttl_after_finished_ms;
   spdlog::info("worker: {}", fmt::join(options.worker_argv_prefix, " "));
 
   fp8d::agent::LocalAgentOptions agent_options;

@@ -2,7 +2,9 @@
 // parsing (client/). No daemon, no network; fast and deterministic.
 #include <gtest/gtest.h>
 
+#include "client/cli_habits.h"
 #include "client/job_file.h"
+#include "common/label_selector.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/validation.h"
 
@@ -163,6 +165,57 @@ TEST(JobFile, ErrorsNameTheField) {
   EXPECT_EQ(duration.status().message().rfind("job.timeouts.heartbeat_timeout", 0), 0u);
   auto not_map = client::ParseJobText("- a\n- b\n", "/");
   EXPECT_EQ(not_map.status().code(), fp8::StatusCode::kInvalidArgument);
+}
+
+TEST(LabelSelector, ParsesAndMatchesAsKubectl) {
+  auto sel = fp8::ParseLabelSelector("team=nlp, tier!=gold,owner,!temp");
+  ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+  ASSERT_EQ(sel->size(), 4u);
+  EXPECT_TRUE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}}));
+  EXPECT_TRUE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}, {"tier", "silver"}}));
+  EXPECT_FALSE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}, {"tier", "gold"}}));
+  EXPECT_FALSE(fp8::MatchesLabels(*sel, {{"team", "nlp"}}));
+  EXPECT_FALSE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}, {"temp", "1"}}));
+  EXPECT_TRUE(fp8::ParseLabelSelector("").ok());
+  EXPECT_TRUE(fp8::ParseLabelSelector("a==b")->at(0).value == "b");
+  for (const char* bad : {"a=b=c", ",", "a,,b", "=x", "!", "a b=c"}) {
+    auto st = fp8::ParseLabelSelector(bad).status();
+    EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(st.message().rfind("label_selector: ", 0), 0u) << st.message();
+  }
+  fp8d::v1::ListJobsRequest list;
+  list.set_label_selector("a=b=c");
+  EXPECT_EQ(api::ValidateListJobsRequest(list).message().rfind("label_selector", 0), 0u);
+}
+
+TEST(CliHabits, SuggestionsStatesAndLabels) {
+  const std::vector<std::string> commands = {"submit", "get", "list", "watch", "wait", "logs", "cancel", "delete", "describe"};
+  EXPECT_EQ(client::SuggestCommand("lst", commands), "list");
+  EXPECT_EQ(client::SuggestCommand("sbumit", commands), "submit");
+  EXPECT_EQ(client::SuggestCommand("desc", commands), "describe");
+  EXPECT_EQ(client::SuggestCommand("frobnicate", commands), "");
+  EXPECT_EQ(*client::ParseStateFlag("running"), fp8d::v1::RUNNING);
+  EXPECT_EQ(*client::ParseStateFlag("Retry_Wait"), fp8d::v1::RETRY_WAIT);
+  auto bad = client::ParseStateFlag("JOB_STATE_UNSPECIFIED");
+  EXPECT_EQ(bad.status().code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("valid states: QUEUED,"), std::string::npos);
+  EXPECT_EQ(client::ParseLabelFlags({"=x"}).status().message(), "--label =x: expected KEY=VALUE");
+  EXPECT_EQ(client::ParseLabelFlags({"a=b", "c="})->at("c"), "");
+}
+
+TEST(Durations, MalformedNumbersAreRefused) {
+  for (const char* bad : {"1.5.5s", "1..5s", ".s", "5s.", "1e3s"}) {
+    EXPECT_FALSE(client::ParseDuration(bad).ok()) << bad;
+  }
+  EXPECT_EQ(client::ParseDuration("1.5s")->nanos(), 500000000);
+}
+
+TEST(JobFile, OutputOnlyFieldsAreClearedAndNamed) {
+  auto job = client::ParseJobText("name: jobs/x\nversion: 3\ntrain: {output_dir: /o}\n", "/");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(client::ClearOutputOnlyFields(*job), (std::vector<std::string>{"name", "version"}));
+  EXPECT_EQ(job->name(), "");
+  EXPECT_EQ(job->train().output_dir(), "/o");
 }
 
 }  // namespace
