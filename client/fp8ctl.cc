@@ -279,6 +279,9 @@ int main(int argc, char** argv) {
     }
   }
 
+  // After parsing, CLI11's help() describes the selected subcommand (`help` itself), so the
+  // overview is taken now.
+  const std::string overview = app.help();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -293,7 +296,7 @@ int main(int argc, char** argv) {
   }
   if (help_cmd->parsed()) {
     if (help_topic.empty()) {
-      std::cout << app.help();
+      std::cout << overview;
       return kExitOk;
     }
     for (auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {

@@ -158,7 +158,7 @@ TEST(JobFile, JsonIsAcceptedAndAbsolutePathsAreKept) {
 
 TEST(JobFile, ErrorsNameTheField) {
   auto unknown = client::ParseJobText("train: {training: {max_stepz: 5}}\n", "/");
-  EXPECT_EQ(unknown.status().message(), "job.train.training.max_stepz: unknown field");
+  EXPECT_EQ(unknown.status().message(), "job.train.training.max_stepz: unknown field (line 1, column 20)");
   auto type = client::ParseJobText("train: {training: {max_steps: many}}\n", "/");
   EXPECT_EQ(type.status().message().rfind("job.train.training.max_steps", 0), 0u) << type.status().message();
   auto duration = client::ParseJobText("timeouts: {heartbeat_timeout: soon}\n", "/");

@@ -117,7 +117,7 @@ TEST(CliHabits, VersionHelpDidYouMeanAndCompletion) {
       // The script parses, and completes the first word and a subcommand's flags.
       std::ofstream(tmp.path() + "/c.sh") << script.out;
       ProcessResult run = RunProcess(
-          {"bash", "-c",
+          {"/bin/bash", "-c",
            "source " + tmp.path() + "/c.sh; COMP_WORDS=(fp8ctl su); COMP_CWORD=1; _fp8ctl; echo \"${COMPREPLY[*]}\";"
            " COMP_WORDS=(fp8ctl submit --pa); COMP_CWORD=2; _fp8ctl; echo \"${COMPREPLY[*]}\""});
       EXPECT_EQ(run.exit_code, 0) << run.err;
@@ -312,9 +312,7 @@ TEST_F(CliTest, OutputOnlyFieldsInAFileAreIgnoredWithANote) {
 }
 
 TEST_F(CliTest, CudaBackendWithoutAGpuIsRefusedAtCreateForBothKinds) {
-  DaemonOptions options;
-  options.extra_args = {"--gpus", "none"};
-  StartDaemon(options);
+  StartDaemon();  // the harness runs fp8d with --gpus none: CPU slots only
   const std::string train = JobFile("cuda-train.yaml", TrainYaml(Out("ct"), 2));
   std::string text;
   {
