@@ -11,6 +11,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace fp8d::client {
@@ -418,6 +419,20 @@ class DuplicateKeyCheck : public nlohmann::json_sax<json> {
   int depth_ = 0;
 };
 
+// Takes the parser's events without building nodes (documents are counted by the caller).
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 fp8::Status CheckJson(const std::string& text) {
   DuplicateKeyCheck check;
   const bool ok = json::sax_parse(text, &check, json::input_format_t::json, /*strict=*/true);
@@ -437,21 +452,27 @@ fp8::StatusOr<fp8d::v1::Job> ParseJobTextUnguarded(const std::string& text, cons
   }
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') FP8_RETURN_IF_ERROR(CheckJson(text));
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(text);
+    // Count the documents from the parser's events first, and stop at the second: yaml-cpp's
+    // LoadAll never ends on some inputs (" ,a[]" yields empty documents forever).
+    DocumentCounter counter;
+    std::stringstream in(text);
+    YAML::Parser parser(in);
+    int documents = 0;
+    while (documents < 2 && parser.HandleNextDocument(counter)) ++documents;
+    if (documents > 1) {
+      return fp8::InvalidArgumentError("job file: holds more than one YAML document; submit one job per file");
+    }
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     // e.msg without yaml-cpp's own prefix, with the position people count from 1.
     return fp8::InvalidArgumentError("job file: line " + std::to_string(e.mark.line + 1) + ", column " +
                                      std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
-  if (docs.size() > 1) {
-    return fp8::InvalidArgumentError("job file: holds " + std::to_string(docs.size()) +
-                                     " YAML documents; submit one job per file" + Where(docs[1]));
-  }
-  if (docs.empty() || !docs[0].IsMap()) return fp8::InvalidArgumentError("job: the job file must be a mapping");
+  if (!root.IsMap()) return fp8::InvalidArgumentError("job: the job file must be a mapping");
   Budget budget;
-  FP8_ASSIGN_OR_RETURN(json j, ToJson(docs[0], fp8d::v1::Job::descriptor(), "job", budget));
+  FP8_ASSIGN_OR_RETURN(json j, ToJson(root, fp8d::v1::Job::descriptor(), "job", budget));
   fp8d::v1::Job job;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;

@@ -166,7 +166,8 @@ TEST(HostileJobFiles, EachExitsTwoWithAMessage) {
       {"display_name: a\ndisplay_name: b\n", "job.display_name: duplicate key (line 2"},
       {"{\"display_name\": \"a\"} trailing\n", "job file (JSON): parse error at line 1, column"},
       {"{\"display_name\": \"a\", \"display_name\": \"b\"}", "duplicate key \"display_name\""},
-      {"display_name: a\n---\ndisplay_name: b\n", "holds 2 YAML documents"},
+      {"display_name: a\n---\ndisplay_name: b\n", "holds more than one YAML document"},
+      {" ,a[]", "holds more than one YAML document"},  // yaml-cpp's LoadAll loops forever on it
       {"timeouts:\n  attempt_deadline: 1.5.5s\n", "duration \"1.5.5s\": bad number"},
       {"train: [\n", "job file: line 2, column 1"},
   };
