@@ -1,9 +1,12 @@
 // In-process tests of the API edge's pure parts: request validation (daemon/api) and job-file
 // parsing (client/). No daemon, no network; fast and deterministic.
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include "client/cli_habits.h"
 #include "client/job_file.h"
+#include "client/output.h"
 #include "common/label_selector.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/validation.h"
@@ -216,6 +219,63 @@ TEST(JobFile, OutputOnlyFieldsAreClearedAndNamed) {
   EXPECT_EQ(client::ClearOutputOnlyFields(*job), (std::vector<std::string>{"name", "version"}));
   EXPECT_EQ(job->name(), "");
   EXPECT_EQ(job->train().output_dir(), "/o");
+}
+
+TEST(Output, CalibrationShowsItsResultNotLossAndTokens) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/cal");
+  job.set_kind(fp8d::v1::CALIBRATE);
+  job.set_state(fp8d::v1::SUCCEEDED);
+  auto& fields = *job.mutable_result()->mutable_fields();
+  fields["tensors_converted"].set_number_value(42);
+  fields["max_rel_error"].set_number_value(0.0123456);
+  fields["output_dir"].set_string_value("/models/out-fp8");
+  std::ostringstream out;
+  client::PrintJob(job, client::OutputFormat::kTable, out);
+  EXPECT_NE(out.str().find("Tensors converted:"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("42\n"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("0.01235"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("/models/out-fp8"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("Loss"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("Tokens/s"), std::string::npos) << out.str();
+}
+
+TEST(Output, CancelledReadsCancelledAndTheFirstEventHasNoFrom) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/c");
+  job.set_kind(fp8d::v1::TRAIN);
+  job.set_state(fp8d::v1::CANCELLED);
+  job.mutable_error()->set_code(1);
+  job.mutable_error()->set_message("cancelled by request");
+  EXPECT_EQ(client::ErrorText(job), "cancelled: cancelled by request");
+  auto* first = job.add_events();
+  first->set_version(1);
+  first->set_to_state(fp8d::v1::QUEUED);
+  std::ostringstream out;
+  client::PrintDescribe(job, client::OutputFormat::kTable, out);
+  EXPECT_EQ(out.str().find("UNSPECIFIED"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("QUEUED"), std::string::npos) << out.str();
+  std::ostringstream name;
+  client::PrintJob(job, client::OutputFormat::kName, name);
+  EXPECT_EQ(name.str(), "jobs/c\n");
+  EXPECT_EQ(client::MessageToJsonLine(job).find('\n'), std::string::npos);
+}
+
+TEST(Output, ProgressLineFitsTheTerminal) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/0123456789abcdef");
+  job.set_state(fp8d::v1::RUNNING);
+  job.mutable_progress()->set_step(5);
+  job.mutable_progress()->set_total_steps(100000);
+  job.mutable_progress()->set_loss(2.5);
+  job.mutable_progress()->set_tokens_per_second(1234);
+  job.mutable_progress()->set_eta_seconds(3600);
+  for (int columns : {20, 40, 60, 80, 160, 300}) {
+    const std::string line = client::FitProgressLine(job, columns);
+    EXPECT_LT(static_cast<int>(line.size()), columns) << columns << ": " << line;
+  }
+  EXPECT_NE(client::FitProgressLine(job, 160).find(" [...."), std::string::npos);
+  EXPECT_EQ(client::FitProgressLine(job, 60).find("["), std::string::npos);
 }
 
 }  // namespace
