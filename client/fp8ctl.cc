@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -186,11 +187,18 @@ WatchOutcome Watch(JobClient& client, const std::string& address, const std::str
 JobClient& NewClient(const std::string& address) { return *new JobClient(address); }
 
 // The subcommand people meant, found before CLI11 sees argv, so a typo gets "did you mean"
-// instead of CLI11's "A subcommand is required". Skips global options and their values.
-std::string FirstCommandWord(int argc, char** argv) {
+// instead of CLI11's "A subcommand is required". Skips the global options and, for those that
+// take one, their values (`--server ADDR`, `-o json`; `--server=ADDR` is one word).
+std::string FirstCommandWord(const CLI::App& app, int argc, char** argv) {
+  std::set<std::string> takes_value;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_min() == 0) continue;  // a flag
+    for (const auto& l : opt->get_lnames()) takes_value.insert("--" + l);
+    for (const auto& s : opt->get_snames()) takes_value.insert("-" + s);
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--server" || a == "-o" || a == "--output") {
+    if (takes_value.count(a) > 0) {
       ++i;
       continue;
     }
@@ -274,7 +282,7 @@ static int Fp8ctlMain(int argc, char** argv) {
 
   std::vector<std::string> command_names;
   for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) command_names.push_back(sub->get_name());
-  if (const std::string word = FirstCommandWord(argc, argv); !word.empty()) {
+  if (const std::string word = FirstCommandWord(app, argc, argv); !word.empty()) {
     if (std::find(command_names.begin(), command_names.end(), word) == command_names.end()) {
       const std::string guess = fp8d::client::SuggestCommand(word, command_names);
       std::cerr << "fp8ctl: unknown command '" << word << "'";
