@@ -80,12 +80,31 @@ if [ -n "${FP8CTL_BASELINE:-}" ]; then
   for i in $(seq 1 100); do sed "s|output_dir: out|output_dir: $TMP/out/cpu2-$i|" "$TMP/job.yaml" > "$TMP/cpu-$i.yaml"; done
 fi
 cpu_per_call "$FP8CTL"
+proc_cpu_ms() { awk '{ print ($14 + $15) * 1000 / 100 }' "/proc/$1/stat"; }  # utime+stime at 100 Hz
+d0=$(proc_cpu_ms "$DAEMON_PID")
 rate "fp8ctl submit" fp8ctl_submit
+d1=$(proc_cpu_ms "$DAEMON_PID")
+python3 -c "print(f'fp8d: {($d1 - $d0) / ($LOOPS * $PER_LOOP):.2f} ms CPU per create')"
 
 if [ -n "${SLURM_CLUSTER:-}" ]; then
   SLURM_DIR="$TMP/slurm"
   bash "$SLURM_CLUSTER" start "$SLURM_DIR" 1 >"$TMP/slurm.log" 2>&1 || { cat "$TMP/slurm.log"; exit 1; }
   eval "$(bash "$SLURM_CLUSTER" env "$SLURM_DIR")"
   sbatch_submit() { sbatch --parsable --wrap true -o /dev/null -J "bench-$1-$2"; }
+  python3 - <<'PY'
+import resource, subprocess
+before = resource.getrusage(resource.RUSAGE_CHILDREN)
+for i in range(100):
+    subprocess.run(["sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null"], check=True, stdout=subprocess.DEVNULL)
+after = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+print(f"sbatch: {cpu / 100 * 1000:.2f} ms CPU per submit (user+sys, 100 calls)")
+PY
+  CTLD_PID=$(cat "$SLURM_DIR/slurmctld.pid" 2>/dev/null || true)
+  [ -n "$CTLD_PID" ] && c0=$(proc_cpu_ms "$CTLD_PID")
   rate "sbatch" sbatch_submit
+  if [ -n "$CTLD_PID" ]; then
+    c1=$(proc_cpu_ms "$CTLD_PID")
+    python3 -c "print(f'slurmctld: {($c1 - $c0) / ($LOOPS * $PER_LOOP):.2f} ms CPU per job')"
+  fi
 fi
