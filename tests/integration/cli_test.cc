@@ -80,6 +80,18 @@ TEST(DaemonFlags, VersionUnknownLogLevelAndWorkerArgWithoutWorker) {
                                   "--job-ttl-after-finished", "1.5x"});
   EXPECT_EQ(ttl.exit_code, 2) << ttl.err;
   EXPECT_TRUE(Contains(ttl.err, "--job-ttl-after-finished 1.5x")) << ttl.err;
+
+  // The same checks hold for the config file's keys.
+  std::ofstream(tmp.path() + "/loud.yaml") << "log_level: loud\n";
+  ProcessResult config_level = RunProcess({Fp8dPath(), "--data-dir", tmp.path(), "--listen", "127.0.0.1:0",
+                                           "--config", tmp.path() + "/loud.yaml"});
+  EXPECT_EQ(config_level.exit_code, 2) << config_level.err;
+  EXPECT_TRUE(Contains(config_level.err, "--log-level loud: unknown level; valid levels: trace")) << config_level.err;
+  std::ofstream(tmp.path() + "/ttl.yaml") << "job_ttl_after_finished: 7 days\n";
+  ProcessResult config_ttl = RunProcess({Fp8dPath(), "--data-dir", tmp.path(), "--listen", "127.0.0.1:0",
+                                         "--config", tmp.path() + "/ttl.yaml"});
+  EXPECT_EQ(config_ttl.exit_code, 2) << config_ttl.err;
+  EXPECT_TRUE(Contains(config_ttl.err, "config key job_ttl_after_finished 7 days")) << config_ttl.err;
 }
 
 // ----------------------------------------------------------------------- CLI habits (no daemon)
