@@ -63,4 +63,9 @@ Status JobManagerImpl::CheckAdmission(const Job& job, const std::string& request
   return fp8::OkStatus();
 }
 
+void JobManagerImpl::ReleaseOutputDir(const Job& job) {
+  auto it = output_dirs_.find(OutputDirKey(job));
+  if (it != output_dirs_.end() && it->second.name == job.name()) output_dirs_.erase(it);
+}
+
 }  // namespace fp8d::core

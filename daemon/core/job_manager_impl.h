@@ -180,6 +180,8 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   // FAILED_PRECONDITION for `backend: cuda` without any GPU slot, or an output_dir an active
   // job uses (named). Builds output_dirs_ on first use.
   Status CheckAdmission(const Job& job, const std::string& request_id);
+  // Drops a finished job's entry, so the index holds only active jobs (MaybeEvict calls it).
+  void ReleaseOutputDir(const Job& job);
   struct OutputDirUser {
     std::string name;        // empty while its create is being written
     std::string request_id;  // of that create, so its retries are not refused
