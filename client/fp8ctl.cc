@@ -20,6 +20,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "client/cli_habits.h"
+#include "client/contexts.h"
 #include "client/job_client.h"
 #include "client/job_file.h"
 #include "client/output.h"
@@ -184,7 +185,7 @@ WatchOutcome Watch(JobClient& client, const std::string& address, const std::str
 
 // The one client of this process. Never destroyed: main ends with _Exit, so gRPC's channel
 // and library teardown (joining its threads) is skipped rather than paid on every command.
-JobClient& NewClient(const std::string& address) { return *new JobClient(address); }
+JobClient& NewClient(const fp8d::client::ConnectionOptions& connection) { return *new JobClient(connection); }
 
 // The subcommand people meant, found before CLI11 sees argv, so a typo gets "did you mean"
 // instead of CLI11's "A subcommand is required". Skips the global options and, for those that
@@ -270,6 +271,17 @@ static int Fp8ctlMain(int argc, char** argv) {
   auto* describe = app.add_subcommand("describe", "show a job with its attempts and events");
   describe->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
+  // Remote access: contexts (client/contexts.h), TLS and tokens.
+  fp8d::client::ConnectionFlags connection_flags;
+  std::string context_name;
+  app.add_option("--context", connection_flags.context, "named context of ~/.config/fp8d/config.yaml");
+  app.add_option("--tls-ca", connection_flags.tls_ca, "PEM CA file: connect with TLS ($FP8D_TOKEN sends a token)");
+  auto* config_cmd = app.add_subcommand("config", "fp8ctl contexts");
+  config_cmd->require_subcommand(1);
+  auto* use_context = config_cmd->add_subcommand("use-context", "make a context the current one");
+  use_context->add_option("NAME", context_name, "context name")->required();
+  auto* get_contexts = config_cmd->add_subcommand("get-contexts", "list the contexts");
+
   auto* version_cmd = app.add_subcommand("version", "print fp8ctl's version, git commit and build type");
 
   std::string help_topic;
@@ -334,7 +346,7 @@ static int Fp8ctlMain(int argc, char** argv) {
       }
       words.push_back(std::move(w));
     }
-    const std::vector<std::string> global = {"--server", "-o", "--output", "--help"};
+    const std::vector<std::string> global = {"--server", "-o", "--output", "--context", "--tls-ca", "--help"};
     std::cout << (shell == "bash" ? fp8d::client::BashCompletion(words, global)
                                   : fp8d::client::ZshCompletion(words, global));
     return kExitOk;
@@ -344,7 +356,31 @@ static int Fp8ctlMain(int argc, char** argv) {
                               : output == "yaml" ? OutputFormat::kYaml
                               : output == "name" ? OutputFormat::kName
                                                  : OutputFormat::kTable;
-  const std::string address = ServerAddress(server_flag);
+  if (use_context->parsed() || get_contexts->parsed()) {
+    const std::string path = fp8d::client::DefaultContextConfigPath();
+    if (use_context->parsed()) {
+      fp8::Status st = fp8d::client::UseContext(path, context_name);
+      if (!st.ok()) return ReportError(st);
+      std::cout << "current context: " << context_name << "\n";
+      return kExitOk;
+    }
+    auto config = fp8d::client::LoadContextConfig(path);
+    if (!config.ok()) return ReportError(config.status());
+    std::cout << "CURRENT  NAME  SERVER\n";
+    for (const auto& c : config->contexts) {
+      std::cout << (c.name == config->current_context ? "*" : " ") << "        " << c.name << "  "
+                << c.connection.address << "\n";
+    }
+    return kExitOk;
+  }
+  connection_flags.server = server_flag;
+  auto connection = fp8d::client::ResolveConnection(connection_flags);
+  if (!connection.ok()) return ReportError(connection.status());
+  if (connection->address.empty()) connection->address = ServerAddress(server_flag);
+  if (auto creds = fp8d::client::MakeChannelCredentials(*connection); !creds.ok()) {
+    return ReportError(creds.status());
+  }
+  const std::string address = connection->address;
   const std::string name = job.empty() ? "" : fp8d::client::NormalizeJobName(job);
 
   if (submit->parsed()) {
@@ -363,7 +399,7 @@ static int Fp8ctlMain(int argc, char** argv) {
       std::cerr << "fp8ctl: note: ignoring output-only fields in " << file << ": " << list << "\n";
     }
     for (const auto& [k, v] : *labels) (*parsed->mutable_labels())[k] = v;
-    JobClient& client = NewClient(address);
+    JobClient& client = NewClient(*connection);
     auto created = client.CreateJob(*parsed, request_id);
     if (!created.ok()) return ReportError(created.status());
     const bool document = format == OutputFormat::kJson || format == OutputFormat::kYaml;
@@ -383,7 +419,7 @@ static int Fp8ctlMain(int argc, char** argv) {
     return outcome.exit_code;
   }
 
-  JobClient& client = NewClient(address);
+  JobClient& client = NewClient(*connection);
   if (get->parsed() || describe->parsed()) {
     auto got = client.GetJob(name, describe->parsed() ? fp8d::v1::JOB_VIEW_FULL : fp8d::v1::JOB_VIEW_BASIC);
     if (!got.ok()) return ReportError(got.status());

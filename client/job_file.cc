@@ -314,7 +314,7 @@ std::vector<std::string> ClearOutputOnlyFields(fp8d::v1::Job& job) {
   static const char* kOutputOnly[] = {"name",       "state",      "attempt",   "progress",
                                       "checkpoint", "result",     "error",     "create_time",
                                       "start_time", "end_time",   "update_time", "version",
-                                      "attempts",   "events"};
+                                      "attempts",   "events",     "owner",     "run_as_uid"};
   std::vector<std::string> cleared;
   const auto* desc = job.GetDescriptor();
   const auto* reflection = job.GetReflection();
@@ -336,6 +336,7 @@ void ResolveJobPaths(fp8d::v1::Job& job, const std::string& base_dir) {
       t->mutable_data()->set_val(Resolve(t->data().val(), base_dir));
     }
     t->set_output_dir(Resolve(t->output_dir(), base_dir));
+    t->set_init_from(Resolve(t->init_from(), base_dir));
   }
   if (job.has_calibrate()) {
     auto* c = job.mutable_calibrate();

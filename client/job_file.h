@@ -29,8 +29,9 @@ fp8::StatusOr<fp8d::v1::Job> ParseJobText(const std::string& text, const std::st
 fp8::StatusOr<fp8d::v1::Job> LoadJobFile(const std::string& path);
 
 // Clears the output-only fields (name, state, attempt, progress, checkpoint, result, error,
-// times, version, attempts, events) and returns the names of those that were set, so
-// `fp8ctl submit` of a file saved from `fp8ctl get -o yaml` works and says what it ignored.
+// times, version, attempts, events, owner, run_as_uid) and returns the names of those that
+// were set, so `fp8ctl submit` of a file saved with `fp8ctl get -o yaml` works and says what
+// it ignored.
 std::vector<std::string> ClearOutputOnlyFields(fp8d::v1::Job& job);
 
 // Makes the spec's relative paths absolute against `base_dir`.

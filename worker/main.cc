@@ -6,6 +6,7 @@
 
 #include "worker/common/events.h"
 #include "worker/calibrate/calibrate_main.h"
+#include "worker/train/model_tools_main.h"
 #include "worker/train/train_main.h"
 #ifdef FP8_HAVE_CUDA_TRAINER
 #include "worker/train/cuda/cuda_trainer.h"
@@ -35,7 +36,9 @@ void Usage() {
   std::fprintf(stderr,
                "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
                "       fp8-worker prepare-data --text FILE --out DIR\n"
-               "       fp8-worker calibrate --spec SPEC\n");
+               "       fp8-worker calibrate --spec SPEC\n"
+               "       fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N]\n"
+               "       fp8-worker evaluate --model DIR [--recipe R] (--tokens 1,2,3 | --data GLOB [--seed S] [--first-batch B])\n");
 }
 }  // namespace
 
@@ -47,6 +50,8 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
   if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
+  if (cmd == "export") return fp8::train::ExportMain(argc - 2, argv + 2);
+  if (cmd == "evaluate") return fp8::train::EvaluateMain(argc - 2, argv + 2);
   if (cmd == "calibrate") return fp8::calibrate::CalibrateMain(argc - 2, argv + 2);
   if (cmd == "-h" || cmd == "--help") {
     Usage();

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,19 @@ struct LaunchRequest {
   std::string resume_from;     // FP8D_RESUME_FROM (empty: fresh start)
   std::vector<std::string> worker_argv_prefix;  // e.g. {"/path/fp8-worker"}; tests use a test worker
   std::map<std::string, std::string> extra_env;
+  // Isolation: the uid/gid the ranks run as (0: fp8d's own; gid 0: the uid's primary group),
+  // and, when set, the base environment instead of fp8d's own (see AllowlistedEnvironment).
+  int64_t uid = 0;
+  int64_t gid = 0;
+  std::optional<std::map<std::string, std::string>> env;
 };
+
+// The part of `base` (e.g. environ) a worker may inherit: PATH, HOME, LANG, LC_*, TZ, TMPDIR,
+// USER, LOGNAME, LD_LIBRARY_PATH, CUDA_*, NCCL_*, FP8_* (the worker's knobs; FP8D_* come from
+// the launcher), and the names (or PREFIX*) in `extra_allow`. Everything else (credentials, tokens)
+// stays with fp8d.
+std::map<std::string, std::string> AllowlistedEnvironment(
+    char** base, const std::vector<std::string>& extra_allow);
 
 struct RankProcess {
   int rank = 0;

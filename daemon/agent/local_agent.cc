@@ -266,6 +266,8 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
   if (ec) return fp8::InternalError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
   const std::string spec_path = request.attempt_dir + "/spec.json";
   FP8_RETURN_IF_ERROR(WriteFileAtomically(spec_path, request.spec_json));
+  StatusOr<RunAs> run_as = PrepareRunAs(request);
+  if (!run_as.ok()) return run_as.status();
 
   std::vector<std::shared_ptr<RankState>> started;
   auto kill_started = [&started] {
@@ -284,11 +286,16 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
     spawn.argv.push_back(request.kind);
     spawn.argv.push_back("--spec");
     spawn.argv.push_back(spec_path);
-    spawn.env = MergeEnvironment(environ, RankEnvironment(request, rank));
+    spawn.env = request.env ? MergeEnvironment(run_as->env, RankEnvironment(request, rank))
+                            : MergeEnvironment(environ, RankEnvironment(request, rank));
     spawn.stdout_path = RankFile(request.attempt_dir, rank, ".events");
     spawn.stderr_path = RankFile(request.attempt_dir, rank, ".log");
+    spawn.uid = run_as->uid;
+    spawn.gid = run_as->gid;
+    spawn.groups = run_as->groups;
     Status st = CreateEmptyFile(spawn.stdout_path);
     if (st.ok()) st = CreateEmptyFile(spawn.stderr_path);
+    if (st.ok()) st = GiveTo(*run_as, {spawn.stdout_path, spawn.stderr_path}, 0640);
     StatusOr<int64_t> pid = st.ok() ? SpawnInOwnSession(spawn) : StatusOr<int64_t>(st);
     if (!pid.ok()) {
       kill_started();

@@ -38,6 +38,7 @@ fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request) {
   if (request.argv.empty() || request.argv[0].empty()) {
     return fp8::InvalidArgumentError("worker_argv_prefix: empty program");
   }
+  if (request.uid > 0) return SpawnAsUser(request);
   SpawnAttrs s;
   int rc = 0;
   // The child opens its own stdio, so the parent never holds fds that another thread's

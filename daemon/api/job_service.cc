@@ -1,11 +1,13 @@
 #include "daemon/api/job_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include <boost/asio/post.hpp>
 #include <google/protobuf/empty.pb.h>
 
+#include "daemon/api/http_metrics.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/stream_reactors.h"
 #include "daemon/api/validation.h"
@@ -16,11 +18,19 @@ using fp8d::v1::Job;
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 // Finishes a unary call from the manager's callback: serialize the value into gRPC's response
 // buffer (alive until Finish) or map the error 1:1.
 template <typename T>
-auto Responder(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* response) {
-  return [reactor, response](fp8::StatusOr<T> result) {
+auto Responder(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* response, const char* method,
+               Clock::time_point start = Clock::now()) {
+  return [reactor, response, method, start](fp8::StatusOr<T> result) {
+    RecordGrpcCall(method, result.status().code(), SecondsSince(start));
     if (!result.ok()) {
       reactor->Finish(ToGrpcStatus(result.status()));
       return;
@@ -41,7 +51,9 @@ size_t WriterThreads(const JobServiceOptions& options) {
   return std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 2, 8);
 }
 
-grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8::Status& status) {
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8::Status& status,
+                                 const char* method) {
+  RecordGrpcCall(method, status.code(), 0);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -64,24 +76,54 @@ void JobServiceImpl::Stop() {
   writers_->join();
 }
 
-fp8::Status JobServiceImpl::Admit(const grpc::CallbackServerContext& context, const char* method,
-                                  const fp8::Status& validation) const {
-  FP8_RETURN_IF_ERROR(auth_->Authorize(context, method));
-  if (!ready_.load()) return fp8::UnavailableError("fp8d is recovering its jobs; retry shortly");
-  return validation;
+fp8::StatusOr<Principal> JobServiceImpl::Admit(const grpc::CallbackServerContext& context,
+                                               const char* method,
+                                               const fp8::Status& validation) const {
+  fp8::StatusOr<Principal> principal = auth_->Authenticate(CallerFromGrpc(context));
+  fp8::Status admitted = principal.status();
+  if (admitted.ok()) admitted = AuthorizeMethod(*principal, method);
+  if (admitted.ok() && !ready_.load()) {
+    admitted = fp8::UnavailableError("fp8d is recovering its jobs; retry shortly");
+  }
+  if (admitted.ok()) admitted = validation;
+  if (admitted.ok()) return principal;
+  // Refused mutating calls are audited too (accepted ones when they finish).
+  if (!IsReadOnlyMethod(method)) {
+    AuditLog(principal.ok() ? *principal : Principal{"(unauthenticated)", Role::kViewer, -1}, method,
+             "", admitted);
+  }
+  return admitted;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
                                                     const grpc::ByteBuffer* raw,
                                                     grpc::ByteBuffer* response) {
-  fp8d::v1::CreateJobRequest request;
-  fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(request) : parsed);
-  if (!admitted.ok()) return Refuse(context, admitted);
+  fp8d::v1::CreateJobRequest parsed_request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &parsed_request);
+  const fp8d::v1::CreateJobRequest* request = &parsed_request;
+  auto admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(*request) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "CreateJob");
+  const Principal principal = *admitted;
+  const int64_t run_as_uid = RunAsUid(options_.isolation, principal);
+  fp8::Status isolated = ValidateJobEnv(request->job());
+  if (isolated.ok()) {
+    isolated = CheckJobPaths(request->job(), AllowedRoots(options_.isolation, run_as_uid));
+  }
+  if (!isolated.ok()) {
+    AuditLog(principal, "CreateJob", "", isolated);
+    return Refuse(context, isolated, "CreateJob");
+  }
   auto* reactor = context->DefaultReactor();
-  NormalizeCreateJobRequest(request);
-  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
-    manager_->CreateJob(std::move(req), Responder<Job>(reactor, response));
+  fp8d::v1::CreateJobRequest normalized = *request;
+  NormalizeCreateJobRequest(normalized);
+  normalized.mutable_job()->set_owner(principal.name);
+  normalized.mutable_job()->set_run_as_uid(run_as_uid);
+  auto respond = Responder<Job>(reactor, response, "CreateJob");
+  boost::asio::post(io_, [this, respond, principal, req = std::move(normalized)]() mutable {
+    manager_->CreateJob(std::move(req), [respond, principal](fp8::StatusOr<Job> job) {
+      AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
+      respond(std::move(job));
+    });
   });
   return reactor;
 }
@@ -90,12 +132,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
                                                  const grpc::ByteBuffer* raw,
                                                  grpc::ByteBuffer* response) {
   fp8d::v1::GetJobRequest request;
-  fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted = Admit(*context, "GetJob", parsed.ok() ? ValidateGetJobRequest(request) : parsed);
-  if (!admitted.ok()) return Refuse(context, admitted);
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "GetJob", parsed.ok() ? ValidateGetJobRequest(request) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "GetJob");
   auto* reactor = context->DefaultReactor();
   boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
-    manager_->GetJob(std::move(req), Responder<Job>(reactor, response));
+    manager_->GetJob(std::move(req), Responder<Job>(reactor, response, "GetJob"));
   });
   return reactor;
 }
@@ -104,13 +146,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                                                    const grpc::ByteBuffer* raw,
                                                    grpc::ByteBuffer* response) {
   fp8d::v1::ListJobsRequest req;
-  fp8::Status parsed = ParseRawRequest(*raw, &req);
-  fp8::Status admitted = Admit(*context, "ListJobs", parsed.ok() ? ValidateListJobsRequest(req) : parsed);
-  if (!admitted.ok()) return Refuse(context, admitted);
+  const fp8::Status parsed = ParseRawRequest(*raw, &req);
+  auto admitted = Admit(*context, "ListJobs", parsed.ok() ? ValidateListJobsRequest(req) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "ListJobs");
   auto* reactor = context->DefaultReactor();
   if (req.page_size() == 0) req.set_page_size(50);
   boost::asio::post(io_, [this, reactor, response, req = std::move(req)]() mutable {
-    manager_->ListJobs(std::move(req), Responder<fp8d::v1::ListJobsResponse>(reactor, response));
+    manager_->ListJobs(std::move(req), Responder<fp8d::v1::ListJobsResponse>(reactor, response, "ListJobs"));
   });
   return reactor;
 }
@@ -119,12 +161,30 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                                                     const grpc::ByteBuffer* raw,
                                                     grpc::ByteBuffer* response) {
   fp8d::v1::CancelJobRequest request;
-  fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted = Admit(*context, "CancelJob", parsed.ok() ? ValidateCancelJobRequest(request) : parsed);
-  if (!admitted.ok()) return Refuse(context, admitted);
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "CancelJob", parsed.ok() ? ValidateCancelJobRequest(request) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "CancelJob");
   auto* reactor = context->DefaultReactor();
-  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
-    manager_->CancelJob(std::move(req), Responder<Job>(reactor, response));
+  // The owner never changes after create, so checking it first and cancelling next is safe.
+  auto respond = Responder<Job>(reactor, response, "CancelJob");
+  boost::asio::post(io_, [this, respond, principal = *admitted, req = std::move(request)]() mutable {
+    fp8d::v1::GetJobRequest get;
+    get.set_name(req.name());
+    manager_->GetJob(std::move(get), [this, respond, principal,
+                                      req = std::move(req)](fp8::StatusOr<Job> job) mutable {
+      fp8::Status allowed = job.ok() ? AuthorizeOwner(principal, job->owner(), "CancelJob", req.name())
+                                     : job.status();
+      if (!allowed.ok()) {
+        AuditLog(principal, "CancelJob", req.name(), allowed);
+        respond(fp8::StatusOr<Job>(allowed));
+        return;
+      }
+      const std::string name = req.name();
+      manager_->CancelJob(std::move(req), [respond, principal, name](fp8::StatusOr<Job> result) {
+        AuditLog(principal, "CancelJob", name, result.status());
+        respond(std::move(result));
+      });
+    });
   });
   return reactor;
 }
@@ -133,12 +193,30 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
                                                     const grpc::ByteBuffer* raw,
                                                     grpc::ByteBuffer* response) {
   fp8d::v1::DeleteJobRequest request;
-  fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted = Admit(*context, "DeleteJob", parsed.ok() ? ValidateDeleteJobRequest(request) : parsed);
-  if (!admitted.ok()) return Refuse(context, admitted);
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "DeleteJob", parsed.ok() ? ValidateDeleteJobRequest(request) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "DeleteJob");
   auto* reactor = context->DefaultReactor();
-  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
-    manager_->DeleteJob(std::move(req), Responder<google::protobuf::Empty>(reactor, response));
+  // Only the owner (or an admin) deletes a job, as for cancel.
+  auto respond = Responder<google::protobuf::Empty>(reactor, response, "DeleteJob");
+  boost::asio::post(io_, [this, respond, principal = *admitted, req = std::move(request)]() mutable {
+    fp8d::v1::GetJobRequest get;
+    get.set_name(req.name());
+    manager_->GetJob(std::move(get), [this, respond, principal,
+                                      req = std::move(req)](fp8::StatusOr<Job> job) mutable {
+      fp8::Status allowed = job.ok() ? AuthorizeOwner(principal, job->owner(), "DeleteJob", req.name())
+                                     : job.status();
+      if (!allowed.ok()) {
+        AuditLog(principal, "DeleteJob", req.name(), allowed);
+        respond(fp8::StatusOr<google::protobuf::Empty>(allowed));
+        return;
+      }
+      const std::string name = req.name();
+      manager_->DeleteJob(std::move(req), [respond, principal, name](fp8::StatusOr<google::protobuf::Empty> result) {
+        AuditLog(principal, "DeleteJob", name, result.status());
+        respond(std::move(result));
+      });
+    });
   });
   return reactor;
 }
@@ -147,20 +225,21 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   fp8d::v1::WatchJobRequest request;
   fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted =
+  auto admitted =
       Admit(*context, "WatchJob", parsed.ok() ? ValidateWatchJobRequest(request) : parsed);
-  if (!admitted.ok()) return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted));
+  if (!admitted.ok()) {
+    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted.status()));
+  }
   return NewWatchReactor(io_, manager_, writers_, std::move(request), options_.watch_queue_limit);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::GetJobLogs(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   fp8d::v1::GetJobLogsRequest request;
-  fp8::Status parsed = ParseRawRequest(*raw, &request);
-  fp8::Status admitted =
-      Admit(*context, "GetJobLogs", parsed.ok() ? ValidateGetJobLogsRequest(request) : parsed);
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "GetJobLogs", parsed.ok() ? ValidateGetJobLogsRequest(request) : parsed);
   if (!admitted.ok()) {
-    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted));
+    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted.status()));
   }
   LogStreamOptions log_options;
   log_options.chunk_bytes = options_.log_chunk_bytes;

@@ -1,6 +1,7 @@
 #include "daemon/api/validation.h"
 
 #include <cmath>
+#include <filesystem>
 #include <initializer_list>
 
 #include "common/label_selector.h"
@@ -136,14 +137,37 @@ Status ValidateTraining(std::string_view f, const fp8d::v1::TrainingArgs& t) {
   FP8_RETURN_IF_ERROR(NonNegative(Join(f, "eval_steps"), t.eval_steps()));
   FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_steps"), t.save_steps()));
   FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_total_limit"), t.save_total_limit()));
+  FP8_RETURN_IF_ERROR(OneOf(Join(f, "export"), t.export_(), {"hf"}, true));
   if (t.max_steps() > 0 && t.warmup_steps() > t.max_steps()) {
     return Bad(Join(f, "warmup_steps"), "must be <= max_steps");
   }
   return OkStatus();
 }
 
+// What can be checked cheaply at create time; the worker validates the tensors (exit 65).
+Status ValidateInitFrom(std::string_view f, const fp8d::v1::TrainSpec& s) {
+  const std::string field = Join(f, "init_from");
+  FP8_RETURN_IF_ERROR(Path(field, s.init_from(), true));
+  const fp8d::v1::ModelSpec& m = s.model();
+  if (!m.preset().empty() || m.n_layer() || m.n_head() || m.d_model() || m.seq_len() || m.vocab_size())
+    return Bad(Join(f, "model"), "must be left out with init_from (the shape comes from the model it names)");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir(s.init_from());
+  if (!fs::is_directory(dir, ec)) return Bad(field, "no such directory: " + s.init_from());
+  if (fs::exists(dir / "config.json", ec) || fs::exists(dir / "trainer_state.json", ec)) return OkStatus();
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().starts_with("step-") && fs::exists(e.path() / "trainer_state.json", ec))
+      return OkStatus();
+  return Bad(field, s.init_from() + " has neither config.json (Hugging Face GPT-2) nor trainer_state.json (fp8d checkpoint)");
+}
+
 Status ValidateTrain(std::string_view f, const fp8d::v1::TrainSpec& s) {
-  FP8_RETURN_IF_ERROR(ValidateModel(Join(f, "model"), s.model()));
+  if (s.init_from().empty()) {
+    FP8_RETURN_IF_ERROR(ValidateModel(Join(f, "model"), s.model()));
+  } else {
+    FP8_RETURN_IF_ERROR(ValidateInitFrom(f, s));
+  }
   FP8_RETURN_IF_ERROR(Path(Join(f, "data.train"), s.data().train(), true));
   FP8_RETURN_IF_ERROR(Path(Join(f, "data.val"), s.data().val(), false));
   FP8_RETURN_IF_ERROR(ValidatePrecision(Join(f, "precision"), s.precision()));

@@ -484,6 +484,23 @@ void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
       [done = std::move(done)](Answer a) { done(std::move(a.path), a.terminal); });
 }
 
+JobManager::ActiveCounts JobManagerImpl::CountActive() const {
+  ActiveCounts counts;
+  counts.queued = static_cast<int64_t>(queued_.size());
+  // with_run_ holds only the jobs that have (had) an attempt, so this costs what runs, not
+  // what waits in the queue.
+  for (const std::string& name : with_run_) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) continue;
+    const fp8d::v1::JobState state = it->second->job.state();
+    if (state == fp8d::v1::STARTING || state == fp8d::v1::RUNNING ||
+        state == fp8d::v1::CANCELLING) {
+      ++counts.running;
+    }
+  }
+  return counts;
+}
+
 std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
                                           std::unique_ptr<store::JobStore> store,
                                           AgentFactory make_agent, const Clock* clock) {

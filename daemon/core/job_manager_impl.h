@@ -128,6 +128,7 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void Unwatch(int64_t subscription) override;
   void LogPath(const std::string& name, int rank, int attempt,
                std::function<void(StatusOr<std::string>, bool job_terminal)> done) override;
+  ActiveCounts CountActive() const override;
 
  private:
   // ---- agent listener (agent thread): post to io ----

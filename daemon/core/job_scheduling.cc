@@ -12,6 +12,8 @@
 #include "daemon/core/job_manager_impl.h"
 #include "daemon/core/scheduler.h"
 
+extern char** environ;
+
 namespace fp8d::core {
 
 void JobManagerImpl::Schedule() {
@@ -168,6 +170,14 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
   if (e->job.has_train()) request.checkpoint_dir = spec->output_dir + "/checkpoints";
   request.resume_from = run.record.attempt.resumed_from();
   request.worker_argv_prefix = options_.worker_argv_prefix;
+  request.uid = e->job.run_as_uid();
+  if (options_.clean_worker_env) {
+    std::map<std::string, std::string> env =
+        agent::AllowlistedEnvironment(environ, options_.worker_env_allow);
+    for (const auto& [k, v] : options_.worker_env) env[k] = v;
+    for (const auto& [k, v] : e->job.env()) env[k] = v;
+    request.env = std::move(env);
+  }
 
   const int64_t now = NowMs();
   for (RankRun& r : run.ranks) r.last_seen_ms = now;

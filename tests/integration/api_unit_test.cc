@@ -1,5 +1,9 @@
 // In-process tests of the API edge's pure parts: request validation (daemon/api) and job-file
 // parsing (client/). No daemon, no network; fast and deterministic.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -52,6 +56,28 @@ TEST(Validation, ModelWithoutPresetNeedsEveryDimension) {
   EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
   m->set_d_model(65);
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.model.d_model", 0), 0u);
+}
+
+TEST(Validation, InitFromIsCheckedAtCreate) {
+  const std::string dir = ::testing::TempDir() + "/fp8d-init-from-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CreateJobRequest r = ValidRequest();
+  auto* t = r.mutable_job()->mutable_train();
+  t->set_init_from(dir + "/absent");
+  fp8::Status st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.message(), "job.train.model: must be left out with init_from (the shape comes from the model it names)");
+  t->clear_model();
+  st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("job.train.init_from: no such directory", 0), 0u) << st.message();
+  t->set_init_from(dir);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.init_from: ", 0), 0u);
+  std::ofstream(dir + "/config.json") << "{}";
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
+  t->mutable_training()->set_export_("onnx");
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.training.export: ", 0), 0u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Validation, MessagesStartWithTheFieldPath) {
