@@ -24,7 +24,7 @@ trap cleanup EXIT
 # One CPU slot and slow steps: one job runs (and sleeps), the rest queue, so the daemon's
 # workers take no CPU from the loops being measured.
 FP8_TEST_STEP_MS=10000 "$FP8D" --data-dir "$TMP/data" --listen 127.0.0.1:0 --addr-file "$TMP/addr" \
-  --worker "$WORKER" --gpus none --cpu-slots 1 --log-level warn 2>"$TMP/fp8d.log" &
+  --worker "$WORKER" --gpus none --cpu-slots 1 --log-level warn --allowed-root "$TMP" 2>"$TMP/fp8d.log" &
 DAEMON_PID=$!
 for _ in $(seq 1 300); do [ -s "$TMP/addr" ] && break; sleep 0.1; done
 ADDR=$(cat "$TMP/addr")
@@ -46,6 +46,13 @@ for l in $(seq 1 "$LOOPS"); do
   done
 done
 for i in $(seq 1 100); do sed "s|output_dir: out|output_dir: $TMP/out/cpu-$i|" "$TMP/job.yaml" > "$TMP/cpu-$i.yaml"; done
+if [ -n "${FP8CTL_BASELINE:-}" ]; then
+  for l in $(seq 1 "$LOOPS"); do
+    for i in $(seq 1 "$PER_LOOP"); do
+      sed "s|output_dir: out|output_dir: $TMP/out/b$l-$i|" "$TMP/job.yaml" > "$TMP/jobb-$l-$i.yaml"
+    done
+  done
+fi
 
 rate() {  # $1: label; the rest: a command run as `CMD FILE` by each loop
   local label=$1; shift
@@ -59,6 +66,7 @@ rate() {  # $1: label; the rest: a command run as `CMD FILE` by each loop
   python3 -c "n=$LOOPS*$PER_LOOP; s=$end-$start; print(f'$label: {n} jobs in {s:.2f} s = {n/s:.0f} jobs/s')"
 }
 fp8ctl_submit() { "$FP8CTL" --server "$ADDR" submit -f "$TMP/job-$1-$2.yaml" --parsable; }
+baseline_submit() { "$FP8CTL_BASELINE" --server "$ADDR" submit -f "$TMP/jobb-$1-$2.yaml"; }
 cpu_per_call() {  # $1: fp8ctl binary
   local bin=$1
   python3 - "$bin" "$ADDR" "$TMP" <<'PY'
@@ -85,6 +93,7 @@ d0=$(proc_cpu_ms "$DAEMON_PID")
 rate "fp8ctl submit" fp8ctl_submit
 d1=$(proc_cpu_ms "$DAEMON_PID")
 python3 -c "print(f'fp8d: {($d1 - $d0) / ($LOOPS * $PER_LOOP):.2f} ms CPU per create')"
+[ -n "${FP8CTL_BASELINE:-}" ] && rate "fp8ctl submit (baseline binary)" baseline_submit
 
 if [ -n "${SLURM_CLUSTER:-}" ]; then
   SLURM_DIR="$TMP/slurm"
