@@ -1,5 +1,7 @@
 #include "client/job_client.h"
 
+#include <arpa/inet.h>
+
 #include <condition_variable>
 #include <fstream>
 #include <sstream>
@@ -21,6 +23,27 @@ Status FromGrpc(const grpc::Status& status) {
 std::string NormalizeJobName(const std::string& job) {
   if (job.rfind("jobs/", 0) == 0) return job;
   return "jobs/" + job;
+}
+
+std::string ChannelTarget(const std::string& address) {
+  if (address.find("://") != std::string::npos || address.rfind("unix:", 0) == 0 ||
+      address.rfind("ipv4:", 0) == 0 || address.rfind("ipv6:", 0) == 0 || address.rfind("dns:", 0) == 0) {
+    return address;
+  }
+  if (!address.empty() && address[0] == '[') {
+    const size_t close = address.find(']');
+    in6_addr v6{};
+    if (close != std::string::npos &&
+        inet_pton(AF_INET6, address.substr(1, close - 1).c_str(), &v6) == 1) {
+      return "ipv6:" + address;
+    }
+    return address;
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return address;
+  in_addr v4{};
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &v4) == 1) return "ipv4:" + address;
+  return address;
 }
 
 namespace {
@@ -57,8 +80,11 @@ JobClient::JobClient(const ConnectionOptions& options) : token_(options.token) {
   args.SetInt("grpc.use_local_subchannel_pool", 1);
   if (!options.server_name.empty()) args.SetSslTargetNameOverride(options.server_name);
   auto creds = MakeChannelCredentials(options);
+  // Without TLS a literal address skips the resolver; with TLS the target stays as given, since
+  // it also names the host the certificate is checked against.
+  const bool tls = options.tls || !options.ca_file.empty() || !options.client_cert.empty();
   // An unreadable file leaves a channel whose calls fail UNAVAILABLE; fp8ctl checks first.
-  channel_ = grpc::CreateCustomChannel(options.address,
+  channel_ = grpc::CreateCustomChannel(tls ? options.address : ChannelTarget(options.address),
                                        creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
   stub_ = fp8d::v1::JobService::NewStub(channel_);
 }
@@ -72,7 +98,7 @@ JobClient::JobClient(const std::string& address) {
   args.SetMaxReceiveMessageSize(64 << 20);
   // Each JobClient gets its own connection (benchmarks run many clients in one process).
   args.SetInt("grpc.use_local_subchannel_pool", 1);
-  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(ChannelTarget(address), grpc::InsecureChannelCredentials(), args);
   stub_ = fp8d::v1::JobService::NewStub(channel_);
 }
 
@@ -128,13 +154,29 @@ StatusOr<fp8d::v1::Job> JobClient::CancelJob(const std::string& name) {
   return response;
 }
 
+Status JobClient::DeleteJob(const std::string& name) {
+  fp8d::v1::DeleteJobRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  AddToken(&context);
+  google::protobuf::Empty response;
+  return FromGrpc(stub_->DeleteJob(&context, request, &response));
+}
+
 Status JobClient::WatchJob(const std::string& name, int64_t since_version,
-                           const std::function<bool(const fp8d::v1::Job&)>& on_update) {
+                           const std::function<bool(const fp8d::v1::Job&)>& on_update,
+                           std::chrono::steady_clock::time_point deadline) {
   fp8d::v1::WatchJobRequest request;
   request.set_name(name);
   request.set_since_version(since_version);
   grpc::ClientContext context;
   AddToken(&context);
+  if (deadline != std::chrono::steady_clock::time_point::max()) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                             deadline - std::chrono::steady_clock::now()));
+  }
   auto reader = stub_->WatchJob(&context, request);
   fp8d::v1::WatchJobResponse response;
   bool stopped = false;

@@ -22,6 +22,10 @@ using fp8::StatusOr;
 // grpc::Status → fp8::Status (the codes are the same numbers).
 Status FromGrpc(const grpc::Status& status);
 
+// gRPC's target for an address: a literal IPv4/IPv6 "host:port" gets the ipv4:/ipv6: scheme,
+// so no DNS resolver (and its threads) starts for it; names and unix: pass through.
+std::string ChannelTarget(const std::string& address);
+
 // "jobs/<id>" stays as is; "<id>" becomes "jobs/<id>".
 std::string NormalizeJobName(const std::string& job);
 
@@ -53,12 +57,15 @@ class JobClient {
                                  fp8d::v1::JobView view = fp8d::v1::JOB_VIEW_BASIC);
   StatusOr<fp8d::v1::ListJobsResponse> ListJobs(const fp8d::v1::ListJobsRequest& request);
   StatusOr<fp8d::v1::Job> CancelJob(const std::string& name);
+  Status DeleteJob(const std::string& name);
 
   // Streams WatchJob until the stream ends or `on_update` returns false. Returns the stream's
   // final status (OK when the job reached a terminal state, CANCELLED when stopped by the
   // callback). `since_version` resumes after a break.
+  // `deadline` ends the stream with DEADLINE_EXCEEDED (fp8ctl wait --timeout).
   Status WatchJob(const std::string& name, int64_t since_version,
-                  const std::function<bool(const fp8d::v1::Job&)>& on_update);
+                  const std::function<bool(const fp8d::v1::Job&)>& on_update,
+                  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   // Streams a rank's log; `on_data` gets each chunk.
   Status GetJobLogs(const fp8d::v1::GetJobLogsRequest& request,
                     const std::function<void(const std::string&)>& on_data);

@@ -5,11 +5,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace fp8d::client {
@@ -24,6 +26,52 @@ fp8::Status Bad(const std::string& path, const std::string& why) {
   return fp8::InvalidArgumentError(path + ": " + why);
 }
 
+// "line 3, column 5" of a node (yaml-cpp counts from 0).
+std::string Where(const YAML::Node& node) {
+  const YAML::Mark m = node.Mark();
+  if (m.is_null()) return "";
+  return " (line " + std::to_string(m.line + 1) + ", column " + std::to_string(m.column + 1) + ")";
+}
+
+// yaml-cpp shares an aliased node instead of copying it, so a small file of aliases to
+// aliases (a "billion laughs") expands exponentially on conversion, and an alias to its own
+// ancestor recurses forever. Every node visited while converting counts against these limits.
+struct Budget {
+  static constexpr int64_t kMaxNodes = 100000;
+  static constexpr int kMaxDepth = 64;
+  int64_t nodes = 0;
+  int depth = 0;
+};
+
+// Counts one node and one level of nesting; pair with Budget::depth-- when the level ends.
+fp8::Status Enter(Budget& budget, const std::string& path) {
+  if (++budget.nodes > Budget::kMaxNodes) {
+    return Bad(path, "the job file expands to more than " + std::to_string(Budget::kMaxNodes) +
+                         " nodes (aliases that repeat each other?)");
+  }
+  if (++budget.depth > Budget::kMaxDepth) {
+    return Bad(path, "nested more than " + std::to_string(Budget::kMaxDepth) +
+                         " levels deep (an alias that contains itself?)");
+  }
+  return fp8::OkStatus();
+}
+
+struct DepthGuard {
+  Budget& budget;
+  ~DepthGuard() { --budget.depth; }
+};
+
+// A mapping key must be a scalar, once per mapping.
+fp8::StatusOr<std::string> KeyOf(const YAML::Node& key, const std::string& path,
+                                 std::set<std::string>& seen) {
+  if (!key.IsScalar()) return Bad(path, "a key must be a plain string, not a " +
+                                            std::string(key.IsMap() ? "mapping" : key.IsSequence() ? "sequence" : "null") +
+                                            Where(key));
+  const std::string k = key.Scalar();
+  if (!seen.insert(k).second) return Bad(path + "." + k, "duplicate key" + Where(key));
+  return k;
+}
+
 std::string Scalar(const YAML::Node& node) { return node.Scalar(); }
 
 // A plain (unquoted) YAML scalar that spells null.
@@ -34,11 +82,13 @@ bool IsYamlNull(const YAML::Node& node) {
   return s == "~" || s == "null" || s == "Null" || s == "NULL";
 }
 
-fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const std::string& path);
+fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const std::string& path, Budget& budget);
 
 fp8::StatusOr<json> FieldValue(const YAML::Node& node, const FieldDescriptor* field,
-                               const std::string& path) {
+                               const std::string& path, Budget& budget) {
   using FD = FieldDescriptor;
+  FP8_RETURN_IF_ERROR(Enter(budget, path));
+  DepthGuard guard{budget};
   if (field->type() == FD::TYPE_MESSAGE) {
     const std::string full = field->message_type()->full_name();
     if (full == "google.protobuf.Duration") {
@@ -56,30 +106,42 @@ fp8::StatusOr<json> FieldValue(const YAML::Node& node, const FieldDescriptor* fi
     }
     if (full == "google.protobuf.Struct" || full == "google.protobuf.Value") {
       // Free-form: convert generically.
-      std::function<json(const YAML::Node&)> generic = [&](const YAML::Node& n) -> json {
+      std::function<fp8::StatusOr<json>(const YAML::Node&, const std::string&)> generic =
+          [&](const YAML::Node& n, const std::string& at) -> fp8::StatusOr<json> {
+        FP8_RETURN_IF_ERROR(Enter(budget, at));
+        DepthGuard inner{budget};
         if (n.IsMap()) {
           json o = json::object();
-          for (const auto& kv : n) o[kv.first.as<std::string>()] = generic(kv.second);
+          std::set<std::string> seen;
+          for (const auto& kv : n) {
+            FP8_ASSIGN_OR_RETURN(std::string k, KeyOf(kv.first, at, seen));
+            FP8_ASSIGN_OR_RETURN(o[k], generic(kv.second, at + "." + k));
+          }
           return o;
         }
         if (n.IsSequence()) {
           json a = json::array();
-          for (const auto& v : n) a.push_back(generic(v));
+          for (const auto& v : n) {
+            FP8_ASSIGN_OR_RETURN(json item, generic(v, at + "[" + std::to_string(a.size()) + "]"));
+            a.push_back(std::move(item));
+          }
           return a;
         }
-        if (IsYamlNull(n)) return nullptr;
+        if (IsYamlNull(n)) return json(nullptr);
         if (n.Tag() != "!") {
-          try { return n.as<double>(); } catch (...) {}
-          try { return n.as<bool>(); } catch (...) {}
+          double d;
+          if (YAML::convert<double>::decode(n, d)) return json(d);
+          bool b;
+          if (YAML::convert<bool>::decode(n, b)) return json(b);
         }
-        return n.Scalar();
+        return json(n.Scalar());
       };
-      return generic(node);
+      return generic(node, path);
     }
-    if (!node.IsMap()) return Bad(path, "expected a mapping");
-    return ToJson(node, field->message_type(), path);
+    if (!node.IsMap()) return Bad(path, "expected a mapping" + Where(node));
+    return ToJson(node, field->message_type(), path, budget);
   }
-  if (!node.IsScalar()) return Bad(path, "expected a scalar value");
+  if (!node.IsScalar()) return Bad(path, "expected a scalar value" + Where(node));
   const std::string s = Scalar(node);
   try {
     switch (field->cpp_type()) {
@@ -132,22 +194,29 @@ fp8::StatusOr<json> FieldValue(const YAML::Node& node, const FieldDescriptor* fi
   return Bad(path, "unsupported field type");
 }
 
-fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const std::string& path) {
+fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const std::string& path,
+                           Budget& budget) {
+  FP8_RETURN_IF_ERROR(Enter(budget, path));
+  DepthGuard guard{budget};
   json out = json::object();
+  std::set<std::string> seen;
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    FP8_ASSIGN_OR_RETURN(const std::string key, KeyOf(kv.first, path, seen));
     const std::string field_path = path + "." + key;
     const FieldDescriptor* field = desc->FindFieldByName(key);
     if (field == nullptr) field = desc->FindFieldByCamelcaseName(key);
-    if (field == nullptr) return Bad(field_path, "unknown field");
+    if (field == nullptr) return Bad(field_path, "unknown field" + Where(kv.first));
+    // `name` and `jobs/...` spelled two ways (snake and camel) would be the same field twice.
+    if (out.contains(field->name())) return Bad(field_path, "duplicate key" + Where(kv.first));
     if (IsYamlNull(kv.second)) continue;
     if (field->is_map()) {
-      if (!kv.second.IsMap()) return Bad(field_path, "expected a mapping");
+      if (!kv.second.IsMap()) return Bad(field_path, "expected a mapping" + Where(kv.second));
       const FieldDescriptor* value_field = field->message_type()->FindFieldByName("value");
       json m = json::object();
+      std::set<std::string> map_keys;
       for (const auto& entry : kv.second) {
-        const std::string k = entry.first.as<std::string>();
-        FP8_ASSIGN_OR_RETURN(json v, FieldValue(entry.second, value_field, field_path + "[\"" + k + "\"]"));
+        FP8_ASSIGN_OR_RETURN(const std::string k, KeyOf(entry.first, field_path, map_keys));
+        FP8_ASSIGN_OR_RETURN(json v, FieldValue(entry.second, value_field, field_path + "[\"" + k + "\"]", budget));
         m[k] = std::move(v);
       }
       out[field->name()] = std::move(m);
@@ -156,16 +225,16 @@ fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const
       if (kv.second.IsSequence()) {
         int i = 0;
         for (const auto& item : kv.second) {
-          FP8_ASSIGN_OR_RETURN(json v, FieldValue(item, field, field_path + "[" + std::to_string(i++) + "]"));
+          FP8_ASSIGN_OR_RETURN(json v, FieldValue(item, field, field_path + "[" + std::to_string(i++) + "]", budget));
           a.push_back(std::move(v));
         }
       } else {
-        FP8_ASSIGN_OR_RETURN(json v, FieldValue(kv.second, field, field_path + "[0]"));
+        FP8_ASSIGN_OR_RETURN(json v, FieldValue(kv.second, field, field_path + "[0]", budget));
         a.push_back(std::move(v));
       }
       out[field->name()] = std::move(a);
     } else {
-      FP8_ASSIGN_OR_RETURN(json v, FieldValue(kv.second, field, field_path));
+      FP8_ASSIGN_OR_RETURN(json v, FieldValue(kv.second, field, field_path, budget));
       out[field->name()] = std::move(v);
     }
   }
@@ -194,10 +263,14 @@ fp8::StatusOr<google::protobuf::Duration> ParseDuration(const std::string& text)
     while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
     if (start == i) return fp8::InvalidArgumentError("duration \"" + text + "\": expected a number");
     long double value;
+    const std::string number = s.substr(start, i - start);
     try {
-      value = std::stold(s.substr(start, i - start));
+      size_t used = 0;
+      value = std::stold(number, &used);
+      // "1.5.5" would read as 1.5 with the rest dropped.
+      if (used != number.size()) throw std::invalid_argument(number);
     } catch (...) {
-      return fp8::InvalidArgumentError("duration \"" + text + "\": bad number");
+      return fp8::InvalidArgumentError("duration \"" + text + "\": bad number \"" + number + "\"");
     }
     size_t unit_start = i;
     while (i < s.size() && std::isalpha(static_cast<unsigned char>(s[i]))) ++i;
@@ -237,6 +310,24 @@ fp8::StatusOr<google::protobuf::Duration> ParseDuration(const std::string& text)
   return d;
 }
 
+std::vector<std::string> ClearOutputOnlyFields(fp8d::v1::Job& job) {
+  static const char* kOutputOnly[] = {"name",       "state",      "attempt",   "progress",
+                                      "checkpoint", "result",     "error",     "create_time",
+                                      "start_time", "end_time",   "update_time", "version",
+                                      "attempts",   "events",     "owner",     "run_as_uid"};
+  std::vector<std::string> cleared;
+  const auto* desc = job.GetDescriptor();
+  const auto* reflection = job.GetReflection();
+  for (const char* name : kOutputOnly) {
+    const FieldDescriptor* field = desc->FindFieldByName(name);
+    const bool set = field->is_repeated() ? reflection->FieldSize(job, field) > 0 : reflection->HasField(job, field);
+    if (!set) continue;
+    reflection->ClearField(&job, field);
+    cleared.push_back(name);
+  }
+  return cleared;
+}
+
 void ResolveJobPaths(fp8d::v1::Job& job, const std::string& base_dir) {
   if (job.has_train()) {
     auto* t = job.mutable_train();
@@ -257,22 +348,153 @@ void ResolveJobPaths(fp8d::v1::Job& job, const std::string& base_dir) {
   }
 }
 
-fp8::StatusOr<fp8d::v1::Job> ParseJobText(const std::string& text, const std::string& base_dir) {
+namespace {
+
+// The first byte that is not valid UTF-8, as "line L, column C"; empty when all is valid.
+std::string FirstInvalidUtf8(const std::string& text) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= text.size();
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (ok && len > 1) {
+      // Overlong forms, surrogates and code points past U+10FFFF are invalid too.
+      uint32_t cp = c & (0xFF >> (len + 1));
+      for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+      static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (!ok) return "line " + std::to_string(line) + ", column " + std::to_string(column);
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += len;
+  }
+  return "";
+}
+
+// JSON is parsed by yaml-cpp like any YAML, but a file that is JSON gets JSON's stricter rules
+// first: no duplicate keys and nothing after the closing brace.
+class DuplicateKeyCheck : public nlohmann::json_sax<json> {
+ public:
+  std::string error;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    keys_.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!keys_.back().insert(k).second) {
+      error = "duplicate key \"" + k + "\"";
+      return false;
+    }
+    return true;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return ++depth_ < 1000; }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    (void)position;
+    return false;
+  }
+
+ private:
+  std::vector<std::set<std::string>> keys_;
+  int depth_ = 0;
+};
+
+// Takes the parser's events without building nodes (documents are counted by the caller).
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+fp8::Status CheckJson(const std::string& text) {
+  DuplicateKeyCheck check;
+  const bool ok = json::sax_parse(text, &check, json::input_format_t::json, /*strict=*/true);
+  if (ok) return fp8::OkStatus();
+  std::string why = check.error.empty() ? "invalid JSON" : check.error;
+  // nlohmann's messages start with "[json.exception.parse_error.101] parse error at line 1,
+  // column 9: ..."; the bracketed id says nothing to a user.
+  if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos) {
+    why = why.substr(why.find("] ") + 2);
+  }
+  return fp8::InvalidArgumentError("job file (JSON): " + why);
+}
+
+fp8::StatusOr<fp8d::v1::Job> ParseJobTextUnguarded(const std::string& text, const std::string& base_dir) {
+  if (const std::string bad = FirstInvalidUtf8(text); !bad.empty()) {
+    return fp8::InvalidArgumentError("job file: invalid UTF-8 at " + bad);
+  }
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') FP8_RETURN_IF_ERROR(CheckJson(text));
   YAML::Node root;
   try {
+    // Count the documents from the parser's events first, and stop at the second: yaml-cpp's
+    // LoadAll never ends on some inputs (" ,a[]" yields empty documents forever).
+    DocumentCounter counter;
+    std::stringstream in(text);
+    YAML::Parser parser(in);
+    int documents = 0;
+    while (documents < 2 && parser.HandleNextDocument(counter)) ++documents;
+    if (documents > 1) {
+      return fp8::InvalidArgumentError("job file: holds more than one YAML document; submit one job per file");
+    }
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return fp8::InvalidArgumentError(std::string("job file: ") + e.what());
+    // e.msg without yaml-cpp's own prefix, with the position people count from 1.
+    return fp8::InvalidArgumentError("job file: line " + std::to_string(e.mark.line + 1) + ", column " +
+                                     std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (!root.IsMap()) return fp8::InvalidArgumentError("job: the job file must be a mapping");
-  FP8_ASSIGN_OR_RETURN(json j, ToJson(root, fp8d::v1::Job::descriptor(), "job"));
+  Budget budget;
+  FP8_ASSIGN_OR_RETURN(json j, ToJson(root, fp8d::v1::Job::descriptor(), "job", budget));
   fp8d::v1::Job job;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto st = google::protobuf::util::JsonStringToMessage(j.dump(), &job, options);
+  auto st = google::protobuf::util::JsonStringToMessage(j.dump(-1, ' ', false, json::error_handler_t::replace), &job, options);
   if (!st.ok()) return fp8::InvalidArgumentError("job: " + std::string(st.message()));
   ResolveJobPaths(job, base_dir);
   return job;
+}
+
+}  // namespace
+
+fp8::StatusOr<fp8d::v1::Job> ParseJobText(const std::string& text, const std::string& base_dir) {
+  // Nothing a hostile file holds may escape as an exception (bad_alloc included): every
+  // failure is INVALID_ARGUMENT with a message, and fp8ctl exits 2.
+  try {
+    return ParseJobTextUnguarded(text, base_dir);
+  } catch (const std::bad_alloc&) {
+    return fp8::InvalidArgumentError("job file: too large to convert");
+  } catch (const std::exception& e) {
+    return fp8::InvalidArgumentError(std::string("job file: ") + e.what());
+  }
 }
 
 fp8::StatusOr<fp8d::v1::Job> LoadJobFile(const std::string& path) {

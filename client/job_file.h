@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <google/protobuf/duration.pb.h>
 
@@ -26,6 +27,12 @@ fp8::StatusOr<google::protobuf::Duration> ParseDuration(const std::string& text)
 fp8::StatusOr<fp8d::v1::Job> ParseJobText(const std::string& text, const std::string& base_dir);
 // Reads and parses a file ("-" = stdin, resolved against the current directory).
 fp8::StatusOr<fp8d::v1::Job> LoadJobFile(const std::string& path);
+
+// Clears the output-only fields (name, state, attempt, progress, checkpoint, result, error,
+// times, version, attempts, events, owner, run_as_uid) and returns the names of those that
+// were set, so `fp8ctl submit` of a file saved with `fp8ctl get -o yaml` works and says what
+// it ignored.
+std::vector<std::string> ClearOutputOnlyFields(fp8d::v1::Job& job);
 
 // Makes the spec's relative paths absolute against `base_dir`.
 void ResolveJobPaths(fp8d::v1::Job& job, const std::string& base_dir);

@@ -1,5 +1,6 @@
 #include "client/output.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -87,18 +88,64 @@ void Table(std::ostream& out, const std::vector<std::vector<std::string>>& rows)
   for (const auto& r : rows) Row(out, r, widths);
 }
 
-std::string ErrorText(const Job& job) {
-  if (!job.has_error()) return "";
-  std::string s = fp8d::v1::FailureClass_Name(job.error().failure_class());
-  if (!job.error().message().empty()) s += ": " + job.error().message();
-  return s;
+// A Struct value as text: integers without a fraction, reals with 4 significant digits.
+std::string ValueText(const google::protobuf::Value& v) {
+  switch (v.kind_case()) {
+    case google::protobuf::Value::kNumberValue: {
+      const double d = v.number_value();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) return std::to_string(static_cast<long long>(d));
+      std::ostringstream s;
+      s << std::setprecision(4) << d;
+      return s.str();
+    }
+    case google::protobuf::Value::kStringValue:
+      return v.string_value();
+    case google::protobuf::Value::kBoolValue:
+      return v.bool_value() ? "true" : "false";
+    case google::protobuf::Value::kNullValue:
+      return "-";
+    default:
+      return "";
+  }
+}
+
+// A calibration's result rows (the worker's `done` summary) instead of loss and tokens/s.
+void CalibrationRows(const Job& job, std::vector<std::vector<std::string>>& rows) {
+  const auto& fields = job.result().fields();
+  auto add = [&](const char* key, const char* label) {
+    auto it = fields.find(key);
+    if (it != fields.end()) rows.push_back({label, ValueText(it->second)});
+  };
+  add("tensors_converted", "Tensors converted:");
+  add("tensors_copied", "Tensors copied:");
+  add("max_rel_error", "Max relative error:");
+  add("min_snr_db", "Min SNR (dB):");
+  add("output_dir", "Output dir:");
 }
 
 }  // namespace
 
+std::string ErrorText(const Job& job) {
+  if (!job.has_error()) return "";
+  // A cancellation is not a failure class: say what happened.
+  std::string s = job.error().failure_class() == fp8d::v1::FAILURE_CLASS_UNSPECIFIED
+                      ? (job.state() == fp8d::v1::CANCELLED || job.error().code() == 1 ? "cancelled" : "error")
+                      : fp8d::v1::FailureClass_Name(job.error().failure_class());
+  if (!job.error().message().empty()) s += ": " + job.error().message();
+  return s;
+}
+
 std::string MessageToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string MessageToJsonLine(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
@@ -126,6 +173,10 @@ std::string HumanDuration(double seconds) {
 }
 
 void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
+  if (format == OutputFormat::kName) {
+    out << job.name() << "\n";
+    return;
+  }
   if (format == OutputFormat::kJson) {
     out << MessageToJson(job);
     return;
@@ -146,7 +197,9 @@ void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
       {"Ended:", Time(job.end_time())},
       {"Version:", std::to_string(job.version())},
   };
-  if (job.has_progress() && job.progress().step() > 0) {
+  if (job.kind() == fp8d::v1::CALIBRATE) {
+    CalibrationRows(job, rows);
+  } else if (job.has_progress() && job.progress().step() > 0) {
     rows.push_back({"Loss:", Fixed(job.progress().loss(), 4)});
     rows.push_back({"Tokens/s:", Rate(job.progress().tokens_per_second())});
   }
@@ -158,6 +211,10 @@ void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
 }
 
 void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& out) {
+  if (format == OutputFormat::kName) {
+    for (const auto& j : jobs) out << j.name() << "\n";
+    return;
+  }
   if (format != OutputFormat::kTable) {
     fp8d::v1::ListJobsResponse all;
     for (const auto& j : jobs) *all.add_jobs() = j;
@@ -186,6 +243,10 @@ void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& 
 void PrintDescribe(const Job& job, OutputFormat format, std::ostream& out) {
   PrintJob(job, format, out);
   if (format != OutputFormat::kTable) return;
+  // The first event has no state to come from: a blank FROM, not JOB_STATE_UNSPECIFIED.
+  auto state_text = [](fp8d::v1::JobState s) {
+    return s == fp8d::v1::JOB_STATE_UNSPECIFIED ? std::string() : fp8d::v1::JobState_Name(s);
+  };
   out << "\nAttempts:\n";
   std::vector<std::vector<std::string>> rows = {
       {"  #", "STARTED", "ENDED", "RANKS (node/gpu/pid/exit)", "FAILURE", "RESUMED FROM"}};
@@ -210,7 +271,7 @@ void PrintDescribe(const Job& job, OutputFormat format, std::ostream& out) {
   rows = {{"  VERSION", "TIME", "FROM", "TO", "MESSAGE"}};
   for (const auto& e : job.events()) {
     rows.push_back({"  " + std::to_string(e.version()), Time(e.time()),
-                    fp8d::v1::JobState_Name(e.from_state()), fp8d::v1::JobState_Name(e.to_state()),
+                    state_text(e.from_state()), state_text(e.to_state()),
                     e.message()});
   }
   Table(out, rows);
@@ -234,6 +295,20 @@ std::string ProgressLine(const Job& job, int bar_width) {
   }
   if (job.has_error()) s << " " << ErrorText(job);
   return s.str();
+}
+
+}  // namespace fp8d::client
+
+namespace fp8d::client {
+
+std::string FitProgressLine(const Job& job, int columns) {
+  // Leave the last column free: writing into it makes some terminals wrap.
+  const int room = std::max(columns - 1, 10);
+  const std::string plain = ProgressLine(job, 0);
+  const int spare = room - static_cast<int>(plain.size()) - 3;  // " [" + "]"
+  if (spare >= 10 && job.progress().total_steps() > 0) return ProgressLine(job, std::min(spare, 30));
+  if (static_cast<int>(plain.size()) <= room) return plain;
+  return plain.substr(0, static_cast<size_t>(room - 3)) + "...";
 }
 
 }  // namespace fp8d::client

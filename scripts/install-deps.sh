@@ -9,6 +9,7 @@ PKGS=(
   libgloo-dev libsystemd-dev python3 python3-numpy ccache
   libssl-dev openssl curl python3-grpcio python3-protobuf prometheus-cpp-dev
   python3-prometheus-client util-linux passwd prometheus
+  tmux clang libclang-rt-14-dev
 )
 # Test-only tools (tests/deploy): systemd-analyze, and Node.js for the offline Kubernetes
 # schema check. FP8D_DEPS_BUILD_ONLY=1 (the container's build stage) leaves them out.

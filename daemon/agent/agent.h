@@ -134,6 +134,11 @@ class Agent {
   virtual void Signal(const std::string& job_id, int attempt, int sig) = 0;
   // Stops observing (the daemon's SIGTERM path): workers keep running.
   virtual void Stop() = 0;
+  // Removes the files of a deleted job's attempts (spec, events, logs) and then their job
+  // folder when it is left empty; never anything else (a job's output dir is the user's). The
+  // default removes `attempt_dirs` on this machine's file system, where the local agent and a
+  // launcher on a shared data dir keep them. Blocking I/O: call off the io thread.
+  virtual Status RemoveAttemptFiles(const std::string& job_id, const std::vector<std::string>& attempt_dirs);
 };
 
 struct LocalAgentOptions {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <boost/asio/post.hpp>
+#include <google/protobuf/empty.pb.h>
 
 #include "daemon/api/http_metrics.h"
 #include "daemon/api/status_mapping.h"
@@ -17,16 +18,16 @@ using fp8d::v1::Job;
 
 namespace {
 
-// Finishes a unary call from the manager's callback: copy the value into gRPC's response
-// object (alive until Finish) or map the error 1:1.
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Finishes a unary call from the manager's callback: serialize the value into gRPC's response
+// buffer (alive until Finish) or map the error 1:1.
 template <typename T>
-auto Responder(grpc::ServerUnaryReactor* reactor, T* response, const char* method,
+auto Responder(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* response, const char* method,
                Clock::time_point start = Clock::now()) {
   return [reactor, response, method, start](fp8::StatusOr<T> result) {
     RecordGrpcCall(method, result.status().code(), SecondsSince(start));
@@ -34,7 +35,13 @@ auto Responder(grpc::ServerUnaryReactor* reactor, T* response, const char* metho
       reactor->Finish(ToGrpcStatus(result.status()));
       return;
     }
-    *response = std::move(result).value();
+    std::string bytes;
+    if (!result->SerializeToString(&bytes)) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "response did not serialize"));
+      return;
+    }
+    grpc::Slice slice(std::move(bytes));
+    *response = grpc::ByteBuffer(&slice, 1);
     reactor->Finish(grpc::Status::OK);
   };
 }
@@ -89,9 +96,12 @@ fp8::StatusOr<Principal> JobServiceImpl::Admit(const grpc::CallbackServerContext
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* context,
-                                                    const fp8d::v1::CreateJobRequest* request,
-                                                    Job* response) {
-  auto admitted = Admit(*context, "CreateJob", ValidateCreateJobRequest(*request));
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
+  fp8d::v1::CreateJobRequest parsed_request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &parsed_request);
+  const fp8d::v1::CreateJobRequest* request = &parsed_request;
+  auto admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(*request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted.status(), "CreateJob");
   const Principal principal = *admitted;
   const int64_t run_as_uid = RunAsUid(options_.isolation, principal);
@@ -108,7 +118,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   NormalizeCreateJobRequest(normalized);
   normalized.mutable_job()->set_owner(principal.name);
   normalized.mutable_job()->set_run_as_uid(run_as_uid);
-  auto respond = Responder(reactor, response, "CreateJob");
+  auto respond = Responder<Job>(reactor, response, "CreateJob");
   boost::asio::post(io_, [this, respond, principal, req = std::move(normalized)]() mutable {
     manager_->CreateJob(std::move(req), [respond, principal](fp8::StatusOr<Job> job) {
       AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
@@ -119,40 +129,45 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
-                                                 const fp8d::v1::GetJobRequest* request,
-                                                 Job* response) {
-  auto admitted = Admit(*context, "GetJob", ValidateGetJobRequest(*request));
+                                                 const grpc::ByteBuffer* raw,
+                                                 grpc::ByteBuffer* response) {
+  fp8d::v1::GetJobRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "GetJob", parsed.ok() ? ValidateGetJobRequest(request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted.status(), "GetJob");
   auto* reactor = context->DefaultReactor();
-  boost::asio::post(io_, [this, reactor, response, req = *request]() mutable {
-    manager_->GetJob(std::move(req), Responder(reactor, response, "GetJob"));
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->GetJob(std::move(req), Responder<Job>(reactor, response, "GetJob"));
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
-                                                   const fp8d::v1::ListJobsRequest* request,
-                                                   fp8d::v1::ListJobsResponse* response) {
-  auto admitted = Admit(*context, "ListJobs", ValidateListJobsRequest(*request));
+                                                   const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* response) {
+  fp8d::v1::ListJobsRequest req;
+  const fp8::Status parsed = ParseRawRequest(*raw, &req);
+  auto admitted = Admit(*context, "ListJobs", parsed.ok() ? ValidateListJobsRequest(req) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted.status(), "ListJobs");
   auto* reactor = context->DefaultReactor();
-  fp8d::v1::ListJobsRequest req = *request;
   if (req.page_size() == 0) req.set_page_size(50);
   boost::asio::post(io_, [this, reactor, response, req = std::move(req)]() mutable {
-    manager_->ListJobs(std::move(req), Responder(reactor, response, "ListJobs"));
+    manager_->ListJobs(std::move(req), Responder<fp8d::v1::ListJobsResponse>(reactor, response, "ListJobs"));
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
-                                                    const fp8d::v1::CancelJobRequest* request,
-                                                    Job* response) {
-  auto admitted = Admit(*context, "CancelJob", ValidateCancelJobRequest(*request));
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
+  fp8d::v1::CancelJobRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "CancelJob", parsed.ok() ? ValidateCancelJobRequest(request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted.status(), "CancelJob");
   auto* reactor = context->DefaultReactor();
   // The owner never changes after create, so checking it first and cancelling next is safe.
-  auto respond = Responder(reactor, response, "CancelJob");
-  boost::asio::post(io_, [this, respond, principal = *admitted, req = *request]() mutable {
+  auto respond = Responder<Job>(reactor, response, "CancelJob");
+  boost::asio::post(io_, [this, respond, principal = *admitted, req = std::move(request)]() mutable {
     fp8d::v1::GetJobRequest get;
     get.set_name(req.name());
     manager_->GetJob(std::move(get), [this, respond, principal,
@@ -174,6 +189,38 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
+  fp8d::v1::DeleteJobRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "DeleteJob", parsed.ok() ? ValidateDeleteJobRequest(request) : parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "DeleteJob");
+  auto* reactor = context->DefaultReactor();
+  // Only the owner (or an admin) deletes a job, as for cancel.
+  auto respond = Responder<google::protobuf::Empty>(reactor, response, "DeleteJob");
+  boost::asio::post(io_, [this, respond, principal = *admitted, req = std::move(request)]() mutable {
+    fp8d::v1::GetJobRequest get;
+    get.set_name(req.name());
+    manager_->GetJob(std::move(get), [this, respond, principal,
+                                      req = std::move(req)](fp8::StatusOr<Job> job) mutable {
+      fp8::Status allowed = job.ok() ? AuthorizeOwner(principal, job->owner(), "DeleteJob", req.name())
+                                     : job.status();
+      if (!allowed.ok()) {
+        AuditLog(principal, "DeleteJob", req.name(), allowed);
+        respond(fp8::StatusOr<google::protobuf::Empty>(allowed));
+        return;
+      }
+      const std::string name = req.name();
+      manager_->DeleteJob(std::move(req), [respond, principal, name](fp8::StatusOr<google::protobuf::Empty> result) {
+        AuditLog(principal, "DeleteJob", name, result.status());
+        respond(std::move(result));
+      });
+    });
+  });
+  return reactor;
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   fp8d::v1::WatchJobRequest request;
@@ -186,16 +233,18 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::WatchJob(
   return NewWatchReactor(io_, manager_, writers_, std::move(request), options_.watch_queue_limit);
 }
 
-grpc::ServerWriteReactor<fp8d::v1::LogChunk>* JobServiceImpl::GetJobLogs(
-    grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) {
-  auto admitted = Admit(*context, "GetJobLogs", ValidateGetJobLogsRequest(*request));
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobServiceImpl::GetJobLogs(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  fp8d::v1::GetJobLogsRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "GetJobLogs", parsed.ok() ? ValidateGetJobLogsRequest(request) : parsed);
   if (!admitted.ok()) {
-    return new FinishedWriteReactor<fp8d::v1::LogChunk>(ToGrpcStatus(admitted.status()));
+    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(admitted.status()));
   }
   LogStreamOptions log_options;
   log_options.chunk_bytes = options_.log_chunk_bytes;
   log_options.poll_ms = options_.log_poll_ms;
-  return NewLogReactor(io_, manager_, readers_, *request, log_options);
+  return NewLogReactor(io_, manager_, readers_, std::move(request), log_options);
 }
 
 }  // namespace fp8d::api

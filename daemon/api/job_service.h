@@ -28,12 +28,21 @@ struct JobServiceOptions {
   IsolationOptions isolation;    // run-as uid and path roots of new jobs
 };
 
-// WatchJob is registered raw (bytes in, bytes out): one update goes to every watcher of a job,
-// so it is serialized once per version and the same bytes are shared by all the streams,
-// instead of once per stream by gRPC.
-class JobServiceImpl final
-    : public fp8d::v1::JobService::WithRawCallbackMethod_WatchJob<
-          fp8d::v1::JobService::CallbackService> {
+// Every method is registered raw (bytes in, bytes out) and parses its own request: gRPC's
+// typed callback handlers answer a request that does not parse with UNIMPLEMENTED and an
+// empty message (server_callback_handlers.h), where the API promises INVALID_ARGUMENT naming
+// the message. WatchJob also gains from it: one update goes to every watcher of a job, so it
+// is serialized once per version and the same bytes are shared by all the streams.
+using RawJobService = fp8d::v1::JobService::WithRawCallbackMethod_CreateJob<
+    fp8d::v1::JobService::WithRawCallbackMethod_GetJob<
+        fp8d::v1::JobService::WithRawCallbackMethod_ListJobs<
+            fp8d::v1::JobService::WithRawCallbackMethod_WatchJob<
+                fp8d::v1::JobService::WithRawCallbackMethod_CancelJob<
+                    fp8d::v1::JobService::WithRawCallbackMethod_GetJobLogs<
+                        fp8d::v1::JobService::WithRawCallbackMethod_DeleteJob<
+                            fp8d::v1::JobService::CallbackService>>>>>>>;
+
+class JobServiceImpl final : public RawJobService {
  public:
   JobServiceImpl(boost::asio::io_context& io, core::JobManager* manager,
                  std::shared_ptr<const AuthPolicy> auth, JobServiceOptions options = {});
@@ -44,23 +53,24 @@ class JobServiceImpl final
   // Stops the log reader and watch writer pools. Call after the gRPC server has shut down.
   void Stop();
 
+  // Each takes the serialized request (fp8d.v1.<Method>Request) and answers the serialized
+  // response (Job, ListJobsResponse, google.protobuf.Empty).
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* context,
-                                      const fp8d::v1::CreateJobRequest* request,
-                                      fp8d::v1::Job* response) override;
+                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
-                                   const fp8d::v1::GetJobRequest* request,
-                                   fp8d::v1::Job* response) override;
+                                   const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
-                                     const fp8d::v1::ListJobsRequest* request,
-                                     fp8d::v1::ListJobsResponse* response) override;
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
-                                      const fp8d::v1::CancelJobRequest* request,
-                                      fp8d::v1::Job* response) override;
-  // A serialized fp8d.v1.WatchJobRequest in, serialized fp8d.v1.WatchJobResponse messages out.
+                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  // Serialized fp8d.v1.WatchJobResponse messages out.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
-  grpc::ServerWriteReactor<fp8d::v1::LogChunk>* GetJobLogs(
-      grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) override;
+  // Serialized fp8d.v1.LogChunk messages out.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetJobLogs(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request) override;
 
  private:
   // Auth + readiness + validation; a principal means the call may be posted to the manager.

@@ -311,7 +311,7 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
  public:
   LogSession(boost::asio::io_context& io, core::JobManager* manager,
              std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
-             LogStreamOptions options, grpc::ServerWriteReactor<LogChunk>* reactor)
+             LogStreamOptions options, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor)
       : io_(io), manager_(manager), readers_(std::move(readers)), request_(std::move(request)),
         options_(options), gate_(reactor), timer_(io) {}
 
@@ -423,9 +423,10 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
       }
     }
     if (!buf.empty()) {
-      auto chunk = std::make_shared<LogChunk>();
-      chunk->set_data(std::move(buf));
-      gate_.TryWrite(std::move(chunk));  // OnWriteDone schedules the next read
+      LogChunk message;
+      message.set_data(std::move(buf));
+      grpc::Slice slice(message.SerializeAsString());
+      gate_.TryWrite(std::make_shared<grpc::ByteBuffer>(&slice, 1));  // OnWriteDone schedules the next read
       return;
     }
     if (!request_.follow() || terminal) {
@@ -441,7 +442,7 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
   std::shared_ptr<boost::asio::thread_pool> readers_;
   const fp8d::v1::GetJobLogsRequest request_;
   const LogStreamOptions options_;
-  StreamGate<LogChunk> gate_;
+  StreamGate<grpc::ByteBuffer> gate_;
   boost::asio::steady_timer timer_;  // io only
   std::mutex read_mu_;
   std::string path_;
@@ -480,11 +481,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* NewWatchReactor(
       io, manager, std::move(writers), std::move(request), queue_limit);
 }
 
-grpc::ServerWriteReactor<fp8d::v1::LogChunk>* NewLogReactor(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewLogReactor(
     boost::asio::io_context& io, core::JobManager* manager,
     std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
     LogStreamOptions options) {
-  return new SessionReactor<fp8d::v1::LogChunk, LogSession>(io, manager, std::move(readers),
+  return new SessionReactor<grpc::ByteBuffer, LogSession>(io, manager, std::move(readers),
                                                           std::move(request), options);
 }
 

@@ -32,7 +32,8 @@ struct LogStreamOptions {
   int poll_ms = 200;
 };
 
-grpc::ServerWriteReactor<fp8d::v1::LogChunk>* NewLogReactor(
+// The stream carries serialized fp8d.v1.LogChunk messages (the method is registered raw).
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewLogReactor(
     boost::asio::io_context& io, core::JobManager* manager,
     std::shared_ptr<boost::asio::thread_pool> readers, fp8d::v1::GetJobLogsRequest request,
     LogStreamOptions options);

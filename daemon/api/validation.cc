@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <initializer_list>
 
+#include "common/label_selector.h"
+
 namespace fp8d::api {
 namespace {
 
@@ -366,7 +368,12 @@ Status ValidateListJobsRequest(const fp8d::v1::ListJobsRequest& request) {
   if (!fp8d::v1::JobKind_IsValid(request.kind())) return Bad("kind", "unknown value");
   FP8_RETURN_IF_ERROR(InRange("page_size", request.page_size(), 0, kMaxPageSize));
   if (request.page_token().size() > 1024) return Bad("page_token", "is not a token this server issued");
-  return OkStatus();
+  if (request.label_selector().size() > 4096) return Bad("label_selector", "longer than 4096 bytes");
+  return fp8::ParseLabelSelector(request.label_selector()).status();
+}
+
+Status ValidateDeleteJobRequest(const fp8d::v1::DeleteJobRequest& request) {
+  return ValidateJobName(request.name(), "name");
 }
 
 Status ValidateWatchJobRequest(const fp8d::v1::WatchJobRequest& request) {

@@ -36,6 +36,7 @@ fp8::Status ValidateListJobsRequest(const fp8d::v1::ListJobsRequest& request);
 fp8::Status ValidateWatchJobRequest(const fp8d::v1::WatchJobRequest& request);
 fp8::Status ValidateCancelJobRequest(const fp8d::v1::CancelJobRequest& request);
 fp8::Status ValidateGetJobLogsRequest(const fp8d::v1::GetJobLogsRequest& request);
+fp8::Status ValidateDeleteJobRequest(const fp8d::v1::DeleteJobRequest& request);
 
 // `jobs/<id>` where id is 1..128 of [A-Za-z0-9._-]. `field` names the field in the message.
 fp8::Status ValidateJobName(std::string_view name, std::string_view field);

@@ -22,6 +22,8 @@ namespace fp8d::core {
 // against `cwd` (the daemon's working directory when the job was created, because the worker
 // runs elsewhere). INVALID_ARGUMENT when neither spec is set.
 fp8::Status PrepareNewJob(fp8d::v1::Job* job, const std::string& cwd);
+// The job's output_dir, normalized, as the key of the active-output-dir index ("" if unset).
+std::string OutputDirKey(const fp8d::v1::Job& job);
 
 // Hash of the deterministic serialization of the job exactly as the client sent it: the
 // same request_id with a different body must be told apart (design §3).

@@ -124,6 +124,26 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(Stat
     done(st);
     return;
   }
+  if (Status st = CheckAdmission(create.job, create.request_id); !st.ok()) {
+    done(st);
+    return;
+  }
+  // Claim the output dir until the create is answered: then the job's name holds it (or,
+  // when the create failed, nothing does).
+  if (const std::string key = OutputDirKey(create.job); !key.empty()) {
+    output_dirs_[key] = OutputDirUser{"", create.request_id};
+    done = [this, key, request_id = create.request_id, done = std::move(done)](StatusOr<Job> result) {
+      auto it = output_dirs_.find(key);
+      if (it != output_dirs_.end() && it->second.name.empty()) {
+        if (result.ok()) {
+          it->second.name = result->name();
+        } else {
+          output_dirs_.erase(it);
+        }
+      }
+      done(std::move(result));
+    };
+  }
   pending_creates_.push_back(PendingCreate{std::move(create), std::move(done)});
   FlushCreates();
 }
@@ -266,6 +286,10 @@ void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
   filter.kind = request.kind();
   filter.page_size = request.page_size() <= 0 ? 50 : std::min(request.page_size(), 1000);
   filter.page_token = request.page_token();
+  // Validated at the API edge; parsed again here so the manager needs no API types.
+  auto selector = fp8::ParseLabelSelector(request.label_selector());
+  if (!selector.ok()) return done(selector.status());
+  filter.labels = std::move(selector).value();
   OnStore<StatusOr<store::ListResult>>(
       [filter](store::JobStore& s) { return s.ListJobs(filter); },
       [this, done = std::move(done)](StatusOr<store::ListResult> result) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <google/protobuf/empty.pb.h>
 
 #include "common/status.h"
 #include "daemon/agent/agent.h"
@@ -47,6 +48,8 @@ struct ManagerOptions {
   // Source of the backoff jitter, uniform in [0, 1). Empty: a random generator. Tests pass
   // a constant (0.5 = no jitter) so backoffs are exact.
   std::function<double()> uniform01;
+  // Finished jobs older than this (since end_time) are deleted like DeleteJob; 0 keeps them.
+  int64_t job_ttl_after_finished_ms = 0;
 };
 
 class JobManager {
@@ -71,6 +74,10 @@ class JobManager {
                         std::function<void(StatusOr<fp8d::v1::ListJobsResponse>)> done) = 0;
   virtual void CancelJob(fp8d::v1::CancelJobRequest request,
                          std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
+  // Deletes a finished job: its store rows (one transaction), then its attempt folders through
+  // the agent. FAILED_PRECONDITION while it is active; its output dir is never touched.
+  virtual void DeleteJob(fp8d::v1::DeleteJobRequest request,
+                         std::function<void(StatusOr<google::protobuf::Empty>)> done) = 0;
 
   // Calls on_update with the snapshot (when newer than since_version), then with every later
   // version, in order; on_end once the job is terminal and sent, or with NOT_FOUND. Returns a

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <memory>
 #include <optional>
@@ -133,6 +134,8 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
                 std::function<void(StatusOr<fp8d::v1::ListJobsResponse>)> done) override;
   void CancelJob(fp8d::v1::CancelJobRequest request,
                  std::function<void(StatusOr<Job>)> done) override;
+  void DeleteJob(fp8d::v1::DeleteJobRequest request,
+                 std::function<void(StatusOr<google::protobuf::Empty>)> done) override;
   int64_t Watch(const std::string& name, int64_t since_version,
                 std::function<void(const Job&)> on_update,
                 std::function<void(Status)> on_end) override;
@@ -191,6 +194,23 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void HandleExit(const agent::WorkerExit& ex);
   void ArmTick();
   void Tick();
+  // ---- admission (job_admission.cc) ----
+  // FAILED_PRECONDITION for `backend: cuda` without any GPU slot, or an output_dir an active
+  // job uses (named). Builds output_dirs_ on first use.
+  Status CheckAdmission(const Job& job, const std::string& request_id);
+  // Drops a finished job's entry, so the index holds only active jobs (MaybeEvict calls it).
+  void ReleaseOutputDir(const Job& job);
+  struct OutputDirUser {
+    std::string name;        // empty while its create is being written
+    std::string request_id;  // of that create, so its retries are not refused
+  };
+  std::unordered_map<std::string, OutputDirUser> output_dirs_;
+  bool output_dirs_built_ = false;
+  // ---- retention (job_retention.cc) ----
+  // Deletes finished jobs past job_ttl_after_finished, a batch at a time, at most once a minute.
+  void SweepFinishedJobs(int64_t now);
+  int64_t next_sweep_ms_ = 0;
+  bool sweeping_ = false;
   void CheckAttempt(JobEntry& e, int64_t now);
   // The attempt failed: decide RETRY_WAIT or FAILED, persist, then stop its workers.
   void FailAttempt(JobEntry& e, FailureClass failure, const std::string& message);

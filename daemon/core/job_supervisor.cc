@@ -377,6 +377,7 @@ void JobManagerImpl::Tick() {
     }
   }
   FlushDirtyRows(now, /*all=*/false);
+  SweepFinishedJobs(now);
   ArmTick();
 }
 

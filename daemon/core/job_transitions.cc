@@ -143,6 +143,7 @@ void JobManagerImpl::MaybeEvict(const std::string& name) {
   if (e->pending_writes > 0 || !e->outbox.empty()) return;
   if (e->run != nullptr && !e->run->AllExited()) return;  // still holds its slots
   // Every write for it was queued before now, so the store answers for it from here on.
+  ReleaseOutputDir(e->job);
   with_run_.erase(name);
   queued_.erase(name);
   dirty_rows_.erase(name);

@@ -7,9 +7,11 @@ find_package(spdlog REQUIRED)
 add_library(fp8d_core
   blocking_worker.cc
   failpoint.cc
+  job_admission.cc
   job_fields.cc
   job_manager.cc
   job_recovery.cc
+  job_retention.cc
   job_scheduling.cc
   job_supervisor.cc
   job_transitions.cc

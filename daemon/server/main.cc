@@ -183,6 +183,7 @@ int Run(const ServerConfig& config) {
   options.worker_argv_prefix = fp8d::server::ResolveWorker(config.worker);
   options.cancel_grace_ms = config.cancel_grace_ms;
   options.tick_ms = config.tick_ms;
+  options.job_ttl_after_finished_ms = config.job_ttl_after_finished_ms;
   options.clean_worker_env = true;
   options.worker_env = config.worker_env;
   options.worker_env_allow = config.worker_env_allow;

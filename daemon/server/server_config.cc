@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "common/version.h"
+
 namespace fp8d::server {
 namespace fs = std::filesystem;
 
@@ -42,7 +44,7 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
                                 "gpus",     "cancel_grace_ms", "tick_ms", "max_message_bytes",
                                 "addr_file", "worker_env",     "log_level",
                                 "tls_cert", "tls_key", "tls_client_ca", "auth_tokens",
-                                "default_user", "allowed_roots", "http_listen"};
+                                "default_user", "allowed_roots", "http_listen", "job_ttl_after_finished"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
@@ -63,6 +65,11 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   FP8_RETURN_IF_ERROR(FromYaml(root, "addr_file", flag("addr_file"), &config->addr_file));
   FP8_RETURN_IF_ERROR(FromYaml(root, "log_level", flag("log_level"), &config->log_level));
   FP8_RETURN_IF_ERROR(FromYaml(root, "worker_env", nullptr, &config->worker_env));
+  if (root["job_ttl_after_finished"] && flag("job_ttl_after_finished")->count() == 0) {
+    std::string text;
+    FP8_RETURN_IF_ERROR(FromYaml(root, "job_ttl_after_finished", nullptr, &text));
+    FP8_ASSIGN_OR_RETURN(config->job_ttl_after_finished_ms, ParseTtl(text, "config key job_ttl_after_finished"));
+  }
   const std::pair<const char*, std::string*> remote_keys[] = {
       {"tls_cert", &config->tls_cert},         {"tls_key", &config->tls_key},
       {"tls_client_ca", &config->tls_client_ca}, {"auth_tokens", &config->auth_tokens},
@@ -88,6 +95,39 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
 
 }  // namespace
 
+std::string VersionText() {
+  return std::string("fp8d ") + fp8::kVersion + " (commit " + fp8::kGitCommit + ", " +
+         fp8::kBuildType + " build)";
+}
+
+fp8::StatusOr<int64_t> ParseTtl(const std::string& text, const std::string& field) {
+  if (text == "0") return int64_t{0};
+  size_t used = 0;
+  long long value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = used > 0 ? text.substr(used) : "";
+  const int64_t scale = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60000 : unit == "h" ? 3600000
+                       : unit == "d" ? 86400000 : 0;
+  if (used == 0 || value < 0 || scale == 0 || value > INT64_MAX / scale) {
+    return fp8::InvalidArgumentError(field + " " + text + ": expected a whole number with a unit: 500ms, 90s, 30m, 12h, 7d (0 = keep)");
+  }
+  return value * scale;
+}
+
+fp8::Status CheckLogLevel(const std::string& level) {
+  // spdlog maps an unknown name to `off`, which would silence the daemon without a word.
+  for (const char* known : kLogLevels) {
+    if (level == known) return fp8::OkStatus();
+  }
+  std::string valid;
+  for (const char* known : kLogLevels) valid += std::string(valid.empty() ? "" : ", ") + known;
+  return fp8::InvalidArgumentError("--log-level " + level + ": unknown level; valid levels: " + valid);
+}
+
 fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_code) {
   ServerConfig config;
   std::string config_path;
@@ -109,7 +149,10 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   flags["tick_ms"] = app.add_option("--tick-ms", config.tick_ms, "supervisor timer resolution");
   flags["max_message_bytes"] = app.add_option("--max-message-bytes", config.max_message_bytes, "largest request accepted");
   flags["addr_file"] = app.add_option("--addr-file", config.addr_file, "write the bound address to this file");
-  flags["log_level"] = app.add_option("--log-level", config.log_level, "trace|debug|info|warn|error");
+  flags["log_level"] = app.add_option("--log-level", config.log_level, "trace|debug|info|warn|error|critical|off");
+  std::string ttl;
+  flags["job_ttl_after_finished"] = app.add_option("--job-ttl-after-finished", ttl,
+                                                   "delete finished jobs this long after they end (7d, 12h; 0 = keep)");
   flags["tls_cert"] = app.add_option("--tls-cert", config.tls_cert, "PEM certificate chain: serve TLS");
   flags["tls_key"] = app.add_option("--tls-key", config.tls_key, "PEM private key of --tls-cert");
   flags["tls_client_ca"] = app.add_option("--tls-client-ca", config.tls_client_ca,
@@ -127,6 +170,7 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
                  "environment name (or PREFIX*) workers inherit beyond the built-in allowlist");
   flags["http_listen"] = app.add_option("--http-listen", config.http_listen,
                                         "HOST:PORT of the HTTP listener (metrics, health, JSON jobs)");
+  app.set_version_flag("--version", VersionText());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -139,7 +183,17 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   if (!worker.empty()) {
     config.worker = {worker};
   }
+  if (!ttl.empty()) {
+    FP8_ASSIGN_OR_RETURN(config.job_ttl_after_finished_ms, ParseTtl(ttl, "--job-ttl-after-finished"));
+  }
+  // Without a worker program the arguments would become the program itself.
+  if (!worker_args.empty() && config.worker.empty()) {
+    return fp8::InvalidArgumentError(
+        "--worker-arg needs --worker (or `worker:` in --config): the arguments follow the worker "
+        "program");
+  }
   for (const auto& a : worker_args) config.worker.push_back(a);
+  FP8_RETURN_IF_ERROR(CheckLogLevel(config.log_level));
   for (const auto& kv : worker_env) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {

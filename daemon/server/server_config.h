@@ -23,6 +23,8 @@ struct ServerConfig {
   std::string addr_file;                // write the bound address here (port 0 → chosen port)
   std::map<std::string, std::string> worker_env;  // set in fp8d's environment, so workers inherit it
   std::string log_level = "info";
+  // Finished jobs are deleted this long after they end ("7d", "12h", "30m", "90s"); 0 = kept.
+  int64_t job_ttl_after_finished_ms = 0;
 
   // Remote access (TLS, auth, HTTP) and local isolation.
   std::string tls_cert;                 // PEM server certificate chain; with tls_key enables TLS
@@ -36,6 +38,18 @@ struct ServerConfig {
   std::vector<std::string> worker_env_allow;   // extra names (or PREFIX*) workers inherit
   std::string http_listen;              // HOST:PORT of the HTTP listener; empty: none
 };
+
+// "7d", "12h", "30m", "90s", "500ms", "0" → milliseconds; INVALID_ARGUMENT naming `field`.
+fp8::StatusOr<int64_t> ParseTtl(const std::string& text, const std::string& field);
+
+// The levels --log-level accepts (spdlog's names).
+inline constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+
+// INVALID_ARGUMENT listing the valid levels unless `level` is one of kLogLevels.
+fp8::Status CheckLogLevel(const std::string& level);
+
+// "fp8d 0.1.0 (commit abc123, RelWithDebInfo build)".
+std::string VersionText();
 
 // Parses argv (CLI11) and the --config file. Returns INVALID_ARGUMENT naming the flag or key.
 // `exit_code` is set (and the config unusable) when CLI11 handled --help or a usage error.

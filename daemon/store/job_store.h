@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/label_selector.h"
 #include "common/status.h"
 #include "fp8d/v1/job.pb.h"
 
@@ -39,6 +40,8 @@ struct ListFilter {
   fp8d::v1::JobKind kind = fp8d::v1::JOB_KIND_UNSPECIFIED;
   int page_size = 50;
   std::string page_token;   // opaque; from ListResult::next_page_token
+  // Labels live in the job blob (no column): matched on each row read, after state and kind.
+  std::vector<fp8::LabelRequirement> labels;
 };
 
 struct ListResult {
@@ -93,6 +96,15 @@ class JobStore {
   // Records a checkpoint a worker reported complete; the job's newest is also in Job.checkpoint.
   virtual Status PutCheckpoint(const std::string& job_name, const fp8d::v1::Checkpoint& ckpt) = 0;
   virtual StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& job_name) = 0;
+
+  // Removes a finished job (SUCCEEDED, FAILED or CANCELLED) with its attempts, events and
+  // checkpoints, in one transaction, and frees its request_id. Returns its attempt numbers,
+  // whose directories the caller removes. NOT_FOUND if absent; FAILED_PRECONDITION if the job
+  // has not finished.
+  virtual StatusOr<std::vector<int32_t>> DeleteJob(const std::string& name) = 0;
+  // Names of finished jobs whose end_time is before `before_ms` (ms since the epoch), oldest
+  // first, at most `limit`: what job_ttl_after_finished removes.
+  virtual StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before_ms, size_t limit) = 0;
 
   // PRAGMA integrity_check (SQLite) or the equivalent; OK when the store is consistent.
   virtual Status IntegrityCheck() = 0;

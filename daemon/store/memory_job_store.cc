@@ -80,6 +80,7 @@ class MemoryJobStore final : public JobStore {
       const fp8d::v1::Job& job = it->second.job;
       if (filter.state != fp8d::v1::JOB_STATE_UNSPECIFIED && job.state() != filter.state) continue;
       if (filter.kind != fp8d::v1::JOB_KIND_UNSPECIFIED && job.kind() != filter.kind) continue;
+      if (!internal::MatchesLabelFilter(filter, job)) continue;
       if (out.jobs.size() == page_size) {  // one more exists: there is a next page
         out.next_page_token = internal::EncodePageToken(last_seq, filter);
         break;
@@ -151,6 +152,36 @@ class MemoryJobStore final : public JobStore {
     StoreTimeAsSqliteDoes(copy.mutable_create_time());
     stored->checkpoints[ckpt.step()] = copy;
     return fp8::OkStatus();
+  }
+
+  StatusOr<std::vector<int32_t>> DeleteJob(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    FP8_ASSIGN_OR_RETURN(StoredJob * stored, Find(name));
+    if (internal::IsActiveState(stored->job.state())) {
+      return fp8::FailedPreconditionError(name + " is " + fp8d::v1::JobState_Name(stored->job.state()) +
+                                          "; only a finished job can be deleted (cancel it first)");
+    }
+    std::vector<int32_t> attempts;
+    for (const auto& [number, record] : stored->attempts) attempts.push_back(number);
+    const int64_t seq = stored->seq;
+    for (auto it = by_request_id_.begin(); it != by_request_id_.end();) {
+      it = it->second.seq == seq ? by_request_id_.erase(it) : std::next(it);
+    }
+    by_id_.erase(IdFromName(name).value());
+    jobs_.erase(seq);
+    return attempts;
+  }
+
+  StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before_ms, size_t limit) override {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& [seq, stored] : jobs_) {
+      if (out.size() >= limit) break;
+      const auto& job = stored.job;
+      if (internal::IsActiveState(job.state()) || !job.has_end_time()) continue;
+      if (internal::StoredTimeMs(job.end_time()) < before_ms) out.push_back(job.name());
+    }
+    return out;
   }
 
   StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& job_name) override {

@@ -109,7 +109,9 @@ class SqliteJobStore final : public JobStore {
     if (by_kind) sql += " AND kind = ?3";
     sql += " ORDER BY seq DESC LIMIT ?4";
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(sql));
-    stmt.Bind(1, below).Bind(4, int64_t{page_size} + 1);  // one extra: is there a next page?
+    // One extra row: is there a next page? With a label selector rows are filtered after they
+    // are read, so no LIMIT: stepping stops once the page is full.
+    stmt.Bind(1, below).Bind(4, filter.labels.empty() ? int64_t{page_size} + 1 : int64_t{-1});
     if (by_state) stmt.Bind(2, int64_t{filter.state});
     if (by_kind) stmt.Bind(3, int64_t{filter.kind});
     ListResult out;
@@ -117,12 +119,14 @@ class SqliteJobStore final : public JobStore {
     while (true) {
       FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
       if (!row) break;
+      const int64_t seq = stmt.ColumnInt(0);
+      FP8_ASSIGN_OR_RETURN(fp8d::v1::Job job, ParseJob(stmt.ColumnBlob(1), "seq " + std::to_string(seq)));
+      if (!internal::MatchesLabelFilter(filter, job)) continue;
       if (static_cast<int>(out.jobs.size()) == page_size) {
         out.next_page_token = internal::EncodePageToken(last_seq, filter);
         break;
       }
-      last_seq = stmt.ColumnInt(0);
-      FP8_ASSIGN_OR_RETURN(fp8d::v1::Job job, ParseJob(stmt.ColumnBlob(1), "seq " + std::to_string(last_seq)));
+      last_seq = seq;
       out.jobs.push_back(std::move(job));
     }
     return out;
@@ -269,6 +273,59 @@ class SqliteJobStore final : public JobStore {
         .Bind(6, internal::StoredTimeMs(ckpt.create_time()));
     FP8_RETURN_IF_ERROR(stmt.Run());
     return Commit(txn.get());
+  }
+
+  StatusOr<std::vector<int32_t>> DeleteJob(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    FP8_ASSIGN_OR_RETURN(std::string id, internal::IdFromName(name));
+    {
+      FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT state FROM jobs WHERE id = ?1"));
+      stmt.Bind(1, id);
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) return NotFound(name);
+      const auto state = static_cast<fp8d::v1::JobState>(stmt.ColumnInt(0));
+      if (internal::IsActiveState(state)) {
+        return fp8::FailedPreconditionError(name + " is " + fp8d::v1::JobState_Name(state) +
+                                            "; only a finished job can be deleted (cancel it first)");
+      }
+    }
+    std::vector<int32_t> attempts;
+    {
+      FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT number FROM attempts WHERE job_id = ?1 ORDER BY number"));
+      stmt.Bind(1, id);
+      while (true) {
+        FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+        if (!row) break;
+        attempts.push_back(static_cast<int32_t>(stmt.ColumnInt(0)));
+      }
+    }
+    for (const char* sql : {"DELETE FROM events WHERE job_id = ?1", "DELETE FROM attempts WHERE job_id = ?1",
+                            "DELETE FROM checkpoints WHERE job_id = ?1", "DELETE FROM jobs WHERE id = ?1"}) {
+      FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(sql));
+      stmt.Bind(1, id);
+      FP8_RETURN_IF_ERROR(stmt.Run());
+    }
+    FP8_RETURN_IF_ERROR(Commit(txn.get()));
+    return attempts;
+  }
+
+  StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before_ms, size_t limit) override {
+    std::lock_guard lock(mu_);
+    // end_time is only in the blob (no migration for a column): read the finished jobs'
+    // blobs, oldest first. Runs on the TTL sweep, not on a request path.
+    std::vector<std::string> out;
+    for (auto state : {fp8d::v1::SUCCEEDED, fp8d::v1::FAILED, fp8d::v1::CANCELLED}) {
+      FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare("SELECT seq, job FROM jobs WHERE state = " +
+                                                   std::to_string(state) + " ORDER BY seq"));
+      while (out.size() < limit) {
+        FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+        if (!row) break;
+        FP8_ASSIGN_OR_RETURN(fp8d::v1::Job job, ParseJob(stmt.ColumnBlob(1), "seq " + std::to_string(stmt.ColumnInt(0))));
+        if (job.has_end_time() && internal::StoredTimeMs(job.end_time()) < before_ms) out.push_back(job.name());
+      }
+    }
+    return out;
   }
 
   StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& job_name) override {

@@ -1,5 +1,7 @@
 #include "daemon/store/store_util.h"
 
+#include <map>
+
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -99,6 +101,12 @@ StatusOr<std::string> IdFromName(const std::string& name) {
     return fp8::InvalidArgumentError("name: \"" + name + "\" is not of the form jobs/<id>");
   }
   return name.substr(prefix.size());
+}
+
+bool MatchesLabelFilter(const ListFilter& filter, const fp8d::v1::Job& job) {
+  if (filter.labels.empty()) return true;
+  const std::map<std::string, std::string> labels(job.labels().begin(), job.labels().end());
+  return fp8::MatchesLabels(filter.labels, labels);
 }
 
 int EffectivePageSize(int page_size) {

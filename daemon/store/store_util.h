@@ -34,6 +34,9 @@ std::string NameForId(const std::string& id);
 // "jobs/<id>" → id; INVALID_ARGUMENT naming `name` when it is not of that form.
 StatusOr<std::string> IdFromName(const std::string& name);
 
+// The filter's label requirements hold for the job's labels.
+bool MatchesLabelFilter(const ListFilter& filter, const fp8d::v1::Job& job);
+
 // page_size 0 (or negative) → 50; above 1000 → 1000.
 int EffectivePageSize(int page_size);
 

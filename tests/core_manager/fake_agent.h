@@ -166,6 +166,12 @@ class SharedStore final : public store::JobStore {
   fp8::StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& name) override {
     return inner_->ListCheckpoints(name);
   }
+  fp8::StatusOr<std::vector<int32_t>> DeleteJob(const std::string& name) override {
+    return inner_->DeleteJob(name);
+  }
+  fp8::StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before_ms, size_t limit) override {
+    return inner_->ListFinishedBefore(before_ms, limit);
+  }
   fp8::Status IntegrityCheck() override { return inner_->IntegrityCheck(); }
   int64_t CountJobs() override { return inner_->CountJobs(); }
 

@@ -210,9 +210,10 @@ TEST_F(ManagerTest, LogPathNamesTheRankLogOfAnAttempt) {
 
 TEST_F(ManagerTest, CreateIsIdempotentOnRequestId) {
   StartManager();
-  auto first = Create(TrainJob(), "req-1");
+  const Job job = TrainJob();
+  auto first = Create(job, "req-1");
   ASSERT_TRUE(first.ok());
-  auto second = Create(TrainJob(), "req-1");
+  auto second = Create(job, "req-1");
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(first->name(), second->name());
   Job other = TrainJob();

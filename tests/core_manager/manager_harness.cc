@@ -205,7 +205,11 @@ Job ManagerTest::TrainJob(int ranks) const {
   job.set_display_name("tiny");
   job.mutable_train()->mutable_model()->set_preset("tiny");
   job.mutable_train()->mutable_training()->set_max_steps(10);
-  job.mutable_train()->set_output_dir(data_dir_ + "/out");
+  // An active job's output_dir is refused to the next job: each job of a test gets its own
+  // (the first keeps "out", which tests check by name).
+  ++train_jobs_made_;
+  job.mutable_train()->set_output_dir(data_dir_ + "/out" +
+                                      (train_jobs_made_ == 1 ? "" : "-" + std::to_string(train_jobs_made_)));
   job.mutable_resources()->set_ranks(ranks);
   return job;
 }

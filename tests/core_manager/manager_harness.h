@@ -62,6 +62,7 @@ class ManagerTest : public ::testing::Test {
   int64_t Offset(const std::string& name, int attempt, int rank);
 
   fp8d::v1::Job TrainJob(int ranks = 1) const;
+  mutable int train_jobs_made_ = 0;  // TrainJob gives each job its own output_dir
   // Creates the job and waits for launch number `launch_index` (0-based across the test),
   // then reports `started` from every rank and waits for RUNNING. Returns the name.
   std::string CreateRunning(fp8d::v1::Job job);

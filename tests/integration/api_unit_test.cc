@@ -4,10 +4,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
+#include "client/cli_habits.h"
 #include "client/job_file.h"
+#include "client/output.h"
+#include "common/label_selector.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/validation.h"
 
@@ -205,13 +209,121 @@ TEST(JobFile, JsonIsAcceptedAndAbsolutePathsAreKept) {
 
 TEST(JobFile, ErrorsNameTheField) {
   auto unknown = client::ParseJobText("train: {training: {max_stepz: 5}}\n", "/");
-  EXPECT_EQ(unknown.status().message(), "job.train.training.max_stepz: unknown field");
+  EXPECT_EQ(unknown.status().message(), "job.train.training.max_stepz: unknown field (line 1, column 20)");
   auto type = client::ParseJobText("train: {training: {max_steps: many}}\n", "/");
   EXPECT_EQ(type.status().message().rfind("job.train.training.max_steps", 0), 0u) << type.status().message();
   auto duration = client::ParseJobText("timeouts: {heartbeat_timeout: soon}\n", "/");
   EXPECT_EQ(duration.status().message().rfind("job.timeouts.heartbeat_timeout", 0), 0u);
   auto not_map = client::ParseJobText("- a\n- b\n", "/");
   EXPECT_EQ(not_map.status().code(), fp8::StatusCode::kInvalidArgument);
+}
+
+TEST(LabelSelector, ParsesAndMatchesAsKubectl) {
+  auto sel = fp8::ParseLabelSelector("team=nlp, tier!=gold,owner,!temp");
+  ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+  ASSERT_EQ(sel->size(), 4u);
+  EXPECT_TRUE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}}));
+  EXPECT_TRUE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}, {"tier", "silver"}}));
+  EXPECT_FALSE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}, {"tier", "gold"}}));
+  EXPECT_FALSE(fp8::MatchesLabels(*sel, {{"team", "nlp"}}));
+  EXPECT_FALSE(fp8::MatchesLabels(*sel, {{"team", "nlp"}, {"owner", "ann"}, {"temp", "1"}}));
+  EXPECT_TRUE(fp8::ParseLabelSelector("").ok());
+  EXPECT_TRUE(fp8::ParseLabelSelector("a==b")->at(0).value == "b");
+  for (const char* bad : {"a=b=c", ",", "a,,b", "=x", "!", "a b=c"}) {
+    auto st = fp8::ParseLabelSelector(bad).status();
+    EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(st.message().rfind("label_selector: ", 0), 0u) << st.message();
+  }
+  fp8d::v1::ListJobsRequest list;
+  list.set_label_selector("a=b=c");
+  EXPECT_EQ(api::ValidateListJobsRequest(list).message().rfind("label_selector", 0), 0u);
+}
+
+TEST(CliHabits, SuggestionsStatesAndLabels) {
+  const std::vector<std::string> commands = {"submit", "get", "list", "watch", "wait", "logs", "cancel", "delete", "describe"};
+  EXPECT_EQ(client::SuggestCommand("lst", commands), "list");
+  EXPECT_EQ(client::SuggestCommand("sbumit", commands), "submit");
+  EXPECT_EQ(client::SuggestCommand("desc", commands), "describe");
+  EXPECT_EQ(client::SuggestCommand("frobnicate", commands), "");
+  EXPECT_EQ(*client::ParseStateFlag("running"), fp8d::v1::RUNNING);
+  EXPECT_EQ(*client::ParseStateFlag("Retry_Wait"), fp8d::v1::RETRY_WAIT);
+  auto bad = client::ParseStateFlag("JOB_STATE_UNSPECIFIED");
+  EXPECT_EQ(bad.status().code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("valid states: QUEUED,"), std::string::npos);
+  EXPECT_EQ(client::ParseLabelFlags({"=x"}).status().message(), "--label =x: expected KEY=VALUE");
+  EXPECT_EQ(client::ParseLabelFlags({"a=b", "c="})->at("c"), "");
+}
+
+TEST(Durations, MalformedNumbersAreRefused) {
+  for (const char* bad : {"1.5.5s", "1..5s", ".s", "5s.", "1e3s"}) {
+    EXPECT_FALSE(client::ParseDuration(bad).ok()) << bad;
+  }
+  EXPECT_EQ(client::ParseDuration("1.5s")->nanos(), 500000000);
+}
+
+TEST(JobFile, OutputOnlyFieldsAreClearedAndNamed) {
+  auto job = client::ParseJobText("name: jobs/x\nversion: 3\ntrain: {output_dir: /o}\n", "/");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(client::ClearOutputOnlyFields(*job), (std::vector<std::string>{"name", "version"}));
+  EXPECT_EQ(job->name(), "");
+  EXPECT_EQ(job->train().output_dir(), "/o");
+}
+
+TEST(Output, CalibrationShowsItsResultNotLossAndTokens) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/cal");
+  job.set_kind(fp8d::v1::CALIBRATE);
+  job.set_state(fp8d::v1::SUCCEEDED);
+  auto& fields = *job.mutable_result()->mutable_fields();
+  fields["tensors_converted"].set_number_value(42);
+  fields["max_rel_error"].set_number_value(0.0123456);
+  fields["output_dir"].set_string_value("/models/out-fp8");
+  std::ostringstream out;
+  client::PrintJob(job, client::OutputFormat::kTable, out);
+  EXPECT_NE(out.str().find("Tensors converted:"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("42\n"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("0.01235"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("/models/out-fp8"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("Loss"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("Tokens/s"), std::string::npos) << out.str();
+}
+
+TEST(Output, CancelledReadsCancelledAndTheFirstEventHasNoFrom) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/c");
+  job.set_kind(fp8d::v1::TRAIN);
+  job.set_state(fp8d::v1::CANCELLED);
+  job.mutable_error()->set_code(1);
+  job.mutable_error()->set_message("cancelled by request");
+  EXPECT_EQ(client::ErrorText(job), "cancelled: cancelled by request");
+  auto* first = job.add_events();
+  first->set_version(1);
+  first->set_to_state(fp8d::v1::QUEUED);
+  std::ostringstream out;
+  client::PrintDescribe(job, client::OutputFormat::kTable, out);
+  EXPECT_EQ(out.str().find("UNSPECIFIED"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("QUEUED"), std::string::npos) << out.str();
+  std::ostringstream name;
+  client::PrintJob(job, client::OutputFormat::kName, name);
+  EXPECT_EQ(name.str(), "jobs/c\n");
+  EXPECT_EQ(client::MessageToJsonLine(job).find('\n'), std::string::npos);
+}
+
+TEST(Output, ProgressLineFitsTheTerminal) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/0123456789abcdef");
+  job.set_state(fp8d::v1::RUNNING);
+  job.mutable_progress()->set_step(5);
+  job.mutable_progress()->set_total_steps(100000);
+  job.mutable_progress()->set_loss(2.5);
+  job.mutable_progress()->set_tokens_per_second(1234);
+  job.mutable_progress()->set_eta_seconds(3600);
+  for (int columns : {20, 40, 60, 80, 160, 300}) {
+    const std::string line = client::FitProgressLine(job, columns);
+    EXPECT_LT(static_cast<int>(line.size()), columns) << columns << ": " << line;
+  }
+  EXPECT_NE(client::FitProgressLine(job, 160).find(" [...."), std::string::npos);
+  EXPECT_EQ(client::FitProgressLine(job, 60).find("["), std::string::npos);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -127,6 +128,26 @@ bool IsTerminal(fp8d::v1::JobState s) {
   return s == fp8d::v1::SUCCEEDED || s == fp8d::v1::FAILED || s == fp8d::v1::CANCELLED;
 }
 
+// Workers outlive fp8d by design (the next fp8d re-adopts them), so a test whose worker
+// ignores SIGTERM (hang_after_start) would leave it running once its daemon has stopped. Every
+// process whose command line names a spec under this daemon's data dir is one of its workers:
+// SIGKILL its process group (each rank leads its own).
+void KillStrayWorkers(const std::string& data_dir) {
+  const std::string marker = data_dir + "/jobs/";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string pid_text = entry.path().filename().string();
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) == std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    const pid_t group = getpgid(pid);
+    if (group > 0 && group != getpgrp()) ::kill(-group, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+}
+
 }  // namespace
 
 Daemon::Daemon(std::string data_dir, DaemonOptions options)
@@ -142,6 +163,7 @@ Daemon::~Daemon() {
     Signal(SIGKILL);
     Wait(std::chrono::seconds(10));
   }
+  KillStrayWorkers(data_dir_);
 }
 
 fp8::Status Daemon::Start(std::chrono::milliseconds timeout) {

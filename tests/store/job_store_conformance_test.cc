@@ -214,6 +214,56 @@ TEST_P(JobStoreConformance, NotFoundAndBadNames) {
   EXPECT_EQ(store_->CountJobs(), 1);
 }
 
+TEST_P(JobStoreConformance, LabelSelectorFiltersAndPages) {
+  std::vector<std::string> nlp;
+  for (int i = 0; i < 30; ++i) {
+    Job job = MakeJob();
+    (*job.mutable_labels())["team"] = i % 3 == 0 ? "nlp" : "vision";
+    Job created = Create(std::move(job));
+    if (i % 3 == 0) nlp.insert(nlp.begin(), created.name());  // newest first
+  }
+  ListFilter filter;
+  filter.page_size = 4;  // pages must fill across the rows the selector skips
+  filter.labels = fp8::ParseLabelSelector("team=nlp").value();
+  int pages = 0;
+  EXPECT_EQ(ListAll(filter, &pages), nlp);
+  EXPECT_EQ(pages, 3);
+  filter.labels = fp8::ParseLabelSelector("team!=vision,!missing").value();
+  EXPECT_EQ(ListAll(filter), nlp);
+  filter.labels = fp8::ParseLabelSelector("missing").value();
+  EXPECT_TRUE(ListAll(filter).empty());
+}
+
+TEST_P(JobStoreConformance, DeleteRemovesAFinishedJobWithItsRows) {
+  Job job = Create(MakeJob());
+  EXPECT_EQ(store_->DeleteJob(job.name()).status().code(), fp8::StatusCode::kFailedPrecondition);
+  AttemptRecord attempt;
+  attempt.attempt.set_number(1);
+  FP8_CHECK_OK(store_->PutAttempt(job.name(), attempt));
+  attempt.attempt.set_number(2);
+  FP8_CHECK_OK(store_->PutAttempt(job.name(), attempt));
+  fp8d::v1::Checkpoint ckpt;
+  ckpt.set_step(10);
+  FP8_CHECK_OK(store_->PutCheckpoint(job.name(), ckpt));
+  job.mutable_end_time()->set_seconds(1000);
+  SetState(&job, fp8d::v1::SUCCEEDED);
+  Job other = Create(MakeJob());
+
+  ASSERT_OK_AND_ASSIGN(auto due, store_->ListFinishedBefore(1001 * 1000, 10));
+  EXPECT_EQ(due, std::vector<std::string>{job.name()});
+  ASSERT_OK_AND_ASSIGN(auto none, store_->ListFinishedBefore(999 * 1000, 10));
+  EXPECT_TRUE(none.empty());
+
+  ASSERT_OK_AND_ASSIGN(auto attempts, store_->DeleteJob(job.name()));
+  EXPECT_EQ(attempts, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(store_->GetJob(job.name()).status().code(), fp8::StatusCode::kNotFound);
+  EXPECT_EQ(store_->ListEvents(job.name()).status().code(), fp8::StatusCode::kNotFound);
+  EXPECT_EQ(store_->DeleteJob(job.name()).status().code(), fp8::StatusCode::kNotFound);
+  EXPECT_EQ(store_->CountJobs(), 1);
+  EXPECT_TRUE(store_->GetJob(other.name()).ok());
+  EXPECT_TRUE(store_->IntegrityCheck().ok());
+}
+
 TEST_P(JobStoreConformance, ListIsNewestFirstWithStablePages) {
   std::vector<Job> jobs = CreateMany(23);
   ListFilter filter;

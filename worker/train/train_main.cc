@@ -107,11 +107,10 @@ int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
           .exit_code;
     }
     if (spec->backend == Backend::kCuda) {
-      // The job asked for a GPU this node does not have: not the spec's fault, maybe the node's.
-      const std::string msg = "backend: cuda requested but no CUDA device is visible";
-      std::fprintf(stderr, "fp8-worker: %s\n", msg.c_str());
-      events.Emit("error", {{"class", "INTERNAL_ERROR"}, {"message", msg}});
-      return worker::kExitTemporary;
+      // The job asked for a GPU this node does not have. A retry lands on the same node and
+      // fails the same way, so it is INVALID_SPEC (exit 64) as in calibrate; fp8d refuses
+      // such a job at create when none of its nodes has a GPU.
+      return InvalidSpec(events, "backend: cuda requested but no CUDA device is visible");
     }
   }
 

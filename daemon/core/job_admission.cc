@@ -1,0 +1,71 @@
+// Checks a new job must pass against what this fp8d runs, beyond validation of the request:
+//   - `backend: cuda` when no slot of the agent is a GPU is refused at create, the same for
+//     train and calibrate, instead of failing (or being retried) at start;
+//   - an output_dir that an active job writes to is refused, naming that job (two jobs in one
+//     checkpoint folder would overwrite each other's checkpoints).
+// The output-dir index is built from the active jobs at the first create (after recovery) and
+// kept by CreateJob; an entry whose job has since finished is stale and simply replaced.
+#include <filesystem>
+
+#include "daemon/core/job_fields.h"
+#include "daemon/core/job_lifecycle.h"
+#include "daemon/core/job_manager_impl.h"
+
+namespace fp8d::core {
+namespace {
+
+const std::string& BackendOf(const Job& job) {
+  return job.has_train() ? job.train().backend() : job.calibrate().backend();
+}
+
+}  // namespace
+
+std::string OutputDirKey(const Job& job) {
+  const std::string& dir = job.has_train() ? job.train().output_dir() : job.calibrate().output_dir();
+  if (dir.empty()) return "";
+  std::string key = std::filesystem::path(dir).lexically_normal().string();
+  while (key.size() > 1 && key.back() == '/') key.pop_back();
+  return key;
+}
+
+Status JobManagerImpl::CheckAdmission(const Job& job, const std::string& request_id) {
+  if (BackendOf(job) == "cuda") {
+    bool any_gpu = false;
+    for (const auto& slot : agent_->Slots()) any_gpu = any_gpu || slot.gpu >= 0;
+    if (!any_gpu) {
+      return fp8::FailedPreconditionError(
+          std::string(job.has_train() ? "job.train.backend" : "job.calibrate.backend") +
+          ": cuda, but no node of this fp8d has a GPU; use auto or cpu");
+    }
+  }
+  if (!output_dirs_built_) {
+    for (const auto& [name, e] : jobs_) {
+      const std::string key = OutputDirKey(e->job);
+      if (!key.empty() && !IsTerminal(e->job.state())) output_dirs_[key] = OutputDirUser{name, ""};
+    }
+    output_dirs_built_ = true;
+  }
+  const std::string key = OutputDirKey(job);
+  auto it = key.empty() ? output_dirs_.end() : output_dirs_.find(key);
+  if (it == output_dirs_.end()) return fp8::OkStatus();
+  // A retried create (same request_id) is the store's to deduplicate, not a second user.
+  if (!request_id.empty() && it->second.request_id == request_id) return fp8::OkStatus();
+  if (it->second.name.empty()) {
+    return fp8::FailedPreconditionError("output_dir " + key + " is used by a job being created now");
+  }
+  JobEntry* user = Find(it->second.name);
+  if (user != nullptr && !IsTerminal(user->job.state())) {
+    return fp8::FailedPreconditionError("output_dir " + key + " is used by " + it->second.name + " (" +
+                                        fp8d::v1::JobState_Name(user->job.state()) +
+                                        "); wait for it to finish, or choose another output_dir");
+  }
+  output_dirs_.erase(it);  // its job has finished
+  return fp8::OkStatus();
+}
+
+void JobManagerImpl::ReleaseOutputDir(const Job& job) {
+  auto it = output_dirs_.find(OutputDirKey(job));
+  if (it != output_dirs_.end() && it->second.name == job.name()) output_dirs_.erase(it);
+}
+
+}  // namespace fp8d::core

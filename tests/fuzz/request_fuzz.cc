@@ -1,0 +1,75 @@
+// libFuzzer target: every JobService request message through the daemon's validators
+// (daemon/api/validation.cc). The first byte picks the method; the rest is parsed as that
+// method's request, the way the raw handlers parse the bytes gRPC hands them. Validation must
+// answer OK or INVALID_ARGUMENT with a message, and never crash.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "daemon/api/validation.h"
+
+namespace {
+
+void Check(const fp8::Status& st) {
+  if (st.ok()) return;
+  if (st.code() != fp8::StatusCode::kInvalidArgument || st.message().empty()) std::abort();
+}
+
+template <typename Request>
+bool Parse(const uint8_t* data, size_t size, Request* request) {
+  return request->ParseFromArray(data, static_cast<int>(size));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t method = data[0] % 7;
+  ++data;
+  --size;
+  using namespace fp8d;
+  switch (method) {
+    case 0: {
+      v1::CreateJobRequest r;
+      if (!Parse(data, size, &r)) return 0;
+      const fp8::Status st = api::ValidateCreateJobRequest(r);
+      Check(st);
+      if (st.ok()) {
+        api::NormalizeCreateJobRequest(r);
+        Check(api::ValidateCreateJobRequest(r));  // a normalized valid request stays valid
+      }
+      break;
+    }
+    case 1: {
+      v1::GetJobRequest r;
+      if (Parse(data, size, &r)) Check(api::ValidateGetJobRequest(r));
+      break;
+    }
+    case 2: {
+      v1::ListJobsRequest r;
+      if (Parse(data, size, &r)) Check(api::ValidateListJobsRequest(r));
+      break;
+    }
+    case 3: {
+      v1::WatchJobRequest r;
+      if (Parse(data, size, &r)) Check(api::ValidateWatchJobRequest(r));
+      break;
+    }
+    case 4: {
+      v1::CancelJobRequest r;
+      if (Parse(data, size, &r)) Check(api::ValidateCancelJobRequest(r));
+      break;
+    }
+    case 5: {
+      v1::GetJobLogsRequest r;
+      if (Parse(data, size, &r)) Check(api::ValidateGetJobLogsRequest(r));
+      break;
+    }
+    case 6: {
+      v1::DeleteJobRequest r;
+      if (Parse(data, size, &r)) Check(api::ValidateDeleteJobRequest(r));
+      break;
+    }
+  }
+  return 0;
+}
