@@ -7,7 +7,7 @@ PKGS=(
   libsqlite3-dev sqlite3 libboost-dev libasio-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   libgloo-dev libsystemd-dev python3 ccache
-  slurm-wlm munge
+  slurm-wlm munge iproute2 procps
 )
 missing=()
 for p in "${PKGS[@]}"; do
