@@ -4,6 +4,8 @@
 #   scripts/slurm-cluster.sh start DIR [NODES]   # munge + slurmctld + NODES slurmd (default 2)
 #   scripts/slurm-cluster.sh stop DIR            # stops everything `start` started in DIR
 #   scripts/slurm-cluster.sh env DIR             # prints the exports clients need
+#   scripts/slurm-cluster.sh kill-node DIR nK    # SIGKILLs node nK's slurmd (a lost node)
+#   scripts/slurm-cluster.sh start-node DIR nK   # starts nK's slurmd again (back to service)
 #
 # Every node is its own slurmd (`slurmd -N nK`) on 127.0.0.1 with its own port, spool, pid and
 # log file, so Slurm sees NODES separate nodes of one CPU each (partition `debug`, all nodes).
@@ -16,7 +18,7 @@
 # within 60 s; it prints the reason and the daemons' logs.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop|env DIR [NODES]" >&2; exit 64; }
+usage() { echo "usage: $0 start|stop|env DIR [NODES] | kill-node|start-node DIR nK" >&2; exit 64; }
 [ $# -ge 2 ] || usage
 cmd=$1
 dir=$2
@@ -60,14 +62,21 @@ stop_pidfiles() {
   rm -f "$@"
 }
 
-# slurmstepd processes of this cluster (jobs still running when the cluster stops): each one
-# has its node's spool directory as its working directory.
+# slurmstepd processes of this cluster (jobs still running when the cluster stops, or steps of
+# a node whose slurmd was killed): their command line or working directory names DIR. Each
+# one's tasks (its children, each leading its own process group) go with it.
 stop_stepds() {
-  local p cwd
+  local p c cwd cmdline
   for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
     cwd=$(readlink "/proc/$p/cwd" 2>/dev/null || true)
-    case "$cwd" in
-      "$dir"/n[0-9]*) kill -KILL "$p" 2>/dev/null || true ;;
+    cmdline=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null || true)
+    case "$cwd $cmdline" in
+      *"$dir"*)
+        for c in $(pgrep -P "$p" 2>/dev/null || true); do
+          kill -KILL -- "-$c" 2>/dev/null || kill -KILL "$c" 2>/dev/null || true
+        done
+        kill -KILL "$p" 2>/dev/null || true
+        ;;
     esac
   done
 }
@@ -152,7 +161,7 @@ do_start() {
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd -P)
   do_stop  # a cluster left behind in DIR by an earlier run
-  rm -rf "$dir/ctld" "$dir/munge" "$dir"/n[0-9]*
+  rm -rf "$dir/ctld" "$dir/munge" "$dir"/n[0-9]* "$dir/jobcomp.log" "$dir"/*.log
   mkdir -p "$dir/ctld" "$dir/munge"
   chmod 700 "$dir/munge"
   local base k
@@ -191,5 +200,28 @@ case "$cmd" in
     do_stop
     ;;
   env) echo "export SLURM_CONF=$(cd "$dir" && pwd -P)/slurm.conf" ;;
+  kill-node)
+    node=${3:?node name}
+    dir=$(cd "$dir" && pwd -P)
+    pid=$(cat "$dir/$node.pid")
+    # Only the slurmd: its job steps (slurmstepd and the ranks) keep running, as on a node
+    # whose controller link died. `stop` ends them.
+    kill -KILL "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    rm -f "$dir/$node.pid"
+    ;;
+  start-node)
+    node=${3:?node name}
+    dir=$(cd "$dir" && pwd -P)
+    export PATH=$PATH:/usr/sbin
+    SLURM_CONF=$dir/slurm.conf slurmd -f "$dir/slurm.conf" -N "$node"
+    for _ in $(seq 1 600); do
+      state=$(SLURM_CONF=$dir/slurm.conf sinfo -h -n "$node" -N -o '%T' 2>/dev/null || true)
+      case "$state" in idle|mixed|allocated) exit 0 ;; esac
+      sleep 0.1
+    done
+    echo "slurm-cluster: $node not back within 60 s (state: $state)" >&2
+    exit 1
+    ;;
   *) usage ;;
 esac

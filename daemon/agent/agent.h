@@ -39,8 +39,15 @@ struct LaunchRequest {
   std::string resume_from;     // FP8D_RESUME_FROM (empty: fresh start)
   std::vector<std::string> worker_argv_prefix;  // e.g. {"/path/fp8-worker"}; tests use a test worker
   std::map<std::string, std::string> extra_env;
+  // Used by launchers that place ranks themselves (Slurm); the local agent ignores them.
+  int nodes = 0;                // 0: as many as the launcher needs
+  int ranks_per_node = 0;       // 0: 1 when nodes is set, else the launcher's choice
+  std::string partition, account, qos, constraint;  // empty: the launcher's defaults
+  int64_t time_limit_ms = 0;    // 0: none (the attempt deadline plus the kill grace)
 };
 
+// What the core stores per rank to re-adopt it: opaque to the core, owned by the launcher.
+// Local: pid and /proc start time. Slurm: `pid` holds the Slurm job id, start_time is 0.
 struct RankProcess {
   int rank = 0;
   int64_t pid = 0;            // also the process group id (each rank is its own group leader)
@@ -70,6 +77,11 @@ struct WorkerExit {
   int exit_code = -1;
   int signal = 0;
   bool adopted = false;
+  // Set when the launcher itself knows why the rank ended (Slurm's job state): the core maps
+  // it to a failure class before looking at the exit status.
+  enum class Cause { kProcess, kNodeLost, kPreempted, kTimeLimit, kOutOfMemory, kCancelledOutside };
+  Cause cause = Cause::kProcess;
+  std::string cause_message;  // e.g. "Slurm job 12 ended NODE_FAIL"
 };
 
 class AgentListener {
@@ -95,6 +107,9 @@ class Agent {
   virtual void Signal(const std::string& job_id, int attempt, int sig) = 0;
   // Stops observing (the daemon's SIGTERM path): workers keep running.
   virtual void Stop() = 0;
+  // True for a launcher with a queue of its own (Slurm): the core's scheduler then reserves no
+  // slots and hands every queued job over at once; Slots() is not consulted.
+  virtual bool QueuesJobs() const { return false; }
 };
 
 struct LocalAgentOptions {
@@ -106,6 +121,17 @@ struct LocalAgentOptions {
 };
 
 std::unique_ptr<Agent> NewLocalAgent(LocalAgentOptions options, AgentListener* listener);
+
+// The Slurm launcher (slurm_agent.cc): one Slurm job per attempt, ranks via srun.
+struct SlurmAgentOptions {
+  std::string partition, account, qos;  // defaults; a job's Resources.slurm overrides them
+  std::vector<std::string> sbatch_args;  // extra sbatch arguments, e.g. {"--exclusive"}
+  int poll_interval_ms = 1000;           // squeue period
+  int event_poll_ms = 20;                // events file period
+  bool gpus = false;                     // ranks are GPUs: --gres=gpu:<ranks_per_node>
+  int command_timeout_ms = 30000;        // an sbatch/squeue/scancel that takes longer failed
+};
+std::unique_ptr<Agent> NewSlurmAgent(SlurmAgentOptions options, AgentListener* listener);
 
 // True when `pid` is alive and its /proc start time equals `start_time`.
 bool ProcessMatches(int64_t pid, uint64_t start_time);

@@ -28,6 +28,54 @@ fp8::Status FromYaml(const YAML::Node& root, const char* key, CLI::Option* flag,
   return fp8::OkStatus();
 }
 
+// "1500" (ms), "1500ms", "2s": the poll interval's accepted forms.
+bool ParseMs(const std::string& text, int64_t* ms) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || v < 0) return false;
+  const std::string unit(end);
+  if (unit.empty() || unit == "ms") {
+    *ms = static_cast<int64_t>(v);
+  } else if (unit == "s") {
+    *ms = static_cast<int64_t>(v * 1000);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The `slurm:` mapping: partition, account, qos, sbatch_args, poll_interval, gpus.
+fp8::Status LoadSlurmSection(const YAML::Node& node, ServerConfig::Slurm* slurm) {
+  if (!node.IsMap()) return fp8::InvalidArgumentError("config key slurm: must be a mapping");
+  try {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (key == "partition") {
+        slurm->partition = v.as<std::string>();
+      } else if (key == "account") {
+        slurm->account = v.as<std::string>();
+      } else if (key == "qos") {
+        slurm->qos = v.as<std::string>();
+      } else if (key == "sbatch_args") {
+        slurm->sbatch_args = v.as<std::vector<std::string>>();
+      } else if (key == "gpus") {
+        slurm->gpus = v.as<bool>();
+      } else if (key == "poll_interval") {
+        if (!ParseMs(v.as<std::string>(), &slurm->poll_interval_ms) || slurm->poll_interval_ms <= 0) {
+          return fp8::InvalidArgumentError("config key slurm.poll_interval: expected e.g. 1s or 500ms, got " +
+                                           v.as<std::string>());
+        }
+      } else {
+        return fp8::InvalidArgumentError("config key slurm." + key + ": unknown");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return fp8::InvalidArgumentError(std::string("config key slurm: ") + e.what());
+  }
+  return fp8::OkStatus();
+}
+
 fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, CLI::Option*>& flags,
                            ServerConfig* config) {
   YAML::Node root;
@@ -40,7 +88,7 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   if (!root.IsMap()) return fp8::InvalidArgumentError("--config " + path + ": must be a mapping");
   static const char* kKeys[] = {"listen",   "data_dir",        "worker",  "cpu_slots",
                                 "gpus",     "cancel_grace_ms", "tick_ms", "max_message_bytes",
-                                "addr_file", "worker_env",     "log_level"};
+                                "addr_file", "worker_env",     "log_level", "launcher", "slurm"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
@@ -61,6 +109,8 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   FP8_RETURN_IF_ERROR(FromYaml(root, "addr_file", flag("addr_file"), &config->addr_file));
   FP8_RETURN_IF_ERROR(FromYaml(root, "log_level", flag("log_level"), &config->log_level));
   FP8_RETURN_IF_ERROR(FromYaml(root, "worker_env", nullptr, &config->worker_env));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "launcher", flag("launcher"), &config->launcher));
+  if (root["slurm"]) FP8_RETURN_IF_ERROR(LoadSlurmSection(root["slurm"], &config->slurm));
   if (root["worker"] && flag("worker")->count() == 0) {
     const YAML::Node w = root["worker"];
     try {
@@ -100,6 +150,8 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   flags["max_message_bytes"] = app.add_option("--max-message-bytes", config.max_message_bytes, "largest request accepted");
   flags["addr_file"] = app.add_option("--addr-file", config.addr_file, "write the bound address to this file");
   flags["log_level"] = app.add_option("--log-level", config.log_level, "trace|debug|info|warn|error");
+  flags["launcher"] = app.add_option("--launcher", config.launcher,
+                                     "local (this machine) | slurm (a Slurm job per attempt; see the slurm: config key)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -129,6 +181,9 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   if (config.cpu_slots < 0) return fp8::InvalidArgumentError("--cpu-slots: must be >= 0");
   if (config.max_message_bytes <= 0) return fp8::InvalidArgumentError("--max-message-bytes: must be > 0");
   if (config.tick_ms <= 0) return fp8::InvalidArgumentError("--tick-ms: must be > 0");
+  if (config.launcher != "local" && config.launcher != "slurm") {
+    return fp8::InvalidArgumentError("--launcher " + config.launcher + ": expected local or slurm");
+  }
   return config;
 }
 

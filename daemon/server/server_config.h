@@ -23,6 +23,13 @@ struct ServerConfig {
   std::string addr_file;                // write the bound address here (port 0 → chosen port)
   std::map<std::string, std::string> worker_env;  // set in fp8d's environment, so workers inherit it
   std::string log_level = "info";
+  std::string launcher = "local";       // local | slurm
+  struct Slurm {
+    std::string partition, account, qos;  // defaults for jobs that name none
+    std::vector<std::string> sbatch_args; // appended to every sbatch
+    int64_t poll_interval_ms = 1000;      // squeue period ("1s", "500ms" or ms in YAML)
+    bool gpus = false;                    // ranks are GPUs: --gres=gpu:<ranks_per_node>
+  } slurm;
 };
 
 // Parses argv (CLI11) and the --config file. Returns INVALID_ARGUMENT naming the flag or key.
