@@ -244,7 +244,7 @@ TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
   auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
-  auto full = client().GetJob(created->name(), fp8d::v1::FULL);
+  auto full = client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
   ASSERT_TRUE(full.ok());
   ASSERT_GE(full->attempts_size(), 2);
   EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
