@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
         const auto end = Clock::now() + std::chrono::seconds(60);
         while (Clock::now() < end) {
           auto j = daemon.client().GetJob(created->name());
-          if (j.ok() && j->state() >= fp8d::v1::RUNNING) return true;
+          if (j.ok() && (j->state() == fp8d::v1::RUNNING || j->state() == fp8d::v1::SUCCEEDED)) return true;
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         return false;
