@@ -110,6 +110,12 @@ class Agent {
   // True for a launcher with a queue of its own (Slurm): the core's scheduler then reserves no
   // slots and hands every queued job over at once; Slots() is not consulted.
   virtual bool QueuesJobs() const { return false; }
+  // Where a rank's human log (stderr) of an attempt is, for GetJobLogs: the launcher names its
+  // files, the core does not. Pure; callable from any thread. Both launchers write it into
+  // the attempt directory (for Slurm a shared path), under the same name.
+  virtual std::string RankLogPath(const std::string& attempt_dir, int rank) const {
+    return attempt_dir + "/rank-" + std::to_string(rank) + ".log";
+  }
 };
 
 struct LocalAgentOptions {
