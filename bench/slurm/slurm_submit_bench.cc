@@ -35,7 +35,7 @@ double Mean(const std::vector<double>& v) {
 
 bool WaitIdle(const std::map<std::string, std::string>& env) {
   // The previous iteration's job must be gone, so each submission finds the node free.
-  return PollUntil([&] { return RunProcess({"squeue", "-h"}, env).out.empty(); }, std::chrono::seconds(60));
+  return PollUntil([&] { return RunProcess({"/usr/bin/env", "squeue", "-h"}, env).out.empty(); }, std::chrono::seconds(60));
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   TempDir tmp;
   const std::string script = std::string(FP8D_SOURCE_DIR) + "/scripts/slurm-cluster.sh";
   const std::string cluster = tmp.path() + "/cluster";
-  ProcessResult up = RunProcess({"bash", script, "start", cluster, "1"}, {}, std::chrono::seconds(90));
+  ProcessResult up = RunProcess({"/bin/bash", script, "start", cluster, "1"}, {}, std::chrono::seconds(90));
   if (up.exit_code != 0) {
     std::fprintf(stderr, "cluster did not start: %s\n", up.err.c_str());
     return 1;
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
       WaitIdle(env);
       const std::string out = tmp.path() + "/alone-" + std::to_string(i) + ".out";
       const auto t0 = Clock::now();
-      ProcessResult s = RunProcess({"sbatch", "--parsable", "-o", "/dev/null", "--wrap",
+      ProcessResult s = RunProcess({"/usr/bin/env", "sbatch", "--parsable", "-o", "/dev/null", "--wrap",
                                     "srun --output=" + out + " sh -c 'echo started; sleep 0.3'"},
                                    env);
       if (s.exit_code != 0) {
@@ -122,6 +122,6 @@ int main(int argc, char** argv) {
                   Mean(via_fp8d) - Mean(alone));
     }
   }
-  RunProcess({"bash", script, "stop", cluster});
+  RunProcess({"/bin/bash", script, "stop", cluster});
   return rc;
 }

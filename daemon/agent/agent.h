@@ -79,7 +79,9 @@ struct WorkerExit {
   bool adopted = false;
   // Set when the launcher itself knows why the rank ended (Slurm's job state): the core maps
   // it to a failure class before looking at the exit status.
-  enum class Cause { kProcess, kNodeLost, kPreempted, kTimeLimit, kOutOfMemory, kCancelledOutside };
+  // kRejected: the launcher will never be able to start the attempt (Slurm keeps it pending
+  // for a reason no wait resolves, e.g. more nodes than the partition has).
+  enum class Cause { kProcess, kNodeLost, kPreempted, kTimeLimit, kOutOfMemory, kCancelledOutside, kRejected };
   Cause cause = Cause::kProcess;
   std::string cause_message;  // e.g. "Slurm job 12 ended NODE_FAIL"
 };

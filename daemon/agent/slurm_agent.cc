@@ -92,10 +92,32 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
-std::string FirstLine(const std::string& s) {
-  std::string t = s;
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  return t;
+// A command's stderr as one line: its lines joined by "; ".
+std::string OneLine(const std::string& s) {
+  std::string out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = s.find('\n', start);
+    if (end == std::string::npos) end = s.size();
+    std::string line = s.substr(start, end - start);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) out += (out.empty() ? "" : "; ") + line;
+    start = end + 1;
+  }
+  return out;
+}
+
+// squeue reasons for a PENDING job that no amount of waiting resolves: the request exceeds
+// what the partition, account or QOS allows, or names something that does not exist. Slurm
+// accepts such jobs (unless EnforcePartLimits is set) and keeps them pending forever.
+bool NeverStarts(const std::string& reason) {
+  static const char* kReasons[] = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit",
+                                   "BadConstraints",     "InvalidAccount",  "InvalidQOS",
+                                   "AccountNotAllowed",  "QOSNotAllowed"};
+  for (const char* r : kReasons) {
+    if (reason == r) return true;
+  }
+  return false;
 }
 
 struct Rank {
@@ -111,6 +133,7 @@ struct Watched {
   std::string state = "PENDING";  // last state squeue gave
   std::string reason;
   bool known = true;        // false once squeue no longer lists it
+  bool rejected = false;    // pending for a reason that never resolves: cancelled by us
   bool adopted = false;     // re-adopted after a restart: exit status from events if unknown
   bool ended = false;       // exits delivered
 };
@@ -286,7 +309,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   if (!result.ok()) return fp8::UnavailableError("sbatch: " + result.status().message());
   const int64_t slurm_id = ParseSbatchJobId(result->out);
   if (result->exit_code != 0 || slurm_id <= 0) {
-    const std::string why = FirstLine(result->err.empty() ? result->out : result->err);
+    const std::string why = OneLine(result->err.empty() ? result->out : result->err);
     // Slurm answered and said no (bad partition, more nodes than the cluster has, ...): the
     // same request would be refused again. Not reaching Slurm at all may pass.
     const bool rejected = why.find("Batch job submission failed") != std::string::npos &&
@@ -390,7 +413,7 @@ void SlurmAgent::RunSignals() {
       auto r = RunCommand(argv, {}, options_.command_timeout_ms);
       if (!r.ok() || r->exit_code != 0) {
         spdlog::warn("Slurm job {}: {} failed: {}", id, argv[1],
-                     r.ok() ? FirstLine(r->err) : r.status().message());
+                     r.ok() ? OneLine(r->err) : r.status().message());
       }
     }
   }
@@ -413,7 +436,7 @@ void SlurmAgent::PollSqueue() {
   // keep the last known states and ask again next time.
   const bool none_known = r.ok() && r->exit_code != 0 && r->err.find("Invalid job id") != std::string::npos;
   if (!r.ok() || (r->exit_code != 0 && !none_known)) {
-    spdlog::warn("squeue: {}", r.ok() ? FirstLine(r->err) : r.status().message());
+    spdlog::warn("squeue: {}", r.ok() ? OneLine(r->err) : r.status().message());
     return;
   }
   std::map<int64_t, SlurmJobState> by_id;
@@ -466,6 +489,13 @@ WorkerExit SlurmAgent::ExitFor(const Watched& w, int rank,
   ex.attempt = w.attempt;
   ex.rank = rank;
   const std::string where = "Slurm job " + std::to_string(w.slurm_id);
+  if (w.rejected) {
+    ex.cause = WorkerExit::Cause::kRejected;
+    ex.cause_message = where + " can never start: Slurm keeps it pending for " + w.reason +
+                       " (the request exceeds what the partition, account or QOS allows); "
+                       "cancelled";
+    return ex;
+  }
   if (!w.known) {
     // Purged from slurmctld's memory and no accounting to ask: the events decide.
     ex.adopted = true;
@@ -511,7 +541,7 @@ WorkerExit SlurmAgent::ExitFor(const Watched& w, int rank,
 
 void SlurmAgent::Finish(Watched& w) {
   std::map<std::string, std::string> info;
-  if (w.known && w.state != "COMPLETED") {
+  if (w.known && !w.rejected && w.state != "COMPLETED") {
     auto r = RunCommand({"scontrol", "show", "job", "-o", std::to_string(w.slurm_id)}, {},
                         options_.command_timeout_ms);
     if (r.ok() && r->exit_code == 0) info = ParseScontrolFields(r->out);
@@ -553,6 +583,16 @@ void SlurmAgent::ObserveLoop() {
         done = !w->known || IsTerminalSlurmState(w->state);
         pending = w->state == "PENDING";
         reason = w->reason;
+      }
+      if (!done && pending && NeverStarts(reason)) {
+        auto r = RunCommand({"scancel", std::to_string(w->slurm_id)}, {}, options_.command_timeout_ms);
+        if (!r.ok() || r->exit_code != 0) {
+          spdlog::warn("Slurm job {}: scancel failed: {}", w->slurm_id,
+                       r.ok() ? OneLine(r->err) : r.status().message());
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        w->rejected = true;
+        done = true;
       }
       if (!done) {
         ReadEvents(*w, false);

@@ -29,7 +29,8 @@ std::string Truncated(const std::string& s, size_t n = 200) {
 }
 
 // Slurm's verdicts: a lost or preempted node is NODE_LOST, Slurm's time limit (the attempt
-// deadline plus the grace) is DEADLINE_EXCEEDED; running out of memory or a cancel by someone
+// deadline plus the grace) is DEADLINE_EXCEEDED, a job Slurm can never start is INVALID_SPEC
+// (permanent); running out of memory or a cancel by someone
 // else is a crash of the attempt. All are retryable, from the last checkpoint.
 FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
   switch (cause) {
@@ -38,6 +39,8 @@ FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
       return fp8d::v1::NODE_LOST;
     case agent::WorkerExit::Cause::kTimeLimit:
       return fp8d::v1::DEADLINE_EXCEEDED;
+    case agent::WorkerExit::Cause::kRejected:
+      return fp8d::v1::INVALID_SPEC;  // the same request would wait forever again
     case agent::WorkerExit::Cause::kOutOfMemory:
     case agent::WorkerExit::Cause::kCancelledOutside:
     case agent::WorkerExit::Cause::kProcess:

@@ -27,10 +27,10 @@ class SlurmTest : public ::testing::Test {
  protected:
   void SetUp() override {
     cluster_dir_ = tmp_.path() + "/cluster";
-    ProcessResult r = RunProcess({"bash", ClusterScript(), "start", cluster_dir_, "2"}, {},
+    ProcessResult r = RunProcess({"/bin/bash", ClusterScript(), "start", cluster_dir_, "2"}, {},
                                  std::chrono::seconds(90));
     if (r.exit_code != 0) {
-      (void)RunProcess({"bash", ClusterScript(), "stop", cluster_dir_});
+      (void)RunProcess({"/bin/bash", ClusterScript(), "stop", cluster_dir_});
       GTEST_SKIP() << "no Slurm cluster: " << r.err;
     }
     cluster_up_ = true;
@@ -42,7 +42,7 @@ class SlurmTest : public ::testing::Test {
     if (HasFailure() && cluster_up_) std::cerr << "---- squeue ----\n" << Slurm({"squeue", "--states=all"}).out;
     daemon_.reset();  // cancels its live jobs first
     if (cluster_up_) {
-      ProcessResult r = RunProcess({"bash", ClusterScript(), "stop", cluster_dir_});
+      ProcessResult r = RunProcess({"/bin/bash", ClusterScript(), "stop", cluster_dir_});
       EXPECT_EQ(r.exit_code, 0) << r.err;
     }
   }
@@ -63,7 +63,11 @@ class SlurmTest : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
 
-  ProcessResult Slurm(std::vector<std::string> argv) { return RunProcess(argv, slurm_env_); }
+  // Runs a Slurm client command (found in PATH) against the test cluster.
+  ProcessResult Slurm(std::vector<std::string> argv) {
+    argv.insert(argv.begin(), "/usr/bin/env");
+    return RunProcess(argv, slurm_env_);
+  }
 
   // Slurm jobs not yet ended (pending, running, completing), as squeue lists them.
   std::string LiveSlurmJobs() { return Slurm({"squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%i %T %j"}).out; }
@@ -154,7 +158,7 @@ TEST_F(SlurmTest, CancelEndsTheSlurmJobWithinTheGrace) {
   // The grace is 3 s; Slurm's own steps (polls, epilog) get a few seconds more.
   EXPECT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(10))) << LiveSlurmJobs();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(13));
-  ProcessResult ps = RunProcess({"pgrep", "-f", "fp8-test-worker train --spec " + tmp_.path()});
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "fp8-test-worker train --spec " + tmp_.path()});
   EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
 }
 
@@ -169,7 +173,7 @@ TEST_F(SlurmTest, BadPlacementFailsAtOnceWithSlurmsMessage) {
   auto b = client().CreateJob(too_big);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   for (const auto& [name, expect] : {std::pair{a->name(), std::string("partition")},
-                                     std::pair{b->name(), std::string("node configuration")}}) {
+                                     std::pair{b->name(), std::string("PartitionConfig")}}) {
     auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     EXPECT_EQ(job->state(), fp8d::v1::FAILED);
@@ -233,13 +237,13 @@ TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
     return j.ok() && j->checkpoint().step() >= 10;
   }));
   // n2's slurmd dies; Slurm marks the node down after SlurmdTimeout and ends the job NODE_FAIL.
-  ProcessResult kill = RunProcess({"bash", ClusterScript(), "kill-node", cluster_dir_, "n2"});
+  ProcessResult kill = RunProcess({"/bin/bash", ClusterScript(), "kill-node", cluster_dir_, "n2"});
   ASSERT_EQ(kill.exit_code, 0) << kill.err;
   ASSERT_TRUE(PollUntil([&] {
     auto j = client().GetJob(created->name());
     return j.ok() && j->attempt() >= 2;
   }, std::chrono::seconds(90)));
-  ProcessResult start = RunProcess({"bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
+  ProcessResult start = RunProcess({"/bin/bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
   ASSERT_EQ(start.exit_code, 0) << start.err;
   auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
