@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -139,6 +140,19 @@ struct Watched {
 };
 
 using AttemptKey = std::pair<std::string, int>;
+
+// From `sinfo -h -N -o '%N %T'`: the nodes that are down, failing or not responding (a '*'
+// after the state), as "n2 (down*), ...".
+std::string LostNodes(const std::string& sinfo) {
+  std::istringstream in(sinfo);
+  std::string node, state, out;
+  while (in >> node >> state) {
+    const bool lost = state.find('*') != std::string::npos || state.rfind("down", 0) == 0 ||
+                      state.rfind("fail", 0) == 0;
+    if (lost) out += (out.empty() ? "" : ", ") + node + " (" + state + ")";
+  }
+  return out;
+}
 
 class SlurmAgent final : public Agent {
  public:
@@ -516,6 +530,12 @@ WorkerExit SlurmAgent::ExitFor(const Watched& w, int rank,
   } else if (st == "CANCELLED") {
     ex.cause = WorkerExit::Cause::kCancelledOutside;  // ours too; the core ignores it then
   }
+  if (auto it = info.find("fp8d.lost_nodes");
+      it != info.end() && !it->second.empty() && st != "CANCELLED") {
+    ex.cause = WorkerExit::Cause::kNodeLost;
+    ex.cause_message = why + "; node(s) not responding: " + it->second;
+    return ex;
+  }
   ex.cause_message = why;
   if (ex.cause != WorkerExit::Cause::kProcess) return ex;
   // COMPLETED or FAILED: the batch script exits with srun's status, the highest of the ranks'.
@@ -545,6 +565,13 @@ void SlurmAgent::Finish(Watched& w) {
     auto r = RunCommand({"scontrol", "show", "job", "-o", std::to_string(w.slurm_id)}, {},
                         options_.command_timeout_ms);
     if (r.ok() && r->exit_code == 0) info = ParseScontrolFields(r->out);
+    // srun gives up on a node that stops answering before slurmctld declares it down, so the
+    // job often ends FAILED rather than NODE_FAIL: ask about its nodes.
+    const std::string nodes = info.count("NodeList") ? info["NodeList"] : std::string();
+    if (w.state != "NODE_FAIL" && !nodes.empty() && nodes != "(null)") {
+      auto s = RunCommand({"sinfo", "-h", "-N", "-n", nodes, "-o", "%N %T"}, {}, options_.command_timeout_ms);
+      if (s.ok() && s->exit_code == 0) info["fp8d.lost_nodes"] = LostNodes(s->out);
+    }
   }
   // Every byte the ranks wrote is on disk once Slurm reports the job ended.
   ReadEvents(w, /*final=*/true);
