@@ -271,6 +271,7 @@ TEST_F(SlurmTest, RealWorkerOnSlurmMatchesTheLocalLauncher) {
   auto train = [&](const std::string& out) {
     Job job = TestTrainJob(out, kSteps, kSteps);
     job.mutable_train()->mutable_data()->set_train(data + "/train_*.bin");
+    job.mutable_train()->mutable_training()->set_logging_steps(1);  // every step's loss
     job.mutable_resources()->set_ranks(2);
     return job;
   };
