@@ -143,6 +143,39 @@ TEST_F(SlurmTest, TwoRanksOnTwoNodesSucceedAndReportTheirNodes) {
   }
 }
 
+TEST_F(SlurmTest, WaitingInSlurmsQueueShowsItsReasonAndHoldsNoLocalSlot) {
+  // Both nodes taken by a job of someone else: fp8d's job waits in Slurm's queue.
+  ProcessResult blocker = Slurm({"sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wrap", "sleep 300"});
+  ASSERT_EQ(blocker.exit_code, 0) << blocker.err;
+  const std::string blocker_id = blocker.out.substr(0, blocker.out.find_first_of(";\n"));
+  ASSERT_TRUE(PollUntil([&] {
+    return Slurm({"squeue", "-h", "-j", blocker_id, "-o", "%T"}).out == "RUNNING\n";
+  }));
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
+  // More jobs than the cluster has nodes: fp8d holds none back (Slurm queues them).
+  std::vector<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    auto created = client().CreateJob(TestTrainJob(Out("queued" + std::to_string(i)), 3));
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    names.push_back(created->name());
+  }
+  for (const std::string& name : names) {
+    ASSERT_TRUE(PollUntil([&] {
+      auto j = client().GetJob(name);
+      return j.ok() && j->state() == fp8d::v1::STARTING && !j->pending_reason().empty() &&
+             j->pending_reason() != "None";
+    }, std::chrono::seconds(30))) << name << ": " << client().GetJob(name)->ShortDebugString();
+  }
+  EXPECT_EQ(client().GetJob(names[0])->pending_reason(), "Resources");
+  ASSERT_EQ(Slurm({"scancel", blocker_id}).exit_code, 0);
+  for (const std::string& name : names) {
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(120));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+    EXPECT_EQ(job->pending_reason(), "");
+  }
+}
+
 TEST_F(SlurmTest, CancelEndsTheSlurmJobWithinTheGrace) {
   StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
   auto created = client().CreateJob(TwoNodeJob(Out("cancel"), 100000, 0));
