@@ -261,6 +261,23 @@ TEST_F(SlurmTest, RestartedFp8dReadoptsTheSlurmJob) {
   EXPECT_EQ(SlurmJobsOf(created->name()).size(), 1u) << "re-adopted, not submitted again";
 }
 
+TEST_F(SlurmTest, AJobThatEndedWhileFp8dWasDownIsJudgedNotRerun) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("ended"), 30, 10));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING).ok());
+  daemon_->Signal(SIGKILL);
+  daemon_->Wait();
+  ASSERT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); })) << LiveSlurmJobs();
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  EXPECT_EQ(job->attempt(), 1);
+  EXPECT_EQ(job->progress().step(), 30);
+  EXPECT_EQ(SlurmJobsOf(created->name()).size(), 1u);
+}
+
 TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
   StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
   auto created = client().CreateJob(TwoNodeJob(Out("nodelost"), 400, 5));
