@@ -182,6 +182,10 @@ class SlurmAgent final : public Agent {
   StatusOr<std::string> BatchScript(const LaunchRequest& r, int nodes, int per_node) const;
   std::vector<std::string> SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
                                       const std::string& script) const;
+  // A Slurm job of an earlier attempt that is still alive was orphaned: fp8d died after its
+  // sbatch and before it stored the job id, so nothing watches or stops it. (The core starts
+  // attempt N only once attempt N-1's ranks have ended, as far as it knows.)
+  void CancelEarlierAttempts(const std::string& job_id, int attempt);
   void ObserveLoop();
   void PollSqueue();
   void RunSignals();
@@ -319,6 +323,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   // CPU ranks see no GPU; with gres Slurm sets CUDA_VISIBLE_DEVICES per task itself.
   if (!options_.gpus) env["CUDA_VISIBLE_DEVICES"] = "";
   for (const auto& [k, v] : r.extra_env) env[k] = v;
+  CancelEarlierAttempts(r.job_id, r.attempt);
   auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path), env, options_.command_timeout_ms);
   if (!result.ok()) return fp8::UnavailableError("sbatch: " + result.status().message());
   const int64_t slurm_id = ParseSbatchJobId(result->out);
@@ -430,6 +435,21 @@ void SlurmAgent::RunSignals() {
                      r.ok() ? OneLine(r->err) : r.status().message());
       }
     }
+  }
+}
+
+void SlurmAgent::CancelEarlierAttempts(const std::string& job_id, int attempt) {
+  if (attempt <= 1) return;
+  std::string names;
+  for (int a = 1; a < attempt; ++a) names += (a > 1 ? "," : "") + ("fp8d-" + job_id + "-" + std::to_string(a));
+  auto r = RunCommand({"squeue", "-h", "--states=PD,R,CG,CF,S", "--name=" + names, "-o", "%i"}, {},
+                      options_.command_timeout_ms);
+  if (!r.ok() || r->exit_code != 0) return;  // sbatch will say whether Slurm is reachable
+  std::istringstream in(r->out);
+  std::string id;
+  while (in >> id) {
+    spdlog::warn("job {}: Slurm job {} of an earlier attempt is still there; cancelling it", job_id, id);
+    (void)RunCommand({"scancel", id}, {}, options_.command_timeout_ms);
   }
 }
 

@@ -278,6 +278,27 @@ TEST_F(SlurmTest, AJobThatEndedWhileFp8dWasDownIsJudgedNotRerun) {
   EXPECT_EQ(SlurmJobsOf(created->name()).size(), 1u);
 }
 
+TEST_F(SlurmTest, AnOrphanedSlurmJobOfAnEarlierAttemptIsCancelled) {
+  // Attempt 1 crashes at step 10; meanwhile a Slurm job carrying attempt 1's name appears, as
+  // if fp8d had died between an sbatch and storing its id. Attempt 2's launch cancels it.
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}, {"FP8_TEST_MODE", "crash_at_step"},
+                    {"FP8_TEST_CRASH_STEP", "10"}, {"FP8_TEST_CRASH_ONLY_ATTEMPT", "1"}});
+  auto created = client().CreateJob(TestTrainJob(Out("orphan"), 15, 5));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const std::string id = created->name().substr(created->name().find('/') + 1);
+  ProcessResult orphan = Slurm({"sbatch", "--parsable", "-N1", "-o", "/dev/null",
+                                "--job-name=fp8d-" + id + "-1", "--wrap", "sleep 300"});
+  ASSERT_EQ(orphan.exit_code, 0) << orphan.err;
+  const std::string orphan_id = orphan.out.substr(0, orphan.out.find_first_of(";\n"));
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  EXPECT_EQ(job->attempt(), 2);
+  EXPECT_TRUE(PollUntil([&] {
+    return Slurm({"squeue", "-h", "--states=all", "-j", orphan_id, "-o", "%T"}).out == "CANCELLED\n";
+  }, std::chrono::seconds(10))) << Slurm({"squeue", "--states=all"}).out;
+}
+
 TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
   StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
   auto created = client().CreateJob(TwoNodeJob(Out("nodelost"), 400, 5));
