@@ -108,19 +108,6 @@ std::string OneLine(const std::string& s) {
   return out;
 }
 
-// squeue reasons for a PENDING job that no amount of waiting resolves: the request exceeds
-// what the partition, account or QOS allows, or names something that does not exist. Slurm
-// accepts such jobs (unless EnforcePartLimits is set) and keeps them pending forever.
-bool NeverStarts(const std::string& reason) {
-  static const char* kReasons[] = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit",
-                                   "BadConstraints",     "InvalidAccount",  "InvalidQOS",
-                                   "AccountNotAllowed",  "QOSNotAllowed"};
-  for (const char* r : kReasons) {
-    if (reason == r) return true;
-  }
-  return false;
-}
-
 struct Rank {
   int rank = 0;
   std::unique_ptr<EventFileReader> reader;
@@ -140,19 +127,6 @@ struct Watched {
 };
 
 using AttemptKey = std::pair<std::string, int>;
-
-// From `sinfo -h -N -o '%N %T'`: the nodes that are down, failing or not responding (a '*'
-// after the state), as "n2 (down*), ...".
-std::string LostNodes(const std::string& sinfo) {
-  std::istringstream in(sinfo);
-  std::string node, state, out;
-  while (in >> node >> state) {
-    const bool lost = state.find('*') != std::string::npos || state.rfind("down", 0) == 0 ||
-                      state.rfind("fail", 0) == 0;
-    if (lost) out += (out.empty() ? "" : ", ") + node + " (" + state + ")";
-  }
-  return out;
-}
 
 class SlurmAgent final : public Agent {
  public:
@@ -631,7 +605,7 @@ void SlurmAgent::ObserveLoop() {
         pending = w->state == "PENDING";
         reason = w->reason;
       }
-      if (!done && pending && NeverStarts(reason)) {
+      if (!done && pending && NeverStartsReason(reason)) {
         auto r = RunCommand({"scancel", std::to_string(w->slurm_id)}, {}, options_.command_timeout_ms);
         if (!r.ok() || r->exit_code != 0) {
           spdlog::warn("Slurm job {}: scancel failed: {}", w->slurm_id,

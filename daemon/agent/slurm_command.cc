@@ -149,6 +149,27 @@ std::map<std::string, std::string> ParseScontrolFields(const std::string& out) {
   return fields;
 }
 
+bool NeverStartsReason(const std::string& reason) {
+  static const char* kReasons[] = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit",
+                                   "BadConstraints",     "InvalidAccount",  "InvalidQOS",
+                                   "AccountNotAllowed",  "QOSNotAllowed"};
+  for (const char* r : kReasons) {
+    if (reason == r) return true;
+  }
+  return false;
+}
+
+std::string LostNodes(const std::string& sinfo) {
+  std::istringstream in(sinfo);
+  std::string node, state, out;
+  while (in >> node >> state) {
+    const bool lost = state.find('*') != std::string::npos || state.rfind("down", 0) == 0 ||
+                      state.rfind("fail", 0) == 0;
+    if (lost) out += (out.empty() ? "" : ", ") + node + " (" + state + ")";
+  }
+  return out;
+}
+
 int64_t SlurmMinutes(int64_t ms) { return ms <= 0 ? 0 : (ms + 59999) / 60000; }
 
 }  // namespace fp8d::agent

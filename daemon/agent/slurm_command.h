@@ -42,6 +42,15 @@ int64_t ParseSbatchJobId(const std::string& out);
 // "Key=Value" fields of `scontrol show job -o` (values run to the next space).
 std::map<std::string, std::string> ParseScontrolFields(const std::string& out);
 
+// A PENDING job's squeue reason that no amount of waiting resolves (the request exceeds what
+// the partition, account or QOS allows, or names something that does not exist): Slurm
+// accepts such jobs unless EnforcePartLimits is set, and keeps them pending forever.
+bool NeverStartsReason(const std::string& reason);
+
+// From `sinfo -h -N -o '%N %T'`: the nodes that are down, failing or not responding (a '*'
+// after the state), as "n2 (down*), ..."; empty when none.
+std::string LostNodes(const std::string& sinfo);
+
 // Slurm's time limit for a limit in ms: whole minutes, rounded up (sbatch --time=M).
 int64_t SlurmMinutes(int64_t ms);
 

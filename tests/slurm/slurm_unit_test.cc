@@ -43,6 +43,21 @@ TEST(SlurmParse, TimeLimitRoundsUpToMinutes) {
   EXPECT_EQ(SlurmMinutes(60001), 2);
 }
 
+TEST(SlurmParse, LostNodesAreDownOrNotResponding) {
+  EXPECT_EQ(LostNodes("n1 allocated\nn2 allocated*\n"), "n2 (allocated*)");
+  EXPECT_EQ(LostNodes("n1 down\nn2 idle\nn3 failing\n"), "n1 (down), n3 (failing)");
+  EXPECT_EQ(LostNodes("n1 idle\nn2 mixed\n"), "");
+}
+
+TEST(SlurmParse, ReasonsThatNeverResolve) {
+  EXPECT_TRUE(NeverStartsReason("PartitionConfig"));
+  EXPECT_TRUE(NeverStartsReason("BadConstraints"));
+  EXPECT_FALSE(NeverStartsReason("Resources"));
+  EXPECT_FALSE(NeverStartsReason("Priority"));
+  EXPECT_FALSE(NeverStartsReason("ReqNodeNotAvail"));  // a node may come back
+  EXPECT_FALSE(NeverStartsReason(""));
+}
+
 TEST(SlurmCommand, CollectsOutputAndExitCode) {
   auto r = RunCommand({"sh", "-c", "echo out; echo err >&2; echo $FOO; exit 3"}, {{"FOO", "bar"}}, 10000);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
