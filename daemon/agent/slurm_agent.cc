@@ -108,6 +108,16 @@ std::string OneLine(const std::string& s) {
   return out;
 }
 
+// sbatch's words for "could not talk to slurmctld" (as opposed to "slurmctld said no").
+bool LooksUnreachable(const std::string& message) {
+  for (const char* marker : {"Unable to contact", "Socket timed out", "Zero Bytes were transmitted",
+                             "Connection refused", "connect failure", "Communication connection failure",
+                             "configuration source", "Unable to establish"}) {
+    if (message.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
 struct Rank {
   int rank = 0;
   std::unique_ptr<EventFileReader> reader;
@@ -122,7 +132,6 @@ struct Watched {
   std::string reason;
   bool known = true;        // false once squeue no longer lists it
   bool rejected = false;    // pending for a reason that never resolves: cancelled by us
-  bool adopted = false;     // re-adopted after a restart: exit status from events if unknown
   bool ended = false;       // exits delivered
 };
 
@@ -303,11 +312,9 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   const int64_t slurm_id = ParseSbatchJobId(result->out);
   if (result->exit_code != 0 || slurm_id <= 0) {
     const std::string why = OneLine(result->err.empty() ? result->out : result->err);
-    // Slurm answered and said no (bad partition, more nodes than the cluster has, ...): the
-    // same request would be refused again. Not reaching Slurm at all may pass.
-    const bool rejected = why.find("Batch job submission failed") != std::string::npos &&
-                          why.find("Unable to contact") == std::string::npos &&
-                          why.find("Socket timed out") == std::string::npos;
+    // Slurm answered and said no (bad partition, account, QOS, time, an sbatch_args typo):
+    // the same request would be refused again. Not reaching Slurm at all may pass.
+    const bool rejected = result->exit_code != 0 && !LooksUnreachable(why);
     return fp8::Status(rejected ? fp8::StatusCode::kInvalidArgument : fp8::StatusCode::kUnavailable,
                        "Slurm " + std::string(rejected ? "rejected the job" : "is not reachable") +
                            ": " + why);
@@ -332,7 +339,6 @@ Status SlurmAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   w->job_id = job_id;
   w->attempt = attempt;
   w->slurm_id = ranks.front().pid;
-  w->adopted = true;
   w->state.clear();  // unknown until the first squeue
   for (const RankProcess& rp : ranks) {
     if (rp.pid != w->slurm_id) {
@@ -624,7 +630,9 @@ void SlurmAgent::ObserveLoop() {
           ev.rank = 0;
           ev.event = {{"type", "pending"}, {"reason", reason}, {"slurm_job_id", w->slurm_id}};
           ev.raw = ev.event.dump();
-          ev.offset_after = w->ranks.empty() ? 0 : w->ranks.front().reader->consumed_offset();
+          for (const Rank& rk : w->ranks) {
+            if (rk.rank == 0) ev.offset_after = rk.reader->consumed_offset();
+          }
           listener_->OnWorkerEvent(std::move(ev));
         }
         continue;
