@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "client/contexts.h"
 #include "client/job_client.h"
 #include "client/job_file.h"
 #include "client/output.h"
@@ -157,6 +158,17 @@ int main(int argc, char** argv) {
   auto* describe = app.add_subcommand("describe", "show a job with its attempts and events");
   describe->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
+  // Remote access: contexts (client/contexts.h), TLS and tokens.
+  fp8d::client::ConnectionFlags connection_flags;
+  std::string context_name;
+  app.add_option("--context", connection_flags.context, "named context of ~/.config/fp8d/config.yaml");
+  app.add_option("--tls-ca", connection_flags.tls_ca, "PEM CA file: connect with TLS ($FP8D_TOKEN sends a token)");
+  auto* config_cmd = app.add_subcommand("config", "fp8ctl contexts");
+  config_cmd->require_subcommand(1);
+  auto* use_context = config_cmd->add_subcommand("use-context", "make a context the current one");
+  use_context->add_option("NAME", context_name, "context name")->required();
+  auto* get_contexts = config_cmd->add_subcommand("get-contexts", "list the contexts");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -167,7 +179,31 @@ int main(int argc, char** argv) {
   const OutputFormat format = output == "json"   ? OutputFormat::kJson
                               : output == "yaml" ? OutputFormat::kYaml
                                                  : OutputFormat::kTable;
-  JobClient client(ServerAddress(server_flag));
+  if (use_context->parsed() || get_contexts->parsed()) {
+    const std::string path = fp8d::client::DefaultContextConfigPath();
+    if (use_context->parsed()) {
+      fp8::Status st = fp8d::client::UseContext(path, context_name);
+      if (!st.ok()) return ReportError(st);
+      std::cout << "current context: " << context_name << "\n";
+      return kExitOk;
+    }
+    auto config = fp8d::client::LoadContextConfig(path);
+    if (!config.ok()) return ReportError(config.status());
+    std::cout << "CURRENT  NAME  SERVER\n";
+    for (const auto& c : config->contexts) {
+      std::cout << (c.name == config->current_context ? "*" : " ") << "        " << c.name << "  "
+                << c.connection.address << "\n";
+    }
+    return kExitOk;
+  }
+  connection_flags.server = server_flag;
+  auto connection = fp8d::client::ResolveConnection(connection_flags);
+  if (!connection.ok()) return ReportError(connection.status());
+  if (connection->address.empty()) connection->address = ServerAddress(server_flag);
+  if (auto creds = fp8d::client::MakeChannelCredentials(*connection); !creds.ok()) {
+    return ReportError(creds.status());
+  }
+  JobClient client(*connection);
   const std::string name = job.empty() ? "" : fp8d::client::NormalizeJobName(job);
 
   if (submit->parsed()) {

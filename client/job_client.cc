@@ -1,6 +1,8 @@
 #include "client/job_client.h"
 
 #include <condition_variable>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <thread>
 
@@ -21,6 +23,50 @@ std::string NormalizeJobName(const std::string& job) {
   return "jobs/" + job;
 }
 
+namespace {
+
+StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return fp8::InvalidArgumentError(std::string(what) + " " + path + ": cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ConnectionOptions& options) {
+  if (!options.tls && options.ca_file.empty() && options.client_cert.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.ca_file.empty()) {
+    FP8_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(options.ca_file, "--tls-ca"));
+  }
+  if (!options.client_cert.empty()) {
+    FP8_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(options.client_cert, "client-cert"));
+    FP8_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(options.client_key, "client-key"));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+JobClient::JobClient(const ConnectionOptions& options) : token_(options.token) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt("grpc.use_local_subchannel_pool", 1);
+  if (!options.server_name.empty()) args.SetSslTargetNameOverride(options.server_name);
+  auto creds = MakeChannelCredentials(options);
+  // An unreadable file leaves a channel whose calls fail UNAVAILABLE; fp8ctl checks first.
+  channel_ = grpc::CreateCustomChannel(options.address,
+                                       creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
+  stub_ = fp8d::v1::JobService::NewStub(channel_);
+}
+
+void JobClient::AddToken(grpc::ClientContext* context) const {
+  if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+}
+
 JobClient::JobClient(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -39,6 +85,7 @@ StatusOr<fp8d::v1::Job> JobClient::CreateJob(const fp8d::v1::Job& job, const std
   *request.mutable_job() = job;
   request.set_request_id(request_id);
   grpc::ClientContext context;
+  AddToken(&context);
   SetDeadline(&context);
   fp8d::v1::Job response;
   grpc::Status st = stub_->CreateJob(&context, request, &response);
@@ -51,6 +98,7 @@ StatusOr<fp8d::v1::Job> JobClient::GetJob(const std::string& name, fp8d::v1::Job
   request.set_name(name);
   request.set_view(view);
   grpc::ClientContext context;
+  AddToken(&context);
   SetDeadline(&context);
   fp8d::v1::Job response;
   grpc::Status st = stub_->GetJob(&context, request, &response);
@@ -60,6 +108,7 @@ StatusOr<fp8d::v1::Job> JobClient::GetJob(const std::string& name, fp8d::v1::Job
 
 StatusOr<fp8d::v1::ListJobsResponse> JobClient::ListJobs(const fp8d::v1::ListJobsRequest& request) {
   grpc::ClientContext context;
+  AddToken(&context);
   SetDeadline(&context);
   fp8d::v1::ListJobsResponse response;
   grpc::Status st = stub_->ListJobs(&context, request, &response);
@@ -71,6 +120,7 @@ StatusOr<fp8d::v1::Job> JobClient::CancelJob(const std::string& name) {
   fp8d::v1::CancelJobRequest request;
   request.set_name(name);
   grpc::ClientContext context;
+  AddToken(&context);
   SetDeadline(&context);
   fp8d::v1::Job response;
   grpc::Status st = stub_->CancelJob(&context, request, &response);
@@ -84,6 +134,7 @@ Status JobClient::WatchJob(const std::string& name, int64_t since_version,
   request.set_name(name);
   request.set_since_version(since_version);
   grpc::ClientContext context;
+  AddToken(&context);
   auto reader = stub_->WatchJob(&context, request);
   fp8d::v1::WatchJobResponse response;
   bool stopped = false;
@@ -102,6 +153,7 @@ Status JobClient::WatchJob(const std::string& name, int64_t since_version,
 Status JobClient::GetJobLogs(const fp8d::v1::GetJobLogsRequest& request,
                              const std::function<void(const std::string&)>& on_data) {
   grpc::ClientContext context;
+  AddToken(&context);
   auto reader = stub_->GetJobLogs(&context, request);
   fp8d::v1::LogChunk chunk;
   while (reader->Read(&chunk)) on_data(chunk.data());
@@ -113,6 +165,7 @@ StatusOr<bool> JobClient::IsServing(std::chrono::milliseconds timeout) {
   // empty on the wire; the response is field 1 (status) as a varint, SERVING = 1.
   grpc::GenericStub generic(channel_);
   grpc::ClientContext context;
+  AddToken(&context);
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   grpc::ByteBuffer request_buffer;  // empty message
   grpc::Slice empty("", 0);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include "common/status.h"
 #include "fp8d/v1/job_service.grpc.pb.h"
@@ -24,9 +25,28 @@ Status FromGrpc(const grpc::Status& status);
 // "jobs/<id>" stays as is; "<id>" becomes "jobs/<id>".
 std::string NormalizeJobName(const std::string& job);
 
+// How to reach fp8d: the address, and for a remote one TLS (CA, optional client certificate for
+// mTLS) and a bearer token. Files are read when the client is made.
+struct ConnectionOptions {
+  std::string address;
+  bool tls = false;            // implied by ca_file or client_cert
+  std::string ca_file;         // PEM roots; empty with tls: the system roots
+  std::string client_cert;     // PEM, for mutual TLS
+  std::string client_key;
+  std::string token;           // sent as "authorization: Bearer <token>"
+  std::string server_name;     // TLS name to verify instead of the address's host
+};
+
+// The channel credentials for `options`: INVALID_ARGUMENT naming an unreadable file.
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ConnectionOptions& options);
+
 class JobClient {
  public:
   explicit JobClient(const std::string& address);
+  // INVALID_ARGUMENT-worthy problems (unreadable files) surface as a channel that fails its
+  // calls; use MakeJobClient to get them as a status instead.
+  explicit JobClient(const ConnectionOptions& options);
 
   StatusOr<fp8d::v1::Job> CreateJob(const fp8d::v1::Job& job, const std::string& request_id = "");
   StatusOr<fp8d::v1::Job> GetJob(const std::string& name,
@@ -55,6 +75,8 @@ class JobClient {
 
  private:
   void SetDeadline(grpc::ClientContext* context) const;
+  void AddToken(grpc::ClientContext* context) const;
+  std::string token_;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<fp8d::v1::JobService::Stub> stub_;

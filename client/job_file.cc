@@ -245,6 +245,7 @@ void ResolveJobPaths(fp8d::v1::Job& job, const std::string& base_dir) {
       t->mutable_data()->set_val(Resolve(t->data().val(), base_dir));
     }
     t->set_output_dir(Resolve(t->output_dir(), base_dir));
+    t->set_init_from(Resolve(t->init_from(), base_dir));
   }
   if (job.has_calibrate()) {
     auto* c = job.mutable_calibrate();

@@ -23,7 +23,10 @@ mkdir -p "$RUN_DIR"
 # Byte-level token shards from the corpus shipped in data/ (vocab 256).
 "$WORKER" prepare-data --text data/corpus.txt --out "$RUN_DIR/data"
 
+# The job's paths live under demo-run/ (outside the default allowed roots, the data dir and
+# the owner's home), and the demo's worker runs as whoever runs the demo, root included.
 "$FP8D" --listen "$ADDR" --data-dir "$RUN_DIR/fp8d-data" --worker "$WORKER" \
+  --allowed-root "$RUN_DIR" --run-jobs-as-owner=false \
   >"$RUN_DIR/fp8d.log" 2>&1 &
 DAEMON=$!
 trap 'kill -TERM $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT

@@ -2,11 +2,13 @@
 // the human log on stderr.
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "worker/common/events.h"
 #include "worker/common/slurm_env.h"
 #include "worker/calibrate/calibrate_main.h"
+#include "worker/train/model_tools_main.h"
 #include "worker/train/train_main.h"
 #ifdef FP8_HAVE_CUDA_TRAINER
 #include "worker/train/cuda/cuda_trainer.h"
@@ -36,11 +38,28 @@ void Usage() {
   std::fprintf(stderr,
                "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
                "       fp8-worker prepare-data --text FILE --out DIR\n"
-               "       fp8-worker calibrate --spec SPEC\n");
+               "       fp8-worker calibrate --spec SPEC\n"
+               "       fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N]\n"
+               "       fp8-worker evaluate --model DIR [--recipe R] (--tokens 1,2,3 | --data GLOB [--seed S] [--first-batch B])\n");
 }
 }  // namespace
 
+int Dispatch(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return Dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // Out of memory is its own failure class: the daemon retries it once and stops when a
+    // second attempt runs out at the same step (the shape does not fit).
+    std::fprintf(stderr, "fp8-worker: out of memory\n");
+    fp8::worker::EventWriter events;
+    events.Emit("error", {{"class", "RESOURCE_EXHAUSTED"}, {"message", "out of memory (std::bad_alloc)"}});
+    return fp8::worker::kExitTemporary;
+  }
+}
+
+int Dispatch(int argc, char** argv) {
   if (argc < 2) {
     Usage();
     return fp8::worker::kExitInvalidSpec;
@@ -49,6 +68,8 @@ int main(int argc, char** argv) {
   fp8::worker::AdoptSlurmRankEnvironment();  // ranks started by srun (fp8d's Slurm launcher)
   if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
   if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
+  if (cmd == "export") return fp8::train::ExportMain(argc - 2, argv + 2);
+  if (cmd == "evaluate") return fp8::train::EvaluateMain(argc - 2, argv + 2);
   if (cmd == "calibrate") return fp8::calibrate::CalibrateMain(argc - 2, argv + 2);
   if (cmd == "-h" || cmd == "--help") {
     Usage();

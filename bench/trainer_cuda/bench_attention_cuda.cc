@@ -1,10 +1,9 @@
 // The trainer's fused causal attention (worker/train/cuda/sm90_flash_attention.h) alone, at the
 // two trainer shapes, with q/k/v read out of the fused [B, T, 3C] qkv buffer and y written as
-// [B, T, C], as the model does. Each shape runs, in the same process: the previous kernels
-// (FP8_CUDA_FLASH_OLD=1), the mma.sync forward (FP8_CUDA_FLASH_MMA_FWD=1), the wgmma forward's
-// variants (ping-pong, intra-warpgroup overlap), the dQ and dK/dV kernels' variants (wgmma or
-// mma.sync), and the default; it checks that they agree (y, lse, dqkv) and that two backward runs
-// give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's output), prints
+// [B, T, C], as the model does. Each shape runs, in the same process: the mma.sync kernels only,
+// the wgmma forward with the mma.sync backward, the default with the mma.sync dQ or dK/dV kernel,
+// and the default (AttentionKernelChoice); it checks that they agree (y, lse, dqkv) and that two
+// backward runs give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's output), prints
 // PyTorch SDPA's times beside ours. Each row's backward reads its own y and lse. Then the
 // backward's two kernels timed alone: dK/dV (mma.sync, wgmma) and dQ (the default one).
 //
@@ -12,8 +11,8 @@
 // includes its rowsum(dy∘y) pass. TFLOP/s counts causal FLOPs: forward 2·2·B·H·T²·hd / 2 (two
 // GEMMs over half the score matrix), backward 2.5× that (five GEMMs: S, dP, dV, dK, dQ).
 //
-//   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE] [--no-previous]
-// --no-previous: the default kernels only (tuning runs, one per FP8_CUDA_FLASH_* setting).
+//   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE] [--default-only]
+// --default-only: the default kernels only.
 // FILE: one line per shape, "hd64 FWD_MS FWD_BWD_MS" (torch's forward and forward+backward).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -97,41 +96,19 @@ struct Result {
   bool repeatable = false;
 };
 
-// A row of the table: the FP8_CUDA_FLASH_* settings it runs under (all others unset).
+// A row of the table: the kernels it runs.
 struct Variant {
   const char* label;
-  std::vector<std::pair<const char*, const char*>> env;
+  AttentionKernelChoice choice;
 };
-const char* const kSwitches[] = {"FP8_CUDA_FLASH_OLD", "FP8_CUDA_FLASH_MMA_FWD", "FP8_CUDA_FLASH_WGMMA_PINGPONG",
-                                  "FP8_CUDA_FLASH_WGMMA_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DQ", "FP8_CUDA_FLASH_WGMMA_DQ_KEYS",
-                                  "FP8_CUDA_FLASH_WGMMA_DKDV", "FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "FP8_CUDA_FLASH_WGMMA_DKDV_BQ",
-                                  "FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST"};
 const Variant kVariants[] = {
-    {"previous (FP8_CUDA_FLASH_OLD=1)", {{"FP8_CUDA_FLASH_OLD", "1"}}},
-    {"mma.sync fwd (FP8_CUDA_FLASH_MMA_FWD=1)", {{"FP8_CUDA_FLASH_MMA_FWD", "1"}}},
-    {"wgmma fwd, plain", {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "0"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "0"}}},
-    {"wgmma fwd, intra-WG overlap",
-     {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "0"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "1"}}},
-    {"wgmma fwd, intra-WG overlap + ping-pong",
-     {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "1"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "1"}}},
-    {"wgmma fwd, ping-pong", {{"FP8_CUDA_FLASH_MMA_FWD", "0"}, {"FP8_CUDA_FLASH_WGMMA_PINGPONG", "1"}, {"FP8_CUDA_FLASH_WGMMA_OVERLAP", "0"}}},
-    {"default fwd + wgmma dQ (FP8_CUDA_FLASH_WGMMA_DQ=1)", {{"FP8_CUDA_FLASH_WGMMA_DQ", "1"}}},
-    {"default fwd + wgmma dQ, 128-key tiles at hd 128", {{"FP8_CUDA_FLASH_WGMMA_DQ", "1"}, {"FP8_CUDA_FLASH_WGMMA_DQ_KEYS", "128"}}},
-    {"default fwd + mma.sync dQ (FP8_CUDA_FLASH_WGMMA_DQ=0)", {{"FP8_CUDA_FLASH_WGMMA_DQ", "0"}}},
-    {"default fwd, wgmma dQ + mma.sync dK/dV (FP8_CUDA_FLASH_WGMMA_DKDV=0)", {{"FP8_CUDA_FLASH_WGMMA_DKDV", "0"}}},
-    {"default fwd, wgmma dQ + wgmma dK/dV (FP8_CUDA_FLASH_WGMMA_DKDV=1)", {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}}},
-    {"default fwd, wgmma dQ + wgmma dK/dV without ping-pong",
-     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "0"}}},
-    {"default fwd, wgmma dQ + wgmma dK/dV, 64-query tiles at hd 64",
-     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_BQ", "64"}}},
-    {"default fwd, wgmma dQ + wgmma dK/dV, intra-WG overlap at hd 64 (64-query tiles)",
-     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "1"}}},
-    {"default fwd, wgmma dQ + wgmma dK/dV, heavy key blocks first",
-     {{"FP8_CUDA_FLASH_WGMMA_DKDV", "1"}, {"FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", "1"}}},
+    {"mma.sync fwd, dQ, dK/dV", {false, false, false}},
+    {"wgmma fwd, mma.sync dQ, dK/dV", {true, false, false}},
+    {"default with mma.sync dQ", {true, false, true}},
+    {"default with mma.sync dK/dV", {true, true, false}},
     {"default", {}},
 };
-constexpr int kMmaRow = 1, kWgmmaRow = 5, kWgmmaDqRow = 6, kMmaDqRow = 8, kMmaDkDvRow = 9, kWgmmaDkDvRow = 10,
-              kDefaultRow = 15;
+constexpr int kMmaRow = 0, kWgmmaFwdRow = 1, kMmaDqRow = 2, kMmaDkDvRow = 3, kDefaultRow = 4;
 static_assert(std::size(kVariants) == kDefaultRow + 1, "the default row is the last");
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -143,15 +120,15 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 int Run(int argc, char** argv) {
   int reps = 20, warmup = 3;
   std::string torch_file;
-  bool previous = true;
+  bool all_rows = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--warmup" && i + 1 < argc) warmup = std::atoi(argv[++i]);
     else if (a == "--torch" && i + 1 < argc) torch_file = argv[++i];
-    else if (a == "--no-previous") previous = false;
+    else if (a == "--default-only") all_rows = false;
     else {
-      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE] [--no-previous]\n");
+      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE] [--default-only]\n");
       return 2;
     }
   }
@@ -193,16 +170,16 @@ int Run(int argc, char** argv) {
     cudaMemcpy(qkv.get(), qkv_h.data(), qkv_h.size() * sizeof(bf16), cudaMemcpyHostToDevice);
     cudaMemcpy(dy.get(), dy_h.data(), dy_h.size() * sizeof(bf16), cudaMemcpyHostToDevice);
     const bf16 *q = qkv.get(), *k = q + c, *v = q + 2 * c;
-    auto fwd = [&] { return FlashAttentionForward(dims, q, k, v, ql, y.get(), yl, lse.get(), s); };
+    AttentionKernelChoice choice;
+    auto fwd = [&] { return FlashAttentionForward(dims, q, k, v, ql, y.get(), yl, lse.get(), s, choice); };
     auto bwd = [&](bf16* out) {
       return FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), out, out + c,
-                                    out + 2 * c, s);
+                                    out + 2 * c, s, choice);
     };
     const double fwd_flop = 2.0 * 2.0 * b * h * double(t) * t * hd / 2.0, bwd_flop = 2.5 * fwd_flop;
     Result res[std::size(kVariants)];
-    for (int vi = previous ? 0 : kDefaultRow; vi <= kDefaultRow; ++vi) {  // previous kernels first: the "before" row
-      for (const char* sw : kSwitches) unsetenv(sw);
-      for (const auto& [name, value] : kVariants[vi].env) setenv(name, value, 1);
+    for (int vi = all_rows ? 0 : kDefaultRow; vi <= kDefaultRow; ++vi) {
+      choice = kVariants[vi].choice;
       Result& r = res[vi];
       r.fwd_ms = TimeMs(s, warmup, reps, fwd);
       // y and lse from this variant's forward feed its backward.
@@ -221,9 +198,9 @@ int Run(int argc, char** argv) {
         std::snprintf(vs_f, sizeof(vs_f), "%.2fx", tq->second.first / r.fwd_ms);
         std::snprintf(vs_fb, sizeof(vs_fb), "%.2fx", tq->second.second / (r.fwd_ms + r.bwd_ms));
       }
-      const bool wgmma = FlashAttentionForwardUsesWgmma(dims, ql, q, k, v);
-      const bool wgmma_dq = FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, q, k, v, dy.get());
-      const bool wgmma_dkdv = FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get());
+      const bool wgmma = FlashAttentionForwardUsesWgmma(dims, ql, q, k, v, choice);
+      const bool wgmma_dq = FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, q, k, v, dy.get(), choice);
+      const bool wgmma_dkdv = FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get(), choice);
       std::printf("| %s | %s%s%s%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n", sh.what.c_str(), kVariants[vi].label,
                   vi == kDefaultRow ? (wgmma ? ": wgmma fwd" : ": mma.sync fwd") : "",
                   vi == kDefaultRow ? (wgmma_dq ? ", wgmma dQ" : ", mma.sync dQ") : "",
@@ -231,7 +208,6 @@ int Run(int argc, char** argv) {
                   r.bwd_ms, bwd_flop / r.bwd_ms / 1e9, r.fwd_ms + r.bwd_ms,
                   (fwd_flop + bwd_flop) / (r.fwd_ms + r.bwd_ms) / 1e9, vs_f, vs_fb);
     }
-    for (const char* sw : kSwitches) unsetenv(sw);
     const auto tq = torch_ms.find(sh.key);
     if (tq != torch_ms.end()) {
       const double tf = tq->second.first, tfb = tq->second.second, tb = tfb - tf;
@@ -239,35 +215,31 @@ int Run(int argc, char** argv) {
                   sh.what.c_str(), tf, fwd_flop / tf / 1e9, tb, bwd_flop / tb / 1e9, tfb, (fwd_flop + bwd_flop) / tfb / 1e9);
     }
     // The backward's kernels alone, on the default forward's y/lse and the delta its last
-    // backward left in scratch (the switches are unset here: the default forward ran last).
+    // backward left in scratch (the default row ran last).
     // TFLOP/s as above: dK/dV does 4 of the 5 counted GEMMs (S, dP, dV, dK), dQ 3 (S, dP, dQ).
-    auto alone = [&](const char* dkdv_switch, bool dq) {
-      setenv("FP8_CUDA_FLASH_WGMMA_DKDV", dkdv_switch, 1);
+    auto alone = [&](AttentionKernelChoice kernels, bool dq) {
       bf16* out = dqkv2.get();
-      const double ms = TimeMs(s, warmup, reps, [&] {
+      return TimeMs(s, warmup, reps, [&] {
         return dq ? fp8::train::cuda::internal::FlashAttentionBackwardDqAlone(dims, q, k, v, ql, dy.get(), yl, lse.get(),
-                                                                             scratch.get(), out, s)
+                                                                             scratch.get(), out, s, kernels)
                   : fp8::train::cuda::internal::FlashAttentionBackwardDkDvAlone(dims, q, k, v, ql, dy.get(), yl, lse.get(),
-                                                                               scratch.get(), out + c, out + 2 * c, s);
+                                                                               scratch.get(), out + c, out + 2 * c, s, kernels);
       });
-      unsetenv("FP8_CUDA_FLASH_WGMMA_DKDV");
-      return ms;
     };
-    const double dkdv_mma = alone("0", false), dkdv_wgmma = alone("1", false), dq_ms = alone("", true);
+    const double dkdv_mma = alone(kVariants[kMmaDkDvRow].choice, false), dkdv_wgmma = alone({}, false),
+                 dq_ms = alone({}, true);
     std::printf("| %s | kernels alone: dK/dV mma.sync %.3f ms (%.0f TFLOP/s), dK/dV wgmma %.3f ms (%.0f TFLOP/s), dQ (%s) %.3f ms (%.0f TFLOP/s) | | | | | | | | |\n",
                 sh.what.c_str(), dkdv_mma, 0.8 * bwd_flop / dkdv_mma / 1e9, dkdv_wgmma, 0.8 * bwd_flop / dkdv_wgmma / 1e9,
                 FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, q, k, v, dy.get()) ? "wgmma" : "mma.sync", dq_ms,
                 0.6 * bwd_flop / dq_ms / 1e9);
-    if (!previous) continue;
+    if (!all_rows) continue;
     char note[768];
-    const Result &mma = res[kMmaRow], &wg = res[kWgmmaRow], &old = res[0];
+    const Result &mma = res[kMmaRow], &wg = res[kWgmmaFwdRow], &def = res[kDefaultRow];
     std::snprintf(note, sizeof(note),
                   "%s: wgmma vs mma.sync fwd: rel. L2 diff y %.2e, max |lse diff| %.2e (log2 units), dqkv from their lse %.2e; "
-                  "wgmma vs mma.sync dQ: dqkv %.2e; wgmma vs mma.sync dK/dV: dqkv %.2e; mma.sync vs previous: y %.2e dqkv %.2e; "
-                  "backward bitwise repeatable: %s",
+                  "wgmma vs mma.sync dQ: dqkv %.2e; wgmma vs mma.sync dK/dV: dqkv %.2e; backward bitwise repeatable: %s",
                   sh.what.c_str(), RelDiff(wg.y, mma.y), MaxAbsDiff(wg.lse, mma.lse), RelDiff(wg.dqkv, mma.dqkv),
-                  RelDiff(res[kWgmmaDqRow].dqkv, res[kMmaDqRow].dqkv), RelDiff(res[kWgmmaDkDvRow].dqkv, res[kMmaDkDvRow].dqkv),
-                  RelDiff(mma.y, old.y), RelDiff(mma.dqkv, old.dqkv),
+                  RelDiff(def.dqkv, res[kMmaDqRow].dqkv), RelDiff(def.dqkv, res[kMmaDkDvRow].dqkv),
                   std::all_of(std::begin(res), std::end(res), [](const Result& x) { return x.repeatable; }) ? "every row" : "NOT ALL");
     notes.push_back(note);
   }

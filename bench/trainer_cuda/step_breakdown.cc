@@ -56,7 +56,7 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   const int64_t n = static_cast<int64_t>(batch) * cfg.seq_len, c = cfg.d_model, v = cfg.vocab_size, L = cfg.n_layer;
   const int64_t h = cfg.n_head, hd = c / h, vld = (v + 7) / 8 * 8;
   cudaStream_t s;
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t cublas;
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return InternalError("cublasCreate");
   cublasSetStream(cublas, s);
@@ -64,7 +64,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   DeviceBuffer<float> f1, f2, w32, g32, m32, v32, stats1, stats2, scratch, lse, delta;
   DeviceBuffer<double> partial, out;
   DeviceBuffer<int32_t> tokens;
-  DeviceBuffer<uint8_t> decay;
   FP8_RETURN_IF_ERROR(a.Allocate(static_cast<size_t>(4 * n * c), "a"));
   FP8_RETURN_IF_ERROR(b.Allocate(static_cast<size_t>(4 * n * c), "b"));
   FP8_RETURN_IF_ERROR(wb.Allocate(static_cast<size_t>(std::max(12 * c * c, v * c)), "wb"));
@@ -83,17 +82,15 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   FP8_RETURN_IF_ERROR(partial.Allocate(1024, "partial"));
   FP8_RETURN_IF_ERROR(out.Allocate(1, "out"));
   FP8_RETURN_IF_ERROR(tokens.Allocate(static_cast<size_t>(n), "tokens"));
-  FP8_RETURN_IF_ERROR(decay.Allocate(static_cast<size_t>(num_params), "decay"));
   // Tokens spread over the vocabulary (the embedding gradient groups positions by token).
   std::vector<int32_t> host_tokens(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host_tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % v);
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.get(), host_tokens.data(), sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(tokens.get(), host_tokens.data(), sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
   TokenGroups groups;
   FP8_RETURN_IF_ERROR(groups.Allocate(n, c));
   FP8_RETURN_IF_ERROR(groups.Build(host_tokens.data(), n, v, s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(decay.get(), 1, num_params, s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(m32.get(), 0, sizeof(float) * num_params, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(v32.get(), 0, sizeof(float) * num_params, s));
   FP8_RETURN_IF_ERROR(InitNormal(w32.get(), num_params, 3, 0.02f, s));
   FP8_RETURN_IF_ERROR(InitNormal(f1.get(), n * c, 4, 1.0f, s));
   FP8_RETURN_IF_ERROR(CastF32ToBf16(w32.get(), 4 * n * c < num_params ? 4 * n * c : num_params, a.get(), s));
@@ -176,10 +173,7 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   if (!fused_bias) add("bias add [n,3C]", li, [&] { return AddBias(b.get(), w, n, 3 * c, s); });
   if (!fused_gelu) add("bias+gelu fwd [n,4C]", li, [&] { return BiasGeluForward(b.get(), w, n, 4 * c, a.get(), s); });
   if (!fused_dgelu) add("gelu bwd", li, [&] { return GeluBackward(a.get(), b.get(), n * 4 * c, a.get(), s); });
-  // The optimizer writes the BF16 copies of W and wte (CudaGptModel::OptimizerStep) unless
-  // FP8_CUDA_UNFUSED_OPTIMIZER=1, where the forward casts them.
-  const bool fused_opt = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
-  if (!fused_opt) add("cast W fp32->bf16 (4 linears)", li, [&] { return CastF32ToBf16(w, 12 * c * c, wb.get(), s); });
+  // No W casts: the optimizer writes the BF16 copies of W and wte (CudaGptModel::OptimizerStep).
   add("bias grads (column sums)", li, [&] {
     for (int64_t o : {3 * c, c, 4 * c, c}) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(a.get(), n, o, g32.get(), scratch.get(), s));
     return OkStatus();
@@ -194,7 +188,6 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   add("cross-entropy fwd+grad", 1, [&] {
     return CrossEntropy(logits.get(), tokens.get(), n, v, vld, 1.0f, true, f2.get(), s);
   });
-  if (!fused_opt) add("cast wte fp32->bf16", 1, [&] { return CastF32ToBf16(w, v * c, wb.get(), s); });
   add("embedding fwd+bwd", 1, [&] {
     FP8_RETURN_IF_ERROR(EmbeddingForward(tokens.get(), w, w, n, cfg.seq_len, c, f1.get(), s));
     FP8_RETURN_IF_ERROR(groups.AccumulateWteGrad(f1.get(), g32.get(), s));
@@ -202,11 +195,10 @@ Status PrintStepBreakdown(const ModelConfig& cfg, int batch, int64_t num_params,
   });
   const AdamWArgs args{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
   DeviceBuffer<bf16> copies;  // the fused step's BF16 copies (all parameters: an upper bound)
-  if (fused_opt) FP8_RETURN_IF_ERROR(copies.Allocate(static_cast<size_t>(num_params), "bf16 copies"));
-  add(fused_opt ? "grad norm + AdamW + bf16 copies" : "grad norm + AdamW", 1, [&] {
+  FP8_RETURN_IF_ERROR(copies.Allocate(static_cast<size_t>(num_params), "bf16 copies"));
+  add("grad norm + AdamW + bf16 copies", 1, [&] {
     FP8_RETURN_IF_ERROR(SumSquares(g32.get(), num_params, partial.get(), out.get(), s));
-    if (fused_opt) return AdamWStepTensor(w32.get(), g32.get(), m32.get(), v32.get(), num_params, true, args, copies.get(), s);
-    return AdamWStep(w32.get(), g32.get(), m32.get(), v32.get(), decay.get(), num_params, args, s);
+    return AdamWStepTensor(w32.get(), g32.get(), m32.get(), v32.get(), num_params, true, args, copies.get(), s);
   });
   // fp8-blockwise's weight update of one block: AdamW then the 128x128 W/Wᵀ cast the forward
   // runs, against the fused step (adamw_cast.h). Not part of the bf16 sum.

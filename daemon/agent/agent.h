@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,12 +40,24 @@ struct LaunchRequest {
   std::string resume_from;     // FP8D_RESUME_FROM (empty: fresh start)
   std::vector<std::string> worker_argv_prefix;  // e.g. {"/path/fp8-worker"}; tests use a test worker
   std::map<std::string, std::string> extra_env;
+  // Isolation: the uid/gid the ranks run as (0: fp8d's own; gid 0: the uid's primary group),
+  // and, when set, the base environment instead of fp8d's own (see AllowlistedEnvironment).
+  int64_t uid = 0;
+  int64_t gid = 0;
+  std::optional<std::map<std::string, std::string>> env;
   // Used by launchers that place ranks themselves (Slurm); the local agent ignores them.
   int nodes = 0;                // 0: as many as the launcher needs
   int ranks_per_node = 0;       // 0: 1 when nodes is set, else the launcher's choice
   std::string partition, account, qos, constraint;  // empty: the launcher's defaults
   int64_t time_limit_ms = 0;    // 0: none (the attempt deadline plus the kill grace)
 };
+
+// The part of `base` (e.g. environ) a worker may inherit: PATH, HOME, LANG, LC_*, TZ, TMPDIR,
+// USER, LOGNAME, LD_LIBRARY_PATH, CUDA_*, NCCL_*, FP8_* (the worker's knobs; FP8D_* come from
+// the launcher), and the names (or PREFIX*) in `extra_allow`. Everything else (credentials, tokens)
+// stays with fp8d.
+std::map<std::string, std::string> AllowlistedEnvironment(
+    char** base, const std::vector<std::string>& extra_allow);
 
 // What the core stores per rank to re-adopt it: opaque to the core, owned by the launcher.
 // Local: pid and /proc start time. Slurm: `pid` holds the Slurm job id, start_time is 0.
@@ -77,6 +90,9 @@ struct WorkerExit {
   int exit_code = -1;
   int signal = 0;
   bool adopted = false;
+  // AdoptForRecovery: the rank has neither a process nor an events file, so it was never
+  // started (the controller stopped part-way through launching the attempt).
+  bool never_started = false;
   // Set when the launcher itself knows why the rank ended (Slurm's job state): the core maps
   // it to a failure class before looking at the exit status.
   // kRejected: the launcher will never be able to start the attempt (Slurm keeps it pending
@@ -105,6 +121,29 @@ class Agent {
   // start time differs (pid reused); then nothing is adopted.
   virtual Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
                        const std::vector<RankProcess>& ranks) = 0;
+  // Recovery's adopt, after a controller restart: a rank whose process is alive is adopted as
+  // Adopt does; a rank whose process is gone (pid 0, exited, or reused) is observed as already
+  // exited, so its events file is read on from its offset to the end before its exit is
+  // delivered (adopted = true): a worker that finished, crashed or checkpointed while the
+  // controller was down is judged by what it wrote. NOT_FOUND, adopting nothing, when no rank
+  // is alive and no rank's events file exists (the attempt's workers were never started).
+  // Agents that cannot read a finished rank's events fall back to Adopt.
+  virtual Status AdoptForRecovery(const std::string& job_id, int attempt,
+                                  const std::string& attempt_dir,
+                                  const std::vector<RankProcess>& ranks) {
+    return Adopt(job_id, attempt, attempt_dir, ranks);
+  }
+  // Every live worker process this agent started, found without saved pids (a controller
+  // killed between spawning workers and saving their pids), so recovery can adopt them or
+  // kill them. `attempt_dir` is the absolute attempt dir given at launch. UNIMPLEMENTED where
+  // the agent cannot search.
+  struct FoundWorker {
+    std::string attempt_dir;
+    RankProcess process;  // events_offset 0
+  };
+  virtual StatusOr<std::vector<FoundWorker>> FindWorkers() {
+    return fp8::UnimplementedError("this agent cannot search for workers");
+  }
   // Sends `sig` to the process group of every live rank of the attempt.
   virtual void Signal(const std::string& job_id, int attempt, int sig) = 0;
   // Stops observing (the daemon's SIGTERM path): workers keep running.

@@ -9,6 +9,13 @@
 // than up to a poll interval later (WatchJob latency). Because one thread
 // delivers everything, a rank's events arrive in file order and its exit strictly after its
 // last event. The listener is called without the agent's lock held, so it may call Signal.
+//
+// After a controller restart, FindWorkers finds the ranks it started by their environment
+// (each rank leads its own process group and carries FP8D_RENDEZVOUS_DIR and FP8D_RANK), or,
+// for a rank running as another uid whose environment fp8d may not read, by the pid file its
+// child wrote before it dropped to that uid (rank-<r>.pid, FindRankByPidFile); and
+// AdoptForRecovery observes a rank that is already gone as exited, so the rest of its events
+// file is still read and delivered.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,10 +32,12 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "daemon/agent/agent.h"
@@ -55,8 +64,11 @@ std::string AbsolutePath(const std::string& path) {
   return ec ? path : abs.lexically_normal().string();
 }
 
+// The attempt's own files (attempt dir, spec.json, rank files) are the controller's: failing
+// to write them (a full disk, say) is not the job's fault. UNAVAILABLE tells the manager to
+// retry without counting an attempt.
 Status ErrnoStatus(const std::string& what, int err) {
-  return fp8::InternalError(what + ": " + std::strerror(err));
+  return fp8::UnavailableError(what + ": " + std::strerror(err));
 }
 
 // Creates (or empties) a file the child will open for appending.
@@ -125,6 +137,7 @@ struct RankState {
   int64_t pid = 0;
   uint64_t start_time = 0;
   bool our_child = false;  // started by this agent: reap it; else watch /proc
+  bool never_started = false;  // recovery: no process and no events file
   std::unique_ptr<EventFileReader> reader;
   // Readable once the process has exited. Only the observer thread touches it after the
   // rank is registered; `pidfd_fired` keeps a readable one out of later poll sets.
@@ -162,13 +175,24 @@ class LocalAgent final : public Agent {
 
   StatusOr<std::vector<RankProcess>> Launch(const LaunchRequest& request) override;
   Status Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
-               const std::vector<RankProcess>& ranks) override;
+               const std::vector<RankProcess>& ranks) override {
+    return AdoptRanks(job_id, attempt, attempt_dir, ranks, /*recovery=*/false);
+  }
+  Status AdoptForRecovery(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                          const std::vector<RankProcess>& ranks) override {
+    return AdoptRanks(job_id, attempt, attempt_dir, ranks, /*recovery=*/true);
+  }
+  StatusOr<std::vector<FoundWorker>> FindWorkers() override { return FindWorkerProcesses(); }
   void Signal(const std::string& job_id, int attempt, int sig) override;
   void Stop() override;
 
  private:
+  // `recovery`: gone ranks are observed as exited instead of refusing the whole attempt.
+  Status AdoptRanks(const std::string& job_id, int attempt, const std::string& attempt_dir,
+                    const std::vector<RankProcess>& ranks, bool recovery);
   Status ValidateLaunch(const LaunchRequest& request) const;
   std::map<std::string, std::string> RankEnvironment(const LaunchRequest& request, int rank) const;
+  StatusOr<std::vector<FoundWorker>> FindWorkerProcesses();
   void ObserveLoop();
   void PollOnce();
   // Under mu_: updates rank.gone / rank.exit.
@@ -263,9 +287,11 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
   }
   std::error_code ec;
   fs::create_directories(request.attempt_dir + "/rendezvous", ec);
-  if (ec) return fp8::InternalError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
+  if (ec) return fp8::UnavailableError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
   const std::string spec_path = request.attempt_dir + "/spec.json";
   FP8_RETURN_IF_ERROR(WriteFileAtomically(spec_path, request.spec_json));
+  StatusOr<RunAs> run_as = PrepareRunAs(request);
+  if (!run_as.ok()) return run_as.status();
 
   std::vector<std::shared_ptr<RankState>> started;
   auto kill_started = [&started] {
@@ -284,11 +310,17 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
     spawn.argv.push_back(request.kind);
     spawn.argv.push_back("--spec");
     spawn.argv.push_back(spec_path);
-    spawn.env = MergeEnvironment(environ, RankEnvironment(request, rank));
+    spawn.env = request.env ? MergeEnvironment(run_as->env, RankEnvironment(request, rank))
+                            : MergeEnvironment(environ, RankEnvironment(request, rank));
     spawn.stdout_path = RankFile(request.attempt_dir, rank, ".events");
     spawn.stderr_path = RankFile(request.attempt_dir, rank, ".log");
+    spawn.uid = run_as->uid;
+    spawn.gid = run_as->gid;
+    spawn.groups = run_as->groups;
+    if (spawn.uid > 0) spawn.pid_file = RankFile(request.attempt_dir, rank, ".pid");
     Status st = CreateEmptyFile(spawn.stdout_path);
     if (st.ok()) st = CreateEmptyFile(spawn.stderr_path);
+    if (st.ok()) st = GiveTo(*run_as, {spawn.stdout_path, spawn.stderr_path}, 0640);
     StatusOr<int64_t> pid = st.ok() ? SpawnInOwnSession(spawn) : StatusOr<int64_t>(st);
     if (!pid.ok()) {
       kill_started();
@@ -326,16 +358,19 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
   return out;
 }
 
-Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::string& attempt_dir,
-                         const std::vector<RankProcess>& ranks) {
+Status LocalAgent::AdoptRanks(const std::string& job_id, int attempt,
+                              const std::string& attempt_dir,
+                              const std::vector<RankProcess>& ranks, bool recovery) {
   if (ranks.empty()) return fp8::InvalidArgumentError("ranks: nothing to adopt");
   const AttemptKey key{job_id, attempt};
   std::vector<std::shared_ptr<RankState>> adopted;
+  bool any_alive = false, any_events = false;
   for (const RankProcess& rp : ranks) {
     // Opened before the start-time check: if the check passes, the pidfd names that process
     // and not a later holder of the pid.
-    int pidfd = OpenPidFd(rp.pid);
-    if (!ProcessMatches(rp.pid, rp.start_time)) {
+    int pidfd = rp.pid > 0 ? OpenPidFd(rp.pid) : -1;
+    const bool alive = rp.pid > 0 && ProcessMatches(rp.pid, rp.start_time);
+    if (!alive && !recovery) {
       if (pidfd >= 0) ::close(pidfd);
       ProcStat now = ReadProcStat(rp.pid);
       std::string why = !now.exists ? "is gone"
@@ -347,19 +382,41 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
                                 " rank " + std::to_string(rp.rank) + ": pid " +
                                 std::to_string(rp.pid) + " " + why);
     }
+    if (!alive && pidfd >= 0) {
+      ::close(pidfd);
+      pidfd = -1;
+    }
     auto state = std::make_shared<RankState>();
     state->job_id = job_id;
     state->attempt = attempt;
     state->rank = rp.rank;
-    state->pid = rp.pid;
-    state->start_time = rp.start_time;
+    // A gone rank keeps no pid: nothing may ever be signalled through it.
+    state->pid = alive ? rp.pid : 0;
+    state->start_time = alive ? rp.start_time : 0;
     state->our_child = false;
     state->pidfd = pidfd;
     state->reader = std::make_unique<EventFileReader>(RankFile(AbsolutePath(attempt_dir), rp.rank, ".events"),
                                                       rp.events_offset);
-    FP8_RETURN_IF_ERROR(state->reader->Open());
+    Status opened = state->reader->Open();
+    if (opened.ok()) {
+      any_events = true;
+    } else if (recovery && !alive && opened.code() == fp8::StatusCode::kNotFound) {
+      // A gone rank without an events file was never started: its exit is delivered with no
+      // events, marked so.
+      state->never_started = true;
+    } else {
+      // A live rank without its file, or a file shorter than the offset, cannot be observed
+      // correctly.
+      return opened;
+    }
+    any_alive = any_alive || alive;
     WatchEvents(*state);
     adopted.push_back(std::move(state));
+  }
+  if (recovery && !any_alive && !any_events) {
+    for (auto& r : adopted) UnwatchEvents(*r);
+    return fp8::NotFoundError("job " + job_id + " attempt " + std::to_string(attempt) +
+                              ": no rank is alive and no rank wrote an events file");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return fp8::FailedPreconditionError("agent is stopped");
@@ -370,6 +427,54 @@ Status LocalAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   attempts_[key] = std::move(adopted);
   Wake();
   return fp8::OkStatus();
+}
+
+StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
+  std::vector<FoundWorker> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string pid_text = entry.path().filename().string();
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t pid = std::stoll(pid_text);
+    // Every rank leads its own process group; its helpers (same environment) do not.
+    ProcStat st = ReadProcStat(pid);
+    if (!st.exists || st.zombie || st.pgrp != pid) continue;
+    FoundWorker w;
+    auto env = ReadProcEnviron(pid);
+    auto rendezvous = env.find("FP8D_RENDEZVOUS_DIR");
+    auto rank = env.find("FP8D_RANK");
+    const std::string suffix = "/rendezvous";
+    if (rendezvous != env.end() && rank != env.end()) {
+      const std::string& dir = rendezvous->second;
+      if (dir.size() <= suffix.size() || dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      w.attempt_dir = dir.substr(0, dir.size() - suffix.size());
+      w.process.rank = std::atoi(rank->second.c_str());
+    } else if (env.empty()) {
+      // Another uid's environ is unreadable without CAP_SYS_PTRACE: its pid file names it.
+      w.process.rank = FindRankByPidFile(pid, &w.attempt_dir);
+      if (w.process.rank < 0) continue;
+    } else {
+      continue;
+    }
+    w.process.pid = pid;
+    w.process.start_time = st.start_time;
+    found.push_back(std::move(w));
+  }
+  if (ec) return fp8::InternalError("listing /proc: " + ec.message());
+  // A helper that made itself a group leader (setsid) carries the rank's environment too; the
+  // rank itself started first.
+  std::sort(found.begin(), found.end(), [](const FoundWorker& a, const FoundWorker& b) {
+    return std::tie(a.attempt_dir, a.process.rank, a.process.start_time) <
+           std::tie(b.attempt_dir, b.process.rank, b.process.start_time);
+  });
+  found.erase(std::unique(found.begin(), found.end(),
+                          [](const FoundWorker& a, const FoundWorker& b) {
+                            return a.attempt_dir == b.attempt_dir && a.process.rank == b.process.rank;
+                          }),
+              found.end());
+  return found;
 }
 
 void LocalAgent::Signal(const std::string& job_id, int attempt, int sig) {
@@ -482,6 +587,7 @@ void LocalAgent::CheckGoneLocked(RankState& r) {
     r.exit.exit_code = -1;
     r.exit.signal = 0;
     r.exit.adopted = true;
+    r.exit.never_started = r.never_started;
     return;
   }
   const pid_t pid = static_cast<pid_t>(r.pid);

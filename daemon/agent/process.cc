@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -38,6 +39,7 @@ fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request) {
   if (request.argv.empty() || request.argv[0].empty()) {
     return fp8::InvalidArgumentError("worker_argv_prefix: empty program");
   }
+  if (request.uid > 0) return SpawnAsUser(request);
   SpawnAttrs s;
   int rc = 0;
   // The child opens its own stdio, so the parent never holds fds that another thread's
@@ -106,12 +108,57 @@ ProcStat ReadProcStat(int64_t pid) {
   // After ')': field 3 (state) is index 0, field 22 (starttime) is index 19.
   for (int i = 0; i <= 19 && fields >> field; ++i) {
     if (i == 0) st.zombie = (field == "Z" || field == "X" || field == "x");
+    if (i == 2) st.pgrp = std::strtoll(field.c_str(), nullptr, 10);
     if (i == 19) {
       st.exists = true;
       st.start_time = std::strtoull(field.c_str(), nullptr, 10);
     }
   }
   return st;
+}
+
+int FindRankByPidFile(int64_t pid, std::string* attempt_dir) {
+  std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string arg, spec;
+  for (bool after_flag = false; std::getline(cmdline, arg, '\0');) {
+    if (after_flag) {
+      spec = arg;
+      break;
+    }
+    after_flag = arg == "--spec";
+  }
+  const std::string suffix = "/spec.json";
+  if (spec.size() <= suffix.size() || spec.compare(spec.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  const std::string dir = spec.substr(0, spec.size() - suffix.size());
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("rank-", 0) != 0 || name.size() <= 9 || name.compare(name.size() - 4, 4, ".pid") != 0) continue;
+    const std::string number = name.substr(5, name.size() - 9);
+    if (number.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path());
+    int64_t written = 0;
+    if (in >> written && written == pid) {
+      *attempt_dir = dir;
+      return std::stoi(number);
+    }
+  }
+  return -1;
+}
+
+std::map<std::string, std::string> ReadProcEnviron(int64_t pid) {
+  std::map<std::string, std::string> env;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  if (!in) return env;
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
 }
 
 uint64_t ProcessStartTime(int64_t pid) { return ReadProcStat(pid).start_time; }

@@ -16,6 +16,14 @@ struct SpawnRequest {
   std::vector<std::string> env;   // "KEY=VALUE", the whole environment of the child
   std::string stdout_path;        // opened O_WRONLY|O_APPEND in the child (must exist)
   std::string stderr_path;        // likewise
+  // When uid > 0 the child drops to uid/gid/groups before exec (fp8d must be root).
+  int64_t uid = 0;
+  int64_t gid = 0;
+  std::vector<unsigned int> groups;  // supplementary groups of the uid (getgrouplist)
+  // uid > 0 only: the child writes its pid here (as root, before it drops to uid). fp8d cannot
+  // read another uid's /proc/<pid>/environ without CAP_SYS_PTRACE, which the hardened unit does
+  // not grant, so after a restart this file names the rank (FindRankByPidFile).
+  std::string pid_file;
 };
 
 // Starts the process in a new session (so it leads its own process group, and a terminal's
@@ -24,17 +32,48 @@ struct SpawnRequest {
 // block or ignore signals; a worker must not inherit that). Returns the pid, which is also the
 // process group id. posix_spawn reports exec failures (e.g. a missing binary) as an error.
 fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request);
+// The same for a request with uid > 0, through fork: setgroups, setgid, setuid in the child
+// before exec (posix_spawn cannot change users). Exec failures are reported like posix_spawn's.
+fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request);
 
 // `base` (NULL-terminated "K=V" array, e.g. environ) with `overrides` replacing or adding
 // keys. Sorted by key, so the result does not depend on the order of `base`.
 std::vector<std::string> MergeEnvironment(char** base,
                                           const std::map<std::string, std::string>& overrides);
 
+// The same with a map as the base.
+std::vector<std::string> MergeEnvironment(std::map<std::string, std::string> base,
+                                          const std::map<std::string, std::string>& overrides);
+
+// Who an attempt's ranks run as, resolved once per launch.
+struct RunAs {
+  int64_t uid = 0;  // 0: fp8d's own user, nothing to switch or chown
+  int64_t gid = 0;
+  std::vector<unsigned int> groups;
+  std::map<std::string, std::string> env;  // the base environment (LaunchRequest.env)
+};
+// Resolves the request's uid (its primary group and supplementary groups, HOME/USER/LOGNAME
+// in the environment) and hands the job and attempt folders and spec.json to it: a worker
+// must be able to write its rendezvous, output and checkpoints there.
+fp8::StatusOr<RunAs> PrepareRunAs(const struct LaunchRequest& request);
+// chown (when run_as.uid > 0) and chmod `paths`.
+fp8::Status GiveTo(const RunAs& run_as, const std::vector<std::string>& paths, unsigned int mode);
+
 struct ProcStat {
   bool exists = false;
   bool zombie = false;        // exited but not yet reaped by its parent: not alive
+  int64_t pgrp = 0;           // field 5: the process group id
   uint64_t start_time = 0;    // field 22 of /proc/<pid>/stat (clock ticks since boot)
 };
 ProcStat ReadProcStat(int64_t pid);
+
+// The rank of `pid` when it is a worker started with `--spec <attempt dir>/spec.json` (read
+// from /proc/<pid>/cmdline, which any uid may read) and `<attempt dir>/rank-<r>.pid` holds its
+// pid. Sets `attempt_dir` and returns the rank, or -1.
+int FindRankByPidFile(int64_t pid, std::string* attempt_dir);
+
+// The environment a process was started with (/proc/<pid>/environ; needs the same uid or
+// root). Empty when unreadable.
+std::map<std::string, std::string> ReadProcEnviron(int64_t pid);
 
 }  // namespace fp8d::agent

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -38,6 +39,8 @@
 #include "daemon/agent/agent.h"
 #include "daemon/agent/event_reader.h"
 #include "daemon/agent/slurm_command.h"
+
+extern char** environ;
 
 namespace fp8d::agent {
 namespace {
@@ -306,16 +309,30 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   // CPU ranks see no GPU; with gres Slurm sets CUDA_VISIBLE_DEVICES per task itself.
   if (!options_.gpus) env["CUDA_VISIBLE_DEVICES"] = "";
   for (const auto& [k, v] : r.extra_env) env[k] = v;
+  // The ranks inherit sbatch's environment: with a clean base (r.env: fp8d's allowlist plus the
+  // job's env) that base, plus the Slurm client's own SLURM_* settings (SLURM_CONF, ...) that
+  // sbatch and the batch script's srun need; else fp8d's environment.
+  std::optional<std::map<std::string, std::string>> base = r.env;
+  if (base) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const size_t eq = kv.find('=');
+      if (eq != std::string::npos && kv.rfind("SLURM_", 0) == 0) (*base)[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
   CancelEarlierAttempts(r.job_id, r.attempt);
-  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path), env, options_.command_timeout_ms);
-  if (!result.ok()) return fp8::UnavailableError("sbatch: " + result.status().message());
+  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path), env, options_.command_timeout_ms,
+                           base ? &*base : nullptr);
+  // Not UNAVAILABLE: to the core that means the controller's own disk, retried without counting;
+  // an unreachable Slurm counts against max_attempts.
+  if (!result.ok()) return fp8::FailedPreconditionError("Slurm is not reachable: sbatch: " + result.status().message());
   const int64_t slurm_id = ParseSbatchJobId(result->out);
   if (result->exit_code != 0 || slurm_id <= 0) {
     const std::string why = OneLine(result->err.empty() ? result->out : result->err);
     // Slurm answered and said no (bad partition, account, QOS, time, an sbatch_args typo):
     // the same request would be refused again. Not reaching Slurm at all may pass.
     const bool rejected = result->exit_code != 0 && !LooksUnreachable(why);
-    return fp8::Status(rejected ? fp8::StatusCode::kInvalidArgument : fp8::StatusCode::kUnavailable,
+    return fp8::Status(rejected ? fp8::StatusCode::kInvalidArgument : fp8::StatusCode::kFailedPrecondition,
                        "Slurm " + std::string(rejected ? "rejected the job" : "is not reachable") +
                            ": " + why);
   }
@@ -340,6 +357,12 @@ Status SlurmAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   w->attempt = attempt;
   w->slurm_id = ranks.front().pid;
   w->state.clear();  // unknown until the first squeue
+  if (w->slurm_id <= 0) {
+    // fp8d stopped before it stored the Slurm job id (or before sbatch): nothing to follow. A
+    // Slurm job it did submit is cancelled when the next attempt is submitted.
+    return fp8::NotFoundError("job " + job_id + " attempt " + std::to_string(attempt) +
+                              ": no Slurm job id was recorded");
+  }
   for (const RankProcess& rp : ranks) {
     if (rp.pid != w->slurm_id) {
       return fp8::InvalidArgumentError("ranks: one Slurm job per attempt expected, got " +

@@ -20,7 +20,8 @@ namespace fp8d::agent {
 
 fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                         const std::map<std::string, std::string>& env_overrides,
-                                        int timeout_ms) {
+                                        int timeout_ms,
+                                        const std::map<std::string, std::string>* base) {
   if (argv.empty()) return fp8::InvalidArgumentError("argv: empty");
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return fp8::InternalError(std::string("pipe: ") + std::strerror(errno));
@@ -42,7 +43,14 @@ fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<std::string> env = MergeEnvironment(environ, env_overrides);
+  std::vector<std::string> env;
+  if (base != nullptr) {
+    std::map<std::string, std::string> all = *base;
+    for (const auto& [k, v] : env_overrides) all[k] = v;
+    for (const auto& [k, v] : all) env.push_back(k + "=" + v);
+  } else {
+    env = MergeEnvironment(environ, env_overrides);
+  }
   std::vector<char*> cargv, cenv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -57,7 +65,7 @@ fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   if (rc != 0) {
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
-    return fp8::UnavailableError(argv[0] + ": cannot run: " + std::strerror(rc));
+    return fp8::FailedPreconditionError(argv[0] + ": cannot run: " + std::strerror(rc));
   }
   CommandResult result;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -96,7 +104,7 @@ fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    return fp8::UnavailableError(argv[0] + ": no answer within " + std::to_string(timeout_ms) + " ms");
+    return fp8::FailedPreconditionError(argv[0] + ": no answer within " + std::to_string(timeout_ms) + " ms");
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;

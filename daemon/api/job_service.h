@@ -11,6 +11,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "daemon/api/auth_policy.h"
+#include "daemon/api/job_isolation.h"
 #include "daemon/core/job_manager.h"
 #include "fp8d/v1/job_service.grpc.pb.h"
 
@@ -24,6 +25,7 @@ struct JobServiceOptions {
   int log_poll_ms = 200;         // how often GetJobLogs(follow) looks for new bytes
   int log_reader_threads = 2;
   int watch_writer_threads = 0;  // 0 = half the cores, at least 2, at most 8
+  IsolationOptions isolation;    // run-as uid and path roots of new jobs
 };
 
 // WatchJob is registered raw (bytes in, bytes out): one update goes to every watcher of a job,
@@ -61,9 +63,9 @@ class JobServiceImpl final
       grpc::CallbackServerContext* context, const fp8d::v1::GetJobLogsRequest* request) override;
 
  private:
-  // Auth + readiness + validation; OK means the call may be posted to the manager.
-  fp8::Status Admit(const grpc::CallbackServerContext& context, const char* method,
-                    const fp8::Status& validation) const;
+  // Auth + readiness + validation; a principal means the call may be posted to the manager.
+  fp8::StatusOr<Principal> Admit(const grpc::CallbackServerContext& context, const char* method,
+                                 const fp8::Status& validation) const;
 
   boost::asio::io_context& io_;
   core::JobManager* manager_;

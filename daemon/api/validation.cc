@@ -1,6 +1,7 @@
 #include "daemon/api/validation.h"
 
 #include <cmath>
+#include <filesystem>
 #include <initializer_list>
 
 namespace fp8d::api {
@@ -134,14 +135,37 @@ Status ValidateTraining(std::string_view f, const fp8d::v1::TrainingArgs& t) {
   FP8_RETURN_IF_ERROR(NonNegative(Join(f, "eval_steps"), t.eval_steps()));
   FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_steps"), t.save_steps()));
   FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_total_limit"), t.save_total_limit()));
+  FP8_RETURN_IF_ERROR(OneOf(Join(f, "export"), t.export_(), {"hf"}, true));
   if (t.max_steps() > 0 && t.warmup_steps() > t.max_steps()) {
     return Bad(Join(f, "warmup_steps"), "must be <= max_steps");
   }
   return OkStatus();
 }
 
+// What can be checked cheaply at create time; the worker validates the tensors (exit 65).
+Status ValidateInitFrom(std::string_view f, const fp8d::v1::TrainSpec& s) {
+  const std::string field = Join(f, "init_from");
+  FP8_RETURN_IF_ERROR(Path(field, s.init_from(), true));
+  const fp8d::v1::ModelSpec& m = s.model();
+  if (!m.preset().empty() || m.n_layer() || m.n_head() || m.d_model() || m.seq_len() || m.vocab_size())
+    return Bad(Join(f, "model"), "must be left out with init_from (the shape comes from the model it names)");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir(s.init_from());
+  if (!fs::is_directory(dir, ec)) return Bad(field, "no such directory: " + s.init_from());
+  if (fs::exists(dir / "config.json", ec) || fs::exists(dir / "trainer_state.json", ec)) return OkStatus();
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().starts_with("step-") && fs::exists(e.path() / "trainer_state.json", ec))
+      return OkStatus();
+  return Bad(field, s.init_from() + " has neither config.json (Hugging Face GPT-2) nor trainer_state.json (fp8d checkpoint)");
+}
+
 Status ValidateTrain(std::string_view f, const fp8d::v1::TrainSpec& s) {
-  FP8_RETURN_IF_ERROR(ValidateModel(Join(f, "model"), s.model()));
+  if (s.init_from().empty()) {
+    FP8_RETURN_IF_ERROR(ValidateModel(Join(f, "model"), s.model()));
+  } else {
+    FP8_RETURN_IF_ERROR(ValidateInitFrom(f, s));
+  }
   FP8_RETURN_IF_ERROR(Path(Join(f, "data.train"), s.data().train(), true));
   FP8_RETURN_IF_ERROR(Path(Join(f, "data.val"), s.data().val(), false));
   FP8_RETURN_IF_ERROR(ValidatePrecision(Join(f, "precision"), s.precision()));
@@ -208,10 +232,23 @@ Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& lab
   return OkStatus();
 }
 
+// A duration that is set (non-zero) must reach `floor_ns`: a 1 ns heartbeat timeout cannot be
+// met by any worker, and rounding it to "unset" would silently mean the default.
+Status AtLeast(std::string_view field, const google::protobuf::Duration& d, int64_t floor_ns,
+               const char* floor_text) {
+  const int64_t ns = DurationNanos(d);
+  if (ns > 0 && ns < floor_ns) {
+    return Bad(field, std::string("must be 0 (the default) or at least ") + floor_text);
+  }
+  return OkStatus();
+}
+
 Status ValidateRetry(const fp8d::v1::RetryPolicy& r) {
   FP8_RETURN_IF_ERROR(InRange("job.retry.max_attempts", r.max_attempts(), 0, kMaxAttempts));
   FP8_RETURN_IF_ERROR(ValidDuration("job.retry.initial_backoff", r.initial_backoff()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.retry.max_backoff", r.max_backoff()));
+  FP8_RETURN_IF_ERROR(AtLeast("job.retry.initial_backoff", r.initial_backoff(), 10'000'000, "10ms"));
+  FP8_RETURN_IF_ERROR(AtLeast("job.retry.max_backoff", r.max_backoff(), 10'000'000, "10ms"));
   if (r.has_initial_backoff() && r.has_max_backoff() &&
       DurationNanos(r.max_backoff()) > 0 &&
       DurationNanos(r.max_backoff()) < DurationNanos(r.initial_backoff())) {
@@ -269,6 +306,10 @@ Status ValidateTimeouts(const fp8d::v1::Timeouts& t) {
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.attempt_deadline", t.attempt_deadline()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.heartbeat_timeout", t.heartbeat_timeout()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.progress_timeout", t.progress_timeout()));
+  constexpr int64_t kSecond = 1'000'000'000;
+  FP8_RETURN_IF_ERROR(AtLeast("job.timeouts.attempt_deadline", t.attempt_deadline(), kSecond, "1s"));
+  FP8_RETURN_IF_ERROR(AtLeast("job.timeouts.heartbeat_timeout", t.heartbeat_timeout(), kSecond, "1s"));
+  FP8_RETURN_IF_ERROR(AtLeast("job.timeouts.progress_timeout", t.progress_timeout(), kSecond, "1s"));
   return OkStatus();
 }
 

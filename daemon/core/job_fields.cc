@@ -1,6 +1,7 @@
 #include "daemon/core/job_fields.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
@@ -150,6 +151,7 @@ int32_t RpcCodeFor(FailureClass failure) {
     case fp8d::v1::DEADLINE_EXCEEDED: return 4;
     case fp8d::v1::NODE_LOST: return 14;           // UNAVAILABLE
     case fp8d::v1::CONTROLLER_RESTART: return 14;
+    case fp8d::v1::RESOURCE_EXHAUSTED: return 8;   // RESOURCE_EXHAUSTED
     case fp8d::v1::WORKER_CRASH:
     case fp8d::v1::NUMERIC:
     case fp8d::v1::INTERNAL_ERROR:
@@ -182,6 +184,23 @@ double NumberField(const nlohmann::json& event, const char* key, double fallback
   return it->get<double>();
 }
 
+int64_t IntField(const nlohmann::json& event, const char* key, int64_t fallback) {
+  auto it = event.find(key);
+  if (it == event.end()) return fallback;
+  if (it->is_number_integer() && !it->is_number_unsigned()) return it->get<int64_t>();
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v);
+  }
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    // NaN and out-of-range values have no int64: the fallback, not undefined behaviour.
+    if (!(d >= -9.2e18 && d <= 9.2e18)) return fallback;
+    return static_cast<int64_t>(d);
+  }
+  return fallback;
+}
+
 std::string StringField(const nlohmann::json& event, const char* key) {
   auto it = event.find(key);
   if (it == event.end() || !it->is_string()) return "";
@@ -189,8 +208,8 @@ std::string StringField(const nlohmann::json& event, const char* key) {
 }
 
 void ApplyProgressEvent(const nlohmann::json& event, fp8d::v1::Progress* progress) {
-  progress->set_step(static_cast<int64_t>(NumberField(event, "step")));
-  progress->set_total_steps(static_cast<int64_t>(NumberField(event, "total_steps")));
+  progress->set_step(IntField(event, "step"));
+  progress->set_total_steps(IntField(event, "total_steps"));
   // NaN loss is written as null by the worker's JSON (events.cc); keep it visible as NaN.
   auto loss = event.find("loss");
   progress->set_loss(loss != event.end() && loss->is_null() ? std::nan("")

@@ -59,6 +59,9 @@ google::protobuf::Struct StructFromJson(const nlohmann::json& value);
 
 // Number field of an event, or `fallback` when absent or not a number.
 double NumberField(const nlohmann::json& event, const char* key, double fallback = 0);
+// An integer field (steps, totals) read as int64 without a detour through double, which
+// loses exactness above 2^53. A fractional number is truncated; anything else is `fallback`.
+int64_t IntField(const nlohmann::json& event, const char* key, int64_t fallback = 0);
 std::string StringField(const nlohmann::json& event, const char* key);
 
 }  // namespace fp8d::core

@@ -93,6 +93,7 @@ bool IsRetryable(FailureClass failure) {
     case fp8d::v1::NUMERIC:
     case fp8d::v1::CONTROLLER_RESTART:
     case fp8d::v1::INTERNAL_ERROR:
+    case fp8d::v1::RESOURCE_EXHAUSTED:  // once: see StateAfterFailure's caller
       return true;
     case fp8d::v1::FAILURE_CLASS_UNSPECIFIED:
       return false;
@@ -137,6 +138,7 @@ int ExitCodeFor(FailureClass failure) {
     case fp8d::v1::NODE_LOST:
     case fp8d::v1::NUMERIC:
     case fp8d::v1::CONTROLLER_RESTART:
+    case fp8d::v1::RESOURCE_EXHAUSTED:
       return -1;
     case fp8d::v1::FailureClass_INT_MIN_SENTINEL_DO_NOT_USE_:
     case fp8d::v1::FailureClass_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -169,6 +171,10 @@ int64_t BackoffMs(const fp8d::v1::RetryPolicy& policy, int attempt, double unifo
   delay *= 1.0 + p.jitter * (2.0 * u - 1.0);
   delay = std::clamp(delay, 0.0, cap);
   return static_cast<int64_t>(std::llround(delay));
+}
+
+bool CountsAsAttempt(const fp8d::v1::Attempt& attempt) {
+  return attempt.failure_class() != fp8d::v1::CONTROLLER_RESTART && !attempt.controller_fault();
 }
 
 JobState StateAfterFailure(const fp8d::v1::RetryPolicy& policy, FailureClass failure,

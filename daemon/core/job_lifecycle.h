@@ -90,6 +90,11 @@ int64_t BackoffMs(const fp8d::v1::RetryPolicy& policy, int attempt, double unifo
 // What a failed attempt leads to: RETRY_WAIT when `failure` is retryable and fewer than
 // max_attempts attempts were made (`attempt` is the 1-based number of the one that failed),
 // FAILED otherwise.
+// False for an attempt that ended for the controller's reasons, not the job's: its workers
+// were gone after a controller restart (CONTROLLER_RESTART), or the controller could not
+// write the attempt's own files (controller_fault).
+bool CountsAsAttempt(const fp8d::v1::Attempt& attempt);
+
 JobState StateAfterFailure(const fp8d::v1::RetryPolicy& policy, FailureClass failure,
                            int attempt);
 

@@ -339,6 +339,13 @@ void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
     GetJob(std::move(r), done);
   };
 
+  if (e->write_failures > 0) {
+    // Its last state change is not durable yet (the store refuses writes): answering from the
+    // state in memory could contradict what GetJob says.
+    done(fp8::UnavailableError(name + ": its state cannot be written to the store right now (" +
+                               e->write_error + "); retry shortly"));
+    return;
+  }
   switch (e->job.state()) {
     case fp8d::v1::QUEUED:
     case fp8d::v1::RETRY_WAIT: {
@@ -458,6 +465,23 @@ void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
         return a;
       },
       [done = std::move(done)](Answer a) { done(std::move(a.path), a.terminal); });
+}
+
+JobManager::ActiveCounts JobManagerImpl::CountActive() const {
+  ActiveCounts counts;
+  counts.queued = static_cast<int64_t>(queued_.size());
+  // with_run_ holds only the jobs that have (had) an attempt, so this costs what runs, not
+  // what waits in the queue.
+  for (const std::string& name : with_run_) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) continue;
+    const fp8d::v1::JobState state = it->second->job.state();
+    if (state == fp8d::v1::STARTING || state == fp8d::v1::RUNNING ||
+        state == fp8d::v1::CANCELLING) {
+      ++counts.running;
+    }
+  }
+  return counts;
 }
 
 std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ using fp8::StatusOr;
 struct ManagerOptions {
   std::string data_dir;                          // <data dir>/jobs/<id>/attempt-<n>/
   std::vector<std::string> worker_argv_prefix;   // how to run fp8-worker (tests: the test worker)
+  // Workers get only an allowlisted part of fp8d's environment (agent::AllowlistedEnvironment
+  // with worker_env_allow), then worker_env, then the job's own env. Off: fp8d's whole one.
+  bool clean_worker_env = false;
+  std::vector<std::string> worker_env_allow;
+  std::map<std::string, std::string> worker_env;
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
@@ -48,8 +54,10 @@ class JobManager {
   virtual ~JobManager() = default;
 
   // Start-up recovery (design §3, issue: before SERVING): loads active jobs, re-adopts live
-  // workers, requeues attempts whose workers died while the daemon was down (not counted
-  // against max_attempts), then starts scheduling. `done` runs once recovery is finished.
+  // workers (found by their environment if their pids were never saved), judges workers that
+  // ended while the daemon was down by the rest of their events, kills workers no active
+  // attempt owns, requeues attempts that never spawned (not counted against max_attempts),
+  // then starts scheduling. `done` runs once recovery is finished.
   virtual void Start(std::function<void(Status)> done) = 0;
   // Stops timers and the agent's observation; leaves workers running; flushes the store.
   virtual void Shutdown(std::function<void()> done) = 0;
@@ -75,6 +83,15 @@ class JobManager {
   // Path of a rank's log for GetJobLogs (attempt 0 = current), NOT_FOUND if none yet.
   virtual void LogPath(const std::string& name, int rank, int attempt,
                        std::function<void(StatusOr<std::string>, bool job_terminal)> done) = 0;
+
+  // How many jobs wait for slots (QUEUED) and how many hold them (STARTING, RUNNING,
+  // CANCELLING), read from the in-memory view: cheap enough for a status line every second
+  // (systemd's STATUS=).
+  struct ActiveCounts {
+    int64_t queued = 0;
+    int64_t running = 0;
+  };
+  virtual ActiveCounts CountActive() const = 0;
 };
 
 // The manager is the agent's listener, so it builds the agent itself through `make_agent`.

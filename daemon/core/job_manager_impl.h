@@ -97,10 +97,24 @@ struct JobEntry {
   std::vector<fp8d::v1::Checkpoint> checkpoints;  // oldest first
   int counted_attempts = 0;   // attempts that count against max_attempts
   bool skip_newest_checkpoint = false;  // after NUMERIC: resume from an earlier checkpoint
+  std::set<int64_t> oom_steps;  // steps at which attempts ran out of memory (RESOURCE_EXHAUSTED)
   int64_t retry_at_ms = 0;    // RETRY_WAIT → QUEUED at this time
   bool row_dirty = false;     // progress/checkpoint not yet written
   int64_t row_saved_ms = 0;
   int pending_writes = 0;     // transitions not yet durable (eviction waits for them)
+  // Transitions not yet durable, oldest first, written one at a time so a retried write can
+  // never land after a newer one. `after` runs only once its write has committed.
+  struct PendingWrite {
+    Job job;
+    fp8d::v1::JobEvent event;
+    std::function<Status(store::JobStore&)> extra;
+    std::function<void(Status)> after;
+    bool job_written = false;  // the row + event committed; only `extra` is left to retry
+  };
+  std::vector<PendingWrite> unwritten;
+  bool writing = false;
+  int write_failures = 0;     // consecutive failed tries of unwritten.front()
+  std::string write_error;    // the last failure, for CancelJob's answer meanwhile
 };
 
 class JobManagerImpl final : public JobManager, private agent::AgentListener {
@@ -125,6 +139,7 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void Unwatch(int64_t subscription) override;
   void LogPath(const std::string& name, int rank, int attempt,
                std::function<void(StatusOr<std::string>, bool job_terminal)> done) override;
+  ActiveCounts CountActive() const override;
 
  private:
   // ---- agent listener (agent thread): post to io ----
@@ -157,6 +172,9 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   // A progress/checkpoint change: new version, delivered at once, persisted in a batch.
   void PublishChange(JobEntry& e);
   void FlushOutbox(JobEntry& e);
+  // Writes e.unwritten.front() if no write of this job is in flight; on failure keeps it and
+  // tries again with backoff (the job keeps its last durable state for Get and watchers).
+  void WriteTransitions(const std::string& name);
   // Drops a terminal job from the cache once its workers are gone and its writes durable.
   void MaybeEvict(const std::string& name);
 
@@ -182,7 +200,9 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void TerminateWorkers(JobEntry& e);
   // Every rank of the run exited: persist the attempt's end, free its slots, reschedule.
   void OnRunExited(JobEntry& e);
-  void SaveAttempt(JobEntry& e);
+  // Persists the attempt record with the ranks' pids and event offsets; `saved` gets the
+  // write's status. A failed write marks the runtime dirty, so the tick writes it again.
+  void SaveAttempt(JobEntry& e, std::function<void(Status)> saved = nullptr);
   void FlushDirtyRows(int64_t now, bool all);
 
   // ---- recovery (job_recovery.cc) ----
@@ -195,6 +215,9 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void LoadAttempts(std::vector<std::string> names, std::function<void(Status)> done);
   void Recover(std::vector<Recovered> jobs, std::function<void(Status)> done);
   void RecoverRunning(JobEntry& e, Status adopted);
+  // Launcher thread: kills live workers of `attempt_dir` that no recovered attempt owns.
+  void KillStrays(const std::string& jobs_root, const std::string& attempt_dir,
+                  const std::vector<agent::RankProcess>& ranks);
 
   boost::asio::io_context& io_;
   ManagerOptions options_;

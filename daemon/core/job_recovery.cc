@@ -1,13 +1,19 @@
 // Start-up recovery (before the daemon reports SERVING) and Shutdown.
 //
-// Recovery: every non-terminal job goes back into the cache. Jobs whose workers were running
-// (STARTING, RUNNING, CANCELLING) are re-adopted from the pids and start times saved in their
-// attempt record, reading each rank's events on from the saved offset. When the workers died
-// while the daemon was down, the attempt ends with CONTROLLER_RESTART, which does NOT count
-// against max_attempts, and the job is requeued through RETRY_WAIT (the table has no
-// RUNNING → QUEUED edge) with no backoff; a CANCELLING job is simply CANCELLED.
+// Recovery: every non-terminal job goes back into the cache. Jobs whose workers may be running
+// (STARTING, RUNNING, CANCELLING, or a failed attempt never marked ended) have their attempt's
+// ranks accounted for before any new attempt can start: each live rank is re-adopted (by its
+// saved pid, or found through its environment when the daemon died before saving pids), and
+// each gone rank's events file is read on from the saved offset, so a worker that finished,
+// checkpointed or crashed while the daemon was down is judged by what it wrote. Only an attempt
+// that never spawned anything (no live rank, no events file) ends with CONTROLLER_RESTART,
+// which does NOT count against max_attempts, and is requeued through RETRY_WAIT (the table has
+// no RUNNING → QUEUED edge) with no backoff; a CANCELLING job is simply CANCELLED. Live workers
+// of this data dir that no recovered attempt owns are killed.
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
+#include <map>
 #include <utility>
 
 #include <google/protobuf/util/time_util.h>
@@ -92,8 +98,9 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
     std::string name;
     int attempt = 0;
     std::string attempt_dir;
+    // One per rank of the attempt: the saved pid, start time and offset, or pid 0 where the
+    // daemon died before saving them (the agent's search fills those in).
     std::vector<agent::RankProcess> ranks;
-    bool possible = false;  // every rank has a recorded pid
   };
   std::vector<Adoption> adoptions;
   const int64_t now = NowMs();
@@ -106,7 +113,10 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
     std::sort(e.checkpoints.begin(), e.checkpoints.end(),
               [](const auto& a, const auto& b) { return a.step() < b.step(); });
     for (const auto& a : r.attempts) {
-      if (a.attempt.failure_class() != fp8d::v1::CONTROLLER_RESTART) ++e.counted_attempts;
+      if (CountsAsAttempt(a.attempt)) ++e.counted_attempts;
+      if (a.attempt.failure_class() == fp8d::v1::RESOURCE_EXHAUSTED) {
+        e.oom_steps.insert(a.attempt.failure_step());
+      }
     }
     const JobState state = e.job.state();
     if (state == fp8d::v1::RETRY_WAIT) {
@@ -114,7 +124,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
           e.job.update_time());
       e.retry_at_ms = since + BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
     }
-    // The current attempt's record: placements, pids, offsets.
+    // The current attempt's record: the launch intent (placements), pids, offsets.
     const store::AttemptRecord* record = nullptr;
     for (const auto& a : r.attempts) {
       if (a.attempt.number() == e.job.attempt()) record = &a;
@@ -125,13 +135,12 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
     // record has no end time): if they are still there, adopt them only to finish stopping
     // them, so the next attempt never runs beside them on the same checkpoint directory.
     const bool stray = (state == fp8d::v1::RETRY_WAIT || state == fp8d::v1::QUEUED) &&
-                       record != nullptr && !record->attempt.has_end_time() &&
-                       !record->runtime.empty();
+                       record != nullptr && !record->attempt.has_end_time();
     if (!running && !stray) continue;
     auto run = std::make_unique<AttemptRun>();
     run->number = e.job.attempt();
     run->finished = state == fp8d::v1::CANCELLING || stray;
-    Adoption adoption{e.job.name(), run->number, AttemptDir(e.job.name(), run->number), {}, false};
+    Adoption adoption{e.job.name(), run->number, AttemptDir(e.job.name(), run->number), {}};
     if (record != nullptr) {
       run->record = *record;
       run->ranks.resize(record->attempt.ranks_size());
@@ -141,19 +150,15 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
         run->ranks[i].last_seen_ms = now;
         // Every rank of a RUNNING (or later) job has started, and those lines were consumed.
         run->ranks[i].started = state != fp8d::v1::STARTING;
+        adoption.ranks.push_back(agent::RankProcess{i, 0, 0, 0});
       }
-      adoption.possible = !record->runtime.empty() &&
-                          record->runtime.size() == run->ranks.size();
       for (const store::RankRuntime& rt : record->runtime) {
-        if (rt.rank < 0 || rt.rank >= static_cast<int>(run->ranks.size()) || rt.pid <= 0) {
-          adoption.possible = false;
-          continue;
-        }
+        if (rt.rank < 0 || rt.rank >= static_cast<int>(run->ranks.size())) continue;
         RankRun& rank = run->ranks[rt.rank];
         rank.pid = rt.pid;
         rank.start_time = rt.start_time;
         rank.offset = rt.events_offset;
-        adoption.ranks.push_back(agent::RankProcess{rt.rank, rt.pid, rt.start_time, rt.events_offset});
+        adoption.ranks[rt.rank] = agent::RankProcess{rt.rank, rt.pid, rt.start_time, rt.events_offset};
       }
     }
     e.run = std::move(run);
@@ -175,31 +180,79 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
                    Schedule();
                  });
   };
-  if (adoptions.empty()) {
-    finish();
-    return;
-  }
-  // Adopt reads /proc and opens event files: on the launcher thread, then back to io.
+  // Adopt reads /proc and opens event files: on the launcher thread, then back to io. Every
+  // live worker of this data dir is accounted for before any new attempt can start: those of
+  // a recovered attempt are adopted (found by their environment when their pids were never
+  // saved), and any other (an attempt the store no longer runs) is killed.
   std::weak_ptr<int> alive = alive_;
-  launcher_->Post([this, alive, adoptions = std::move(adoptions), finish]() mutable {
+  const std::string jobs_root = options_.data_dir + "/jobs/";
+  launcher_->Post([this, alive, jobs_root, adoptions = std::move(adoptions), finish]() mutable {
+    std::map<std::string, std::vector<agent::RankProcess>> live;  // attempt dir -> ranks
+    if (auto found = agent_->FindWorkers(); found.ok()) {
+      for (const auto& w : *found) {
+        if (w.attempt_dir.rfind(jobs_root, 0) == 0) live[w.attempt_dir].push_back(w.process);
+      }
+    } else if (found.status().code() != fp8::StatusCode::kUnimplemented) {
+      spdlog::warn("recovery: searching for workers: {}", found.status().ToString());
+    }
     auto results = std::make_shared<std::vector<Status>>();
-    for (const Adoption& a : adoptions) {
-      if (!a.possible) {
-        results->push_back(fp8::NotFoundError("no worker pids were recorded for attempt " +
-                                              std::to_string(a.attempt)));
+    for (Adoption& a : adoptions) {
+      auto it = live.find(a.attempt_dir);
+      if (it != live.end()) {
+        for (const agent::RankProcess& p : it->second) {
+          if (p.rank < 0 || p.rank >= static_cast<int>(a.ranks.size())) continue;
+          // The events file is the attempt's, whatever the pid: a saved offset stays valid.
+          a.ranks[p.rank].pid = p.pid;
+          a.ranks[p.rank].start_time = p.start_time;
+        }
+        live.erase(it);
+      }
+      if (a.ranks.empty()) {
+        results->push_back(fp8::NotFoundError("attempt " + std::to_string(a.attempt) +
+                                              " has no recorded placement"));
         continue;
       }
-      results->push_back(agent_->Adopt(JobIdOf(a.name), a.attempt, a.attempt_dir, a.ranks));
+      results->push_back(agent_->AdoptForRecovery(JobIdOf(a.name), a.attempt, a.attempt_dir, a.ranks));
     }
+    for (const auto& [dir, ranks] : live) KillStrays(jobs_root, dir, ranks);
     boost::asio::post(io_, [this, alive, adoptions = std::move(adoptions), results, finish] {
       if (alive.expired()) return;
       for (size_t i = 0; i < adoptions.size(); ++i) {
         JobEntry* e = Find(adoptions[i].name);
-        if (e != nullptr && e->run != nullptr) RecoverRunning(*e, (*results)[i]);
+        if (e != nullptr && e->run != nullptr) {
+          for (const agent::RankProcess& p : adoptions[i].ranks) {
+            if (p.rank < 0 || p.rank >= static_cast<int>(e->run->ranks.size()) || p.pid <= 0) continue;
+            e->run->ranks[p.rank].pid = p.pid;
+            e->run->ranks[p.rank].start_time = p.start_time;
+            e->run->record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
+          }
+          RecoverRunning(*e, (*results)[i]);
+        }
       }
       finish();
     });
   });
+}
+
+void JobManagerImpl::KillStrays(const std::string& jobs_root, const std::string& attempt_dir,
+                                const std::vector<agent::RankProcess>& ranks) {
+  // <jobs root><id>/attempt-<n>
+  const std::string rest = attempt_dir.substr(jobs_root.size());
+  const size_t slash = rest.find("/attempt-");
+  if (slash == std::string::npos) return;
+  const std::string job_id = rest.substr(0, slash);
+  const int attempt = std::atoi(rest.c_str() + slash + 9);
+  spdlog::warn("recovery: {} worker(s) of job {} attempt {} run outside any recovered attempt; "
+               "killing them", ranks.size(), job_id, attempt);
+  // Adopted, so the kill goes through the agent's pid-reuse checks; their exits are ignored.
+  std::vector<agent::RankProcess> adopt = ranks;
+  for (auto& r : adopt) r.events_offset = 0;
+  Status st = agent_->Adopt(job_id, attempt, attempt_dir, adopt);
+  if (!st.ok()) {
+    spdlog::warn("recovery: stray workers of job {} attempt {}: {}", job_id, attempt, st.ToString());
+    return;
+  }
+  agent_->Signal(job_id, attempt, SIGKILL);
 }
 
 void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {

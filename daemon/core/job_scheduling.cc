@@ -8,10 +8,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/core/failpoint.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
 #include "daemon/core/job_manager_impl.h"
 #include "daemon/core/scheduler.h"
+
+extern char** environ;
 
 namespace fp8d::core {
 
@@ -151,7 +154,11 @@ void JobManagerImpl::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& s
       e, fp8d::v1::STARTING,
       "attempt " + std::to_string(number) + " placed on " + where +
           (resumed.empty() ? "" : "; resuming from " + resumed),
-      [this, name, number](Status) { Launch(name, number); },
+      [this, name, number](Status st) {
+        if (!st.ok()) return;
+        Failpoint("after_intent");
+        Launch(name, number);
+      },
       [name, record](store::JobStore& s) { return s.PutAttempt(name, record); });
 }
 
@@ -183,6 +190,14 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
   if (e->job.has_train()) request.checkpoint_dir = spec->output_dir + "/checkpoints";
   request.resume_from = run.record.attempt.resumed_from();
   request.worker_argv_prefix = options_.worker_argv_prefix;
+  request.uid = e->job.run_as_uid();
+  if (options_.clean_worker_env) {
+    std::map<std::string, std::string> env =
+        agent::AllowlistedEnvironment(environ, options_.worker_env_allow);
+    for (const auto& [k, v] : options_.worker_env) env[k] = v;
+    for (const auto& [k, v] : e->job.env()) env[k] = v;
+    request.env = std::move(env);
+  }
   const fp8d::v1::Resources& res = e->job.resources();
   request.nodes = res.nodes();
   request.ranks_per_node = res.ranks_per_node();
@@ -201,6 +216,7 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
   launcher_->Post([this, alive, request = std::move(request), name, number] {
     auto result = std::make_shared<StatusOr<std::vector<agent::RankProcess>>>(
         agent_->Launch(request));
+    if (result->ok()) Failpoint("after_spawn");
     boost::asio::post(io_, [this, alive, name, number, result] {
       if (!alive.expired()) OnLaunched(name, number, std::move(*result));
     });
@@ -216,11 +232,21 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
     spdlog::error("{}: launching attempt {} failed: {}", name, number, result.status().ToString());
     for (RankRun& r : run.ranks) r.exited = true;  // the agent started none (or reaped them)
     if (!run.finished && e->job.state() == fp8d::v1::STARTING) {
-      // INVALID_ARGUMENT: the launcher refused the request itself (Slurm rejected the job:
-      // unknown partition, more nodes than the cluster has); asking again cannot help.
-      const bool refused = result.status().code() == fp8::StatusCode::kInvalidArgument;
-      FailAttempt(*e, refused ? fp8d::v1::INVALID_SPEC : fp8d::v1::INTERNAL_ERROR,
-                  "could not start the workers: " + result.status().message());
+      if (result.status().code() == fp8::StatusCode::kUnavailable) {
+        // The controller could not write the attempt's own files (its disk, not the job's
+        // fault): retried with backoff, not counted against max_attempts.
+        run.record.attempt.set_controller_fault(true);
+        --e->counted_attempts;
+        FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
+                    "the controller could not prepare the attempt (" + result.status().message() +
+                        "); retried, not counted as an attempt");
+      } else {
+        // INVALID_ARGUMENT: the launcher refused the request itself (Slurm rejected the job:
+        // unknown partition, an account it does not know); asking again cannot help.
+        const bool refused = result.status().code() == fp8::StatusCode::kInvalidArgument;
+        FailAttempt(*e, refused ? fp8d::v1::INVALID_SPEC : fp8d::v1::INTERNAL_ERROR,
+                    "could not start the workers: " + result.status().message());
+      }
     }
     OnRunExited(*e);
     return;
@@ -238,7 +264,11 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
     r.last_seen_ms = std::max(r.last_seen_ms, now);
     run.record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
   }
-  SaveAttempt(*e);  // pids and start times: what recovery needs to re-adopt
+  // Pids and start times: what recovery needs to re-adopt (it can also find the workers
+  // without them, by their environment).
+  SaveAttempt(*e, [](Status st) {
+    if (st.ok()) Failpoint("after_pid_save");
+  });
   spdlog::info("{}: attempt {} launched {} rank(s)", name, number, run.ranks.size());
   // A cancel or a failure verdict that came while the workers were being started.
   if (e->job.state() == fp8d::v1::CANCELLING || run.finished) {

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/core/failpoint.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
 #include "daemon/core/job_manager_impl.h"
@@ -106,6 +107,7 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
       run.last_progress_ms = now;  // the progress timeout counts from RUNNING
       const int number = run.number;
       Transition(*e, fp8d::v1::RUNNING, "every rank started", [this, name, number](Status st) {
+        if (st.ok()) Failpoint("after_running_write");
         JobEntry* e = Find(name);
         if (!st.ok() || e == nullptr || e->run == nullptr || e->run->number != number) return;
         for (RankRun& r : e->run->ranks) r.started_pin.reset();  // RUNNING is durable now
@@ -130,7 +132,7 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
     // exactly what the next attempt should resume from.
     if (IsTerminal(state)) return;
     const std::string path = StringField(ev.event, "path");
-    const int64_t step = static_cast<int64_t>(NumberField(ev.event, "step", -1));
+    const int64_t step = IntField(ev.event, "step", -1);
     if (path.empty() || step < 0) {
       spdlog::warn("{} rank {}: checkpoint event without path or step: {}", name, ev.rank,
                    Truncated(ev.raw));
@@ -209,7 +211,14 @@ void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
 
   if (!run.finished && e->job.state() != fp8d::v1::CANCELLING && !IsTerminal(e->job.state())) {
     const std::string who = "rank " + std::to_string(ex.rank);
-    if (ex.cause != agent::WorkerExit::Cause::kProcess) {
+    if (ex.never_started) {
+      // The controller stopped part-way through launching the attempt: the job did nothing
+      // wrong. Its other ranks are stopped and the attempt is retried without counting.
+      --e->counted_attempts;
+      FailAttempt(*e, fp8d::v1::CONTROLLER_RESTART,
+                  who + " was never started (the controller stopped while launching the "
+                        "attempt); not counted as an attempt");
+    } else if (ex.cause != agent::WorkerExit::Cause::kProcess) {
       // The launcher knows why the rank ended (Slurm's job state), whatever the ranks said.
       FailAttempt(*e, ClassifyLauncherExit(ex.cause), ex.cause_message);
     } else if (ex.adopted) {
@@ -262,11 +271,23 @@ void JobManagerImpl::FailAttempt(JobEntry& e, FailureClass failure, const std::s
   const JobState state = e.job.state();
   if (state != fp8d::v1::STARTING && state != fp8d::v1::RUNNING) return;
 
+  const int64_t step = e.job.progress().step();
   run.record.attempt.set_failure_class(failure);
   run.record.attempt.set_failure_message(message);
+  run.record.attempt.set_failure_step(step);
   if (failure == fp8d::v1::NUMERIC) e.skip_newest_checkpoint = true;
 
-  const JobState next = StateAfterFailure(e.job.retry(), failure, e.counted_attempts);
+  JobState next = StateAfterFailure(e.job.retry(), failure, e.counted_attempts);
+  std::string repeat;
+  if (failure == fp8d::v1::RESOURCE_EXHAUSTED) {
+    // Out of memory once may be the machine's passing state; twice at the same step is the
+    // shape itself: more attempts would fail the same way.
+    if (!e.oom_steps.insert(step).second) {
+      next = fp8d::v1::FAILED;
+      repeat = "; out of memory at step " + std::to_string(step) +
+               " in an earlier attempt too, so it is not retried";
+    }
+  }
   fp8d::v1::JobError* err = e.job.mutable_error();
   err->set_code(RpcCodeFor(failure));
   err->set_message(message);
@@ -278,6 +299,8 @@ void JobManagerImpl::FailAttempt(JobEntry& e, FailureClass failure, const std::s
     const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
     e.retry_at_ms = NowMs() + delay;
     text += "; retrying in " + Seconds(delay);
+  } else if (!repeat.empty()) {
+    text += repeat;
   } else if (IsRetryable(failure)) {
     text += "; no attempts left (max_attempts " +
             std::to_string(ResolveRetryPolicy(e.job.retry()).max_attempts) + ")";
@@ -321,7 +344,7 @@ void JobManagerImpl::OnRunExited(JobEntry& e) {
   MaybeEvict(name);
 }
 
-void JobManagerImpl::SaveAttempt(JobEntry& e) {
+void JobManagerImpl::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) {
   AttemptRun& run = *e.run;
   run.record.runtime.clear();
   for (size_t r = 0; r < run.ranks.size(); ++r) {
@@ -338,9 +361,18 @@ void JobManagerImpl::SaveAttempt(JobEntry& e) {
   run.runtime_dirty = false;
   run.runtime_saved_ms = NowMs();
   const std::string name = e.job.name();
+  const int number = run.number;
   OnStore<Status>([name, record = run.record](store::JobStore& s) { return s.PutAttempt(name, record); },
-                  [name](Status st) {
-                    if (!st.ok()) spdlog::error("{}: saving attempt: {}", name, st.ToString());
+                  [this, name, number, saved = std::move(saved)](Status st) {
+                    if (!st.ok()) {
+                      spdlog::error("{}: saving attempt: {}", name, st.ToString());
+                      // Written again by the next tick that finds it dirty.
+                      JobEntry* e = Find(name);
+                      if (e != nullptr && e->run != nullptr && e->run->number == number) {
+                        e->run->runtime_dirty = true;
+                      }
+                    }
+                    if (saved) saved(st);
                   });
 }
 
@@ -436,7 +468,9 @@ void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
       it = dirty_rows_.erase(it);
       continue;
     }
-    if (!all && now - e->row_saved_ms < options_.progress_flush_ms) {
+    // A job with a transition still being written gets its row from that write first: a
+    // progress row written ahead of it would be overwritten by an older version later.
+    if (!e->unwritten.empty() || (!all && now - e->row_saved_ms < options_.progress_flush_ms)) {
       ++it;
       continue;
     }
@@ -446,9 +480,19 @@ void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
     it = dirty_rows_.erase(it);
   }
   if (rows.empty()) return;
+  std::vector<std::string> names;
+  for (const Job& j : rows) names.push_back(j.name());
   OnStore<Status>([rows = std::move(rows)](store::JobStore& s) { return s.UpdateJobs(rows); },
-                  [](Status st) {
-                    if (!st.ok()) spdlog::error("saving progress: {}", st.ToString());
+                  [this, names = std::move(names)](Status st) {
+                    if (st.ok()) return;
+                    spdlog::error("saving progress: {}", st.ToString());
+                    // Dirty again: a later tick writes them once the store takes writes.
+                    for (const std::string& name : names) {
+                      if (JobEntry* e = Find(name); e != nullptr) {
+                        e->row_dirty = true;
+                        dirty_rows_.insert(name);
+                      }
+                    }
                   });
 }
 

@@ -2,7 +2,13 @@
 // apply it in memory (so later handlers see it), write job row + event in one transaction,
 // and only when that write is done publish the new version to watchers and run the action
 // that depends on it (launch, signal, acknowledge). Progress is the exception the design
-// allows: delivered at once, written in batches.
+// allows: delivered at once, written in batches. A write that fails is kept and tried again
+// with backoff; until it commits nothing depending on it is published or done.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/core/job_fields.h"
@@ -46,29 +52,69 @@ void JobManagerImpl::Transition(JobEntry& e, JobState to, const std::string& mes
   e.row_saved_ms = now;
   spdlog::info("{}: {} -> {} (v{}): {}", e.job.name(), fp8d::v1::JobState_Name(from),
                fp8d::v1::JobState_Name(to), e.job.version(), message);
+  e.unwritten.push_back(
+      JobEntry::PendingWrite{e.job, std::move(event), std::move(extra), std::move(after), false});
+  WriteTransitions(e.job.name());
+}
 
-  const std::string name = e.job.name();
-  const int64_t version = e.job.version();
-  OnStore<Status>(
-      [job = e.job, event, extra = std::move(extra)](store::JobStore& s) {
-        Status st = s.UpdateJob(job, &event);
-        if (st.ok() && extra) st = extra(s);
-        return st;
+void JobManagerImpl::WriteTransitions(const std::string& name) {
+  JobEntry* e = Find(name);
+  if (e == nullptr || e->writing || e->unwritten.empty()) return;
+  e->writing = true;
+  const JobEntry::PendingWrite& w = e->unwritten.front();
+  struct Written {
+    bool job_written = false;
+    Status status;
+  };
+  const int64_t version = w.job.version();
+  OnStore<Written>(
+      [job = w.job, event = w.event, extra = w.extra,
+       job_written = w.job_written](store::JobStore& s) {
+        Written out{job_written, fp8::OkStatus()};
+        if (!out.job_written) {
+          out.status = s.UpdateJob(job, &event);
+          out.job_written = out.status.ok();
+        }
+        if (out.status.ok() && extra) out.status = extra(s);
+        return out;
       },
-      [this, name, version, after = std::move(after)](Status st) {
-        if (!st.ok()) {
-          // The state machine has moved on in memory; all we can do is say so loudly. The
-          // next write of this job (a later transition or progress batch) rewrites the row.
-          spdlog::error("{}: persisting version {} failed: {}", name, version, st.ToString());
+      [this, name, version](Written written) {
+        JobEntry* e = Find(name);  // never evicted while it has unwritten transitions
+        if (e == nullptr || e->unwritten.empty()) return;
+        e->writing = false;
+        e->unwritten.front().job_written = written.job_written;
+        if (!written.status.ok()) {
+          // Nothing is published or acted on: watchers and GetJob keep the last durable
+          // version, and the write is tried again until it commits (a full disk may free up).
+          ++e->write_failures;
+          e->write_error = written.status.message();
+          const int64_t delay_ms = std::min<int64_t>(int64_t{100} << std::min(e->write_failures - 1, 6),
+                                                     5000);
+          spdlog::error("{}: persisting version {} failed ({} time(s)): {}; retrying in {} ms",
+                        name, version, e->write_failures, written.status.ToString(), delay_ms);
+          auto timer = std::make_shared<boost::asio::steady_timer>(io_);
+          timer->expires_after(std::chrono::milliseconds(delay_ms));
+          std::weak_ptr<int> alive = alive_;
+          timer->async_wait([this, alive, timer, name](const boost::system::error_code&) {
+            if (!alive.expired()) WriteTransitions(name);
+          });
+          return;
         }
-        if (JobEntry* e = Find(name); e != nullptr) {
-          --e->pending_writes;
-          for (auto& out : e->outbox) {
-            if (out.snapshot.version() == version) out.ready = true;
-          }
-          FlushOutbox(*e);
+        if (e->write_failures > 0) {
+          spdlog::info("{}: version {} persisted after {} failed tries", name, version,
+                       e->write_failures);
         }
-        if (after) after(st);
+        e->write_failures = 0;
+        e->write_error.clear();
+        std::function<void(Status)> after = std::move(e->unwritten.front().after);
+        e->unwritten.erase(e->unwritten.begin());
+        --e->pending_writes;
+        for (auto& out : e->outbox) {
+          if (out.snapshot.version() == version) out.ready = true;
+        }
+        FlushOutbox(*e);
+        WriteTransitions(name);
+        if (after) after(fp8::OkStatus());
         MaybeEvict(name);
       });
 }

@@ -6,6 +6,7 @@ find_package(spdlog REQUIRED)
 
 add_library(fp8d_core
   blocking_worker.cc
+  failpoint.cc
   job_fields.cc
   job_manager.cc
   job_recovery.cc

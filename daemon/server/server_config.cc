@@ -88,7 +88,10 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   if (!root.IsMap()) return fp8::InvalidArgumentError("--config " + path + ": must be a mapping");
   static const char* kKeys[] = {"listen",   "data_dir",        "worker",  "cpu_slots",
                                 "gpus",     "cancel_grace_ms", "tick_ms", "max_message_bytes",
-                                "addr_file", "worker_env",     "log_level", "launcher", "slurm"};
+                                "addr_file", "worker_env",     "log_level",
+                                "tls_cert", "tls_key", "tls_client_ca", "auth_tokens",
+                                "default_user", "allowed_roots", "http_listen", "launcher",
+                                "slurm"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
@@ -109,6 +112,14 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   FP8_RETURN_IF_ERROR(FromYaml(root, "addr_file", flag("addr_file"), &config->addr_file));
   FP8_RETURN_IF_ERROR(FromYaml(root, "log_level", flag("log_level"), &config->log_level));
   FP8_RETURN_IF_ERROR(FromYaml(root, "worker_env", nullptr, &config->worker_env));
+  const std::pair<const char*, std::string*> remote_keys[] = {
+      {"tls_cert", &config->tls_cert},         {"tls_key", &config->tls_key},
+      {"tls_client_ca", &config->tls_client_ca}, {"auth_tokens", &config->auth_tokens},
+      {"default_user", &config->default_user}, {"http_listen", &config->http_listen}};
+  for (const auto& [key, target] : remote_keys) {
+    FP8_RETURN_IF_ERROR(FromYaml(root, key, flag(key), target));
+  }
+  FP8_RETURN_IF_ERROR(FromYaml(root, "allowed_roots", flag("allowed_roots"), &config->allowed_roots));
   FP8_RETURN_IF_ERROR(FromYaml(root, "launcher", flag("launcher"), &config->launcher));
   if (root["slurm"]) FP8_RETURN_IF_ERROR(LoadSlurmSection(root["slurm"], &config->slurm));
   if (root["worker"] && flag("worker")->count() == 0) {
@@ -150,6 +161,23 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   flags["max_message_bytes"] = app.add_option("--max-message-bytes", config.max_message_bytes, "largest request accepted");
   flags["addr_file"] = app.add_option("--addr-file", config.addr_file, "write the bound address to this file");
   flags["log_level"] = app.add_option("--log-level", config.log_level, "trace|debug|info|warn|error");
+  flags["tls_cert"] = app.add_option("--tls-cert", config.tls_cert, "PEM certificate chain: serve TLS");
+  flags["tls_key"] = app.add_option("--tls-key", config.tls_key, "PEM private key of --tls-cert");
+  flags["tls_client_ca"] = app.add_option("--tls-client-ca", config.tls_client_ca,
+                                          "PEM CA bundle: require client certificates (mTLS)");
+  app.add_option("--tls-reload-s", config.tls_reload_s, "seconds between checks of the certificate files");
+  flags["auth_tokens"] = app.add_option("--auth-tokens", config.auth_tokens,
+                                        "file of '<sha256> <principal> <role> [uid]' lines");
+  flags["default_user"] = app.add_option("--default-user", config.default_user,
+                                         "user of loopback callers without a token (not root)");
+  flags["allowed_roots"] = app.add_option("--allowed-root", config.allowed_roots,
+                                          "job paths must resolve under it (default: data dir, owner's home)");
+  app.add_option("--run-jobs-as-owner", config.run_jobs_as_owner,
+                 "when root, start workers as the job owner's uid (default true)");
+  app.add_option("--worker-env-allow", config.worker_env_allow,
+                 "environment name (or PREFIX*) workers inherit beyond the built-in allowlist");
+  flags["http_listen"] = app.add_option("--http-listen", config.http_listen,
+                                        "HOST:PORT of the HTTP listener (metrics, health, JSON jobs)");
   flags["launcher"] = app.add_option("--launcher", config.launcher,
                                      "local (this machine) | slurm (a Slurm job per attempt; see the slurm: config key)");
   try {
@@ -181,38 +209,50 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   if (config.cpu_slots < 0) return fp8::InvalidArgumentError("--cpu-slots: must be >= 0");
   if (config.max_message_bytes <= 0) return fp8::InvalidArgumentError("--max-message-bytes: must be > 0");
   if (config.tick_ms <= 0) return fp8::InvalidArgumentError("--tick-ms: must be > 0");
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return fp8::InvalidArgumentError("--tls-cert, --tls-key: give both or neither");
+  }
+  if (!config.tls_client_ca.empty() && config.tls_cert.empty()) {
+    return fp8::InvalidArgumentError("--tls-client-ca: needs --tls-cert and --tls-key");
+  }
+  if (config.tls_reload_s <= 0) return fp8::InvalidArgumentError("--tls-reload-s: must be > 0");
   if (config.launcher != "local" && config.launcher != "slurm") {
     return fp8::InvalidArgumentError("--launcher " + config.launcher + ": expected local or slurm");
   }
   return config;
 }
 
-fp8::Status CheckLoopback(const std::string& listen) {
-  if (listen.rfind("unix:", 0) == 0) return fp8::OkStatus();
+bool IsLocalAddress(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0) return true;
   std::string host;
   if (!listen.empty() && listen[0] == '[') {
     const size_t close = listen.find(']');
-    if (close == std::string::npos) return fp8::InvalidArgumentError("--listen " + listen + ": bad address");
+    if (close == std::string::npos) return false;
     host = listen.substr(1, close - 1);
   } else {
     const size_t colon = listen.rfind(':');
-    if (colon == std::string::npos) return fp8::InvalidArgumentError("--listen " + listen + ": expected HOST:PORT");
+    if (colon == std::string::npos) return false;
     host = listen.substr(0, colon);
   }
-  if (host == "localhost") return fp8::OkStatus();
+  if (host == "localhost") return true;
   in_addr v4{};
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
-    if ((ntohl(v4.s_addr) >> 24) == 127) return fp8::OkStatus();
-  }
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6{};
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6)) {
-    return fp8::OkStatus();
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+fp8::Status CheckListenSecurity(const std::string& flag, const std::string& listen,
+                                const ServerConfig& config) {
+  if (IsLocalAddress(listen)) return fp8::OkStatus();
+  std::string missing;
+  if (config.tls_cert.empty() || config.tls_key.empty()) missing = "--tls-cert and --tls-key";
+  if (config.auth_tokens.empty() && config.tls_client_ca.empty()) {
+    missing += std::string(missing.empty() ? "" : ", and ") + "--auth-tokens or --tls-client-ca";
   }
+  if (missing.empty()) return fp8::OkStatus();
   return fp8::FailedPreconditionError(
-      "--listen " + listen +
-      ": refusing a non-loopback address because fp8d has no authentication yet; listen on "
-      "127.0.0.1 (or a unix: socket) and reach it through an SSH tunnel or a proxy that "
-      "authenticates");
+      flag + " " + listen + ": a non-loopback address needs TLS and authentication; missing " +
+      missing + " (or listen on 127.0.0.1 or a unix: socket)");
 }
 
 std::vector<std::string> ResolveWorker(const std::vector<std::string>& configured) {

@@ -23,6 +23,18 @@ struct ServerConfig {
   std::string addr_file;                // write the bound address here (port 0 → chosen port)
   std::map<std::string, std::string> worker_env;  // set in fp8d's environment, so workers inherit it
   std::string log_level = "info";
+
+  // Remote access (TLS, auth, HTTP) and local isolation.
+  std::string tls_cert;                 // PEM server certificate chain; with tls_key enables TLS
+  std::string tls_key;                  // PEM private key
+  std::string tls_client_ca;            // PEM CA bundle: require and verify client certificates
+  int tls_reload_s = 5;                 // how often the certificate files are checked for changes
+  std::string auth_tokens;              // "<sha256> <principal> <role> [uid]" lines
+  std::string default_user = "nobody";  // loopback callers without credentials act as this user
+  std::vector<std::string> allowed_roots;      // job paths must resolve under these (see api)
+  bool run_jobs_as_owner = true;        // when root: workers run as the owner's uid
+  std::vector<std::string> worker_env_allow;   // extra names (or PREFIX*) workers inherit
+  std::string http_listen;              // HOST:PORT of the HTTP listener; empty: none
   std::string launcher = "local";       // local | slurm
   struct Slurm {
     std::string partition, account, qos;  // defaults for jobs that name none
@@ -36,8 +48,12 @@ struct ServerConfig {
 // `exit_code` is set (and the config unusable) when CLI11 handled --help or a usage error.
 fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_code);
 
-// OK for loopback addresses and unix sockets; FAILED_PRECONDITION otherwise (no auth yet).
-fp8::Status CheckLoopback(const std::string& listen);
+// True for loopback HOST:PORT addresses and unix: sockets.
+bool IsLocalAddress(const std::string& listen);
+// OK for local addresses; for any other, FAILED_PRECONDITION naming the missing flags unless
+// TLS (--tls-cert, --tls-key) and an auth source (--auth-tokens or --tls-client-ca) are set.
+fp8::Status CheckListenSecurity(const std::string& flag, const std::string& listen,
+                                const ServerConfig& config);
 
 // The worker argv when --worker was not given: fp8-worker beside the fp8d binary, then
 // ../../worker/fp8-worker relative to it (the build tree), then PATH.

@@ -45,21 +45,30 @@ Status CheckDequantizeArgs(const char* op, const uint8_t* q, const float* scale_
 
 }  // namespace
 
-Status Dequantize1x128(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
-                       Fp8Format fmt, float* x) {
-  FP8_RETURN_IF_ERROR(CheckDequantizeArgs("Dequantize1x128", q, scale_inv, rows, cols, x));
+namespace {
+// Tiles of kTile columns; row r's tile t is scaled by scale_inv[(r / rows_per_scale) * tiles + t]
+// (1x128: a scale row per row; 128x128: one per kTile rows).
+void DequantizeColumnTiles(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
+                           int64_t rows_per_scale, Fp8Format fmt, float* x) {
   const int64_t tiles = CeilDiv(cols, kTile);
   WithFormat(fmt, [&]<Fp8Format F>() {
     ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t c0 = t * kTile;
-          DequantSpanAnyIsa<F>(q + r * cols + c0, std::min(kTile, cols - c0), scale_inv[r * tiles + t],
-                                   x + r * cols + c0);
+          DequantSpanAnyIsa<F>(q + r * cols + c0, std::min(kTile, cols - c0),
+                               scale_inv[(r / rows_per_scale) * tiles + t], x + r * cols + c0);
         }
       }
     });
   });
+}
+}  // namespace
+
+Status Dequantize1x128(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
+                       Fp8Format fmt, float* x) {
+  FP8_RETURN_IF_ERROR(CheckDequantizeArgs("Dequantize1x128", q, scale_inv, rows, cols, x));
+  DequantizeColumnTiles(q, scale_inv, rows, cols, 1, fmt, x);
   return OkStatus();
 }
 
@@ -79,18 +88,7 @@ Status Dequantize128x1(const uint8_t* q, const float* scale_inv, int64_t rows, i
 Status Dequantize128x128(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                          Fp8Format fmt, float* x) {
   FP8_RETURN_IF_ERROR(CheckDequantizeArgs("Dequantize128x128", q, scale_inv, rows, cols, x));
-  const int64_t tiles = CeilDiv(cols, kTile);
-  WithFormat(fmt, [&]<Fp8Format F>() {
-    ParallelFor(rows, MinRowsPerChunk(cols), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t t = 0; t < tiles; ++t) {
-          const int64_t c0 = t * kTile;
-          DequantSpanAnyIsa<F>(q + r * cols + c0, std::min(kTile, cols - c0),
-                                   scale_inv[(r / kTile) * tiles + t], x + r * cols + c0);
-        }
-      }
-    });
-  });
+  DequantizeColumnTiles(q, scale_inv, rows, cols, kTile, fmt, x);
   return OkStatus();
 }
 

@@ -28,7 +28,7 @@ inline Status CublasErrorStatus(cublasStatus_t st, const char* what, const char*
 }  // namespace fp8::kernels::cuda
 
 // Returns an Internal status naming the expression and file:line when a CUDA runtime call fails.
-#define FP8_CUDA_RETURN_IF_ERROR(expr)                                                      \
+#define FP8_RETURN_IF_CUDA_ERROR(expr)                                                      \
   do {                                                                                      \
     const cudaError_t _fp8_cuda_err = (expr);                                               \
     if (_fp8_cuda_err != cudaSuccess)                                                       \
@@ -36,7 +36,7 @@ inline Status CublasErrorStatus(cublasStatus_t st, const char* what, const char*
   } while (0)
 
 // After a <<<...>>> launch: configuration errors (and sticky errors of earlier work) surface here.
-#define FP8_CUDA_RETURN_IF_LAUNCH_FAILED() FP8_CUDA_RETURN_IF_ERROR(cudaGetLastError())
+#define FP8_RETURN_IF_LAUNCH_FAILED() FP8_RETURN_IF_CUDA_ERROR(cudaGetLastError())
 
 #define FP8_CUBLAS_RETURN_IF_ERROR(expr)                                                       \
   do {                                                                                         \
@@ -46,7 +46,7 @@ inline Status CublasErrorStatus(cublasStatus_t st, const char* what, const char*
   } while (0)
 
 // For tests and benchmarks (programmer errors): abort with file:line.
-#define FP8_CUDA_CHECK(expr)                                                               \
+#define FP8_CHECK_CUDA(expr)                                                               \
   do {                                                                                     \
     const cudaError_t _fp8_cuda_err = (expr);                                              \
     if (_fp8_cuda_err != cudaSuccess) {                                                    \

@@ -149,25 +149,6 @@ __device__ __forceinline__ float FastQuotient(float x, const ScaleDivisor& d) {
   return copysignf(__fmaf_rn(d.y, r, q0), x);
 }
 
-template <int kN>
-__device__ __forceinline__ void DivideByScale(const float (&x)[kN], const ScaleDivisor& d,
-                                              float (&q)[kN]) {
-  uint32_t mn = 0xFFFFFFFFu, mx = 0;
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const uint32_t ax = AbsBits(x[i]);
-    mn = min(mn, ax - 1u);  // 0 wraps to 0xFFFFFFFF: zeros always pass
-    mx = max(mx, ax);
-  }
-  if (d.fast && mn >= d.lo_minus_1 && mx <= d.hi) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) q[i] = FastQuotient(x[i], d);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) q[i] = __fdiv_rn(x[i], d.s);
-  }
-}
-
 // For an FP8 cast only the FP8 byte of x / s has to match, which relaxes the lower end of the
 // range check: when |x| < 2^-100 or |x / s| < 2^-100 the fast sequence may be off by an ulp,
 // but the quotient is then below 2^-40 (s ≤ 2^60), and every FP8 format rounds it to ±0 (the
@@ -186,6 +167,20 @@ __device__ __forceinline__ void DivideForFp8Cast(const float (&x)[kN], const Sca
 #pragma unroll
     for (int i = 0; i < kN; ++i) q[i] = __fdiv_rn(x[i], d.s);
   }
+}
+
+// x / s, bitwise __fdiv_rn: the fast sequence where every |x| lies in the divisor's exact range.
+template <int kN>
+__device__ __forceinline__ void DivideByScale(const float (&x)[kN], const ScaleDivisor& d,
+                                              float (&q)[kN]) {
+  uint32_t mn = 0xFFFFFFFFu, mx = 0;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const uint32_t ax = AbsBits(x[i]);
+    mn = min(mn, ax - 1u);  // 0 wraps to 0xFFFFFFFF: zeros always pass
+    mx = max(mx, ax);
+  }
+  DivideForFp8Cast(x, d, mn >= d.lo_minus_1 && mx <= d.hi, q);
 }
 
 template <int kN>

@@ -29,7 +29,7 @@ Status Launch(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t co
         <<<static_cast<unsigned>(blocks), kSm90DequantThreads, 0, stream>>>(
             q, scale_inv, rows, cols, tile_rows_log2, s_row, s_col, units_per_row, out);
   }
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

@@ -1,5 +1,5 @@
-// Device side of Sm90GemmFp8Blockwise (sm90_fp8_gemm_blockwise.h): PTX wrappers for mbarriers,
-// TMA (cp.async.bulk.tensor), wgmma and setmaxnreg, and the warp-specialized persistent kernel.
+// Device side of Sm90GemmFp8Blockwise (sm90_fp8_gemm_blockwise.h): the FP8 wgmma shapes and the
+// warp-specialized persistent kernel (shared PTX wrappers: sm90_ptx.cuh).
 //
 // CTA = 3 warpgroups. Warpgroup 2 is the producer: one thread streams 128x128 A and
 // 128xBLOCK_N B tiles of each K block through a kStages-deep shared-memory ring with TMA,
@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/sm90_ptx.cuh"
+
 namespace fp8::kernels::cuda::blockwise_gemm {
 
 constexpr int kBlockM = 128;
@@ -31,81 +33,35 @@ constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
 constexpr int kGroupM = 8;
 
-// kDoubleAccumulator: two FP32 partial accumulators, so K block kb runs on the tensor cores
-// while kb - 1 is promoted. kOverlapEpilogue (needs it): the next tile's first K block runs
-// during the epilogue. kCluster = 2: CTA pairs (a thread-block cluster) compute the tiles
-// (m, 2j) and (m, 2j + 1); each loads half of their common A tile with a TMA multicast into
-// both CTAs, so A crosses L2 -> SM once per pair instead of twice.
+// Every tile has two FP32 partial accumulators per consumer warpgroup, so K block kb runs on
+// the tensor cores while kb - 1 is promoted.
 // kSplitK = S > 1: clusters of S CTAs split each tile's K blocks (file comment); one tile per
 // cluster (grid = tiles x S), so the stage memory is free for the reduction after the K loop.
-// kPrefetchB: the producer also asks L2 for each of the tile's B rows kPrefetchWindow K blocks
-// (1 KB of the row) at a time, a window ahead of its TMA loads (experiment: a TMA box reads
-// 128 bytes of each of 128 rows K bytes apart, so HBM sees short scattered pieces; at small M,
-// where B streams from HBM once, both GEMMs reached 1.2-1.5 TB/s of the ~4 a copy reaches).
 // kScalesTma: the producer also copies each stage's scales into shared memory on the stage's
 // full barrier (1-D bulk copies: the tile rows' 128 A scales, 512 bytes of [K/128, M], and the
 // 16-byte group of the tile's B-scale row holding the K block), so the consumers read them with
 // ld.shared after the barrier wait and the K loop has no global loads (with __ldg one K block
 // ahead, ptxas's register rotation of the scale sets made each K block's first wgmma wait for
-// an HBM round trip; docs/performance.md). Needs M % 4 == 0 and 16-byte aligned scale arrays
-// (16-byte aligned bulk-copy sources); the host falls back to the __ldg variant otherwise.
-// kL2Hints (small M): the TMA loads tell L2 to keep A (read by every CTA, evict_last) and to
-// drop B first (each B tile is read by one CTA once, evict_first), so the streamed B does not
-// push A out.
+// an HBM round trip; docs/perf-history.md). Needs M % 4 == 0 and 16-byte aligned scale arrays
+// (16-byte aligned bulk-copy sources); the host falls back to the __ldg twin otherwise.
 // kOneStagingBox: the epilogue stages one 64x64 bf16 box per consumer warpgroup at a time (store,
 // wait until the TMA has read it, next box) instead of its whole 64 x BLOCK_N slice: for
 // 128x128 tiles 16 KB of staging instead of 32 KB, which buys back the stage the scale copies
 // cost (6 stages instead of 5).
-// kPingPong (one partial accumulator): the two consumer warpgroups take turns issuing their
-// K block's wgmmas (named barriers, CUTLASS's ordered math), so one warpgroup's wait + promotion
-// (and its epilogue) runs while the tensor cores work on the other's wgmmas. Without the order
-// both wait on the same full barrier, issue together, and promote together with the tensor cores
-// idle (kN192ScalesTma). kPassTurnAfter_: how many of the K block's 4 wgmmas have completed when
-// the turn passes: 0 = as soon as they are issued (the other warpgroup's wgmmas may then share
-// the tensor cores with them, and both batches finish late together), 2 = half, 4 = all (the
-// tensor cores idle while the turn is handed over). kGroupM_: row blocks per rasterization
-// group (TileOf).
-template <int kBlockN_, int kStages_, bool kDoubleAccumulator_, bool kOverlapEpilogue_ = false,
-          int kCluster_ = 1, int kSplitK_ = 1, bool kPrefetchB_ = false, bool kScalesTma_ = false,
-          bool kOneStagingBox_ = false, bool kL2Hints_ = false, bool kPingPong_ = false,
-          int kGroupM_ = kGroupM, int kPassTurnAfter_ = 0, bool kHalfAccumulators_ = false>
+// kL2Hints (small M): the TMA loads tell L2 to keep A (read by every CTA, evict_last) and to
+// drop B first (each B tile is read by one CTA once, evict_first), so the streamed B does not
+// push A out.
+template <int kBlockN_, int kStages_, int kSplitK_ = 1, bool kScalesTma_ = false, bool kOneStagingBox_ = false,
+          bool kL2Hints_ = false>
 struct Config {
-  // kHalfAccumulators (128x192): each consumer warpgroup splits its 64x192 partial into two
-  // 64x96 halves (4 wgmma m64n96k32 each, 48 registers each): while one half of K block kb is
-  // promoted, the other half (or kb + 1's first half) is on the tensor cores. Double buffering
-  // in the registers of one 192-wide partial (96 total + 2 x 48), which two full partials
-  // (3 x 96) would not fit.
-  static constexpr bool kHalfAccumulators = kHalfAccumulators_;
-  static_assert(!kHalfAccumulators_ || (kBlockN_ == 192 && !kDoubleAccumulator_ && !kPingPong_ && kSplitK_ == 1 &&
-                                        kCluster_ == 1 && kScalesTma_),
-                "half accumulators: 128x192, tile by tile, scales through TMA");
-  static constexpr bool kPingPong = kPingPong_;
-  static constexpr int kPassTurnAfter = kPassTurnAfter_;
-  static_assert(kPassTurnAfter == 0 || kPassTurnAfter == 2 || kPassTurnAfter == 4, "turn: after 0, 2 or 4 wgmmas");
-  static_assert(!kPingPong_ || (!kDoubleAccumulator_ && kSplitK_ == 1 && kCluster_ == 1),
-                "ping-pong: one partial accumulator, tile by tile");
-  static constexpr int kRasterGroupM = kGroupM_;
   static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N: 64 or 128 (one 128-column B-scale block per tile)");
   static constexpr int kStages = kStages_;
-  static constexpr bool kDoubleAccumulator = kDoubleAccumulator_;
-  static constexpr bool kOverlapEpilogue = kOverlapEpilogue_;
-  static constexpr int kCluster = kCluster_;
-  static_assert(kCluster == 1 || (kCluster == 2 && !kOverlapEpilogue), "cluster pairs run tile by tile");
   static constexpr int kSplitK = kSplitK_;
-  static_assert(kSplitK == 1 || (kCluster == 1 && !kOverlapEpilogue && kDoubleAccumulator),
-                "split-K runs the plain tile loop, without A-sharing pairs");
-  static constexpr int kClusterDim = kCluster * kSplitK;  // CTAs per thread-block cluster
-  static constexpr bool kPrefetchB = kPrefetchB_;
-  static_assert(!kPrefetchB || (kCluster == 1 && !kOverlapEpilogue), "B prefetch: plain or split-K tiles");
+  static constexpr int kClusterDim = kSplitK;  // CTAs per thread-block cluster
   static constexpr bool kScalesTma = kScalesTma_;
-  // With CTA pairs each CTA copies its own scales (the A scales of the pair's common rows into
-  // both) on its own full barrier; only the A tile is multicast.
-  static_assert(!kScalesTma || !kOverlapEpilogue, "scales through TMA: plain, pair or split-K tiles");
   static constexpr bool kOneStagingBox = kOneStagingBox_;
   static constexpr bool kL2Hints = kL2Hints_;
-  static_assert(!kL2Hints || kCluster == 1, "L2 hints: no multicast pairs");
-  static constexpr int kABoxRows = kBlockM / kCluster;  // rows of A one CTA loads per K block
-  static_assert(kDoubleAccumulator || !kOverlapEpilogue, "the epilogue overlap needs two partial accumulators");
   static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
   static constexpr int kStageABytes = kBlockM * kBlockK;
   static constexpr int kStageBBytes = kBlockN * kBlockK;
@@ -113,35 +69,20 @@ struct Config {
   // Per consumer warpgroup: 64 rows x BLOCK_N bf16 as BLOCK_N/64 boxes of 64x64 (128 bytes a
   // row, the widest box the 128B swizzle allows).
   static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
-  // BLOCK_N not a multiple of 64 (112, 56: tile counts that fill the SMs at small M): the
-  // epilogue writes D straight from registers (no TMA-store boxes). BLOCK_N that 128 does not
-  // divide (112, 56, 192): a tile may span two 128-column B-scale blocks (two scales per K block; the columns of each 8-wide accumulator
-  // group lie in one block, since 8 divides BLOCK_N). N need not be a multiple of BLOCK_N: the
-  // last column tile's B rows past N are zero-filled by TMA and its columns past N not written.
-  static constexpr bool kDirectStore = kBlockN % 64 != 0;
-  static constexpr bool kTwoScaleBlocks = 128 % kBlockN != 0;
-  static constexpr int kEpilogueBoxes = kDirectStore ? 0 : kBlockN / 64;
+  static constexpr int kEpilogueBoxes = kBlockN / 64;
   static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kOneStagingBox ? 1 : kEpilogueBoxes);
   // Split-K writes D from registers (no staging tile), which leaves room for one more stage.
-  static constexpr int kStagingBytes = kSplitK > 1 || kDirectStore ? 0 : 2 * kEpilogueWgBytes;
+  static constexpr int kStagingBytes = kSplitK > 1 ? 0 : 2 * kEpilogueWgBytes;
   // kScalesTma: per stage the A scales of the tile's 128 rows, then the 4 B scales (16 bytes,
   // the bulk-copy granule) whose group holds the stage's K block.
   static constexpr int kScaleAStageBytes = kBlockM * 4;
-  // (Tiles spanning two B-scale blocks: the group of each block's row, 32 bytes.)
-  static constexpr int kScaleBStageBytes = kTwoScaleBlocks ? 32 : 16;
+  static constexpr int kScaleBStageBytes = 16;
   static constexpr int kScaleAOffset = kStages * kStageBytes + kStagingBytes;
   static constexpr int kScaleBOffset = kScaleAOffset + (kScalesTma ? kStages * kScaleAStageBytes : 0);
   static constexpr int kBarrierOffset = kScaleBOffset + (kScalesTma ? kStages * kScaleBStageBytes : 0);
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
-  static_assert(kBlockN % 8 == 0 && (kBlockN <= 128 || (kBlockN == 192 && !kDoubleAccumulator)),
-                "BLOCK_N: a multiple of 8 up to 128, or 192 with one partial accumulator (registers: "
-                "96 partial + 96 total floats per consumer thread)");
-  static_assert(kBlockN == 64 || kBlockN == 128 || (kScalesTma && kCluster == 1 && !kOverlapEpilogue && !kPrefetchB),
-                "other BLOCK_N only with the scales through TMA, no pairs, no epilogue overlap");
-  // Every stage's B tile starts on a 1024-byte swizzle atom.
-  static_assert(kStageBBytes % 1024 == 0, "BLOCK_N must be a multiple of 8 rows");
   // Split-K: each consumer thread's FP32 total, kAccRegs / 4 float4s, parked in stage memory.
   static constexpr int kReduceVecs = kAccRegs / 4;
   static_assert(kSplitK == 1 || kConsumerWarps * 32 * kAccRegs * 4 <= kStages * kStageBytes,
@@ -149,190 +90,8 @@ struct Config {
   static_assert(kReduceVecs % kSplitK == 0, "each CTA of the cluster reduces an equal slice");
 };
 
-// ---- PTX wrappers ----------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void FenceBarrierInit() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Arrive on the barrier at the same shared-memory offset in CTA `cta` of the cluster. Default
-// (.release.cta) semantics, as CUTLASS's ClusterBarrier: an explicit .release.cluster made ptxas
-// put a MEMBAR.ALL.GPU before every arrive (waits out all outstanding loads; measured 2-3.7x
-// slower). The stage's shared memory was read by wgmma, already waited for.
-__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// 16 bytes at the shared-memory offset `addr` of CTA `cta` of the cluster (DSMEM).
-__device__ __forceinline__ float4 LdSharedCluster(uint32_t addr, uint32_t cta) {
-  float4 v;
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %4, %5;\n"
-      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
-      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-      : "r"(addr), "r"(cta)
-      : "memory");
-  return v;
-}
-__device__ __forceinline__ void StSharedV4(uint32_t addr, float a, float b, float c, float d) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
-}
-// All threads of all CTAs of the cluster (also a CTA-wide barrier).
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-// Spins until the phase with parity `parity` of the barrier has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// [ptr, ptr + bytes) from HBM into L2, nothing into shared memory (bytes: a multiple of 16).
-__device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// `bytes` (a multiple of 16; src and dst 16-byte aligned) global -> shared, completing on the
-// mbarrier as a TMA tile does (1-D bulk copy, no tensor map).
-__device__ __forceinline__ void BulkLoad1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ float LdSharedF32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-// 2-D tile global -> shared, completing `bytes` on the mbarrier (out-of-range elements are 0).
-__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                          int32_t c0, int32_t c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// As TmaLoad2d, with an L2 eviction policy for the lines it reads (CreatePolicyEvict*).
-__device__ __forceinline__ void TmaLoad2dHint(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0,
-                                              int32_t c1, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t CreatePolicyEvictFirst() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t CreatePolicyEvictLast() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-// As TmaLoad2d, into the same offset `dst` of every CTA in `cta_mask`, completing on each one's
-// barrier at offset `bar`.
-__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                                   int32_t c0, int32_t c1, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
-}
-// 2-D tile shared -> global (out-of-range rows/columns are not written).
-__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, uint32_t src, int32_t c0,
-                                           int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// The staging tile may be overwritten once the earlier stores have read it.
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-__device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-// Ordinary shared-memory stores become visible to the TMA (async proxy).
-__device__ __forceinline__ void FenceProxyAsyncShared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void NamedBarrierSync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-// Counts this thread's warp towards barrier `id` without waiting (the signalling side of a
-// producer/consumer pair of named-barrier users).
-__device__ __forceinline__ void NamedBarrierArrive(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-template <uint32_t kRegs>
-__device__ __forceinline__ void SetMaxNRegInc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-template <uint32_t kRegs>
-__device__ __forceinline__ void SetMaxNRegDec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-
-// wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle layout that TMA
-// writes: 8-row atoms of 128 bytes, 1024 bytes apart (stride byte offset); the leading byte
-// offset is unused for swizzled K-major operands. Stepping K by 32 FP8 = +32 bytes = +2 in the
-// address field (the hardware applies the swizzle to the computed addresses).
-__device__ __forceinline__ uint64_t MakeSmemDescSw128(uint32_t smem_addr) {
-  uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
-  desc |= uint64_t{1024 >> 4} << 32;
-  desc |= uint64_t{1} << 62;
-  return desc;
-}
-
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-// Tells the compiler the accumulator registers change here, so it neither reads them before a
-// wgmma.wait nor moves them across an in-flight wgmma (CUTLASS's warpgroup_fence_operand).
-template <int kN>
-__device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// The shared PTX wrappers (sm90_ptx.cuh), unqualified inside this namespace.
+using namespace ::fp8::kernels::cuda::ptx;
 
 // D[64 x 128] (+)= A[64 x 32] · B[128 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
 __device__ __forceinline__ void WgmmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
@@ -372,61 +131,13 @@ __device__ __forceinline__ void WgmmaM64N64K32(float (&d)[32], uint64_t desc_a, 
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
-// D[64 x 192] (+)= A[64 x 32] · B[192 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
-__device__ __forceinline__ void WgmmaM64N192K32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
-// D[64 x 96] (+)= A[64 x 32] · B[96 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
-__device__ __forceinline__ void WgmmaM64N96K32(float (&d)[48], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
-// D[64 x 112] (+)= A[64 x 32] · B[112 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
-__device__ __forceinline__ void WgmmaM64N112K32(float (&d)[56], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
-// D[64 x 56] (+)= A[64 x 32] · B[56 x 32]ᵀ, both K-major in 128B-swizzled shared memory.
-__device__ __forceinline__ void WgmmaM64N56K32(float (&d)[28], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n56k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, %28, %29, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
 template <int kN>
 __device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
                                             bool accumulate) {
   if constexpr (kN == 128) {
     WgmmaM64N128K32(d, desc_a, desc_b, accumulate);
-  } else if constexpr (kN == 192) {
-    WgmmaM64N192K32(d, desc_a, desc_b, accumulate);
-  } else if constexpr (kN == 96) {
-    WgmmaM64N96K32(d, desc_a, desc_b, accumulate);
-  } else if constexpr (kN == 112) {
-    WgmmaM64N112K32(d, desc_a, desc_b, accumulate);
-  } else if constexpr (kN == 56) {
-    WgmmaM64N56K32(d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(kN == 64, "wgmma shapes: N = 192, 128, 112, 96, 64, 56");
+    static_assert(kN == 64, "wgmma shapes: N = 128, 64");
     WgmmaM64N64K32(d, desc_a, desc_b, accumulate);
   }
 }
@@ -438,51 +149,28 @@ __device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a,
 struct TileCoord {
   uint32_t m_block, n_block;
 };
-__device__ __forceinline__ TileCoord TileOf(uint32_t t, uint32_t num_m_blocks,
-                                            uint32_t num_n_blocks, uint32_t rows_per_group = kGroupM) {
-  const uint32_t per_group = rows_per_group * num_n_blocks;
+__device__ __forceinline__ TileCoord TileOf(uint32_t t, uint32_t num_m_blocks, uint32_t num_n_blocks) {
+  const uint32_t per_group = kGroupM * num_n_blocks;
   const uint32_t group = t / per_group;
-  const uint32_t first_m = group * rows_per_group;
-  const uint32_t group_m = min(num_m_blocks - first_m, rows_per_group);
+  const uint32_t first_m = group * kGroupM;
+  const uint32_t group_m = min(num_m_blocks - first_m, static_cast<uint32_t>(kGroupM));
   const uint32_t r = t - group * per_group;
   return {first_m + r % group_m, r / group_m};
 }
 
-// This CTA's tiles: t in [FirstTile, NumTiles) step TileStride indexes tiles, or with cluster
-// pairs pairs of tiles (m, 2j), (m, 2j + 1), CTA rank r of the pair taking column block 2j + r.
-// With split-K the S CTAs of a cluster share one tile t.
+// This CTA's tiles: t in [FirstTile, NumTiles) step TileStride. With split-K the S CTAs of a
+// cluster share one tile t.
 template <class Cfg>
 __device__ __forceinline__ uint32_t FirstTile() { return blockIdx.x / Cfg::kClusterDim; }
 template <class Cfg>
 __device__ __forceinline__ uint32_t TileStride() { return gridDim.x / Cfg::kClusterDim; }
-template <class Cfg>
-__device__ __forceinline__ uint32_t ClusterRank() { return blockIdx.x % Cfg::kCluster; }
 
 struct KernelArgs {
   const float* a_scale;  // [K/128, M]
   const float* b_scale;  // [N/128, b_scale_ld]
   __nv_bfloat16* d;      // [M, N]; written directly only by the split-K reduction
-  const uint8_t* b;      // [N, K]; read directly only by the L2 prefetch (kPrefetchB)
   uint32_t m, n, num_m_blocks, num_n_blocks, num_k_blocks, b_scale_ld;
 };
-
-constexpr uint32_t kPrefetchWindow = 8;  // K blocks per B-row L2 prefetch (1 KB of the row)
-
-// kPrefetchB: at the start of each window of kPrefetchWindow K blocks of [begin, end), the
-// next window of the tile's B rows into L2 (at the first, this window too), one contiguous
-// bulk prefetch per row.
-template <class Cfg>
-__device__ __forceinline__ void PrefetchBWindow(const KernelArgs& args, uint32_t n0, uint32_t kb, uint32_t begin,
-                                                uint32_t end) {
-  if ((kb - begin) % kPrefetchWindow != 0) return;
-  const uint32_t from = kb == begin ? kb : kb + kPrefetchWindow;
-  const uint32_t to = min(kb + 2 * kPrefetchWindow, end);
-  if (from >= to) return;
-  const size_t row_bytes = size_t{args.num_k_blocks} * 128;
-  const uint8_t* p = args.b + size_t{n0} * row_bytes + size_t{from} * 128;
-#pragma unroll 4
-  for (int row = 0; row < Cfg::kBlockN; ++row) PrefetchL2(p + row * row_bytes, (to - from) * 128);
-}
 
 // This CTA's K blocks [begin, end): all of them, or with split-K the rank-th of kSplitK equal
 // ranges (the host keeps kSplitK <= the number of K blocks, so none is empty).
@@ -495,15 +183,9 @@ __device__ __forceinline__ KRange CtaKRange(const KernelArgs& args) {
   return {r * nk / Cfg::kSplitK, (r + 1) * nk / Cfg::kSplitK};
 }
 
-template <class Cfg>
-__device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) {
-  return args.num_m_blocks * (args.num_n_blocks / Cfg::kCluster);
-}
-template <class Cfg>
+__device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) { return args.num_m_blocks * args.num_n_blocks; }
 __device__ __forceinline__ TileCoord CtaTile(uint32_t t, const KernelArgs& args) {
-  TileCoord c = TileOf(t, args.num_m_blocks, args.num_n_blocks / Cfg::kCluster, Cfg::kRasterGroupM);
-  c.n_block = c.n_block * Cfg::kCluster + ClusterRank<Cfg>();
-  return c;
+  return TileOf(t, args.num_m_blocks, args.num_n_blocks);
 }
 
 // Shared-memory addresses of the pipeline (all 1024-byte aligned except the scales (16-byte
@@ -513,10 +195,8 @@ struct SmemLayout {
 };
 
 // One K block's scales for this thread: scale_a of its two rows and the tile's scale_b.
-// b1: the scale of the second B block for tiles that span two (Config::kTwoScaleBlocks), used
-// from 8-column group Consumer::split_group on; == b otherwise (dead, optimized away).
 struct Scales {
-  float a0, a1, b, b1;
+  float a0, a1, b;
 };
 
 // A consumer warpgroup's side of the pipeline: 64 rows of the tile, the FP32 total in
@@ -530,7 +210,6 @@ struct Consumer {
   SmemLayout smem;
   uint32_t warpgroup, lane, row_in_wg;
   uint32_t s = 0, phase = 0;
-  uint32_t split_group = kBlockN / 8;  // kTwoScaleBlocks: first 8-column group of the 2nd B block
   float total[kAcc];
 
   // wgmma's accumulator layout: this thread holds rows r and r + 8 of the warpgroup's 64,
@@ -541,57 +220,23 @@ struct Consumer {
 
   __device__ __forceinline__ void WaitFull() const { MbarWait(smem.full_bar + 8 * s, phase); }
 
-  // kPingPong: warpgroup w issues its wgmmas once the other has issued its previous K block
-  // (kPassTurnAfter = 0; or once 2 / all 4 of them have completed).
-  // Named barrier kTurnBarrier + w = "warpgroup w's turn": the other warpgroup's 128 threads
-  // arrive (bar.arrive), w's 128 wait (bar.sync). Warpgroup 0 takes the very first turn
-  // unasked, so it waits once more at the end (FinishTurns) for the last turn warpgroup 1 passes
-  // back, which leaves both barriers idle at exit. (IDs 1-3: the epilogue and split-K.)
-  static constexpr uint32_t kTurnBarrier = 4;
-  bool took_turn = false;
-  __device__ __forceinline__ void WaitTurn() {
-    if (warpgroup == 1 || took_turn) NamedBarrierSync(kTurnBarrier + warpgroup, 256);
-    took_turn = true;
-  }
-  __device__ __forceinline__ void PassTurn() const { NamedBarrierArrive(kTurnBarrier + (1 - warpgroup), 256); }
-  __device__ __forceinline__ void FinishTurns() const {
-    if (warpgroup == 0 && took_turn) NamedBarrierSync(kTurnBarrier, 256);
-  }
   __device__ __forceinline__ void NextStage() {
     if (++s == kStages) {
       s = 0;
       phase ^= 1;
     }
   }
-  // The stage's tiles may be overwritten once every consumer warp has arrived (with cluster
-  // pairs: of both CTAs, since either producer's multicast writes into both).
+  // The stage's tiles may be overwritten once every consumer warp has arrived.
   __device__ __forceinline__ void Release(uint32_t stage) const {
-    if (lane != 0) return;
-    if constexpr (Cfg::kCluster == 1) {
-      MbarArrive(smem.empty_bar + 8 * stage);
-    } else {
-#pragma unroll
-      for (uint32_t cta = 0; cta < Cfg::kCluster; ++cta) MbarArriveCluster(smem.empty_bar + 8 * stage, cta);
-    }
-  }
-
-  // The tile's B-scale block rows (the same row twice unless the tile spans two blocks; the
-  // second clamped to the last block for a last tile reaching past N).
-  __device__ __forceinline__ uint32_t FirstScaleRow(TileCoord tile) const { return tile.n_block * kBlockN / 128; }
-  __device__ __forceinline__ uint32_t LastScaleRow(TileCoord tile) const {
-    return min((tile.n_block * kBlockN + kBlockN - 1) / 128, args.n / 128 - 1);
-  }
-  __device__ __forceinline__ void BeginTile(TileCoord tile) {
-    if constexpr (Cfg::kTwoScaleBlocks) split_group = (128 - tile.n_block * kBlockN % 128) / 8;
+    if (lane == 0) MbarArrive(smem.empty_bar + 8 * stage);
   }
 
   __device__ __forceinline__ Scales LoadScales(TileCoord tile, uint32_t kb) const {
     const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
     const float* a_scale_kb = args.a_scale + static_cast<size_t>(kb) * args.m;
-    const float* b_scale_row = args.b_scale + FirstScaleRow(tile) * args.b_scale_ld;
-    const float b = __ldg(b_scale_row + kb);
-    return Scales{r0 < args.m ? __ldg(a_scale_kb + r0) : 0.0f, r1 < args.m ? __ldg(a_scale_kb + r1) : 0.0f, b,
-                  Cfg::kTwoScaleBlocks ? __ldg(args.b_scale + LastScaleRow(tile) * args.b_scale_ld + kb) : b};
+    const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
+    return Scales{r0 < args.m ? __ldg(a_scale_kb + r0) : 0.0f, r1 < args.m ? __ldg(a_scale_kb + r1) : 0.0f,
+                  __ldg(b_scale_row + kb)};
   }
 
   // kScalesTma: K block kb's scales from the current stage's copies (call after WaitFull). The
@@ -603,60 +248,19 @@ struct Consumer {
     const uint32_t sa = smem.scale_a + s * Cfg::kScaleAStageBytes + row * 4;
     const float a0 = LdSharedF32(sa), a1 = LdSharedF32(sa + 8 * 4);
     const uint32_t sb = smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4;
-    const float b = LdSharedF32(sb);
-    return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f, b,
-                  Cfg::kTwoScaleBlocks ? LdSharedF32(sb + 16) : b};
+    return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f, LdSharedF32(sb)};
   }
 
   // part = this stage's A rows · B tile, 4 wgmma of K = 32 (the first overwrites part).
-  // kFirstGroup in 1..3: the first kFirstGroup wgmmas are committed as a group of their own, so
-  // WgmmaWait<1> waits for them alone (kPassTurnAfter = 2).
-  template <int kFirstGroup = 0>
   __device__ __forceinline__ void Issue(float (&part)[kAcc]) const {
     const uint64_t desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + warpgroup * 64 * kBlockK);
     const uint64_t desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes);
     FenceOperands(part);
     WgmmaFence();
 #pragma unroll
-    for (int k = 0; k < kBlockK / 32; ++k) {
-      WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
-      if (k + 1 == kFirstGroup) WgmmaCommit();
-    }
+    for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
     WgmmaCommit();
     FenceOperands(part);
-  }
-
-  // kHalfAccumulators: columns [96·kHalf, 96·kHalf + 96) of this stage's B tile into part (4
-  // wgmma m64n96k32; B rows 96.. start 12 swizzle atoms into the tile).
-  template <int kHalf>
-  __device__ __forceinline__ void IssueHalf(float (&part)[kAcc / 2]) const {
-    const uint64_t desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + warpgroup * 64 * kBlockK);
-    const uint64_t desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes + kHalf * (kBlockN / 2) * kBlockK);
-    FenceOperands(part);
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kBlockK / 32; ++k) WgmmaM64K32<kBlockN / 2>(part, desc_a + 2 * k, desc_b + 2 * k, k > 0);
-    WgmmaCommit();
-    FenceOperands(part);
-  }
-  // Promote for one half: the half's 8-column groups are the tile's groups 12·kHalf.., its
-  // registers total[48·kHalf ..] (wgmma's layout puts group i in registers 4i..4i+3 for any N),
-  // so each element gets the same fmaf as from Promote.
-  template <int kHalf>
-  __device__ __forceinline__ void PromoteHalf(float (&part)[kAcc / 2], const Scales& sc) {
-    FenceOperands(part);
-    const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
-    const float t0 = Cfg::kTwoScaleBlocks ? sc.a0 * sc.b1 : s0, t1 = Cfg::kTwoScaleBlocks ? sc.a1 * sc.b1 : s1;
-#pragma unroll
-    for (int i = 0; i < kAcc / 2; i += 4) {
-      const int j = kHalf * (kAcc / 2) + i;
-      const bool second = Cfg::kTwoScaleBlocks && static_cast<uint32_t>(j / 4) >= split_group;
-      const float u0 = second ? t0 : s0, u1 = second ? t1 : s1;
-      total[j] = fmaf(u0, part[i], total[j]);
-      total[j + 1] = fmaf(u0, part[i + 1], total[j + 1]);
-      total[j + 2] = fmaf(u1, part[i + 2], total[j + 2]);
-      total[j + 3] = fmaf(u1, part[i + 3], total[j + 3]);
-    }
   }
 
   // total += (scale_a[row] · scale_b) · part. The scales are multiplied here, after the
@@ -666,17 +270,12 @@ struct Consumer {
   __device__ __forceinline__ void Promote(float (&part)[kAcc], const Scales& sc) {
     FenceOperands(part);
     const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
-    // Tiles spanning two B blocks: the same products with the second block's scale from
-    // split_group on (each column promoted exactly as by a tile inside its block).
-    const float t0 = Cfg::kTwoScaleBlocks ? sc.a0 * sc.b1 : s0, t1 = Cfg::kTwoScaleBlocks ? sc.a1 * sc.b1 : s1;
 #pragma unroll
     for (int i = 0; i < kAcc; i += 4) {
-      const bool second = Cfg::kTwoScaleBlocks && static_cast<uint32_t>(i / 4) >= split_group;
-      const float u0 = second ? t0 : s0, u1 = second ? t1 : s1;
-      total[i] = fmaf(u0, part[i], total[i]);
-      total[i + 1] = fmaf(u0, part[i + 1], total[i + 1]);
-      total[i + 2] = fmaf(u1, part[i + 2], total[i + 2]);
-      total[i + 3] = fmaf(u1, part[i + 3], total[i + 3]);
+      total[i] = fmaf(s0, part[i], total[i]);
+      total[i + 1] = fmaf(s0, part[i + 1], total[i + 1]);
+      total[i + 2] = fmaf(s1, part[i + 2], total[i + 2]);
+      total[i + 3] = fmaf(s1, part[i + 3], total[i + 3]);
     }
   }
 
@@ -689,10 +288,6 @@ struct Consumer {
   // (kOneStagingBox: box by box through one staging box, each store read out before the next
   // box is written).
   __device__ __forceinline__ void Epilogue(TileCoord tile) {
-    if constexpr (Cfg::kDirectStore) {
-      StoreDirect(tile);
-      return;
-    }
     constexpr int kPasses = Cfg::kOneStagingBox ? Cfg::kEpilogueBoxes : 1;
     constexpr int kBoxesPerPass = Cfg::kEpilogueBoxes / kPasses;
     const uint32_t staging = smem.epilogue + warpgroup * Cfg::kEpilogueWgBytes;
@@ -729,24 +324,6 @@ struct Consumer {
                      static_cast<int32_t>(out_row));
         }
         BulkCommit();
-      }
-    }
-  }
-
-  // kDirectStore: bf16 pairs straight from registers (rows past M, columns past N skipped).
-  __device__ __forceinline__ void StoreDirect(TileCoord tile) const {
-    const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
-#pragma unroll
-    for (int g = 0; g < kBlockN / 8; ++g) {
-      const uint32_t col = tile.n_block * kBlockN + 8 * g + 2 * (lane % 4);
-      if (col >= args.n) continue;
-      if (r0 < args.m) {
-        *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r0) * args.n + col) =
-            __floats2bfloat162_rn(total[4 * g], total[4 * g + 1]);
-      }
-      if (r1 < args.m) {
-        *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r1) * args.n + col) =
-            __floats2bfloat162_rn(total[4 * g + 2], total[4 * g + 3]);
       }
     }
   }
@@ -789,7 +366,6 @@ struct Consumer {
 #pragma unroll
     for (int q = 0; q < kSlice; ++q) {
       const uint32_t col = tile.n_block * kBlockN + 8 * (rank * kSlice + q) + 2 * (lane % 4);
-      if (col >= args.n) continue;  // the last column tile of a BLOCK_N that does not divide N
       if (r0 < args.m) {
         *reinterpret_cast<__nv_bfloat162*>(args.d + static_cast<size_t>(r0) * args.n + col) =
             __floats2bfloat162_rn(sum[q].x, sum[q].y);
@@ -808,7 +384,6 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
                                              float (&part0)[Cfg::kAccRegs], float (&part1)[Cfg::kAccRegs]) {
   const uint32_t end = kr.end;
   c.ZeroTotal();
-  c.BeginTile(tile);
   uint32_t kb = kr.begin;
   // Scales are loaded one K block ahead of their wgmma (kScalesTma: they come with the stage).
   Scales ahead{};
@@ -828,10 +403,10 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
     ++kb;
     c.NextStage();
   };
-  if constexpr (Cfg::kDoubleAccumulator) {
-    // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with
-    // the two partial buffers named statically (ptxas serializes wgmma when it cannot tell
-    // which accumulators are in flight).
+  // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with the
+  // two partial buffers named statically (ptxas serializes wgmma when it cannot tell which
+  // accumulators are in flight).
+  {
     Scales pending = fetch();
     uint32_t pending_stage = c.s;
     auto step = [&](float(&issue_into)[Cfg::kAccRegs], float(&promote_from)[Cfg::kAccRegs]) {
@@ -861,74 +436,6 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
       c.Release(pending_stage);
       c.Promote(part0, pending);
     }
-  } else if constexpr (Cfg::kHalfAccumulators) {
-    // Two 96-column halves in flight in turn: half 0 of kb + 1 is issued before half 1 of kb is
-    // promoted, half 1 of kb + 1 before half 0 of kb + 1 is promoted.
-    // Measured slower than intended (docs/performance.md, session 5): where the if/else below
-    // merges, ptxas put a `WARPGROUP.DEPBAR.LE gsb0, 0x0` into the shared promotion of half 1,
-    // so each K block waits for the half 0 it has just issued. To try next: peel the last K block
-    // out of the loop so that no branch with different wait counts merges inside it.
-    float half0[Cfg::kAccRegs / 2];
-    float half1[Cfg::kAccRegs / 2];
-    Scales cur = fetch();
-    uint32_t cur_stage = c.s;
-    c.template IssueHalf<0>(half0);
-    c.template IssueHalf<1>(half1);
-    advance();
-    for (;;) {
-      WgmmaWait<1>();  // half 0 of the current block
-      c.template PromoteHalf<0>(half0, cur);
-      const bool more = kb < end;
-      const uint32_t next_stage = c.s;
-      Scales next = cur;
-      if (more) {
-        next = fetch();
-        c.template IssueHalf<0>(half0);
-        WgmmaWait<1>();  // half 1 of the current block
-      } else {
-        WgmmaWait<0>();
-      }
-      c.Release(cur_stage);
-      c.template PromoteHalf<1>(half1, cur);
-      if (!more) break;
-      c.template IssueHalf<1>(half1);
-      advance();
-      cur = next;
-      cur_stage = next_stage;
-    }
-  } else if constexpr (Cfg::kPingPong) {
-    // One partial accumulator, the warpgroups' issues alternating (Config::kPingPong): while
-    // this warpgroup waits for its wgmmas and promotes, the other's are on the tensor cores.
-    while (kb < end) {
-      const Scales cur = fetch();
-      c.WaitTurn();
-      if constexpr (Cfg::kPassTurnAfter == 0) {
-        c.Issue(part0);
-        c.PassTurn();
-        WgmmaWait<0>();
-      } else if constexpr (Cfg::kPassTurnAfter == 2) {
-        c.template Issue<2>(part0);
-        WgmmaWait<1>();
-        c.PassTurn();
-        WgmmaWait<0>();
-      } else {
-        c.Issue(part0);
-        WgmmaWait<0>();
-        c.PassTurn();
-      }
-      c.Release(c.s);
-      c.Promote(part0, cur);
-      advance();
-    }
-  } else {
-    while (kb < end) {
-      const Scales cur = fetch();
-      c.Issue(part0);
-      WgmmaWait<0>();
-      c.Release(c.s);
-      c.Promote(part0, cur);
-      advance();
-    }
   }
 }
 
@@ -938,13 +445,12 @@ template <class Cfg>
 __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                               float (&part1)[Cfg::kAccRegs]) {
   const KernelArgs& args = c.args;
-  const uint32_t num_tiles = NumTiles<Cfg>(args);
+  const uint32_t num_tiles = NumTiles(args);
   for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
-    const TileCoord tile = CtaTile<Cfg>(t, args);
+    const TileCoord tile = CtaTile(t, args);
     TileMainLoop(c, tile, KRange{0, args.num_k_blocks}, part0, part1);
     c.Epilogue(tile);
   }
-  if constexpr (Cfg::kPingPong) c.FinishTurns();
 }
 
 // Split-K: this CTA's K range of the cluster's one tile, then the reduction over the cluster.
@@ -952,7 +458,7 @@ __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[C
 template <class Cfg>
 __device__ __forceinline__ void RunSplitK(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                           float (&part1)[Cfg::kAccRegs]) {
-  const TileCoord tile = CtaTile<Cfg>(FirstTile<Cfg>(), c.args);
+  const TileCoord tile = CtaTile(FirstTile<Cfg>(), c.args);
   TileMainLoop(c, tile, CtaKRange<Cfg>(c.args), part0, part1);
   c.StorePartial();
   ClusterSync();  // every CTA's partial is in its shared memory
@@ -963,82 +469,6 @@ __device__ __forceinline__ void SplitKProducerSync() {
   __syncwarp();
   ClusterSync();
   ClusterSync();
-}
-
-// One flat stream of K blocks over all of this CTA's tiles: the first K block of the next
-// tile is already on the tensor cores while the previous tile is promoted and stored.
-template <class Cfg>
-__device__ __forceinline__ void RunOverlappingEpilogue(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
-                                                       float (&part1)[Cfg::kAccRegs]) {
-  const KernelArgs& args = c.args;
-  const uint32_t num_tiles = args.num_m_blocks * args.num_n_blocks, nk = args.num_k_blocks;
-  uint32_t t = blockIdx.x, kb = 0;
-  if (t >= num_tiles) return;
-  TileCoord tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
-  c.ZeroTotal();
-  Scales ahead = c.LoadScales(tile, 0);
-  auto fetch = [&] {  // waits for (tile, kb)'s tiles; returns its scales, loads the next block's
-    const Scales cur = ahead;
-    if (kb + 1 < nk) {
-      ahead = c.LoadScales(tile, kb + 1);
-    } else if (t + gridDim.x < num_tiles) {
-      ahead = c.LoadScales(TileOf(t + gridDim.x, args.num_m_blocks, args.num_n_blocks), 0);
-    }
-    c.WaitFull();
-    return cur;
-  };
-  auto advance = [&] {
-    c.NextStage();
-    if (++kb == nk) {
-      kb = 0;
-      t += gridDim.x;
-      if (t < num_tiles) tile = TileOf(t, args.num_m_blocks, args.num_n_blocks);
-    }
-  };
-  // The block in flight whose promotion is pending, and whether it ends its tile.
-  Scales pending = fetch();
-  uint32_t pending_stage = c.s;
-  bool pending_ends_tile = kb + 1 == nk;
-  TileCoord pending_tile = tile;
-  auto step = [&](float(&issue_into)[Cfg::kAccRegs], float(&promote_from)[Cfg::kAccRegs]) {
-    const Scales cur = fetch();
-    const uint32_t cur_stage = c.s;
-    const bool cur_ends_tile = kb + 1 == nk;
-    const TileCoord cur_tile = tile;
-    c.Issue(issue_into);
-    WgmmaWait<1>();
-    c.Release(pending_stage);
-    c.Promote(promote_from, pending);
-    if (pending_ends_tile) {
-      c.Epilogue(pending_tile);
-      c.ZeroTotal();
-    }
-    pending = cur;
-    pending_stage = cur_stage;
-    pending_ends_tile = cur_ends_tile;
-    pending_tile = cur_tile;
-    advance();
-  };
-  auto drain = [&](float(&promote_from)[Cfg::kAccRegs]) {
-    WgmmaWait<0>();
-    c.Release(pending_stage);
-    c.Promote(promote_from, pending);
-    c.Epilogue(pending_tile);
-  };
-  c.Issue(part0);
-  advance();
-  for (;;) {
-    if (t >= num_tiles) {
-      drain(part0);
-      break;
-    }
-    step(part1, part0);
-    if (t >= num_tiles) {
-      drain(part1);
-      break;
-    }
-    step(part0, part1);
-  }
 }
 
 // ---- the kernel ------------------------------------------------------------------------------
@@ -1059,13 +489,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   smem.scale_b = base + Cfg::kScaleBOffset;
   smem.full_bar = base + Cfg::kBarrierOffset;
   smem.empty_bar = smem.full_bar + kStages * 8;
-  const uint32_t num_tiles = NumTiles<Cfg>(args);
+  const uint32_t num_tiles = NumTiles(args);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       MbarInit(smem.full_bar + 8 * s, 1);  // the producer's arrive + the TMA bytes
-      // one arrive per consumer warp (of each CTA of the cluster)
-      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps * Cfg::kCluster);
+      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
     }
     FenceBarrierInit();
     FenceProxyAsyncShared();  // the initialized barriers, as the TMA unit (async proxy) sees them
@@ -1075,13 +504,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     PrefetchTensorMap(&tmap_b);
     PrefetchTensorMap(&tmap_d);
   }
-  // With cluster pairs, the peer's barriers must be initialized before this CTA's multicast
-  // or remote arrive reaches them.
-  if constexpr (Cfg::kCluster == 1) {
-    __syncthreads();
-  } else {
-    ClusterSync();
-  }
+  __syncthreads();
 
   if (threadIdx.x >= 256) {
     // ---- producer warpgroup: one thread issues every TMA load ----
@@ -1091,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t keep_a = Cfg::kL2Hints ? CreatePolicyEvictLast() : 0;
       const uint64_t drop_b = Cfg::kL2Hints ? CreatePolicyEvictFirst() : 0;
       for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
-        const TileCoord tile = CtaTile<Cfg>(t, args);
+        const TileCoord tile = CtaTile(t, args);
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
         const KRange kr = CtaKRange<Cfg>(args);
@@ -1099,13 +522,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // multiple of 4 floats: 16-byte sizes, and every chunk starts 16-byte aligned).
         const uint32_t scale_a_bytes = min(args.m - static_cast<uint32_t>(m0), static_cast<uint32_t>(kBlockM)) * 4;
         const float* b_scale_row = args.b_scale + (static_cast<uint32_t>(n0) / 128) * args.b_scale_ld;
-        // kTwoScaleBlocks: the row of the block holding the tile's last column (clamped to the
-        // last block; the same row when the tile lies inside one block).
-        const float* b_scale_row2 =
-            args.b_scale + min((static_cast<uint32_t>(n0) + kBlockN - 1) / 128, args.n / 128 - 1) * args.b_scale_ld;
         const uint32_t stage_bytes = Cfg::kStageBytes + (Cfg::kScalesTma ? scale_a_bytes + Cfg::kScaleBStageBytes : 0);
         for (uint32_t kb = kr.begin; kb < kr.end; ++kb) {
-          if constexpr (Cfg::kPrefetchB) PrefetchBWindow<Cfg>(args, static_cast<uint32_t>(n0), kb, kr.begin, kr.end);
           MbarWait(smem.empty_bar + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
           MbarArriveExpectTx(smem.full_bar + 8 * s, stage_bytes);
           if constexpr (Cfg::kScalesTma) {
@@ -1113,25 +531,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             BulkLoad1d(smem.scale_a + s * Cfg::kScaleAStageBytes, args.a_scale + size_t{kb} * args.m + m0,
                        scale_a_bytes, smem.full_bar + 8 * s);
             BulkLoad1d(smem.scale_b + s * Cfg::kScaleBStageBytes, b_scale_row + (kb & ~3u), 16, smem.full_bar + 8 * s);
-            if constexpr (Cfg::kTwoScaleBlocks) {
-              BulkLoad1d(smem.scale_b + s * Cfg::kScaleBStageBytes + 16, b_scale_row2 + (kb & ~3u), 16,
-                         smem.full_bar + 8 * s);
-            }
           }
           const int32_t k0 = static_cast<int32_t>(kb * kBlockK);
           if constexpr (Cfg::kL2Hints) {
             TmaLoad2dHint(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0, keep_a);
-          } else if constexpr (Cfg::kCluster == 1) {
-            TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
-          } else {  // this CTA's rows of the pair's A tile, into both CTAs (A's full bytes arrive)
-            const uint32_t rank = ClusterRank<Cfg>();
-            TmaLoad2dMulticast(smem.a + s * Cfg::kStageABytes + rank * Cfg::kABoxRows * kBlockK, &tmap_a,
-                               smem.full_bar + 8 * s, k0, m0 + static_cast<int32_t>(rank * Cfg::kABoxRows),
-                               static_cast<uint16_t>((1u << Cfg::kCluster) - 1));
-          }
-          if constexpr (Cfg::kL2Hints) {
             TmaLoad2dHint(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0, drop_b);
           } else {
+            TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
             TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
           }
           if (++s == kStages) {
@@ -1148,19 +554,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     Consumer<Cfg> consumer(args, &tmap_d, smem);
     float part0[Cfg::kAccRegs];
     float part1[Cfg::kAccRegs];
-    if constexpr (Cfg::kOverlapEpilogue) {
-      RunOverlappingEpilogue(consumer, part0, part1);
-    } else if constexpr (Cfg::kSplitK > 1) {
+    if constexpr (Cfg::kSplitK > 1) {
       RunSplitK(consumer, part0, part1);
     } else {
       RunTileByTile(consumer, part0, part1);
     }
     if (threadIdx.x % 128 == 0) BulkWaitAll();  // shared memory must outlive the last store
-  }
-  // The peer may still arrive on this CTA's barriers: neither leaves before both are done.
-  if constexpr (Cfg::kCluster > 1) {
-    __syncwarp();
-    ClusterSync();
   }
 }
 

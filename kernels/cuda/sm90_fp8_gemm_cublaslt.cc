@@ -23,7 +23,7 @@ cudaDataType_t OutType(Sm90GemmOut o) { return o == Sm90GemmOut::kBf16 ? CUDA_R_
 StatusOr<std::unique_ptr<Sm90CublasLtContext>> Sm90CublasLtContext::Create(size_t workspace_bytes) {
   std::unique_ptr<Sm90CublasLtContext> ctx(new Sm90CublasLtContext());
   FP8_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace_, workspace_bytes));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMalloc(&ctx->workspace_, workspace_bytes));
   ctx->workspace_bytes_ = workspace_bytes;
   return ctx;
 }

@@ -33,7 +33,7 @@ Status Sm90ValidateQuantShape(int64_t rows, int64_t cols, const void* in, const 
 namespace {
 
 // Per input type: vectors per thread and groups per thread, chosen on an H200 by
-// bench_kernels_cuda's variant rows (docs/performance.md, "CUDA kernels (H200)").
+// bench_kernels_cuda's variant rows (docs/performance.md, "GPU: kernels and trainer").
 template <typename T>
 struct Config1x128;
 template <>
@@ -64,7 +64,7 @@ Status Launch1x128(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90Scale
     const dim3 grid((groups_per_row + Cfg::kTileCols - 1) / Cfg::kTileCols, static_cast<unsigned>(row_tiles));
     Sm90Fp8Quantize1x128TileKernel<T, F, Cfg::kVecs, Cfg::kTileRows, Cfg::kTileCols><<<grid, kSm90QuantThreads, 0, stream>>>(
         x, rows, cols, groups_per_row, layout == Sm90ScaleLayout::kMnMajor, ue8m0, q, scale_inv);
-    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    FP8_RETURN_IF_LAUNCH_FAILED();
     return OkStatus();
   }
   // Memory order for both layouts (see the kernel's comment).
@@ -73,7 +73,7 @@ Status Launch1x128(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90Scale
                                                  FastDiv(groups_per_row), /*mn_order=*/false,
                                                  layout == Sm90ScaleLayout::kMnMajor, ue8m0, q,
                                                  scale_inv);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 
@@ -118,7 +118,7 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
     // q1's MN-major scales at (r, g) → g·rows + r, Xᵀ's block (j, i) scale at j·scale_ld_t + i.
     if (q == nullptr && qt != nullptr) {
       const Sm90TransposeCastArgs a{x, rows, cols, ue8m0, q1, scale1, 1, rows, qt, scale_inv_t, scale_ld_t, 1};
-      FP8_CUDA_RETURN_IF_ERROR(
+      FP8_RETURN_IF_CUDA_ERROR(
           fmt == Fp8Format::kE4M3
               ? (Sm90LaunchTransposeCast<Fp8Format::kE4M3, Sm90TransposedTiles::k128x128>(a, stream))
               : (Sm90LaunchTransposeCast<Fp8Format::kE5M2, Sm90TransposedTiles::k128x128>(a, stream)));
@@ -134,7 +134,7 @@ Status Quantize128x128(const T* x, int64_t rows, int64_t cols, Fp8Format fmt, Sc
                                : Sm90Fp8Quantize128x128Kernel<T, Fp8Format::kE5M2, false>);
   kernel<<<grid, kSm90QuantThreads, smem, stream>>>(x, rows, cols, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t,
                                                     scale_ld_t, q1, scale1);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

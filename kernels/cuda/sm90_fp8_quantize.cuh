@@ -21,7 +21,7 @@ constexpr int kSm90QuantThreads = 256;
 //
 // Two kernels share that per-group work. The launcher's: 2-D tiles of 8 rows x 8 groups per
 // CTA with the scales written through shared memory (Sm90Fp8Quantize1x128TileKernel, below).
-// The memory-order kernel (one long contiguous range per CTA; session 3's default) stays for
+// The memory-order kernel (one long contiguous range per CTA) stays for
 // tensors with more row tiles than a grid's y dimension, and as the benchmark's baseline;
 // mn_order walks down the rows instead, mn_major only chooses where scale_inv is stored.
 template <typename T, int kVecs>
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kSm90QuantThreads, kMinBlocks)
 // row-major. The memory-order kernel above stores each MN-major scale 4 bytes at a time, `rows`
 // floats away from the previous group's: one sector per scale. On the H200, 16384 x 7168 bf16:
 // 8 x 8 tiles 94% of copy with MN-major scales, against 87% in memory order (90% with
-// row-major scales); wider or taller tiles were slower (docs/performance.md). Bit for bit the
+// row-major scales); wider or taller tiles were slower (docs/perf-history.md). Bit for bit the
 // same bytes and scales as the memory-order kernel.
 template <typename T, Fp8Format F, int kVecs, int kRows, int kCols>
 __global__ void __launch_bounds__(kSm90QuantThreads)
@@ -321,7 +321,7 @@ __device__ __forceinline__ void Sm90Fp8Cast128x128Block(const uint4 (&raw)[Sm90B
 // kOnlyQ: the plain weight cast (q and scale_inv only; qt and q1 ignored). Its own instance
 // because the code for the optional outputs, though skipped at run time, took the kernel from
 // 4 to 3 CTAs per SM by its registers (bf16: 71) and the cast from 92 to 100 us (H200,
-// docs/performance.md).
+// docs/perf-history.md).
 template <typename T, Fp8Format F, bool kOnlyQ = false>
 __global__ void __launch_bounds__(kSm90QuantThreads)
     Sm90Fp8Quantize128x128Kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool ue8m0,

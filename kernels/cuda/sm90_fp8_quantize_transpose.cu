@@ -20,16 +20,16 @@ Status Launch(const T* x, int64_t rows, int64_t cols, bool ue8m0, Sm90ScaleLayou
   const int64_t s_row = mn ? 1 : col_groups, s_grp = mn ? rows : 1;
   const int64_t st_row = mn ? 1 : row_groups, st_grp = mn ? cols : 1;
   // bf16: the lean kernel (86% of copy on an H200 against the kernel below's 62%,
-  // docs/performance.md); fp32 input keeps the kernel below.
+  // docs/perf-history.md); fp32 input keeps the kernel below.
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const Sm90TransposeCastArgs a{x, rows, cols, ue8m0, q, s, s_row, s_grp, qt, st, st_row, st_grp};
-    FP8_CUDA_RETURN_IF_ERROR((Sm90LaunchTransposeCast<F, Sm90TransposedTiles::k1x128>(a, stream)));
+    FP8_RETURN_IF_CUDA_ERROR((Sm90LaunchTransposeCast<F, Sm90TransposedTiles::k1x128>(a, stream)));
     return OkStatus();
   }
   const dim3 grid(static_cast<unsigned>(col_groups), static_cast<unsigned>(row_groups));
   Sm90Fp8Quantize1x128TransposeKernel<T, F><<<grid, kSm90TransposeThreads, 0, stream>>>(
       x, rows, cols, ue8m0, q, s, s_row, s_grp, qt, st, st_row, st_grp);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kSm90TransposeThreads)
 
 // ---- the lean bf16 kernels (what the launchers run for bf16) --------------------------------
 // Why the kernel above sits near 60% of copy: it is bound by its own instruction stream, not by
-// the loads. Measured on an H200 (docs/performance.md): moving its loads into shared memory with
+// the loads. Measured on an H200 (docs/perf-history.md): moving its loads into shared memory with
 // bulk copies, several tiles ahead (persistent CTAs), did not help — a CTA still took ~10 µs per
 // tile, whether it had the SM alone or shared it (~17k cycles for ~1.7k instructions per warp):
 // long dependent chains of shuffles, divisions and shared-memory round trips, hidden only by

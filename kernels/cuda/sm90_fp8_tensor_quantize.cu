@@ -27,11 +27,11 @@ Status Launch(const T* x, int64_t n, const float* scale_inv, uint8_t* q, float* 
   const int64_t n_vec = n / InVec<T>::kElems;
   const int64_t blocks = std::max<int64_t>(1, (n_vec + kPerBlock - 1) / kPerBlock);
   if (blocks >= (int64_t{1} << 31)) return InvalidArgumentError("n too large: " + std::to_string(n));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   Sm90Fp8QuantizeTensorKernel<T, F, kCast><<<static_cast<unsigned>(blocks), kSm90TensorThreads, 0,
                                             stream>>>(x, n, scale_inv, q,
                                                       reinterpret_cast<unsigned int*>(amax));
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
-# The fused causal attention on the GPU machine, in one call: the CUDA trainer tests (the
-# FlashAttention ones also on the previous kernels), bench_attention_cuda (previous kernels,
-# mma.sync and wgmma forwards, dQ and dK/dV kernels, default; the backward's kernels alone) beside
-# PyTorch SDPA, and the bf16 training step with its breakdown, default kernels, then under
-# STEP_COMPARE (default: the mma.sync dK/dV kernel, i.e. the previous backward).
+# The fused causal attention on the GPU machine, in one call: the CUDA trainer tests,
+# bench_attention_cuda (the mma.sync and wgmma kernels side by side, the backward's kernels alone)
+# beside PyTorch SDPA, and the training step with its breakdown.
 #   here:   scripts/gpu/attention.sh pack [BUILD_DIR]   binaries (default build-attn: targets
 #           worker_train_cuda_test bench_attention_cuda bench_trainer_cuda) + libraries → .attn-carry
 #   device: bash scripts/gpu/attention.sh               (carry .attn-carry; logs under $OUT)
-#   VARIANTS="VAR=VALUE …;VAR=VALUE …" adds, per setting, the FlashAttention tests, the bench and
-#   the bf16 step under those FP8_CUDA_FLASH_* overrides (sm90_flash_attention.cu lists them).
-#   OLD_TESTS=0 skips the FlashAttention tests on the previous kernels; BENCH=0 skips torch and
-#   bench_attention_cuda. STEP_RECIPES=bf16,fp8-blockwise: the training-step runs' recipes (default bf16).
+#   BENCH=0 skips torch and bench_attention_cuda. STEP_RECIPES=bf16,fp8-blockwise: the training-step runs' recipes (default bf16).
 #   TEST_FILTER='*Flash*' runs only those tests (REST_TESTS=SECONDS: then the others, under that timeout); STEP=0 skips the training-step benches (and a
 #   pack made without bench_trainer_cuda needs it: BINS="worker_train_cuda_test bench_attention_cuda").
 #   The wgmma kernels' SASS facts (registers, local memory, HGMMA count) go to the summary where
@@ -51,13 +46,6 @@ if [ -n "${REST_TESTS:-}" ]; then  # the other tests of the binary, after the fi
   echo "rc=$?" >> "$S"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|tests ran" "$OUT/test_rest.log" | head -20 >> "$S"
 fi
-if [ "${OLD_TESTS:-1}" != 0 ]; then  # OLD_TESTS=0 skips them
-  echo "== FlashAttention tests on the previous kernels (FP8_CUDA_FLASH_OLD=1)" >> "$S"
-  FP8_CUDA_FLASH_OLD=1 timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_old.log" 2>&1
-  echo "rc=$?" >> "$S"
-  grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_old.log" | head -20 >> "$S"
-fi
-
 if [ "${BENCH:-1}" != 0 ]; then  # BENCH=0: no torch SDPA and no bench_attention_cuda
 echo "== torch SDPA" >> "$S"
 timeout ${TORCH_TIMEOUT:-60} python3 scripts/gpu/attention_torch.py --reps 20 --warmup 3 > "$OUT/torch_attention.txt" 2> /tmp/attention_torch.log
@@ -68,27 +56,9 @@ timeout 60 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --torch "$OUT/torch_
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_attention.txt" >> "$S"
 fi
-# VARIANTS="A=1 B=2;C=1": for each ';'-separated setting, the FlashAttention tests, the bench
-# (current kernels) and the bf16 step, all under that setting.
-IFS=';' read -ra VARS <<< "${VARIANTS:-}"
-for V in "${VARS[@]}"; do
-  echo "== variant: $V" >> "$S"
-  env $V timeout 40 $C/bin/worker_train_cuda_test --gtest_color=no --gtest_filter='*FlashAttention*-*Wgmma*' > "$OUT/test_variant.log" 2>&1
-  echo "tests rc=$?" >> "$S"
-  grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_variant.log" | head -10 >> "$S"
-  env $V timeout 40 $C/bin/bench_attention_cuda --reps 20 --warmup 3 --no-previous --torch "$OUT/torch_attention.txt" 2>&1 | grep -E "current|rror" >> "$S"
-  [ "${STEP:-1}" = 0 ] || env $V timeout 40 $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes bf16 --steps 6 --warmup 1 2>&1 | grep -E "^(gpt2|d4096)" >> "$S"
-done
-
 [ "${STEP:-1}" = 0 ] && exit 0
 echo "== bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes ${STEP_RECIPES:-bf16} --steps 6 --warmup 1 --breakdown" >> "$S"
 timeout ${STEP_TIMEOUT:-80} stdbuf -oL $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes ${STEP_RECIPES:-bf16} --steps 6 --warmup 1 --breakdown \
   > "$OUT/bench_trainer.txt" 2>&1
 echo "rc=$?" >> "$S"
 cat "$OUT/bench_trainer.txt" >> "$S"
-COMPARE=${STEP_COMPARE:-FP8_CUDA_FLASH_WGMMA_DKDV=0}
-echo "== same, $COMPARE, no breakdown" >> "$S"
-env $COMPARE timeout ${STEP_TIMEOUT:-60} stdbuf -oL $C/bin/bench_trainer_cuda --shapes gpt2-124m,d4096-l8 --recipes ${STEP_RECIPES:-bf16} --steps 6 --warmup 1 \
-  > "$OUT/bench_trainer_old.txt" 2>&1
-echo "rc=$?" >> "$S"
-cat "$OUT/bench_trainer_old.txt" >> "$S"

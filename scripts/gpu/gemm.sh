@@ -2,7 +2,7 @@
 # One GPU-machine call for the own blockwise FP8 GEMM (issue #3, kernels/cuda/
 # sm90_fp8_gemm_blockwise.*): SASS check of the kernel (QGMMA present, no local memory), the
 # CUDA kernel tests, then the GEMM tables of bench_kernels_cuda (cuBLASLt blockwise, own kernel and
-# its tile variants, BF16, same run), and ncu counters (with the warp-stall breakdown) of one
+# each tile kAuto chooses from, BF16, same run), and ncu counters (with the warp-stall breakdown) of one
 # launch per GEMM variant on NCU_SHAPE="M N K" (bench_kernels_cuda gemm-profile). Runs the binaries built on the development machine when
 # they start there (saves the build's device time), else builds the standalone CMake project.
 # Every step has a timeout (a pipeline bug shows up as a hang). Logs go to $OUT.
@@ -47,9 +47,8 @@ fi
   awk '/Function : /{f=($0 ~ /BlockwiseGemmKernel/)} f' "$OUT/sass_full.txt" > "$OUT/sass_gemm.txt"
   echo "GEMM kernels: $(grep -c 'Function :' "$OUT/sass_gemm.txt"), QGMMA: $(grep -c QGMMA "$OUT/sass_gemm.txt"), LDL/STL: $(grep -cE 'LDL|STL' "$OUT/sass_gemm.txt")"
   cuobjdump --dump-resource-usage "$BIN/bench_kernels_cuda" 2>&1 | grep -A1 BlockwiseGemmKernel | grep -o 'REG:[0-9]* STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*'
-  # Global loads (LDG) per kernel, named by its Config<BLOCK_N, stages, double acc, overlap,
-  # cluster, split-K, prefetch B, scales TMA, one staging box>: the scales-TMA kernels should
-  # have 2 (the split-K ones none).
+  # Global loads (LDG) per kernel, named by its Config<BLOCK_N, stages, split-K, scales TMA,
+  # one staging box, L2 hints>: the scales-TMA kernels should have 2 (the split-K ones none).
   awk 'function name(f) { sub(/.*ConfigI/, "", f); sub(/EEEE.*/, "", f); gsub(/E?L[ib]/, ",", f); return "Config<" substr(f, 2) ">" }
        /Function : /{if (f != "") print name(f), "LDG:", n; f = $3; n = 0} /LDG\.E/{n++}
        END{if (f != "") print name(f), "LDG:", n}' "$OUT/sass_gemm.txt"
@@ -69,7 +68,7 @@ bench_rc=$?
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
 
 # Counters of one launch per GEMM on NCU_SHAPE (default M = 4096, (N, K) = (4096, 7168)):
-# cuBLASLt, own kAuto and this round's variants (bench_kernels_cuda gemm-profile), with the
+# cuBLASLt, own kAuto and the 128x128 / 128x64 tiles (bench_kernels_cuda gemm-profile), with the
 # warp-stall breakdown (where the consumer warps' cycles go). ncu flushes the caches before each
 # launch. Clocks left alone (--clock-control none). Runs in what is left of BUDGET_S.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

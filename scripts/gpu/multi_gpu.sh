@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on a machine with 2+ GPUs (kind nvidia-h200-x2; carry .multi-gpu-carry, made by
 # scripts/gpu/multi_gpu_pack.sh):
-#   1. worker_train_cuda_test, which on 2 GPUs includes CudaDataParallel (2 fp8-train-cuda
+#   1. worker_train_cuda_test, which on 2 GPUs includes CudaDataParallel (2 `fp8-worker train`
 #      processes over NCCL against 1 process with the same global batch), and calibrate_cuda_test
-#   2. data-parallel throughput: fp8-train-cuda on 1 GPU and on 2 GPUs (same per-GPU batch)
+#   2. data-parallel throughput: `fp8-worker train` on 1 GPU and on 2 GPUs (same per-GPU batch)
 #   3. the whole system: fp8d with its agent finding the GPUs (nvidia-smi), a 2-rank CUDA job
 #      submitted with fp8ctl, watched to the end, described (ranks placed on GPUs 0 and 1)
 #   4. (LOSS_STEPS=N) scripts/gpu/trainer_cuda_loss.sh with its runs spread over the GPUs
@@ -44,7 +44,7 @@ dp_run() {  # $1 recipe, $2 world size
  "output_dir": "$dir/out", "backend": "cuda"}
 JSON
   for r in $(seq 0 $(($2 - 1))); do
-    FP8D_RANK=$r FP8D_WORLD_SIZE=$2 FP8D_RENDEZVOUS_DIR=$dir/rdzv FP8D_COLLECTIVE_TIMEOUT_S=30 timeout 60 $C/bin/fp8-train-cuda --spec $dir/spec.json \
+    FP8D_RANK=$r FP8D_WORLD_SIZE=$2 FP8D_RENDEZVOUS_DIR=$dir/rdzv FP8D_COLLECTIVE_TIMEOUT_S=30 timeout 60 $C/bin/fp8-worker train --spec $dir/spec.json \
       > $dir/rank$r.events 2> $dir/rank$r.log &
   done
   wait
@@ -61,7 +61,7 @@ print("%-15s ranks %s: steps %s, loss %s -> %s, %.0f tokens/s (mean of the last 
 PY
   grep -iE "error|nccl" $dir/rank0.log | head -3
 }
-echo "== data-parallel throughput (fp8-train-cuda, GPT-2 124M, 16 x 1024 tokens per GPU per step)" >> "$S"
+echo "== data-parallel throughput (fp8-worker train, GPT-2 124M, 16 x 1024 tokens per GPU per step)" >> "$S"
 for rec in ${DP_RECIPES:-bf16 fp8-blockwise}; do
   dp_run $rec 1 >> "$S" 2>&1
   dp_run $rec 2 >> "$S" 2>&1
@@ -71,7 +71,8 @@ cat /tmp/fp8d-dp-*/rank0.log > "$OUT/dp.log" 2>/dev/null
 echo "== fp8d: a 2-rank CUDA job through the daemon" >> "$S"
 R=/tmp/fp8d-mg-run; rm -rf $R; mkdir -p $R
 export FP8D_ADDR=127.0.0.1:50161
-$C/bin/fp8d --listen $FP8D_ADDR --data-dir $R/fp8d-data --worker $C/bin/fp8-worker --gpus auto > $R/fp8d.log 2>&1 &
+$C/bin/fp8d --listen $FP8D_ADDR --data-dir $R/fp8d-data --worker $C/bin/fp8-worker --gpus auto \
+  --allowed-root / --run-jobs-as-owner=false > $R/fp8d.log 2>&1 &
 DAEMON=$!
 for _ in $(seq 1 100); do $C/bin/fp8ctl list > /dev/null 2>&1 && break; sleep 0.1; done
 cat > $R/job.yaml <<YAML

@@ -1,4 +1,4 @@
-"""Same-run torch baselines for bench_kernels_cuda (docs/performance.md, "CUDA kernels (H200)").
+"""Same-run torch baselines for bench_kernels_cuda (docs/performance.md, "GPU: kernels and trainer").
 
 Times, with CUDA events (median of 30 after warm-up) on the same card in the same call:
 device-to-device copy, torch-eager 1x128 activation quantization, torch._scaled_mm with

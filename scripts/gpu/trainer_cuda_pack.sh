@@ -9,5 +9,5 @@ cd "$(dirname "$0")/../.."
 B=${1:-build-trainer-cuda}
 C=.trainer-cuda-carry
 pack_start $C
-pack_binaries $C/bin $B/bin worker_train_cuda_test bench_trainer_cuda fp8-train-cuda
+pack_binaries $C/bin $B/bin worker_train_cuda_test bench_trainer_cuda fp8-worker
 pack_libs $C $C/bin/*

@@ -1,8 +1,11 @@
 // Process identity through /proc, environment merging and slot inventory.
 #include "daemon/agent/process.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <gtest/gtest.h>
 
@@ -84,6 +87,41 @@ TEST(SlotsTest, CpuSlotsWithoutGpus) {
   }
   o.cpu_slots = 0;  // default: one per core, at least one
   EXPECT_GE(ComputeSlots(o).size(), 1u);
+}
+
+// A worker running as another uid has an environ fp8d may not read (no CAP_SYS_PTRACE under the
+// hardened unit): the pid file its child wrote before dropping to that uid names its rank.
+TEST(ProcessTest, WorkerOfAnotherUidIsFoundByItsPidFile) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  const std::string dir = testing::MakeTempDir();
+  SpawnRequest spawn;
+  spawn.argv = {"/bin/sh", "-c", "sleep 30", "sh", "--spec", dir + "/spec.json"};
+  spawn.env = {"PATH=/usr/bin:/bin"};
+  spawn.stdout_path = dir + "/rank-2.events";
+  spawn.stderr_path = dir + "/rank-2.log";
+  for (const auto& path : {spawn.stdout_path, spawn.stderr_path}) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  spawn.uid = 65534;  // nobody
+  spawn.gid = 65534;
+  spawn.pid_file = dir + "/rank-2.pid";
+  fp8::StatusOr<int64_t> pid = SpawnAsUser(spawn);
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  std::string found_dir;
+  EXPECT_EQ(FindRankByPidFile(*pid, &found_dir), 2);
+  EXPECT_EQ(found_dir, dir);
+  // A pid file naming another process does not make this one a rank.
+  FILE* f = std::fopen(spawn.pid_file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
+  std::fclose(f);
+  EXPECT_EQ(FindRankByPidFile(*pid, &found_dir), -1);
+  EXPECT_EQ(FindRankByPidFile(::getpid(), &found_dir), -1);  // no --spec in its command line
+  ::kill(-static_cast<pid_t>(*pid), SIGKILL);
+  int status;
+  ::waitpid(static_cast<pid_t>(*pid), &status, 0);
 }
 
 }  // namespace

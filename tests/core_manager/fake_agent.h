@@ -118,16 +118,19 @@ class FakeAgent final : public agent::Agent {
   std::shared_ptr<FakeAgentState> state_;
 };
 
-// Forwards to a store the test keeps (so a second manager can start on the first one's data)
-// and counts CreateJobs calls (group commit).
+// Forwards to a store the test keeps (so a second manager can start on the first one's data),
+// counts CreateJobs calls (group commit), and, while `fail_writes` is set, refuses every write
+// after creation as a full disk would.
 class SharedStore final : public store::JobStore {
  public:
   explicit SharedStore(std::shared_ptr<store::JobStore> inner,
                        std::shared_ptr<std::atomic<int>> create_calls = nullptr,
-                       std::shared_ptr<std::atomic<int>> update_jobs_calls = nullptr)
+                       std::shared_ptr<std::atomic<int>> update_jobs_calls = nullptr,
+                       std::shared_ptr<std::atomic<bool>> fail_writes = nullptr)
       : inner_(std::move(inner)),
         create_calls_(std::move(create_calls)),
-        update_jobs_calls_(std::move(update_jobs_calls)) {}
+        update_jobs_calls_(std::move(update_jobs_calls)),
+        fail_writes_(std::move(fail_writes)) {}
 
   fp8::StatusOr<std::vector<store::CreateResult>> CreateJobs(
       std::vector<store::CreateRequest> requests) override {
@@ -138,13 +141,16 @@ class SharedStore final : public store::JobStore {
   fp8::StatusOr<store::ListResult> ListJobs(const store::ListFilter& f) override { return inner_->ListJobs(f); }
   fp8::StatusOr<std::vector<fp8d::v1::Job>> ListActiveJobs() override { return inner_->ListActiveJobs(); }
   fp8::Status UpdateJob(const fp8d::v1::Job& job, const fp8d::v1::JobEvent* event) override {
+    if (Full()) return DiskFull();
     return inner_->UpdateJob(job, event);
   }
   fp8::Status UpdateJobs(const std::vector<fp8d::v1::Job>& jobs) override {
     if (update_jobs_calls_) ++*update_jobs_calls_;
+    if (Full()) return DiskFull();
     return inner_->UpdateJobs(jobs);
   }
   fp8::Status PutAttempt(const std::string& name, const store::AttemptRecord& r) override {
+    if (Full()) return DiskFull();
     return inner_->PutAttempt(name, r);
   }
   fp8::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(const std::string& name) override {
@@ -154,6 +160,7 @@ class SharedStore final : public store::JobStore {
     return inner_->ListEvents(name);
   }
   fp8::Status PutCheckpoint(const std::string& name, const fp8d::v1::Checkpoint& c) override {
+    if (Full()) return DiskFull();
     return inner_->PutCheckpoint(name, c);
   }
   fp8::StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& name) override {
@@ -163,9 +170,13 @@ class SharedStore final : public store::JobStore {
   int64_t CountJobs() override { return inner_->CountJobs(); }
 
  private:
+  bool Full() const { return fail_writes_ != nullptr && fail_writes_->load(); }
+  static fp8::Status DiskFull() { return fp8::ResourceExhaustedError("database or disk is full (test)"); }
+
   std::shared_ptr<store::JobStore> inner_;
   std::shared_ptr<std::atomic<int>> create_calls_;
   std::shared_ptr<std::atomic<int>> update_jobs_calls_;
+  std::shared_ptr<std::atomic<bool>> fail_writes_;
 };
 
 }  // namespace fp8d::core::testing

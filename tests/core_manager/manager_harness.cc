@@ -41,7 +41,7 @@ void ManagerTest::StartManager() { StartManager(Options()); }
 void ManagerTest::StartManager(ManagerOptions options) {
   auto state = agent_;
   manager_ = NewJobManager(
-      io_, std::move(options), std::make_unique<SharedStore>(store_, create_calls_, update_jobs_calls_),
+      io_, std::move(options), std::make_unique<SharedStore>(store_, create_calls_, update_jobs_calls_, fail_writes_),
       [state](agent::AgentListener* l) { return std::make_unique<FakeAgent>(state, l); }, &clock_);
   bool done = false;
   fp8::Status status;

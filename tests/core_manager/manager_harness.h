@@ -75,6 +75,8 @@ class ManagerTest : public ::testing::Test {
   std::shared_ptr<store::JobStore> store_;
   std::shared_ptr<std::atomic<int>> create_calls_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> update_jobs_calls_ = std::make_shared<std::atomic<int>>(0);
+  // Set: the store refuses writes after creation (a full disk).
+  std::shared_ptr<std::atomic<bool>> fail_writes_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<JobManager> manager_;
   std::string data_dir_;
   std::map<std::string, int64_t> offsets_;

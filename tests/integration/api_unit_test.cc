@@ -1,5 +1,10 @@
 // In-process tests of the API edge's pure parts: request validation (daemon/api) and job-file
 // parsing (client/). No daemon, no network; fast and deterministic.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "client/job_file.h"
@@ -49,6 +54,28 @@ TEST(Validation, ModelWithoutPresetNeedsEveryDimension) {
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.model.d_model", 0), 0u);
 }
 
+TEST(Validation, InitFromIsCheckedAtCreate) {
+  const std::string dir = ::testing::TempDir() + "/fp8d-init-from-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CreateJobRequest r = ValidRequest();
+  auto* t = r.mutable_job()->mutable_train();
+  t->set_init_from(dir + "/absent");
+  fp8::Status st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.message(), "job.train.model: must be left out with init_from (the shape comes from the model it names)");
+  t->clear_model();
+  st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("job.train.init_from: no such directory", 0), 0u) << st.message();
+  t->set_init_from(dir);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.init_from: ", 0), 0u);
+  std::ofstream(dir + "/config.json") << "{}";
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
+  t->mutable_training()->set_export_("onnx");
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.training.export: ", 0), 0u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Validation, MessagesStartWithTheFieldPath) {
   CreateJobRequest r = ValidRequest();
   r.mutable_job()->mutable_train()->mutable_training()->set_learning_rate(-1);
@@ -69,6 +96,28 @@ TEST(Validation, MessagesStartWithTheFieldPath) {
   r = ValidRequest();
   r.mutable_job()->set_kind(fp8d::v1::CALIBRATE);
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.kind", 0), 0u);
+}
+
+TEST(Validation, DurationsBelowTheirFloorAreRefused) {
+  auto r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_heartbeat_timeout()->set_nanos(1);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.timeouts.heartbeat_timeout: must be 0 (the default) or at least 1s");
+  r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_progress_timeout()->set_nanos(999'999'999);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.timeouts.progress_timeout", 0), 0u);
+  r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_attempt_deadline()->set_nanos(5'000'000);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.timeouts.attempt_deadline", 0), 0u);
+  r = ValidRequest();
+  r.mutable_job()->mutable_retry()->mutable_initial_backoff()->set_nanos(1000);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.retry.initial_backoff: must be 0 (the default) or at least 10ms");
+  // At the floor, and unset, are fine.
+  r = ValidRequest();
+  r.mutable_job()->mutable_timeouts()->mutable_heartbeat_timeout()->set_seconds(1);
+  r.mutable_job()->mutable_retry()->mutable_initial_backoff()->set_nanos(10'000'000);
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
 }
 
 TEST(Validation, JobNames) {

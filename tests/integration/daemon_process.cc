@@ -158,7 +158,11 @@ fp8::Status Daemon::Start(std::chrono::milliseconds timeout) {
                                    "--gpus", "none",
                                    "--cpu-slots", std::to_string(options_.cpu_slots),
                                    "--cancel-grace-ms", std::to_string(options_.cancel_grace_ms),
-                                   "--log-level", options_.log_level};
+                                   "--log-level", options_.log_level,
+                                   // The harness's jobs use temp dirs, run as the test's user
+                                   // and read FP8_TEST_* knobs from fp8d's environment.
+                                   "--allowed-root", "/", "--run-jobs-as-owner", "false",
+                                   "--worker-env-allow", "FP8_TEST_*"};
   for (const auto& a : options_.extra_args) argv.push_back(a);
   pid_ = Spawn(argv, options_.env, data_dir_ + "/fp8d.log", data_dir_ + "/fp8d.log");
   if (pid_ <= 0) return fp8::InternalError("fork failed");

@@ -35,11 +35,11 @@ template <typename T>
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t n) : n_(n) {
-    FP8_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(n, 1) * sizeof(T)));
-    FP8_CUDA_CHECK(cudaMemset(ptr_, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));
+    FP8_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(n, 1) * sizeof(T)));
+    FP8_CHECK_CUDA(cudaMemset(ptr_, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));
   }
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    FP8_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    FP8_CHECK_CUDA(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -47,8 +47,8 @@ class DeviceBuffer {
   T* get() const { return ptr_; }
   std::vector<T> ToHost() const {
     std::vector<T> h(n_);
-    FP8_CUDA_CHECK(cudaDeviceSynchronize());
-    FP8_CUDA_CHECK(cudaMemcpy(h.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    FP8_CHECK_CUDA(cudaDeviceSynchronize());
+    FP8_CHECK_CUDA(cudaMemcpy(h.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
 

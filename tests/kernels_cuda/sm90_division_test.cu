@@ -109,9 +109,9 @@ void RunOverAllInputs(void (*kernel)(const float*, Mismatch*)) {
   for (int i = 0; i < 19; ++i) scales.push_back(std::pow(10.0f, e(rng)) / 448.0f);
   testing::DeviceBuffer<float> d_scales(scales);
   testing::DeviceBuffer<Mismatch> m(1);
-  FP8_CUDA_CHECK(cudaMemset(m.get(), 0, sizeof(Mismatch)));
+  FP8_CHECK_CUDA(cudaMemset(m.get(), 0, sizeof(Mismatch)));
   kernel<<<dim3(2048, scales.size()), 256>>>(d_scales.get(), m.get());
-  FP8_CUDA_CHECK(cudaGetLastError());
+  FP8_CHECK_CUDA(cudaGetLastError());
   const Mismatch got = m.ToHost()[0];
   EXPECT_EQ(got.count, 0u) << Describe(got);
 }
@@ -129,9 +129,9 @@ TEST(Sm90Division, Fp8CastOfFastQuotientEqualsCastOfFdivRnOnAllFloatInputs) {
 TEST(Sm90Division, EqualsFdivRnOnRandomPairsOverTheWholeRange) {
   FP8_SKIP_WITHOUT_GPU();
   testing::DeviceBuffer<Mismatch> m(1);
-  FP8_CUDA_CHECK(cudaMemset(m.get(), 0, sizeof(Mismatch)));
+  FP8_CHECK_CUDA(cudaMemset(m.get(), 0, sizeof(Mismatch)));
   RandomPairsKernel<<<4096, 256>>>(testing::TestSeed(), uint64_t{1} << 25, m.get());
-  FP8_CUDA_CHECK(cudaGetLastError());
+  FP8_CHECK_CUDA(cudaGetLastError());
   const Mismatch got = m.ToHost()[0];
   EXPECT_EQ(got.count, 0u) << Describe(got);
 }

@@ -31,14 +31,14 @@ std::vector<double> ReferenceGemm(const std::vector<float>& a, const std::vector
 
 std::vector<double> FetchOutput(const void* d, int64_t count, Sm90GemmOut out) {
   std::vector<double> r(count);
-  FP8_CUDA_CHECK(cudaDeviceSynchronize());
+  FP8_CHECK_CUDA(cudaDeviceSynchronize());
   if (out == Sm90GemmOut::kFp32) {
     std::vector<float> h(count);
-    FP8_CUDA_CHECK(cudaMemcpy(h.data(), d, count * 4, cudaMemcpyDeviceToHost));
+    FP8_CHECK_CUDA(cudaMemcpy(h.data(), d, count * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < count; ++i) r[i] = h[i];
   } else {
     std::vector<uint16_t> h(count);
-    FP8_CUDA_CHECK(cudaMemcpy(h.data(), d, count * 2, cudaMemcpyDeviceToHost));
+    FP8_CHECK_CUDA(cudaMemcpy(h.data(), d, count * 2, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < count; ++i) r[i] = Bf16ToFloat(h[i]);
   }
   return r;

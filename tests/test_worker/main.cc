@@ -13,7 +13,7 @@
 //      LaunchRequest::extra_env to every worker):
 //
 //   FP8_TEST_MODE            succeed (default) | crash_at_step | hang | hang_after_start |
-//                            ignore_sigterm | garbage | exit_code | nan
+//                            ignore_sigterm | garbage | exit_code | nan | oom
 //   FP8_TEST_STEPS           total steps (default 20)
 //   FP8_TEST_STEP_MS         duration of one step in ms (default 50)
 //   FP8_TEST_CRASH_STEP      the step at which crash_at_step / hang / exit_code / nan strike
@@ -29,6 +29,9 @@
 //   FP8_TEST_CRASH_ONLY_ATTEMPT  if set (> 0), failure modes apply only when FP8D_ATTEMPT
 //                            equals it; other attempts succeed (retry tests)
 //   FP8_TEST_FAIL_RANK       if set (>= 0), failure modes apply only to that rank
+//   FP8_TEST_STEP_LOG        1 = append "<attempt> <rank> <step> <pid>" to <checkpoint dir>/../steps.log
+//                            after each step (one write(2) per line, O_APPEND), so a test can
+//                            see which attempt ran which step, and that none ran twice
 //   FP8_TEST_SPAWN_CHILD     1 = fork a grandchild in the rank's process group that sleeps
 //                            (at most 120 s); its pid is reported as a `metric` event
 //                            {name: "test_child_pid", value: pid}
@@ -43,6 +46,7 @@
 //   ignore_sigterm   like succeed, with SIGTERM ignored
 //   garbage          like succeed, plus a non-JSON line and a JSON line without "type" per step
 //   exit_code        at crash_step: `error` event, then exit FP8_TEST_EXIT_CODE
+//   oom              at crash_step: `error` RESOURCE_EXHAUSTED (out of memory), exit 75
 //   nan              at crash_step: progress with loss NaN (null in JSON), `error` NUMERIC,
 //                    exit 75
 //
@@ -457,6 +461,9 @@ int Run(const std::string& kind, const std::string& spec_path) {
                                             : "INTERNAL_ERROR";
       Fail(cls, "test failure at step " + std::to_string(step), c.exit_code);
     }
+    if (mode == "oom") {
+      Fail("RESOURCE_EXHAUSTED", "out of memory at step " + std::to_string(step), 75);
+    }
     if (mode == "nan") {
       Emit("progress", {{"step", step}, {"total_steps", c.steps}, {"loss", NAN},
                         {"lr", 1e-3}, {"grad_norm", NAN}, {"tokens_per_sec", 1000.0}});
@@ -464,7 +471,7 @@ int Run(const std::string& kind, const std::string& spec_path) {
     }
   };
   const bool step_faults = mode == "crash_at_step" || mode == "hang" || mode == "exit_code" ||
-                           mode == "nan";
+                           mode == "nan" || mode == "oom";
 
   if (c.start_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.start_delay_ms));
 
@@ -486,6 +493,8 @@ int Run(const std::string& kind, const std::string& spec_path) {
 
   if (mode == "hang_after_start") SleepForever();
 
+  const bool step_log = EnvLong("FP8_TEST_STEP_LOG", 0) != 0 && !ckpt_dir.empty();
+  if (step_log) MakeDirs(ckpt_dir);
   long step = resumed_from;
   long saved = resumed_from;
   double loss = 4.0;
@@ -501,6 +510,16 @@ int Run(const std::string& kind, const std::string& spec_path) {
     step = next;
     loss = 4.0 / (1.0 + 0.1 * static_cast<double>(step));
     double remaining = static_cast<double>((c.steps - step) * c.step_ms) / 1000.0;
+    if (step_log) {
+      const std::string line = std::to_string(attempt) + " " + std::to_string(rank) + " " +
+                               std::to_string(step) + " " + std::to_string(::getpid()) + "\n";
+      const std::string path = ckpt_dir + "/../steps.log";
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        [[maybe_unused]] ssize_t n = ::write(fd, line.data(), line.size());
+        ::close(fd);
+      }
+    }
     Emit("progress", {{"step", step}, {"total_steps", c.steps}, {"loss", loss}, {"lr", 1e-3},
                       {"grad_norm", 1.0}, {"tokens_per_sec", 1000.0}, {"eta_seconds", remaining}});
     if (mode == "garbage") {

@@ -220,16 +220,9 @@ struct TinyGptCase {
     }
   }
   // The same model on the GPU, with the CPU model's weights.
-  StatusOr<std::unique_ptr<CudaGptModel>> Gpu(cudaStream_t s) const {
-    FP8_ASSIGN_OR_RETURN(auto gpu, CudaGptModel::Create(cfg, pc, cpu->tensors(), batch, s));
+  StatusOr<std::unique_ptr<CudaGptModel>> Gpu(cudaStream_t s, const CudaModelOptions& options = {}) const {
+    FP8_ASSIGN_OR_RETURN(auto gpu, CudaGptModel::Create(cfg, pc, cpu->tensors(), batch, s, options));
     FP8_RETURN_IF_ERROR(gpu->UploadParams(cpu->params().data()));
-    return gpu;
-  }
-  // The same, created with the switch `env`=1 set (the model reads its switches at creation).
-  StatusOr<std::unique_ptr<CudaGptModel>> GpuWith(const char* env, cudaStream_t s) const {
-    setenv(env, "1", 1);
-    auto gpu = Gpu(s);
-    unsetenv(env);
     return gpu;
   }
 };
@@ -287,7 +280,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaModelVsCpu,
                          });
 
 // bf16: the GEMM-epilogue fusions (bias, bias + GELU, GELU backward in cuBLASLt epilogues)
-// against the separate passes (FP8_CUDA_NO_FUSION=1) on the same weights and tokens. They differ
+// against the separate passes (CudaModelOptions::fused_epilogues off) on the same weights and tokens. They differ
 // only in roundings (the bias in bf16, GELU of the FP32 pre-activation).
 TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   SKIP_WITHOUT_GPU();
@@ -295,7 +288,7 @@ TEST(CudaModelFusion, EpilogueFusionsMatchSeparatePasses) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto fused = tc.Gpu(s);
-  auto separate = tc.GpuWith("FP8_CUDA_NO_FUSION", s);
+  auto separate = tc.Gpu(s, {.fused_epilogues = false});
   ASSERT_TRUE(fused.ok() && separate.ok());
   std::vector<std::vector<float>> grads;
   std::vector<double> losses;
@@ -326,7 +319,7 @@ class CudaModelFusedOptimizer : public ::testing::TestWithParam<Recipe> {};
 
 // OptimizerStep writing the next forward's weight operands (and the cast reused across the
 // micro-batches of a step) against the plain AdamW with the forward casting
-// (FP8_CUDA_UNFUSED_OPTIMIZER=1) over three steps of two micro-batches each, evaluation included.
+// (CudaModelOptions::fused_optimizer off) over three steps of two micro-batches each, evaluation included.
 // The kernels agree bit for bit (adamw_cast_test.cc) and nothing in a step depends on the order
 // of atomics (the embedding gradient sums each token's rows in a fixed order, token_groups.h), so
 // three steps of the fused and the unfused optimizer must give the same bits. (With the
@@ -338,7 +331,7 @@ TEST_P(CudaModelFusedOptimizer, MatchesUnfused) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto fused = tc.Gpu(s);
-  auto unfused = tc.GpuWith("FP8_CUDA_UNFUSED_OPTIMIZER", s);
+  auto unfused = tc.Gpu(s, {.fused_optimizer = false});
   ASSERT_TRUE(fused.ok() && unfused.ok());
   const size_t np = static_cast<size_t>(tc.cpu->num_params());
   DeviceBuffer<float> moments[2][2];
@@ -413,14 +406,14 @@ class CudaModelGradOverwrite : public ::testing::TestWithParam<Recipe> {};
 
 // ZeroGrad leaves the linear weights' and wte's gradients to the first Backward's GEMMs (beta 0):
 // over gradients poisoned with NaN bytes, ZeroGrad + two micro-batches give the gradients of the
-// model that clears everything and accumulates (FP8_CUDA_ZERO_ALL_GRADS=1).
+// model that clears everything and accumulates (CudaModelOptions::overwrite_grads off).
 TEST_P(CudaModelGradOverwrite, MatchesZeroingEverything) {
   SKIP_WITHOUT_GPU();
   TinyGptCase tc(GetParam(), 9, 21);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto overwriting = tc.Gpu(s);
-  auto zeroing = tc.GpuWith("FP8_CUDA_ZERO_ALL_GRADS", s);
+  auto zeroing = tc.Gpu(s, {.overwrite_grads = false});
   ASSERT_TRUE(overwriting.ok() && zeroing.ok());
   const size_t np = static_cast<size_t>(tc.cpu->num_params());
   std::vector<int32_t> in2(tc.in.rbegin(), tc.in.rend());

@@ -1,4 +1,4 @@
-// Data parallelism on GPUs: fp8-train-cuda as 2 real processes, one GPU each, gradients
+// Data parallelism on GPUs: `fp8-worker train` (backend cuda) as 2 real processes, one GPU each, gradients
 // all-reduced over NCCL, against 1 process with the same global batch. Needs 2 CUDA devices and
 // libnccl.so.2; skips otherwise.
 #include <cuda_runtime_api.h>
@@ -24,8 +24,8 @@ TEST_P(CudaDataParallel, TwoRanksOverNcclMatchOneRankWithSameGlobalBatch) {
   if (void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL)) dlclose(nccl);
   else GTEST_SKIP() << "libnccl.so.2 not loadable";
   // The build machine's path, unless the binaries were carried elsewhere (scripts/gpu/).
-  const char* env_bin = std::getenv("FP8_TRAIN_CUDA_BINARY");
-  const std::string binary = env_bin ? env_bin : FP8_TRAIN_CUDA_BINARY;
+  const char* env_bin = std::getenv("FP8_WORKER_BINARY");
+  const std::string binary = env_bin ? env_bin : FP8_WORKER_BINARY;
   const int steps = 12;
   auto spec = [&](const std::string& dir, int batch) {
     nlohmann::json s = TinySpecJson(dir, steps, batch);
@@ -35,14 +35,14 @@ TEST_P(CudaDataParallel, TwoRanksOverNcclMatchOneRankWithSameGlobalBatch) {
     return WriteSpec(dir, s);
   };
   const std::string dir1 = MakeTempDir("nccl-1rank");
-  WorkerProcess one = StartWorker(binary, {"--spec", spec(dir1, 8)}, {}, dir1, "w");
+  WorkerProcess one = StartWorker(binary, {"train", "--spec", spec(dir1, 8)}, {}, dir1, "w");
   ASSERT_EQ(WaitWorker(one), 0);
 
   const std::string dir2 = MakeTempDir("nccl-2rank");
   const std::string spec2 = spec(dir2, 4);
   std::vector<WorkerProcess> ranks;
   for (int r = 0; r < 2; ++r)
-    ranks.push_back(StartWorker(binary, {"--spec", spec2},
+    ranks.push_back(StartWorker(binary, {"train", "--spec", spec2},
                                 {"FP8D_RANK=" + std::to_string(r), "FP8D_WORLD_SIZE=2", "FP8D_RENDEZVOUS_DIR=" + dir2 + "/rdzv",
                                  "FP8D_COLLECTIVE_TIMEOUT_S=60"},
                                 dir2, "rank-" + std::to_string(r)));

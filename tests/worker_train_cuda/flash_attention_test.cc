@@ -96,12 +96,11 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << "hd" << c.head_dim << " T" << c.seq << (c.fused_qkv ? " fused qkv" : " head-major");
 }
 
-// Sets one of the launchers' FP8_CUDA_FLASH_* switches (read on every call) for a scope.
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
-  ~ScopedEnv() { unsetenv(name); }
-};
+// The mma.sync kernels only, and the default with one wgmma backward kernel swapped for its
+// mma.sync counterpart.
+constexpr AttentionKernelChoice kMmaSync{false, false, false};
+constexpr AttentionKernelChoice kMmaSyncDq{true, false, true};
+constexpr AttentionKernelChoice kMmaSyncDkDv{true, true, false};
 
 class FlashAttention : public ::testing::TestWithParam<Case> {};
 
@@ -133,45 +132,26 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
     dy_host[static_cast<size_t>(offset(yl, i))] = dyf[static_cast<size_t>(i)];
   }
   Dev<bf16> qkv(ToBf16(qkv_host)), dy(ToBf16(dy_host)), y(static_cast<size_t>(n));
-  Dev<bf16> dqkv(qkv_host.size()), dqkv_fused(qkv_host.size()), dqkv_mma_dq(qkv_host.size()), dqkv_other_dkdv(qkv_host.size());
+  Dev<bf16> dqkv(qkv_host.size()), dqkv_mma_dq(qkv_host.size()), dqkv_mma_dkdv(qkv_host.size());
   const AttentionDims dims{b, h, t, hd};
-  // Sized for the one-pass backward, the larger of the two this test runs.
-  const int64_t scratch_floats = [&] {
-    const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
-    return FlashAttentionBackwardScratchFloats(dims);
-  }();
-  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(scratch_floats));
+  Dev<float> lse(static_cast<size_t>(bh * t)), delta(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
   // The mma.sync forward first, into its own y and lse; then the wgmma one (where it applies:
   // hd 64 and 128), whose y and lse the backwards below read.
   Dev<bf16> y_mma(static_cast<size_t>(n));
   Dev<float> lse_mma(static_cast<size_t>(bh * t));
-  {
-    const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
-    ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y_mma.get(), yl, lse_mma.get(), nullptr));
-  }
-  {
-    const ScopedEnv wgmma("FP8_CUDA_FLASH_MMA_FWD", "0");
-    ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
-  }
+  ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y_mma.get(), yl, lse_mma.get(),
+                                  nullptr, kMmaSync));
+  ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), yl, lse.get(), nullptr));
   ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
                                    delta.get(), dqkv.get(), dqkv.get() + k_off, dqkv.get() + v_off, nullptr));
-  {  // dq by the other dQ kernel of the two-kernel backward (wgmma vs mma.sync, hd 64/128)
-    const ScopedEnv other_dq("FP8_CUDA_FLASH_WGMMA_DQ",
-                             FlashAttentionBackwardUsesWgmmaDq(dims, ql, yl, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, dy.get()) ? "0" : "1");
-    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
-                                     delta.get(), dqkv_mma_dq.get(), dqkv_mma_dq.get() + k_off, dqkv_mma_dq.get() + v_off, nullptr));
-  }
-  {  // dk, dv by the other dK/dV kernel (wgmma vs mma.sync, hd 64/128)
-    const ScopedEnv other_dkdv("FP8_CUDA_FLASH_WGMMA_DKDV",
-                               FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, dy.get()) ? "0" : "1");
-    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
-                                     delta.get(), dqkv_other_dkdv.get(), dqkv_other_dkdv.get() + k_off, dqkv_other_dkdv.get() + v_off, nullptr));
-  }
-  {
-    const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
-    ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
-                                     delta.get(), dqkv_fused.get(), dqkv_fused.get() + k_off, dqkv_fused.get() + v_off, nullptr));
-  }
+  // dq by the mma.sync dQ kernel; dk, dv by the mma.sync dK/dV kernel (at hd 32 all three runs
+  // are the mma.sync kernels)
+  ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
+                                   delta.get(), dqkv_mma_dq.get(), dqkv_mma_dq.get() + k_off, dqkv_mma_dq.get() + v_off, nullptr,
+                                   kMmaSyncDq));
+  ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + k_off, qkv.get() + v_off, ql, y.get(), dy.get(), yl, lse.get(),
+                                   delta.get(), dqkv_mma_dkdv.get(), dqkv_mma_dkdv.get() + k_off, dqkv_mma_dkdv.get() + v_off,
+                                   nullptr, kMmaSyncDkDv));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   auto to_d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
@@ -185,9 +165,8 @@ TEST_P(FlashAttention, MatchesFloat64Reference) {
   // BF16 outputs carry ~2^-9 relative rounding; P and dS are rounded to BF16 before their GEMMs.
   EXPECT_LT(RelErrD(gather(y_dev, yl, 0), ref.y), 1e-2) << "wgmma forward (mma.sync at hd 32)";
   EXPECT_LT(RelErrD(gather(ToF32(y_mma.Host()), yl, 0), ref.y), 1e-2) << "mma.sync forward";
-  // two-kernel (default kernels), with the other dQ kernel, with the other dK/dV kernel, one-pass
-  for (const std::vector<float>& g :
-       {dqkv_dev, ToF32(dqkv_mma_dq.Host()), ToF32(dqkv_other_dkdv.Host()), ToF32(dqkv_fused.Host())}) {
+  // default kernels, with the mma.sync dQ kernel, with the mma.sync dK/dV kernel
+  for (const std::vector<float>& g : {dqkv_dev, ToF32(dqkv_mma_dq.Host()), ToF32(dqkv_mma_dkdv.Host())}) {
     EXPECT_LT(RelErrD(gather(g, ql, 0), ref.dq), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, k_off), ref.dk), 2e-2);
     EXPECT_LT(RelErrD(gather(g, ql, v_off), ref.dv), 2e-2);
@@ -213,11 +192,10 @@ INSTANTIATE_TEST_SUITE_P(
              (i.param.fused_qkv ? "_fused" : "_headmajor");
     });
 
-// Two backward runs on the same inputs give the same bits, for both backwards, at a size where
-// many key blocks of many heads run at once and (one-pass backward) add into the same dq tiles.
-// No reference: the shapes above check values.
-// The backwards: two-kernel with the mma.sync or the wgmma dK/dV kernel (the dQ one as default), one-pass.
-enum class Bwd { kMmaDkDv, kWgmmaDkDv, kOnePass };
+// Two backward runs on the same inputs give the same bits, with the mma.sync or the wgmma dK/dV
+// kernel, at a size where many key blocks of many heads run at once. No reference: the shapes
+// above check values.
+enum class Bwd { kMmaDkDv, kWgmmaDkDv };
 
 class FlashAttentionRepeat : public ::testing::TestWithParam<std::tuple<int64_t, Bwd>> {};
 
@@ -225,8 +203,7 @@ TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
   const int64_t b = 4, h = 8, t = 520, hd = std::get<0>(GetParam()), cdim = h * hd, n = b * t * cdim;
   const Bwd kind = std::get<1>(GetParam());
-  const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", kind == Bwd::kOnePass ? "1" : "0");
-  const ScopedEnv dkdv("FP8_CUDA_FLASH_WGMMA_DKDV", kind == Bwd::kWgmmaDkDv ? "1" : "0");
+  const AttentionKernelChoice choice = kind == Bwd::kWgmmaDkDv ? AttentionKernelChoice{} : kMmaSyncDkDv;
   const AttentionDims dims{b, h, t, hd};
   const HeadLayout ql = RowMajorHeads(t, hd, 3 * cdim), yl = RowMajorHeads(t, hd, cdim);
   Dev<bf16> qkv(ToBf16(Random(static_cast<size_t>(3 * n), 5, 1.5f))), dy(ToBf16(Random(static_cast<size_t>(n), 6)));
@@ -235,7 +212,7 @@ TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
   ASSERT_OK(FlashAttentionForward(dims, qkv.get(), qkv.get() + cdim, qkv.get() + 2 * cdim, ql, y.get(), yl, lse.get(), nullptr));
   for (Dev<bf16>* out : {&dqkv1, &dqkv2})
     ASSERT_OK(FlashAttentionBackward(dims, qkv.get(), qkv.get() + cdim, qkv.get() + 2 * cdim, ql, y.get(), dy.get(), yl, lse.get(),
-                                     scratch.get(), out->get(), out->get() + cdim, out->get() + 2 * cdim, nullptr));
+                                     scratch.get(), out->get(), out->get() + cdim, out->get() + 2 * cdim, nullptr, choice));
   const std::vector<bf16> a = dqkv1.Host(), c = dqkv2.Host();
   size_t differ = 0, nonzero = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -250,16 +227,15 @@ TEST_P(FlashAttentionRepeat, BackwardIsBitwiseRepeatable) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashAttentionRepeat,
                          ::testing::Combine(::testing::Values(int64_t{64}, int64_t{128}),
-                                            ::testing::Values(Bwd::kMmaDkDv, Bwd::kWgmmaDkDv, Bwd::kOnePass)),
+                                            ::testing::Values(Bwd::kMmaDkDv, Bwd::kWgmmaDkDv)),
                          [](const ::testing::TestParamInfo<std::tuple<int64_t, Bwd>>& i) {
                            const Bwd k = std::get<1>(i.param);
                            return "hd" + std::to_string(std::get<0>(i.param)) +
-                                  (k == Bwd::kOnePass ? "_one_pass" : k == Bwd::kWgmmaDkDv ? "_two_kernel_wgmma_dkdv" : "_two_kernel_mma_dkdv");
+                                  (k == Bwd::kWgmmaDkDv ? "_wgmma_dkdv" : "_mma_dkdv");
                          });
 
 // The wgmma dK/dV kernel against the mma.sync one on fresh random inputs of the trainer's layout
-// (B3 H4, T not a multiple of the 128-key or the query tile), every schedule and query tile of the
-// wgmma kernel. Both round P and dS to BF16 and accumulate in FP32; they differ by the order of
+// (B3 H4, T not a multiple of the 128-key or the query tile). Both round P and dS to BF16 and accumulate in FP32; they differ by the order of
 // the sums in S, dP (and so by which P/dS values round the other way) and in dK, dV.
 class FlashAttentionDkDv : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
 
@@ -274,25 +250,13 @@ TEST_P(FlashAttentionDkDv, WgmmaMatchesMma) {
   Dev<float> lse(static_cast<size_t>(b * h * t)), scratch(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
   const bf16 *q = qkv.get(), *k = q + cdim, *v = q + 2 * cdim;
   ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y.get(), yl, lse.get(), nullptr));
-  {
-    const ScopedEnv mma("FP8_CUDA_FLASH_WGMMA_DKDV", "0");
-    EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get()));
-    ASSERT_OK(FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), ref.get(),
-                                     ref.get() + cdim, ref.get() + 2 * cdim, nullptr));
-  }
+  EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get(), kMmaSyncDkDv));
+  ASSERT_OK(FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), ref.get(),
+                                   ref.get() + cdim, ref.get() + 2 * cdim, nullptr, kMmaSyncDkDv));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> r = ToF32(ref.Host());
-  const ScopedEnv wgmma("FP8_CUDA_FLASH_WGMMA_DKDV", "1");
   ASSERT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, yl, q, k, v, dy.get()));
-  for (const char* schedule : {"ping-pong", "plain", "ping-pong, 64-query tiles", "overlap", "ping-pong, heavy first"}) {
-    SCOPED_TRACE(schedule);
-    const std::string sched = schedule;
-    auto has = [&](const char* what) { return sched.find(what) != std::string::npos; };
-    if (hd != 64 && (has("64-query") || has("overlap"))) continue;  // hd 64 only (hd 128 has 64-query tiles already)
-    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", has("ping-pong") ? "1" : "0");
-    const ScopedEnv bq("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", has("64-query") ? "64" : "");
-    const ScopedEnv overlap("FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", has("overlap") ? "1" : "0");
-    const ScopedEnv heavy("FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", has("heavy") ? "1" : "0");
+  {
     ASSERT_EQ(cudaMemset(out.get(), 0xFF, static_cast<size_t>(3 * n) * sizeof(bf16)), cudaSuccess);  // NaNs
     ASSERT_OK(FlashAttentionBackward(dims, q, k, v, ql, y.get(), dy.get(), yl, lse.get(), scratch.get(), out.get(),
                                      out.get() + cdim, out.get() + 2 * cdim, nullptr));
@@ -308,7 +272,7 @@ TEST_P(FlashAttentionDkDv, WgmmaMatchesMma) {
           num += (a[i] - r[i]) * double(a[i] - r[i]), den += double(r[i]) * r[i];
         }
       const double rel = std::sqrt(num / den);
-      std::printf("  %s hd%ld T%ld %s: rel. L2 vs mma.sync %.2e\n", schedule, static_cast<long>(hd), static_cast<long>(t),
+      std::printf("  hd%ld T%ld %s: rel. L2 vs mma.sync %.2e\n", static_cast<long>(hd), static_cast<long>(t),
                   part == 0 ? "dq" : part == 1 ? "dk" : "dv", rel);
       EXPECT_LT(rel, part == 0 ? 1e-6 : 4e-3) << (part == 0 ? "dq (same kernel in both runs)" : part == 1 ? "dk" : "dv");
     }
@@ -335,21 +299,12 @@ TEST_P(FlashAttentionForwards, WgmmaMatchesMma) {
   Dev<bf16> y_mma(static_cast<size_t>(n)), y_wgmma(static_cast<size_t>(n));
   Dev<float> lse_mma(static_cast<size_t>(b * h * t)), lse_wgmma(static_cast<size_t>(b * h * t));
   const bf16 *q = qkv.get(), *k = q + cdim, *v = q + 2 * cdim;
-  {
-    const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
-    EXPECT_FALSE(FlashAttentionForwardUsesWgmma(dims, ql, q, k, v));
-    ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y_mma.get(), yl, lse_mma.get(), nullptr));
-  }
+  EXPECT_FALSE(FlashAttentionForwardUsesWgmma(dims, ql, q, k, v, kMmaSync));
+  ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y_mma.get(), yl, lse_mma.get(), nullptr, kMmaSync));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> r = ToF32(y_mma.Host()), lr = lse_mma.Host();
-  const ScopedEnv wgmma("FP8_CUDA_FLASH_MMA_FWD", "0");
   ASSERT_TRUE(FlashAttentionForwardUsesWgmma(dims, ql, q, k, v));
-  // The kernel's schedules (sm90_flash_attention_wgmma.cu): the same arithmetic in another order.
-  for (const char* schedule : {"ping-pong", "plain", "overlap", "overlap + ping-pong"}) {
-    SCOPED_TRACE(schedule);
-    const std::string sched = schedule;
-    const ScopedEnv ping_pong("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", sched.find("ping-pong") != std::string::npos ? "1" : "0");
-    const ScopedEnv overlap("FP8_CUDA_FLASH_WGMMA_OVERLAP", sched.find("overlap") != std::string::npos ? "1" : "0");
+  {
     ASSERT_EQ(cudaMemset(y_wgmma.get(), 0xFF, static_cast<size_t>(n) * sizeof(bf16)), cudaSuccess);  // NaNs
     ASSERT_OK(FlashAttentionForward(dims, q, k, v, ql, y_wgmma.get(), yl, lse_wgmma.get(), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -375,36 +330,29 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionForwards,
                          });
 
 TEST(FlashAttentionArgs, WgmmaForwardOnlyWhereItApplies) {
-  // Pure host logic (no launch): head dims and the switch. Pointers only need to be aligned.
+  // Pure host logic (no launch): head dims and the choice. Pointers only need to be aligned.
   alignas(16) static bf16 buf[8];
   const AttentionDims d64{1, 2, 16, 64}, d32{1, 2, 16, 32};
   const HeadLayout l64 = RowMajorHeads(16, 64, 3 * 128), l32 = RowMajorHeads(16, 32, 3 * 64);
-  {
-    const ScopedEnv wgmma("FP8_CUDA_FLASH_MMA_FWD", "0");
-    EXPECT_TRUE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf));
-    EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d32, l32, buf, buf, buf));
-  }
-  const ScopedEnv mma("FP8_CUDA_FLASH_MMA_FWD", "1");
-  EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf));
+  EXPECT_TRUE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf));
+  EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d32, l32, buf, buf, buf));
+  EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d64, l64, buf + 1, buf, buf));  // not TMA-aligned
+  EXPECT_FALSE(FlashAttentionForwardUsesWgmma(d64, l64, buf, buf, buf, kMmaSync));
 }
 
 TEST(FlashAttentionArgs, WgmmaDkDvOnlyWhereItApplies) {
-  // Pure host logic (no launch): head dims, the switch, and the one-pass backward taking over.
+  // Pure host logic (no launch): head dims and the choice.
   alignas(16) static bf16 buf[8];
   const AttentionDims d64{1, 2, 16, 64}, d128{1, 2, 16, 128}, d32{1, 2, 16, 32};
   const HeadLayout l64 = RowMajorHeads(16, 64, 3 * 128), y64 = RowMajorHeads(16, 64, 128);
   const HeadLayout l128 = RowMajorHeads(16, 128, 3 * 256), y128 = RowMajorHeads(16, 128, 256);
   const HeadLayout l32 = RowMajorHeads(16, 32, 3 * 64), y32 = RowMajorHeads(16, 32, 64);
-  {
-    const ScopedEnv on("FP8_CUDA_FLASH_WGMMA_DKDV", "1");
-    EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
-    EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d128, l128, y128, buf, buf, buf, buf));
-    EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d32, l32, y32, buf, buf, buf, buf));
-    const ScopedEnv fused("FP8_CUDA_FLASH_BWD_FUSED", "1");
-    EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
-  }
-  const ScopedEnv off("FP8_CUDA_FLASH_WGMMA_DKDV", "0");
-  EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
+  EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf));
+  EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d128, l128, y128, buf, buf, buf, buf));
+  EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d32, l32, y32, buf, buf, buf, buf));
+  EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf, kMmaSyncDkDv));
+  EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(d64, l64, y64, buf, buf, buf, buf, kMmaSyncDq));
+  EXPECT_FALSE(FlashAttentionBackwardUsesWgmmaDq(d64, l64, y64, buf, buf, buf, buf, kMmaSyncDq));
 }
 
 TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,7 @@ namespace {
 constexpr const char* kStateDir = ".fp8-calibrate";
 constexpr const char* kStateFile = "state.json";
 constexpr const char* kScaleSuffix = "_scale_inv";
+constexpr std::string_view kHfPrefix = "transformer.";  // transformers' GPT2LMHeadModel
 
 // What happens to one input tensor.
 struct Action {
@@ -46,6 +48,8 @@ struct Action {
 struct Plan {
   std::vector<std::vector<Action>> shards;  // per input shard, in its data order
   std::vector<std::string> not_converted;   // modules of 2-D *.weight left in high precision
+  // Selected tensors whose shape is not a whole number of 128x128 blocks (block granularity).
+  std::vector<json> unaligned;
   int64_t total_tensors = 0;
 };
 
@@ -69,6 +73,26 @@ StatusOr<std::optional<json>> ReadJsonIfExists(const fs::path& p) {
   }
 }
 
+// transformers' FP8Linear requires both dimensions of a block-scaled weight to be multiples of
+// the block size; vLLM requires it of every dimension it splits (the q/k/v parts of a fused
+// layer, and tensor-parallel shards).
+json UnalignedWarning(const TensorInfo& t, bool skipped) {
+  std::vector<int> dims;
+  for (int d = 0; d < 2; ++d)
+    if (t.shape[static_cast<size_t>(d)] % kernels::kTile != 0) dims.push_back(d);
+  std::string what;
+  for (int d : dims)
+    what += (what.empty() ? "" : " and ") + std::string("dimension ") + std::to_string(d) + " (" +
+            std::to_string(t.shape[static_cast<size_t>(d)]) + ")";
+  const std::string message =
+      "tensor \"" + t.name + "\": " + what + (dims.size() > 1 ? " are" : " is") + " not a multiple of the block size " +
+      std::to_string(kernels::kTile) + ": transformers' FP8 loader refuses it, and vLLM refuses it where it " +
+      "splits that dimension (fused q/k/v parts, tensor parallelism)" +
+      (skipped ? "; left unquantized (weights.skip_unaligned)" : "; set weights.skip_unaligned to leave it in BF16");
+  return {{"tensor", t.name}, {"shape", t.shape}, {"dims", dims}, {"engines", {"transformers", "vllm"}},
+          {"skipped", skipped}, {"message", message}};
+}
+
 std::string ModuleOf(const std::string& tensor) {
   return tensor.ends_with(".weight") ? tensor.substr(0, tensor.size() - 7) : tensor;
 }
@@ -83,7 +107,13 @@ StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts) 
     for (const auto& t : r.tensors()) {
       Action a;
       a.tensor = &t;
-      if (selector.Selected(t.name, t.shape.size())) {
+      bool selected_here = selector.Selected(t.name, t.shape.size());
+      if (selected_here && opts.weights.granularity == WeightGranularity::kBlock &&
+          (t.shape[0] % kernels::kTile != 0 || t.shape[1] % kernels::kTile != 0)) {
+        plan.unaligned.push_back(UnalignedWarning(t, opts.weights.skip_unaligned));
+        if (opts.weights.skip_unaligned) selected_here = false;
+      }
+      if (selected_here) {
         if (!IsQuantizableDType(t.dtype))
           return InvalidArgumentError(r.path() + ": tensor \"" + t.name + "\" has unsupported dtype " +
                                       safetensors::DTypeName(t.dtype) + " (quantize reads F32, BF16, F16)");
@@ -103,6 +133,10 @@ StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts) 
   if (Status st = selector.CheckEveryPatternMatched(); !st.ok())
     return InvalidArgumentError(opts.input + ": " + st.message());
   std::sort(plan.not_converted.begin(), plan.not_converted.end());
+  if (selected == 0 && !plan.unaligned.empty() && opts.weights.skip_unaligned)
+    return InvalidArgumentError(opts.input + ": weights.skip_unaligned leaves nothing to quantize: every selected tensor (" +
+                                std::to_string(plan.unaligned.size()) + ") has a dimension that is not a multiple of " +
+                                std::to_string(kernels::kTile));
   if (selected == 0)
     return InvalidArgumentError(opts.input + ": no tensor matches the weight patterns (2-D, include, not exclude)");
   return plan;
@@ -129,9 +163,11 @@ Status AddInputScales(const ModelInput& in, const ActivationCalibration& cal, Pl
   for (auto& actions : plan->shards) {
     for (auto& a : actions) {
       if (a.kind != Action::kQuantize) continue;
-      const ActivationLayerStats* l = cal.Find(ModuleOf(a.tensor->name));
+      // fp8d's layer names are GPT2Model's; an export's tensors carry transformers' prefix.
+      const std::string module = ModuleOf(a.tensor->name);
+      const ActivationLayerStats* l = cal.Find(module.starts_with(kHfPrefix) ? module.substr(kHfPrefix.size()) : module);
       if (!l) continue;
-      a.input_scale_name = l->layer + kInputScaleSuffix;
+      a.input_scale_name = module + kInputScaleSuffix;
       a.input_scale = l->scale;
       if (in.tensor_shard.count(a.input_scale_name))
         return InvalidArgumentError(in.dir + ": tensor \"" + a.input_scale_name +
@@ -243,6 +279,8 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
   if (in_dir == out_abs) return FailedPreconditionError("spec field \"output_dir\": the same directory as the input");
 
   FP8_ASSIGN_OR_RETURN(Plan plan, opts.direction == Direction::kQuantize ? PlanQuantize(in, opts) : PlanDequantize(in, opts.input));
+  for (const json& w : plan.unaligned)
+    std::fprintf(stderr, "fp8-worker calibrate: warning: %s\n", w["message"].get<std::string>().c_str());
   // CUDA when this build has it and a GPU is visible (spec field backend), the CPU otherwise.
   FP8_ASSIGN_OR_RETURN(std::unique_ptr<WeightConverter> converter, MakeWeightConverter(opts.backend));
   std::unique_ptr<GptCalibration> gpt;
@@ -434,14 +472,19 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
       summary["max_rel_error"] = max_rel;
       summary["max_frac_saturated"] = max_sat;
     }
+    if (opts.direction == Direction::kQuantize) summary["unaligned_tensors"] = plan.unaligned.size();
     json report = {{"fingerprint", fingerprint}, {"summary", summary}, {"tensors", json::array()}};
+    if (!plan.unaligned.empty()) report["warnings"] = plan.unaligned;
     for (const auto& r : reports) report["tensors"].push_back(r.ToJson());
-    std::string table = FormatReportTable(reports, summary);
+    std::string warnings;
+    for (const json& w : plan.unaligned) warnings += "warning: " + w["message"].get<std::string>() + "\n";
+    std::string table = FormatReportTable(reports, summary) + warnings;
     if (gpt) {
       // Only the layers that got an input_scale (a user's exclude may have kept some in BF16).
       ActivationCalibration written = gpt->activations;
       std::erase_if(written.layers, [&](const ActivationLayerStats& l) {
-        return !weight_map.contains(l.layer + kInputScaleSuffix);
+        return !weight_map.contains(l.layer + kInputScaleSuffix) &&
+               !weight_map.contains(std::string(kHfPrefix) + l.layer + kInputScaleSuffix);
       });
       const double t0 = elapsed();
       FP8_ASSIGN_OR_RETURN(EvalLossReport eval,
@@ -459,7 +502,7 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
       report["summary"] = summary;
       report["activations"] = written.ToJson();
       report["eval"] = eval.ToJson();
-      table = FormatReportTable(reports, summary) + FormatActivationTable(written) + FormatEvalTable(eval);
+      table = FormatReportTable(reports, summary) + warnings + FormatActivationTable(written) + FormatEvalTable(eval);
     }
     FP8_RETURN_IF_ERROR(WriteJson(staging / kReportJson, report));
     FP8_RETURN_IF_ERROR(safetensors::WriteFileAtomically((staging / kReportText).string(), table));

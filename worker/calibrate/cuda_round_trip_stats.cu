@@ -111,7 +111,7 @@ Status RoundTripStats128x128(const void* x, bool bf16, const uint8_t* q, const f
     RoundTripStatsKernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x), q, scale_inv, rows, cols,
                                                          ld, tiles, e4m3, clip, partials);
   }
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

@@ -48,10 +48,10 @@ class GrowOnlyBuffer {
   }
   Status Reserve(size_t n) {
     if (n <= cap_) return OkStatus();
-    if (p_ != nullptr) FP8_CUDA_RETURN_IF_ERROR(Free(p_));
+    if (p_ != nullptr) FP8_RETURN_IF_CUDA_ERROR(Free(p_));
     p_ = nullptr;
     cap_ = 0;
-    FP8_CUDA_RETURN_IF_ERROR(Alloc(&p_, n));
+    FP8_RETURN_IF_CUDA_ERROR(Alloc(&p_, n));
     cap_ = n;
     return OkStatus();
   }
@@ -111,11 +111,11 @@ Status ParallelWrite(Writer& writer, const std::string& name, uint64_t offset, c
 // Host → device copy of `rows` rows of `width` bytes into rows of `pitch` bytes (zero padding).
 Status CopyRowsIn(uint8_t* dev, int64_t pitch, const uint8_t* host, int64_t width, int64_t rows, cudaStream_t s) {
   if (pitch == width) {
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, static_cast<size_t>(rows * width), cudaMemcpyHostToDevice, s));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dev, host, static_cast<size_t>(rows * width), cudaMemcpyHostToDevice, s));
     return OkStatus();
   }
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev, 0, static_cast<size_t>(rows * pitch), s));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dev, static_cast<size_t>(pitch), host, static_cast<size_t>(width),
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dev, 0, static_cast<size_t>(rows * pitch), s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(dev, static_cast<size_t>(pitch), host, static_cast<size_t>(width),
                                              static_cast<size_t>(width), static_cast<size_t>(rows),
                                              cudaMemcpyHostToDevice, s));
   return OkStatus();
@@ -123,10 +123,10 @@ Status CopyRowsIn(uint8_t* dev, int64_t pitch, const uint8_t* host, int64_t widt
 
 Status CopyRowsOut(uint8_t* host, int64_t width, const uint8_t* dev, int64_t pitch, int64_t rows, cudaStream_t s) {
   if (pitch == width) {
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, dev, static_cast<size_t>(rows * width), cudaMemcpyDeviceToHost, s));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host, dev, static_cast<size_t>(rows * width), cudaMemcpyDeviceToHost, s));
     return OkStatus();
   }
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(host, static_cast<size_t>(width), dev, static_cast<size_t>(pitch),
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(host, static_cast<size_t>(width), dev, static_cast<size_t>(pitch),
                                              static_cast<size_t>(width), static_cast<size_t>(rows),
                                              cudaMemcpyDeviceToHost, s));
   return OkStatus();
@@ -200,8 +200,8 @@ class CudaWeightConverter final : public WeightConverter {
                                                 opts.fmt, ClipThreshold(opts.fmt), dev_partials, s.stream));
       FP8_RETURN_IF_ERROR(CopyRowsOut(s.host_out.get(), cols, s.dev_out.get(), ld, n, s.stream));
       const size_t scale_bytes = static_cast<size_t>(kernels::CeilDiv(n, kernels::kTile) * tiles) * sizeof(float);
-      FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_scales.get(), dev_scales, scale_bytes, cudaMemcpyDeviceToHost, s.stream));
-      FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_partials.get(), dev_partials,
+      FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(s.host_scales.get(), dev_scales, scale_bytes, cudaMemcpyDeviceToHost, s.stream));
+      FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(s.host_partials.get(), dev_partials,
                                                static_cast<size_t>(s.partials) * sizeof(RoundTripPartial),
                                                cudaMemcpyDeviceToHost, s.stream));
       return OkStatus();
@@ -226,7 +226,7 @@ class CudaWeightConverter final : public WeightConverter {
     std::vector<float> scales(static_cast<size_t>(scale.numel()));
     FP8_RETURN_IF_ERROR(scale_reader.ReadInto(scale.name, scales.data(), scales.size() * sizeof(float)));
     FP8_RETURN_IF_ERROR(all_scales_.Reserve(scales.size() * sizeof(float)));
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(all_scales_.get(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(all_scales_.get(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
     for (auto& s : slots_) {
       FP8_RETURN_IF_ERROR(s.host_in.Reserve(static_cast<size_t>(chunk_rows * cols)));
       FP8_RETURN_IF_ERROR(s.host_out.Reserve(static_cast<size_t>(chunk_rows * cols * 2)));
@@ -253,7 +253,7 @@ class CudaWeightConverter final : public WeightConverter {
  private:
   Status Init() {
     for (auto& s : slots_)
-      if (s.stream == nullptr) FP8_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+      if (s.stream == nullptr) FP8_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
     return OkStatus();
   }
   // Whole 128-row bands, about chunk_bytes_ of input, at least one band.
@@ -269,7 +269,7 @@ class CudaWeightConverter final : public WeightConverter {
   Status RunChunks(int64_t rows, int64_t chunk_rows, const std::function<Status(Slot&, int64_t)>& enqueue,
                    const std::function<Status(Slot&)>& finish) {
     auto complete = [&](Slot& s) -> Status {
-      FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+      FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s.stream));
       s.busy = false;
       return finish(s);
     };

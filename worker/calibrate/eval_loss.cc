@@ -52,7 +52,8 @@ StatusOr<EvalLossReport> EvaluateLossBeforeAfter(train::GptModel& model, const d
   if (cal) {
     std::set<std::string> layers;
     for (const auto& l : cal->layers)
-      if (weight_map.contains(l.layer + kInputScaleSuffix)) layers.insert(l.layer);
+      if (weight_map.contains(l.layer + kInputScaleSuffix) || weight_map.contains("transformer." + l.layer + kInputScaleSuffix))
+        layers.insert(l.layer);
     StaticCastCounts counts;
     UseStaticInputScales(model, *cal, layers, &counts);
     r.has_static = true;

@@ -8,6 +8,7 @@
 #include "kernels/quantize.h"
 #include "worker/calibrate/tensor_convert.h"
 #include "worker/safetensors/safetensors.h"
+#include "worker/train/hf_gpt2.h"
 
 namespace fp8::calibrate {
 
@@ -83,6 +84,13 @@ StatusOr<std::unique_ptr<train::GptModel>> LoadGptModel(const ModelInput& in) {
   train::PrecisionConfig precision;
   precision.recipe = train::Recipe::kBf16;
   auto model = std::make_unique<train::GptModel>(cfg, precision);
+  // A Hugging Face GPT-2 (an fp8d export, say): transformers' names and Conv1D orientation.
+  if (!in.single_file && in.tensor_shard.count(train::HfTensorName("wte.weight"))) {
+    auto src = train::OpenModelSource(in.dir);
+    Status s = src.ok() ? train::LoadModelWeights(*src, model.get()) : src.status();
+    if (!s.ok()) return InvalidArgumentError(s.message());
+    return model;
+  }
   for (const train::ParamTensor& p : model->tensors()) {
     auto it = in.tensor_shard.find(p.name);
     if (it == in.tensor_shard.end())
@@ -113,21 +121,27 @@ double MeanLoss(train::GptModel& model, const data::TokenDataset& data, uint64_t
 StatusOr<int> LoadDequantizedWeights(const std::string& dir, const json& weight_map, train::GptModel* model) {
   int replaced = 0;
   for (const train::ParamTensor& p : model->tensors()) {
-    if (p.shape.size() != 2 || !weight_map.contains(p.name)) continue;
-    const std::string scale_name = p.name + "_scale_inv";
+    // fp8d's names and [out, in], or (an export) transformers' names and Conv1D's [in, out].
+    const bool hf = !weight_map.contains(p.name) && weight_map.contains(train::HfTensorName(p.name));
+    const std::string name = hf ? train::HfTensorName(p.name) : p.name;
+    const bool transposed = hf && train::IsConv1DWeight(p.name);
+    const std::vector<int64_t> shape = transposed ? std::vector<int64_t>{p.shape[1], p.shape[0]} : p.shape;
+    if (p.shape.size() != 2 || !weight_map.contains(name)) continue;
+    const std::string scale_name = name + "_scale_inv";
     if (!weight_map.contains(scale_name)) continue;  // left in high precision
-    FP8_ASSIGN_OR_RETURN(safetensors::Reader r, safetensors::Reader::Open((fs::path(dir) / weight_map[p.name].get<std::string>()).string()));
+    FP8_ASSIGN_OR_RETURN(safetensors::Reader r, safetensors::Reader::Open((fs::path(dir) / weight_map[name].get<std::string>()).string()));
     FP8_ASSIGN_OR_RETURN(safetensors::Reader rs, safetensors::Reader::Open((fs::path(dir) / weight_map[scale_name].get<std::string>()).string()));
-    const safetensors::TensorInfo* w = r.Find(p.name);
+    const safetensors::TensorInfo* w = r.Find(name);
     const safetensors::TensorInfo* s = rs.Find(scale_name);
-    if (!w || !s || w->dtype != DType::F8_E4M3 || s->dtype != DType::F32 || w->shape != p.shape)
-      return InternalError(r.path() + ": output tensor \"" + p.name + "\" is not the F8_E4M3 weight just written");
+    if (!w || !s || w->dtype != DType::F8_E4M3 || s->dtype != DType::F32 || w->shape != shape)
+      return InternalError(r.path() + ": output tensor \"" + name + "\" is not the F8_E4M3 weight just written");
     FP8_ASSIGN_OR_RETURN(WeightGranularity g, GranularityFromScaleShape(w->shape, s->shape));
-    FP8_ASSIGN_OR_RETURN(std::vector<uint8_t> q, r.Read(p.name));
+    FP8_ASSIGN_OR_RETURN(std::vector<uint8_t> q, r.Read(name));
     std::vector<float> scales(static_cast<size_t>(s->numel()));
     FP8_RETURN_IF_ERROR(rs.ReadInto(scale_name, scales.data(), scales.size() * sizeof(float)));
-    const int64_t rows = p.shape[0], cols = p.shape[1];
-    float* dst = model->params().data() + p.offset;
+    const int64_t rows = shape[0], cols = shape[1];
+    std::vector<float> stored(transposed ? static_cast<size_t>(p.numel) : 0);
+    float* dst = transposed ? stored.data() : model->params().data() + p.offset;
     const auto fmt = kernels::Fp8Format::kE4M3;
     switch (g) {
       case WeightGranularity::kBlock:
@@ -140,6 +154,11 @@ StatusOr<int> LoadDequantizedWeights(const std::string& dir, const json& weight_
       case WeightGranularity::kTensor:
         kernels::DequantizeTensor(q.data(), rows * cols, scales[0], fmt, dst);
         break;
+    }
+    if (transposed) {  // [in, out] as stored → the model's [out, in]
+      float* out = model->params().data() + p.offset;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = stored[static_cast<size_t>(i * cols + j)];
     }
     ++replaced;
   }

@@ -123,7 +123,7 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(const json& spec) {
     return FieldError("output_dir", "\"" + o.output_dir + "\" cannot be replaced by the output");
 
   FP8_ASSIGN_OR_RETURN(json w, GetObject(spec, "weights", "weights"));
-  FP8_RETURN_IF_ERROR(CheckKnownFields(w, "weights.", {"granularity", "fmt", "scale_format", "include", "exclude"}));
+  FP8_RETURN_IF_ERROR(CheckKnownFields(w, "weights.", {"granularity", "fmt", "scale_format", "include", "exclude", "skip_unaligned"}));
   FP8_ASSIGN_OR_RETURN(o.weights.granularity,
                        (GetEnum<WeightGranularity>(w, "granularity", "weights.granularity",
                                                    {{"block", WeightGranularity::kBlock},
@@ -138,6 +138,10 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(const json& spec) {
                                                        {"ue8m0", kernels::ScaleFormat::kUe8m0}})));
   FP8_ASSIGN_OR_RETURN(o.weights.include, GetStrings(w, "include", "weights.include"));
   FP8_ASSIGN_OR_RETURN(o.weights.exclude, GetStrings(w, "exclude", "weights.exclude"));
+  if (auto it = w.find("skip_unaligned"); it != w.end() && !it->is_null()) {
+    if (!it->is_boolean()) return FieldError("weights.skip_unaligned", "must be true or false");
+    o.weights.skip_unaligned = it->get<bool>();
+  }
 
   FP8_ASSIGN_OR_RETURN(json a, GetObject(spec, "activations", "activations"));
   FP8_RETURN_IF_ERROR(CheckKnownFields(a, "activations.", {"data", "num_samples", "method", "percentile"}));
@@ -179,6 +183,8 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(const json& spec) {
         {"exclude", o.weights.exclude}}},
       {"direction", o.direction == Direction::kQuantize ? "quantize" : "dequantize"},
   };
+  // Only when set, so the fingerprint of an earlier job's spec stays what it was.
+  if (o.weights.skip_unaligned) o.canonical["weights"]["skip_unaligned"] = true;
   // Only with static calibration, so the fingerprint of a weights-only job stays what it was.
   if (!o.activations.data.empty()) {
     o.canonical["activations"] = {{"data", o.activations.data},

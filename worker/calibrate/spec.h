@@ -23,6 +23,9 @@ struct WeightOptions {
   kernels::ScaleFormat scale_format = kernels::ScaleFormat::kFp32;
   std::vector<std::string> include;  // empty: the defaults (see selection.h)
   std::vector<std::string> exclude;
+  // Block granularity: selected tensors with a dimension not a multiple of the block size stay
+  // in BF16 (transformers' and vLLM's FP8 loaders refuse them).
+  bool skip_unaligned = false;
 };
 
 // Static activation calibration and the eval loss before/after (fp8d's GPT models only; see

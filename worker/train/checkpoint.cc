@@ -1,7 +1,11 @@
 #include "worker/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cinttypes>
@@ -47,7 +51,75 @@ std::vector<std::pair<int64_t, fs::path>> ListSteps(const std::string& dir) {
   return out;
 }
 
+// ".step-N.tmp-PID" / ".step-N.old-PID" → PID, or -1 for any other name.
+int64_t WriterPidOf(const fs::path& p) {
+  const std::string name = p.filename().string();
+  if (!name.starts_with(".step-")) return -1;
+  size_t at = name.rfind(".tmp-");
+  if (at == std::string::npos) at = name.rfind(".old-");
+  if (at == std::string::npos) return -1;
+  char* end = nullptr;
+  const char* digits = name.c_str() + at + 5;
+  const long long pid = std::strtoll(digits, &end, 10);
+  return (*end == '\0' && end != digits && pid > 0) ? pid : -1;
+}
+
+// Removes a checkpoint's temporary directory unless it was renamed into place: every error
+// path of SaveCheckpoint leaves nothing behind (each retry would otherwise leave another copy
+// of the model, filling the disk sooner).
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(fs::path dir) : dir_(std::move(dir)) {}
+  ~TempDirGuard() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void Release() { dir_.clear(); }
+
+ private:
+  fs::path dir_;
+};
+
+Status ErrnoError(const std::string& what, int err) {
+  const std::string msg = what + ": " + std::strerror(err);
+  switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+    case ENOTDIR:
+    case EEXIST:
+    case ENOENT:
+      return InvalidArgumentError(msg);
+    default:
+      return UnavailableError(msg);
+  }
+}
+
 }  // namespace
+
+Status PrepareCheckpointDir(const std::string& checkpoint_dir) {
+  std::error_code ec;
+  fs::create_directories(checkpoint_dir, ec);
+  if (ec) return ErrnoError("cannot create " + checkpoint_dir, ec.value());
+  for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
+    const int64_t pid = WriterPidOf(e.path());
+    if (pid < 0) continue;
+    // A writer that still runs (another rank's process, in a misconfigured shared dir) keeps
+    // its directory; ours cannot be in the middle of a write yet.
+    const bool alive = pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    if (alive) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) std::fprintf(stderr, "fp8-worker: removed stale %s\n", e.path().c_str());
+  }
+  const std::string probe = (fs::path(checkpoint_dir) / (".probe-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("cannot write in " + checkpoint_dir, errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return OkStatus();
+}
 
 StatusOr<std::string> Fnv1a64File(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -76,6 +148,7 @@ StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int6
   const fs::path final_dir = root / ("step-" + std::to_string(step));
   const fs::path tmp_dir = root / (".step-" + std::to_string(step) + ".tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp_dir, ec);
+  TempDirGuard guard(tmp_dir);
   fs::create_directories(tmp_dir, ec);
   if (ec) return InternalError("cannot create " + tmp_dir.string() + ": " + ec.message());
 
@@ -107,6 +180,7 @@ StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int6
   }
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return InternalError("rename " + tmp_dir.string() + " → " + final_dir.string() + ": " + ec.message());
+  guard.Release();
   FP8_RETURN_IF_ERROR(FsyncPath(root.string()));
 
   SavedCheckpoint saved;

@@ -25,6 +25,13 @@ StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int6
                                          const GptModel& model, const AdamW& opt,
                                          const nlohmann::json& state, int keep);
 
+// At start, before any step: creates `checkpoint_dir`, removes temporary directories
+// (.step-N.tmp-PID, .step-N.old-PID) left by writers that are gone (a crash mid-write), and
+// checks that a file can be created there. INVALID_ARGUMENT when the directory cannot be used
+// at all (permission, read-only file system, a file in the way: retrying cannot help),
+// UNAVAILABLE for anything that may pass (a full disk).
+Status PrepareCheckpointDir(const std::string& checkpoint_dir);
+
 // A step-N directory (has trainer_state.json) or a directory of them (the newest complete one
 // wins). NotFound when there is none.
 StatusOr<std::string> FindCheckpoint(const std::string& path);

@@ -184,6 +184,7 @@ double GptModel::Forward(const int32_t* inputs, const int32_t* targets, int batc
   LayerNormForward<float>(res_final_.data(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.data(),
                           lnf_mean_.data(), lnf_rstd_.data());
   Gemm<float>(false, true, n, v, c, lnf_out_.data(), p + wte_, false, probs_.data());
+  if (keep_logits_) logits_.assign(probs_.begin(), probs_.begin() + n * v);
   return CrossEntropyForward<float>(probs_.data(), targets, n, v);
 }
 

@@ -51,6 +51,7 @@ class GptModel {
   void ZeroGrad();
 
   std::vector<float>& params() { return params_; }
+  const std::vector<float>& params() const { return params_; }
   std::vector<float>& grads() { return grads_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   const ModelConfig& config() const { return cfg_; }
@@ -64,6 +65,10 @@ class GptModel {
   using LinearInputHook =
       std::function<bool(const std::string& layer, const float* x, int64_t m, int64_t k, float* operand)>;
   void SetLinearInputHook(LinearInputHook hook) { input_hook_ = std::move(hook); }
+  // With `keep` set, Forward copies the logits [batch·seq_len, vocab] into logits() before the
+  // loss turns them into probabilities (`fp8-worker evaluate --tokens`, tests).
+  void KeepLogits(bool keep) { keep_logits_ = keep; }
+  const std::vector<float>& logits() const { return logits_; }
   // Names of the linear layers in forward order (the prefixes of their .weight / .bias).
   std::vector<std::string> LinearLayerNames() const;
 
@@ -100,6 +105,8 @@ class GptModel {
   int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
   LinearInputHook input_hook_;
+  bool keep_logits_ = false;
+  std::vector<float> logits_;
 
   int batch_ = 0;
   std::vector<int32_t> inputs_, targets_;

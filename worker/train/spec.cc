@@ -148,6 +148,17 @@ Status ApplyPreset(ModelConfig* m) {
                               "' (want tiny, gpt2-124m, gpt-1b or gpt-2b)");
 }
 
+// The daemon writes every field of the proto: "", 0 and null mean "not set".
+bool HasNonDefaultField(const json& obj) {
+  if (!obj.is_object()) return true;
+  for (const auto& [key, v] : obj.items()) {
+    if (v.is_null() || (v.is_string() && (v.get<std::string>().empty() || v.get<std::string>() == "0"))) continue;
+    if (v.is_number() && v.get<double>() == 0) continue;
+    return true;
+  }
+  return false;
+}
+
 Status ParseModel(const json& j, ModelConfig* m) {
   FieldReader r(j, "model");
   r.String("preset", &m->preset);
@@ -234,7 +245,12 @@ Status ParseTraining(const json& j, TrainingConfig* t) {
   r.Integer("eval_steps", &t->eval_steps, 1);
   r.Integer("save_steps", &t->save_steps, 1);
   r.Integer("save_total_limit", &t->save_total_limit, 1);
+  std::string export_format;
+  r.String("export", &export_format);
   FP8_RETURN_IF_ERROR(r.Finish());
+  if (export_format == "hf") t->export_hf = true;
+  else if (!export_format.empty())
+    return InvalidArgumentError("training.export: must be \"\" or hf, got '" + export_format + "'");
   if (sched == "cosine") t->lr_scheduler_type = LrSchedule::kCosine;
   else if (sched == "linear") t->lr_scheduler_type = LrSchedule::kLinear;
   else if (sched == "constant") t->lr_scheduler_type = LrSchedule::kConstant;
@@ -254,7 +270,10 @@ StatusOr<TrainSpec> ParseTrainSpec(const json& j) {
   r.String("output_dir", &s.output_dir);
   std::string backend = "auto";
   r.String("backend", &backend);
+  r.String("init_from", &s.init_from);
   FP8_RETURN_IF_ERROR(r.Finish());
+  if (!s.init_from.empty() && model && HasNonDefaultField(*model))
+    return InvalidArgumentError("model: must be left out with init_from (the shape comes from " + s.init_from + ")");
   FP8_RETURN_IF_ERROR(ParseModel(model ? *model : json::object(), &s.model));
   {
     FieldReader d(data ? *data : json::object(), "data");
@@ -357,8 +376,9 @@ json SpecToJson(const TrainSpec& s) {
                     {"adam_beta1", t.adam_beta1}, {"adam_beta2", t.adam_beta2}, {"adam_epsilon", t.adam_epsilon},
                     {"max_grad_norm", t.max_grad_norm}, {"seed", t.seed}, {"logging_steps", t.logging_steps},
                     {"eval_steps", t.eval_steps}, {"save_steps", t.save_steps},
-                    {"save_total_limit", t.save_total_limit}}},
+                    {"save_total_limit", t.save_total_limit}, {"export", t.export_hf ? "hf" : ""}}},
       {"output_dir", s.output_dir},
+      {"init_from", s.init_from},
       {"backend", kBackend[static_cast<int>(s.backend)]},
   };
 }

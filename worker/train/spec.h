@@ -53,6 +53,7 @@ struct TrainingConfig {
   int64_t eval_steps = 100;
   int64_t save_steps = 500;
   int save_total_limit = 3;
+  bool export_hf = false;  // training.export: hf → <output_dir>/hf/ at the end (rank 0)
 };
 
 struct TrainSpec {
@@ -62,6 +63,9 @@ struct TrainSpec {
   TrainingConfig training;
   std::string output_dir = "./fp8-output";
   Backend backend = Backend::kAuto;
+  // A Hugging Face GPT-2 directory or an fp8d checkpoint to start from (worker/train/hf_gpt2.h);
+  // the model shape comes from it, so `model` must be left out.
+  std::string init_from;
 };
 
 // Parses and validates (including the preset, whose explicit fields override it).

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "worker/data/shards.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/hf_gpt2.h"
 #include "worker/train/model.h"
 #include "worker/train/optimizer.h"
 
@@ -18,8 +20,6 @@ namespace {
 using fp8::worker::EventWriter;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kEvalStream = 0xe7a1e7a1e7a1ULL;  // eval samples: a seed stream of their own
-constexpr int kEvalSequences = 32;
 constexpr size_t kLossHistoryCap = 100000;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -33,8 +33,9 @@ int Fail(EventWriter& ev, const char* cls, const std::string& msg, int code, Tra
 
 class Loop {
  public:
-  Loop(const TrainSpec& spec, const TrainOptions& opt, Collective& coll, EventWriter& ev)
-      : spec_(spec), opt_(opt), coll_(coll), ev_(ev), model_(spec.model, spec.precision),
+  Loop(const TrainSpec& spec, const TrainOptions& opt, Collective& coll, EventWriter& ev,
+       const ModelSource* init)
+      : spec_(spec), opt_(opt), coll_(coll), ev_(ev), init_(init), model_(spec.model, spec.precision),
         adam_(spec.training, spec.precision.bf16_moments, model_.tensors(), model_.num_params()) {}
 
   TrainResult Run();
@@ -51,6 +52,7 @@ class Loop {
   const TrainOptions& opt_;
   Collective& coll_;
   EventWriter& ev_;
+  const ModelSource* init_;  // train.init_from, resolved; null: random init
   GptModel model_;
   AdamW adam_;
   std::optional<data::TokenDataset> train_, val_;
@@ -73,18 +75,24 @@ void Loop::FillBatch(uint64_t seed, uint64_t first_sample, int count, const data
 
 int Loop::Setup() {
   const auto& m = spec_.model;
+  // With init_from the vocabulary is the loaded model's: say so when the data does not fit it.
+  const std::string vocab_origin =
+      init_ ? " (vocab_size " + std::to_string(m.vocab_size) + " is init_from's, " + init_->config_path + ")" : "";
   auto train = data::TokenDataset::Load(spec_.data.train, m.seq_len, m.vocab_size);
-  if (!train.ok()) return Fail(ev_, "DATA_ERROR", "data.train: " + train.status().message(), worker::kExitBadData, &result_);
+  if (!train.ok())
+    return Fail(ev_, "DATA_ERROR", "data.train: " + train.status().message() + vocab_origin, worker::kExitBadData, &result_);
   train_ = std::move(train).value();
   if (!spec_.data.val.empty()) {
     auto val = data::TokenDataset::Load(spec_.data.val, m.seq_len, m.vocab_size);
-    if (!val.ok()) return Fail(ev_, "DATA_ERROR", "data.val: " + val.status().message(), worker::kExitBadData, &result_);
+    if (!val.ok())
+      return Fail(ev_, "DATA_ERROR", "data.val: " + val.status().message() + vocab_origin, worker::kExitBadData, &result_);
     val_ = std::move(val).value();
   }
   checkpoint_dir_ = opt_.checkpoint_dir.empty()
                         ? (std::filesystem::path(spec_.output_dir) / "checkpoints").string()
                         : opt_.checkpoint_dir;
   model_.InitWeights(static_cast<uint64_t>(spec_.training.seed));
+  bool resumed = false;
   if (!opt_.resume_from.empty()) {
     auto dir = FindCheckpoint(opt_.resume_from);
     if (!dir.ok()) {
@@ -99,6 +107,25 @@ int Loop::Setup() {
       if (state->contains("loss_history"))
         for (const auto& e : (*state)["loss_history"]) loss_history_.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
       std::fprintf(stderr, "fp8-worker: resumed from %s at step %lld\n", dir->c_str(), static_cast<long long>(step_));
+      resumed = true;
+    }
+  }
+  // A retry resumes from its own checkpoint; init_from is only where a fresh run starts. The
+  // FP8 scaling state starts empty, so the first step's casts are scaled by the loaded
+  // weights' own amaxes (LinearPrecision's first cast).
+  if (!resumed && init_) {
+    if (Status s = LoadModelWeights(*init_, &model_); !s.ok())
+      return Fail(ev_, "DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData, &result_);
+    std::fprintf(stderr, "fp8-worker: initialized from %s\n", init_->dir.c_str());
+  }
+  if (coll_.rank() == 0) {
+    // An output dir that cannot be written fails now, as a bad spec, not after the first
+    // save_steps steps of work and then again on every retry. It comes after the inputs are
+    // checked, so a bad input writes nothing.
+    if (Status st = PrepareCheckpointDir(checkpoint_dir_); !st.ok()) {
+      const bool permanent = st.code() == StatusCode::kInvalidArgument;
+      return Fail(ev_, permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + st.message(),
+                  permanent ? worker::kExitInvalidSpec : worker::kExitTemporary, &result_);
     }
   }
   result_.start_step = step_;
@@ -273,6 +300,15 @@ TrainResult Loop::Run() {
   if (result_.eval_loss >= 0) res["eval_loss"] = result_.eval_loss;
   if (!result_.last_checkpoint.empty()) res["checkpoint"] = result_.last_checkpoint;
   if (spec_.precision.recipe == Recipe::kFp8Tensorwise) res["fp8_scaling_digest"] = ScalingStateDigest(model_.PrecisionState());
+  if (spec_.training.export_hf && !result_.interrupted && rank == 0) {
+    const std::string hf_dir = (std::filesystem::path(spec_.output_dir) / "hf").string();
+    if (Status s = ExportHfGpt2(model_, hf_dir); !s.ok()) {
+      Fail(ev_, "INTERNAL_ERROR", "training.export: " + s.message(), worker::kExitInternal, &result_);
+      return result_;
+    }
+    res["export"] = std::filesystem::absolute(hf_dir).string();
+    std::fprintf(stderr, "fp8-worker: exported the model (Hugging Face GPT-2) to %s\n", hf_dir.c_str());
+  }
   ev_.StopHeartbeat();
   ev_.Emit("done", {{"result", res}});
   result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
@@ -293,7 +329,29 @@ std::string ScalingStateDigest(const nlohmann::json& precision_state) {
 
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
                         EventWriter& events) {
-  Loop loop(spec, options, collective, events);
+  // init_from decides the model's shape before the model exists; its weights load in Setup.
+  std::optional<ModelSource> init;
+  TrainSpec resolved = spec;
+  if (!spec.init_from.empty()) {
+    // A retry takes the shape from the checkpoint it resumes (init_from need not exist anymore).
+    const bool resuming = !options.resume_from.empty() && FindCheckpoint(options.resume_from).ok();
+    auto src = OpenModelSource(resuming ? options.resume_from : spec.init_from);
+    if (!src.ok()) {
+      TrainResult r;
+      Fail(events, "DATA_ERROR", (resuming ? "resume from: " : "init_from: ") + src.status().message(),
+           worker::kExitBadData, &r);
+      return r;
+    }
+    resolved.model = src->config;
+    if (!resuming) init = std::move(src).value();
+    if (resolved.model.vocab_size > 65536) {
+      TrainResult r;
+      Fail(events, "DATA_ERROR", "init_from: " + init->config_path + ": vocab_size " +
+           std::to_string(resolved.model.vocab_size) + " is more than llm.c shards' uint16 tokens hold", worker::kExitBadData, &r);
+      return r;
+    }
+  }
+  Loop loop(resolved, options, collective, events, init ? &*init : nullptr);
   TrainResult r = loop.Run();
   events.StopHeartbeat();
   return r;

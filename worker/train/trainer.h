@@ -16,6 +16,11 @@
 
 namespace fp8::train {
 
+// The evaluation set: sequences 0 .. kEvalSequences-1 of the val shards' sample stream
+// seed ^ kEvalStream (`fp8-worker evaluate --data` measures the same loss).
+inline constexpr uint64_t kEvalStream = 0xe7a1e7a1e7a1ULL;
+inline constexpr int kEvalSequences = 32;
+
 struct TrainOptions {
   std::string checkpoint_dir;   // default <output_dir>/checkpoints
   std::string resume_from;      // a step-N dir or a checkpoints dir; empty: fresh start

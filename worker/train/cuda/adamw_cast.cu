@@ -19,7 +19,7 @@ using kernels::Fp8Format;
 // the plain cast casts a block it loaded. 512 threads and two CTAs per SM, not the plain cast's
 // 256: the update moves 7 words per weight where the cast moves 1.5, and with 256 threads (112
 // registers, 2 CTAs per SM) too few loads were in flight: 2.32 ms per d4096 block against 1.82
-// for AdamW + the cast apart; with 512, 1.56 ms (1024 threads: 1.57; H200, docs/performance.md).
+// for AdamW + the cast apart; with 512, 1.56 ms (1024 threads: 1.57; H200, docs/perf-history.md).
 constexpr int kAdamWCastThreads = 512;
 template <Fp8Format F>
 __global__ void __launch_bounds__(kAdamWCastThreads, 2)
@@ -85,7 +85,7 @@ Status AdamWStepCast128x128(float* w, const float* g, float* m, float* v, int64_
     AdamWCast128x128Kernel<Fp8Format::kE5M2><<<grid, kAdamWCastThreads, kSmem, s>>>(
         w, g, m, v, rows, cols, decay, a, ue8m0, q, scale_inv, scale_ld, qt, scale_inv_t, scale_ld_t);
   }
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 

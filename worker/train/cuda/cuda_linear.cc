@@ -29,7 +29,6 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   const int64_t wmax = max_in * max_out;
   const int64_t dmax = std::max(max_in, max_out);
   ws->dw_scratch_floats = wmax;
-  ws->dw_in_place = std::getenv("FP8_CUDA_DW_SCRATCH") == nullptr;
   FP8_RETURN_IF_ERROR(ws->col_scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(max_m, dmax)), "column scratch"));
   FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
   FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
@@ -54,8 +53,7 @@ CudaLinear::CudaLinear(int64_t in, int64_t out, float* w, float* b, float* gw, f
                        const PrecisionConfig& p, LinearWorkspace* ws, cublasHandle_t cublas,
                        kernels::cuda::Sm90CublasLtContext* lt, Bf16EpilogueGemm* epilogue_gemm, cudaStream_t s)
     : in_(in), out_(out), w_(w), b_(b), gw_(gw), gb_(gb), p_(p), ws_(ws), cublas_(cublas), lt_(lt), epi_(epilogue_gemm), s_(s) {
-  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr &&
-          std::getenv("FP8_CUDA_NO_FUSION") == nullptr;
+  fuse_ = (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) && epi_ != nullptr;
 }
 
 DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
@@ -88,7 +86,7 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
     // Empty history, scale_inv 1 (DelayedScaling's initial state).
     std::vector<float> init(static_cast<size_t>(DelayedStateFloats(h)), 0.0f);
     init.back() = 1.0f;
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(sc->state.get(), init.data(), init.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(sc->state.get(), init.data(), init.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
   return xq_saved_.Allocate(static_cast<size_t>(max_m * in_), "saved x cast");
 }
@@ -106,7 +104,7 @@ Status CudaLinear::CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q
   const float* scale_inv = DelayedScaleInv(sc.state.get(), h);
   if (!sc.seeded) {
     float* tmp = ws_->tmp_state.get();
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tmp, sc.state.get(), DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(tmp, sc.state.get(), DelayedStateFloats(h) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
     FP8_RETURN_IF_ERROR(kc::Sm90Amax(x, n, amax_out, s_));
     FP8_RETURN_IF_ERROR(DelayedScalingUpdate(tmp, amax_out, Params(sc.format), s_));
     FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, DelayedScaleInv(tmp, h), sc.format, q, scratch_amax + 1, s_));
@@ -115,7 +113,7 @@ Status CudaLinear::CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q
     FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, scale_inv, sc.format, q, amax_out, s_));
   }
   if (training) sc.pending = true;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(si_dst, scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, s_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(si_dst, scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, s_));
   return OkStatus();
 }
 
@@ -346,7 +344,7 @@ Status CudaLinear::Restore(const nlohmann::json& state) {
     std::copy(hist.begin(), hist.end(), st.begin());
     st[static_cast<size_t>(h)] = static_cast<float>(hist.size());
     st.back() = state[key]["scale_inv"].get<float>();
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(sc->state.get(), st.data(), st.size() * sizeof(float), cudaMemcpyHostToDevice));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(sc->state.get(), st.data(), st.size() * sizeof(float), cudaMemcpyHostToDevice));
     sc->seeded = !hist.empty();
   }
   return OkStatus();

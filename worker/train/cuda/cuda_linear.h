@@ -15,8 +15,8 @@
 //                   with the forward's 1x128 cast of x (kept until backward, 1 byte per element).
 // The bias stays FP32 and its gradient is an FP32 column sum of dy.
 // Under bf16 the bias add, bias + GELU and GELU backward ride in the GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
-// recipes, they are separate passes (train_kernels.h). FP8_CUDA_NO_FUSION=1 forces the separate
-// passes (before/after runs, and the test that both paths agree).
+// recipes, they are separate passes (train_kernels.h); so they are without an epilogue GEMM
+// (CudaModelOptions::fused_epilogues off: the test that both paths agree).
 #pragma once
 
 #include <cublas_v2.h>
@@ -44,8 +44,7 @@ struct LinearWorkspace {
   DeviceBuffer<float> as, ast;                     // blockwise: the activation/gradient scales
   DeviceBuffer<float> col_scratch, amax, tmp_state;
   // FP8 wgrad adds into dW in place (cuBLASLt beta = 1). The FP32 dW scratch + Accumulate pass is
-  // the fallback: allocated on first use, when cuBLASLt refuses beta for a GEMM or when
-  // FP8_CUDA_DW_SCRATCH=1 asks for it (before/after runs).
+  // the fallback: allocated on first use, when cuBLASLt refuses beta for a GEMM.
   DeviceBuffer<float> dw;
   bool dw_in_place = true;
   int64_t dw_scratch_floats = 0;  // the largest weight: what the fallback allocates
@@ -136,7 +135,7 @@ class CudaLinear {
   kernels::cuda::Sm90CublasLtContext* lt_;
   Bf16EpilogueGemm* epi_;
   cudaStream_t s_;
-  bool fuse_ = false;                // bf16 recipe, an epilogue GEMM, no FP8_CUDA_NO_FUSION
+  bool fuse_ = false;                // bf16 recipe and an epilogue GEMM
   bool refused_[4] = {};             // per epilogue: cuBLASLt had no algorithm
   Scaling x_sc_, w_sc_, dy_sc_;
   DeviceBuffer<uint8_t> xq_saved_;  // tensorwise: the forward cast of x, reused by wgrad

@@ -80,7 +80,8 @@ std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
 StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& cfg,
                                                              const PrecisionConfig& precision,
                                                              const std::vector<ParamTensor>& tensors,
-                                                             int max_batch, cudaStream_t stream) {
+                                                             int max_batch, cudaStream_t stream,
+                                                             const CudaModelOptions& options) {
   if (cfg.d_model % cfg.n_head != 0) return InvalidArgumentError("model.n_head: must divide d_model");
   const int64_t m = static_cast<int64_t>(max_batch) * cfg.seq_len;
   if (precision.recipe == Recipe::kFp8Tensorwise && (cfg.d_model % 16 != 0 || m % 16 != 0))
@@ -93,6 +94,7 @@ StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& 
   model->precision_ = precision;
   model->tensors_ = tensors;
   model->stream_ = stream;
+  model->options_ = options;
   FP8_RETURN_IF_ERROR(model->Init(max_batch));
   return model;
 }
@@ -119,8 +121,7 @@ Status CudaGptModel::Init(int max_batch) {
 
   const int64_t c = cfg_.d_model, t = cfg_.seq_len, v = cfg_.vocab_size, h = cfg_.n_head;
   const int64_t n = static_cast<int64_t>(max_batch) * t;
-  // FP8_CUDA_PLAIN_ATTENTION=1 keeps the plain path: for before/after benchmarks in one run.
-  flash_ = FlashAttentionSupportsHeadDim(c / h) && std::getenv("FP8_CUDA_PLAIN_ATTENTION") == nullptr;
+  flash_ = FlashAttentionSupportsHeadDim(c / h);
   const size_t plain_tt = flash_ ? 0 : static_cast<size_t>(max_batch * h * t * t);  // T×T only without flash
   FP8_RETURN_IF_ERROR(params_.Allocate(static_cast<size_t>(num_params_), "parameters"));
   FP8_RETURN_IF_ERROR(grads_.Allocate(static_cast<size_t>(num_params_), "gradients"));
@@ -145,7 +146,7 @@ Status CudaGptModel::Init(int max_batch) {
       FP8_ASSIGN_OR_RETURN(int64_t w, at(pre + name + ".weight"));
       FP8_ASSIGN_OR_RETURN(int64_t bb, at(pre + name + ".bias"));
       lin = std::make_unique<CudaLinear>(in, out, p + w, p + bb, g + w, g + bb, precision_, ws_.get(), cublas_, lt_.get(),
-                                         epilogue_gemm_.get(), stream_);
+                                         options_.fused_epilogues ? epilogue_gemm_.get() : nullptr, stream_);
       return lin->Init(n, amax_slots_.get() + 3 * (4 * l + k));
     };
     FP8_RETURN_IF_ERROR(linear(b.qkv, 0, "attn.c_attn", c, 3 * c));
@@ -196,7 +197,7 @@ Status CudaGptModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(d_c_.Allocate(nc, "d [n, C]"));
   FP8_RETURN_IF_ERROR(d_4c_.Allocate(4 * nc, "d [n, 4C]"));
   FP8_RETURN_IF_ERROR(loss_sum_.Allocate(1, "loss sum"));
-  fuse_optimizer_ = std::getenv("FP8_CUDA_UNFUSED_OPTIMIZER") == nullptr;
+  fuse_optimizer_ = options_.fused_optimizer;
   FP8_RETURN_IF_ERROR(InitDecayMask());
   InitZeroRanges();
   return ZeroGrad();
@@ -204,7 +205,7 @@ Status CudaGptModel::Init(int max_batch) {
 
 void CudaGptModel::InitZeroRanges() {
   std::vector<std::pair<int64_t, int64_t>> overwritten;  // [begin, end)
-  overwrite_grads_ = std::getenv("FP8_CUDA_ZERO_ALL_GRADS") == nullptr;
+  overwrite_grads_ = options_.overwrite_grads;
   if (overwrite_grads_) {
     overwritten.emplace_back(wte_, wte_ + WteNumel());  // the head's wgrad
     for (CudaLinear* lin : linears_) {
@@ -235,7 +236,7 @@ Status CudaGptModel::InitDecayMask() {
       if (lin->FusesOptimizerStep()) fill(OffsetOf(lin), lin->in() * lin->out(), kAdamWSkip);
   }
   FP8_RETURN_IF_ERROR(decay_mask_.Allocate(mask.size(), "AdamW decay mask"));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
   return OkStatus();
 }
 
@@ -272,23 +273,23 @@ float* CudaGptModel::mutable_params() {
 }
 
 Status CudaGptModel::UploadParams(const float* host) {
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(params_.get(), host, sizeof(float) * num_params_, cudaMemcpyHostToDevice));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(params_.get(), host, sizeof(float) * num_params_, cudaMemcpyHostToDevice));
   InvalidateWeightCasts();
   return OkStatus();
 }
 Status CudaGptModel::DownloadParams(float* host) const {
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, params_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(host, params_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
   return OkStatus();
 }
 Status CudaGptModel::DownloadGrads(float* host) const {
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, grads_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(host, grads_.get(), sizeof(float) * num_params_, cudaMemcpyDeviceToHost));
   return OkStatus();
 }
 Status CudaGptModel::ZeroGrad() {
   for (const auto& [offset, n] : zero_ranges_)
-    FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_.get() + offset, 0, sizeof(float) * n, stream_));
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads_.get() + offset, 0, sizeof(float) * n, stream_));
   grads_fresh_ = true;
   return OkStatus();
 }
@@ -351,8 +352,8 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
   } else {
     FP8_RETURN_IF_ERROR(CheckTokens(inputs, n, v, "inputs"));
   }
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   const float* p = params_.get();
   float* x = blocks_.empty() ? res_final_.get() : blocks_[0].x_in.get();
   FP8_RETURN_IF_ERROR(EmbeddingForward(inputs_.get(), p + wte_, p + wpe_, n, t, c, x, stream_));
@@ -388,8 +389,8 @@ StatusOr<double> CudaGptModel::Forward(const int32_t* inputs, const int32_t* tar
                                    losses_.get(), stream_));
   FP8_RETURN_IF_ERROR(SumToDouble(losses_.get(), n, loss_sum_.get(), stream_));
   double sum = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   return sum / static_cast<double>(n);
 }
 
@@ -407,7 +408,7 @@ Status CudaGptModel::Backward() {
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, n, c, v, 1.0f, logits_.get(), vocab_ld_, wte_bf16_.get(), c, 0.0f, d_c_.get(), c, false));
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, overwrite ? 0.0f : 1.0f,
                                g + wte_, c, true));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
   // Each LayerNorm backward also writes the residual gradient in bf16 (dy_c_): the operand of
   // the next linear layer's backward.
   FP8_RETURN_IF_ERROR(LayerNormBackward(d_c_.get(), res_final_.get(), p + lnf_w_, lnf_mean_.get(), lnf_rstd_.get(), n, c, dres_.get(),

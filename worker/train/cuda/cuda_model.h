@@ -32,13 +32,27 @@
 
 namespace fp8::train::cuda {
 
+// The fused paths the model takes. Training always uses the defaults; a test turns one off to
+// check it against the plain formulation on the same weights and tokens.
+struct CudaModelOptions {
+  // bf16: bias, bias + GELU and GELU backward in the GEMMs' cuBLASLt epilogues (false: separate
+  // passes, as the FP8 recipes run them).
+  bool fused_epilogues = true;
+  // OptimizerStep writes the next forward's weight casts (false: plain AdamW, the forward casts).
+  bool fused_optimizer = true;
+  // The first Backward overwrites the linear weights' and wte's gradients (false: ZeroGrad
+  // clears everything and every Backward accumulates).
+  bool overwrite_grads = true;
+};
+
 class CudaGptModel {
  public:
   // `tensors`: the layout of GptModel (names, offsets); `max_batch` sizes the activations.
   static StatusOr<std::unique_ptr<CudaGptModel>> Create(const ModelConfig& cfg,
                                                         const PrecisionConfig& precision,
                                                         const std::vector<ParamTensor>& tensors,
-                                                        int max_batch, cudaStream_t stream);
+                                                        int max_batch, cudaStream_t stream,
+                                                        const CudaModelOptions& options = {});
   ~CudaGptModel();
 
   // Host ↔ device copies of the flat FP32 buffers (synchronous).
@@ -56,16 +70,14 @@ class CudaGptModel {
   Status Backward();
   // grads() = 0, as the next Backward sees it: the linear weights' and wte's gradients are not
   // cleared but overwritten by the first Backward's GEMMs (beta 0), saving a write and a read of
-  // 4 bytes per weight; FP8_CUDA_ZERO_ALL_GRADS=1 clears everything and always accumulates (the
-  // before/after runs). Read grads() only after a Backward.
+  // 4 bytes per weight (CudaModelOptions::overwrite_grads). Read grads() only after a Backward.
   Status ZeroGrad();
 
   // One AdamW step over every parameter (m, v: FP32 moments laid out like params(); decay per
   // ParamTensor::weight_decay). Under bf16, fp32 and fp8-blockwise the step also writes the next
   // forward's GEMM operands of the linear weights and the tied wte from the updated values
-  // (CudaLinear::OptimizerStep), so the forward does not read the FP32 weights again;
-  // FP8_CUDA_UNFUSED_OPTIMIZER=1 runs the plain AdamW and leaves the casts to the forward (the
-  // before/after runs and the test that both agree bit for bit).
+  // (CudaLinear::OptimizerStep), so the forward does not read the FP32 weights again
+  // (CudaModelOptions::fused_optimizer).
   Status OptimizerStep(const AdamWArgs& a, float* m, float* v);
 
   // The parameters, to write: the weight casts the model keeps are dropped (the next forward
@@ -121,7 +133,8 @@ class CudaGptModel {
   DeviceBuffer<float> params_, grads_;
   DeviceBuffer<bf16> wte_bf16_;
   bool wte_cast_current_ = false;  // wte_bf16_ holds wte (as CudaLinear's w_cast_current_)
-  bool fuse_optimizer_ = false;    // OptimizerStep writes the casts (no FP8_CUDA_UNFUSED_OPTIMIZER)
+  CudaModelOptions options_;
+  bool fuse_optimizer_ = false;    // OptimizerStep writes the casts (options_.fused_optimizer, recipe permitting)
   // AdamWStep's mask: kAdamWDecay / kAdamWNoDecay per parameter, kAdamWSkip on the tensors whose
   // update OptimizerStep runs with their cast
   DeviceBuffer<uint8_t> decay_mask_;
@@ -131,7 +144,7 @@ class CudaGptModel {
   // Backward overwrites; grads_fresh_: no Backward since ZeroGrad.
   std::vector<std::pair<int64_t, int64_t>> zero_ranges_;
   bool grads_fresh_ = false;
-  bool overwrite_grads_ = true;  // no FP8_CUDA_ZERO_ALL_GRADS
+  bool overwrite_grads_ = true;  // options_.overwrite_grads
   int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
   std::vector<CudaLinear*> linears_;  // every block's qkv, proj, fc, fc_proj, in block order

@@ -10,6 +10,7 @@
 #include "kernels/cuda/sm90_cuda_check.h"
 #include "worker/data/shards.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/hf_gpt2.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/nccl_comm.h"
 #include "worker/train/model.h"
@@ -75,10 +76,10 @@ class CudaLoop {
 
 Status CudaLoop::InitDevice() {
   int count = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  FP8_RETURN_IF_CUDA_ERROR(cudaGetDeviceCount(&count));
   if (count < 1) return UnavailableError("no CUDA device");
-  FP8_CUDA_RETURN_IF_ERROR(cudaSetDevice(dist_.rank % count));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FP8_RETURN_IF_CUDA_ERROR(cudaSetDevice(dist_.rank % count));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FP8_ASSIGN_OR_RETURN(comm_, NcclComm::Create(dist_.rank, dist_.world_size, dist_.rendezvous_dir, dist_.timeout));
   FP8_ASSIGN_OR_RETURN(model_, CudaGptModel::Create(spec_.model, spec_.precision, host_.tensors(),
                                                     spec_.training.per_device_train_batch_size, stream_));
@@ -90,8 +91,8 @@ Status CudaLoop::InitDevice() {
   FP8_RETURN_IF_ERROR(norm_partial_.Allocate(1024, "norm partials"));
   FP8_RETURN_IF_ERROR(host_sums_.Allocate(2, "all-reduced scalars"));
   FP8_RETURN_IF_ERROR(norm_.Allocate(1, "norm"));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemset(m_.get(), 0, n * sizeof(float)));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemset(v_.get(), 0, n * sizeof(float)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemset(m_.get(), 0, n * sizeof(float)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemset(v_.get(), 0, n * sizeof(float)));
   return OkStatus();
 }
 
@@ -114,11 +115,13 @@ int CudaLoop::Setup() {
   }
   host_adam_ = std::make_unique<train::AdamW>(spec_.training, spec_.precision.bf16_moments, host_.tensors(), host_.num_params());
   host_.InitWeights(static_cast<uint64_t>(spec_.training.seed));
+  bool resumed = false;
   if (!opt_.resume_from.empty()) {
     auto dir = FindCheckpoint(opt_.resume_from);
     if (!dir.ok()) {
       std::fprintf(stderr, "fp8-worker: no checkpoint to resume from (%s); starting at step 0\n", dir.status().message().c_str());
     } else {
+      resumed = true;
       auto state = LoadCheckpoint(*dir, &host_, host_adam_.get());
       if (!state.ok()) return Fail("DATA_ERROR", "resume from " + *dir + ": " + state.status().message(), worker::kExitBadData);
       step_ = (*state)["step"].get<int64_t>();
@@ -133,6 +136,21 @@ int CudaLoop::Setup() {
       if (!s.ok()) return Fail("DATA_ERROR", "resume from " + *dir + ": " + s.message(), worker::kExitBadData);
       std::fprintf(stderr, "fp8-worker: resumed from %s at step %lld\n", dir->c_str(), static_cast<long long>(step_));
     }
+  }
+  // As on the CPU: a retry resumes from its checkpoint; init_from only starts a fresh run (the
+  // spec's model shape was taken from it by TrainMain).
+  if (!resumed && !spec_.init_from.empty()) {
+    auto src = OpenModelSource(spec_.init_from);
+    Status s = src.ok() ? LoadModelWeights(*src, &host_) : src.status();
+    if (!s.ok()) return Fail("DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData);
+    std::fprintf(stderr, "fp8-worker: initialized from %s\n", src->dir.c_str());
+  }
+  // As the CPU trainer: an output dir that cannot be written is a bad spec, caught at start,
+  // after the inputs are checked, so a bad input writes nothing.
+  if (Status s = dist_.rank == 0 ? PrepareCheckpointDir(checkpoint_dir_) : OkStatus(); !s.ok()) {
+    const bool permanent = s.code() == StatusCode::kInvalidArgument;
+    return Fail(permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + s.message(),
+                permanent ? worker::kExitInvalidSpec : worker::kExitTemporary);
   }
   if (Status s = model_->UploadParams(host_.params().data()); !s.ok()) return Fail("INTERNAL_ERROR", s.message(), worker::kExitTemporary);
   result_.start_step = step_;
@@ -182,8 +200,8 @@ Status CudaLoop::Save(int64_t step) {
   FP8_RETURN_IF_ERROR(model_->DownloadParams(host_.params().data()));
   const size_t n = static_cast<size_t>(host_.num_params());
   std::vector<float> mm(n), vv(n);
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(mm.data(), m_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpy(vv.data(), v_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(mm.data(), m_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(vv.data(), v_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
   host_adam_->Restore(mm, vv);
   FP8_ASSIGN_OR_RETURN(SavedCheckpoint saved,
                        SaveCheckpoint(checkpoint_dir_, step, host_, *host_adam_, State(step), spec_.training.save_total_limit));
@@ -226,8 +244,8 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
   if (!std::isfinite(loss)) return OkStatus();
   FP8_RETURN_IF_ERROR(SumSquares(model_->grads(), model_->num_params(), norm_partial_.get(), norm_.get(), stream_));
   double sq = 0;
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&sq, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&sq, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   const double grad_norm = std::sqrt(sq);
   float clip = 1.0f;
   if (t.max_grad_norm > 0 && grad_norm > t.max_grad_norm) clip = static_cast<float>(t.max_grad_norm / (grad_norm + 1e-6));
@@ -244,10 +262,10 @@ Status CudaLoop::Step(double* loss_out, double* grad_norm_out, double* lr_out, b
 }
 
 Status CudaLoop::AllReduceHost(double* v, int n) {
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
   FP8_RETURN_IF_ERROR(comm_->AllReduceSum(host_sums_.get(), static_cast<size_t>(n), stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(v, host_sums_.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FP8_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(v, host_sums_.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   return OkStatus();
 }
 
@@ -329,6 +347,15 @@ TrainResult CudaLoop::Run() {
   if (result_.eval_loss >= 0) res["eval_loss"] = result_.eval_loss;
   if (!result_.last_checkpoint.empty()) res["checkpoint"] = result_.last_checkpoint;
   if (spec_.precision.recipe == Recipe::kFp8Tensorwise) res["fp8_scaling_digest"] = ScalingStateDigest(model_->PrecisionState());
+  if (spec_.training.export_hf && !result_.interrupted && dist_.rank == 0) {
+    // The final step's Save (rank 0) left the trained weights in host_.
+    const std::string hf_dir = (std::filesystem::path(spec_.output_dir) / "hf").string();
+    if (Status s = ExportHfGpt2(host_, hf_dir); !s.ok()) {
+      Fail("INTERNAL_ERROR", "training.export: " + s.message(), worker::kExitInternal);
+      return result_;
+    }
+    res["export"] = std::filesystem::absolute(hf_dir).string();
+  }
   ev_.StopHeartbeat();
   ev_.Emit("done", {{"result", res}});
   result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;

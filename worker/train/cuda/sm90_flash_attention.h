@@ -3,9 +3,10 @@
 // running max/sum per query row and saves only the row's logsumexp; the backward recomputes the
 // probabilities from it. Tiles wholly above the causal diagonal are never visited.
 //
-// Tensor cores through mma.sync m16n8k16 (BF16 → FP32), operands staged in shared memory by
-// cp.async (two stages) and read with ldmatrix. Head dims 32, 64 and 128. Measured against
-// PyTorch SDPA by bench/trainer_cuda/bench_attention_cuda.cc (docs/performance.md).
+// Head dims 32, 64 and 128. At 64 and 128 the wgmma kernels run (TMA producer warp, two consumer
+// warpgroups, FA3 style); elsewhere mma.sync m16n8k16 kernels with operands staged by cp.async.
+// Measured against PyTorch SDPA by bench/trainer_cuda/bench_attention_cuda.cc
+// (docs/performance.md).
 //
 // Layout: element (b, h, t, d) of q, k, v, y (and their gradients) sits at
 //   ptr[b·batch_stride + h·head_stride + t·row_stride + d]
@@ -41,31 +42,33 @@ struct AttentionDims {
 
 bool FlashAttentionSupportsHeadDim(int64_t head_dim);
 
+// Which kernel runs each part. The trainer passes the default: at head dims 64 and 128 with
+// 16-byte aligned q/k/v/dy (TMA) the wgmma kernels (sm90_flash_attention_wgmma{,_dkdv}.cu: a TMA
+// producer warp, two consumer warpgroups), anywhere else the mma.sync ones
+// (sm90_flash_attention.cu). Tests and the attention bench turn a wgmma kernel off to compare
+// the two.
+struct AttentionKernelChoice {
+  bool wgmma_forward = true;
+  bool wgmma_dq = true;
+  bool wgmma_dkdv = true;
+};
+
 // y = softmax(q·kᵀ/√hd, causal)·v. `lse` [B·H, T] receives each row's logsumexp (base 2, of the
 // scores scaled by log2(e)/√hd): the only thing the backward needs besides q, k, v, y.
-// Head dims 64 and 128 run the wgmma kernel (sm90_flash_attention_wgmma.cu: TMA producer warp,
-// two consumer warpgroups) when q/k/v suit TMA (16-byte aligned); anything else, and every call
-// under FP8_CUDA_FLASH_MMA_FWD=1, runs the mma.sync kernel (FP8_CUDA_FLASH_MMA_FWD=0: wgmma
-// wherever it can run, whatever the default).
 Status FlashAttentionForward(const AttentionDims& dims, const __nv_bfloat16* q,
                              const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
-                             __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s);
+                             __nv_bfloat16* y, HeadLayout yl, float* lse, cudaStream_t s,
+                             AttentionKernelChoice choice = {});
 
-// Whether FlashAttentionForward takes the wgmma kernel for these arguments under the current
-// environment (tests and benches use it to know which kernel they measured).
+// Whether the forward, the dq and the dk/dv kernel of these arguments are the wgmma ones (tests
+// and benches use it to know which kernel they measured).
 bool FlashAttentionForwardUsesWgmma(const AttentionDims& dims, HeadLayout qkv, const void* q, const void* k,
-                                    const void* v);
-
-// Whether FlashAttentionBackward computes dq with the wgmma kernel (sm90_flash_attention_wgmma.cu)
-// for these arguments under the current environment (two-kernel backward, hd 64/128, TMA-aligned).
+                                    const void* v, AttentionKernelChoice choice = {});
 bool FlashAttentionBackwardUsesWgmmaDq(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
-                                       const void* k, const void* v, const void* dy);
-
-// Whether FlashAttentionBackward computes dk and dv with the wgmma kernel
-// (sm90_flash_attention_wgmma_dkdv.cu) for these arguments under the current environment
-// (two-kernel backward, hd 64/128, TMA-aligned; FP8_CUDA_FLASH_WGMMA_DKDV=0/1 forces it).
+                                       const void* k, const void* v, const void* dy, AttentionKernelChoice choice = {});
 bool FlashAttentionBackwardUsesWgmmaDkDv(const AttentionDims& dims, HeadLayout qkv, HeadLayout yl, const void* q,
-                                         const void* k, const void* v, const void* dy);
+                                         const void* k, const void* v, const void* dy,
+                                         AttentionKernelChoice choice = {});
 
 namespace internal {
 // The wgmma forward (sm90_flash_attention_wgmma.cu), called by FlashAttentionForward after its
@@ -87,37 +90,31 @@ Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& dims, const __nv_bfl
                                        const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
                                        const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv,
                                        cudaStream_t s);
-// The two-kernel backward's two kernels one at a time, each the one FlashAttentionBackward picks
-// under the current environment, so that a bench can time them alone. `delta` = rowsum(dy∘y), as a
-// FlashAttentionBackward call leaves it at the start of its scratch.
+// The backward's two kernels one at a time, each the one FlashAttentionBackward picks for
+// `choice`, so that a bench can time them alone. `delta` = rowsum(dy∘y), as a
+// FlashAttentionBackward call leaves it in its scratch.
 Status FlashAttentionBackwardDkDvAlone(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                        const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
                                        const float* lse, const float* delta, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                                       cudaStream_t s);
+                                       cudaStream_t s, AttentionKernelChoice choice = {});
 Status FlashAttentionBackwardDqAlone(const AttentionDims& dims, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                      const __nv_bfloat16* v, HeadLayout qkv, const __nv_bfloat16* dy, HeadLayout yl,
-                                     const float* lse, const float* delta, __nv_bfloat16* dq, cudaStream_t s);
+                                     const float* lse, const float* delta, __nv_bfloat16* dq, cudaStream_t s,
+                                     AttentionKernelChoice choice = {});
 }  // namespace internal
 
 // Floats of device scratch FlashAttentionBackward needs at `dims` (a smaller batch fits in a
-// larger batch's scratch) with the backward the environment selects now: rowsum(dy∘y), B·H·T;
-// the opt-in one-pass backward (FP8_CUDA_FLASH_BWD_FUSED=1) adds its turn counters and FP32 dq
-// accumulator, ≈ B·H·T·(hd+1) in all. Size it under the same setting as the calls.
+// larger batch's scratch): rowsum(dy∘y), B·H·T.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionDims& dims);
 
 // dq, dk, dv (layout `qkv`, overwritten) from dy (layout `yl`, like y); `scratch` holds
-// FlashAttentionBackwardScratchFloats(dims) floats. Default: two kernels, one owning a key tile
-// (dk, dv), one a query tile (dq), no atomics; at hd 64/128 the dq one is the wgmma kernel of
-// sm90_flash_attention_wgmma.cu (FP8_CUDA_FLASH_WGMMA_DQ=0: the mma.sync one), and the dk/dv one
-// the wgmma kernel of sm90_flash_attention_wgmma_dkdv.cu (FP8_CUDA_FLASH_WGMMA_DKDV=0: the mma.sync
-// one; FlashAttentionBackwardUsesWgmmaDkDv says which runs). FP8_CUDA_FLASH_BWD_FUSED=1: one pass per key block
-// that adds its dq share into an FP32 accumulator in a fixed order of key blocks (slower on the
-// H200 so far; docs/performance.md). Both are bitwise reproducible run to run.
-// FP8_CUDA_FLASH_OLD=1 selects the previous forward (64-query blocks) as well.
+// FlashAttentionBackwardScratchFloats(dims) floats. Two kernels, one owning a key tile (dk, dv),
+// one a query tile (dq): no atomics, bitwise reproducible run to run.
 Status FlashAttentionBackward(const AttentionDims& dims, const __nv_bfloat16* q,
                               const __nv_bfloat16* k, const __nv_bfloat16* v, HeadLayout qkv,
                               const __nv_bfloat16* y, const __nv_bfloat16* dy, HeadLayout yl,
                               const float* lse, float* scratch, __nv_bfloat16* dq,
-                              __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t s);
+                              __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t s,
+                              AttentionKernelChoice choice = {});
 
 }  // namespace fp8::train::cuda

@@ -13,7 +13,7 @@
 // Each consumer warp then arrives on the stage's "empty" mbarrier, which the producer waits on
 // before refilling it.
 //
-// Ping-pong (kPingPong): two named barriers make the consumer warpgroups take turns at issuing
+// Ping-pong (PingPongTurns): two named barriers make the consumer warpgroups take turns at issuing
 // their GEMMs (one's PV of tile j and S of tile j + 1, back to back), so one warpgroup's softmax
 // runs while the other's GEMMs occupy the tensor cores.
 //
@@ -38,7 +38,6 @@
 namespace fp8::train::cuda {
 namespace {
 
-namespace gemm = fp8::kernels::cuda::blockwise_gemm;
 using namespace wgmma_attention;
 using bf16 = __nv_bfloat16;
 
@@ -69,7 +68,7 @@ struct Args {
   float* lse;
 };
 
-template <int D, bool kPingPong, bool kOverlap>
+template <int D, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashForwardWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                             const __grid_constant__ CUtensorMap tmap_v, const Args args) {
@@ -77,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
   // 128B-swizzled tiles start on a 1024-byte boundary (the swizzle atom).
-  const uint32_t base = (gemm::SmemAddr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t base = (ptx::SmemAddr(smem_raw) + 1023u) & ~1023u;
   const uint32_t s_q = base, s_k = base + C::kKOffset, s_v = base + C::kVOffset;
   const uint32_t bar_q = base + C::kBarOffset;
   auto k_full = [&](int s) { return bar_q + 8 + 8 * s; };
@@ -90,43 +89,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = (min(q0 + kBlockM, args.seq) - 1) / kBlockN + 1;  // key tiles 0 .. diagonal
 
   if (threadIdx.x == 0) {
-    gemm::MbarInit(bar_q, 1);
+    ptx::MbarInit(bar_q, 1);
     for (int s = 0; s < kStages; ++s) {
-      gemm::MbarInit(k_full(s), 1);
-      gemm::MbarInit(v_full(s), 1);
-      gemm::MbarInit(empty(s), 8);  // one arrive per consumer warp
+      ptx::MbarInit(k_full(s), 1);
+      ptx::MbarInit(v_full(s), 1);
+      ptx::MbarInit(empty(s), 8);  // one arrive per consumer warp
     }
-    gemm::FenceBarrierInit();
-    gemm::FenceProxyAsyncShared();
+    ptx::FenceBarrierInit();
+    ptx::FenceProxyAsyncShared();
   }
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     // ---- producer ----
-    gemm::SetMaxNRegDec<24>();
+    ptx::SetMaxNRegDec<24>();
     if (threadIdx.x == 0) {
-      gemm::PrefetchTensorMap(&tmap_q);
-      gemm::PrefetchTensorMap(&tmap_k);
-      gemm::PrefetchTensorMap(&tmap_v);
+      ptx::PrefetchTensorMap(&tmap_q);
+      ptx::PrefetchTensorMap(&tmap_k);
+      ptx::PrefetchTensorMap(&tmap_v);
       // coordinates (d, row, head, batch) in the tensor map's dimension order
       auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row) {
-        if (args.rows_before_heads) TmaLoad4d(dst, map, bar, col, row, head, batch);
-        else TmaLoad4d(dst, map, bar, col, head, row, batch);
+        TmaLoadHeadRows(dst, map, bar, col, row, head, batch, args.rows_before_heads);
       };
-      gemm::MbarArriveExpectTx(bar_q, C::kQBytes);
+      ptx::MbarArriveExpectTx(bar_q, C::kQBytes);
 #pragma unroll
       for (int cb = 0; cb < C::kColBlocks; ++cb) load(s_q + cb * kBlockM * 128, &tmap_q, bar_q, cb * kSwizzleCols, q0);
       int s = 0;
       uint32_t phase = 0;
       for (int it = 0; it < n_tiles; ++it) {
         const int key0 = (n_tiles - 1 - it) * kBlockN;
-        gemm::MbarWait(empty(s), phase ^ 1);  // a fresh barrier passes parity 1 at once
-        gemm::MbarArriveExpectTx(k_full(s), C::kKvBytes);
+        ptx::MbarWait(empty(s), phase ^ 1);  // a fresh barrier passes parity 1 at once
+        ptx::MbarArriveExpectTx(k_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
           load(s_k + s * C::kKvBytes + cb * kBlockN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0);
-        gemm::MbarArriveExpectTx(v_full(s), C::kKvBytes);
+        ptx::MbarArriveExpectTx(v_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
           load(s_v + s * C::kKvBytes + cb * kBlockN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0);
@@ -137,14 +135,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers: rows [64·cw, 64·cw + 64) of the tile ----
-  gemm::SetMaxNRegInc<240>();
+  ptx::SetMaxNRegInc<240>();
   const int cw = warpgroup - 1;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int wg_row0 = q0 + 64 * cw;
   const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
   // Ping-pong barriers: warpgroup cw issues GEMMs after a sync on 3 + cw, which the other
   // warpgroup arrives on when it has issued its own.
-  const PingPongTurns<kPingPong> turns(cw);
+  const PingPongTurns turns(cw);
 
   float o[D / 2];
 #pragma unroll
@@ -155,16 +153,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // S = Q·Kᵀ for the tile in stage s (K-major operands: 16 columns = 32 bytes per k step).
   float sc[kBlockN / 2];
   auto issue_s = [&](int s) {
-    gemm::FenceOperands(sc);
-    gemm::WgmmaFence();
+    ptx::FenceOperands(sc);
+    ptx::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_off = (kk % 4) * 32;  // + 32 bytes per k16 inside a 128-byte row
-      const uint64_t da = gemm::MakeSmemDescSw128(q_rows + (kk / 4) * kBlockM * 128 + col_off);
-      const uint64_t db = gemm::MakeSmemDescSw128(s_k + s * C::kKvBytes + (kk / 4) * kBlockN * 128 + col_off);
+      const uint64_t da = ptx::MakeSmemDescSw128(q_rows + (kk / 4) * kBlockM * 128 + col_off);
+      const uint64_t db = ptx::MakeSmemDescSw128(s_k + s * C::kKvBytes + (kk / 4) * kBlockN * 128 + col_off);
       WgmmaSS(sc, da, db, kk > 0);
     }
-    gemm::WgmmaCommit();
+    ptx::WgmmaCommit();
   };
 
   // ---- online softmax of the S tile in sc, in place (sc := P in FP32), scores in the log2
@@ -224,15 +222,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // O += P·V for the V tile in stage s (MN-major: 16 keys = 16 rows of 128 bytes per k step).
   auto issue_pv = [&](int s) {
-    gemm::FenceOperands(o);
-    gemm::WgmmaFence();
+    ptx::FenceOperands(o);
+    ptx::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       WgmmaRS(o, p[kk], MakeSmemDescSw128MnMajor(s_v + s * C::kKvBytes + kk * 16 * 128, kBlockN * 128), true);
-    gemm::WgmmaCommit();
+    ptx::WgmmaCommit();
   };
   auto release = [&](int s) {
-    if (lane == 0) gemm::MbarArrive(empty(s));
+    if (lane == 0) ptx::MbarArrive(empty(s));
   };
 
   // Loops are peeled so that every wgmma is issued on a straight path (a conditional issue made
@@ -243,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto next_stage = [&] {
     if (++s == kStages) s = 0, phase ^= 1;
   };
-  gemm::MbarWait(bar_q, 0);
-  gemm::MbarWait(k_full(0), 0);
+  ptx::MbarWait(bar_q, 0);
+  ptx::MbarWait(k_full(0), 0);
   turns.Begin();
   issue_s(0);
   turns.End(false);
@@ -252,21 +250,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     // S, wait, softmax, PV, wait: the two warpgroups' turns alone overlap softmax and GEMMs.
     auto step = [&](int it, auto last) {
       constexpr bool kLast = decltype(last)::value;
-      gemm::WgmmaWait<0>();
-      gemm::FenceOperands(sc);
+      ptx::WgmmaWait<0>();
+      ptx::FenceOperands(sc);
       float alpha[2];
       softmax((n_tiles - 1 - it) * kBlockN, alpha);
       pack_p();
       rescale_o(alpha);
-      gemm::MbarWait(v_full(s), phase);
+      ptx::MbarWait(v_full(s), phase);
       turns.Begin();
       issue_pv(s);
-      gemm::WgmmaWait<0>();
-      gemm::FenceOperands(o);
+      ptx::WgmmaWait<0>();
+      ptx::FenceOperands(o);
       release(s);
       next_stage();
       if constexpr (!kLast) {
-        gemm::MbarWait(k_full(s), phase);
+        ptx::MbarWait(k_full(s), phase);
         issue_s(s);
       }
       turns.End(kLast);
@@ -277,8 +275,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // FA3's intra-warpgroup overlap: S of tile j + 1 and PV of tile j are issued together, and the
     // softmax of tile j + 1 runs while PV of tile j is still on the tensor cores; O is rescaled
     // and P packed once PV has finished reading them.
-    gemm::WgmmaWait<0>();
-    gemm::FenceOperands(sc);
+    ptx::WgmmaWait<0>();
+    ptx::FenceOperands(sc);
     {
       float alpha[2];
       softmax((n_tiles - 1) * kBlockN, alpha);  // O is still 0: no rescale
@@ -288,28 +286,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s_prev = s;
       const uint32_t phase_prev = phase;
       next_stage();
-      gemm::MbarWait(k_full(s), phase);
-      gemm::MbarWait(v_full(s_prev), phase_prev);
+      ptx::MbarWait(k_full(s), phase);
+      ptx::MbarWait(v_full(s_prev), phase_prev);
       turns.Begin();
       issue_s(s);
       issue_pv(s_prev);
       turns.End(false);
-      gemm::WgmmaWait<1>();  // S done, PV may still run
-      gemm::FenceOperands(sc);
+      ptx::WgmmaWait<1>();  // S done, PV may still run
+      ptx::FenceOperands(sc);
       float alpha[2];
       softmax((n_tiles - 1 - it) * kBlockN, alpha);
-      gemm::WgmmaWait<0>();
-      gemm::FenceOperands(o);
+      ptx::WgmmaWait<0>();
+      ptx::FenceOperands(o);
       release(s_prev);
       rescale_o(alpha);
       pack_p();
     }
-    gemm::MbarWait(v_full(s), phase);
+    ptx::MbarWait(v_full(s), phase);
     turns.Begin();
     issue_pv(s);
     turns.End(true);
-    gemm::WgmmaWait<0>();
-    gemm::FenceOperands(o);
+    ptx::WgmmaWait<0>();
+    ptx::FenceOperands(o);
     release(s);
   }
 
@@ -357,7 +355,7 @@ struct DqArgs {
   bf16* dq;
 };
 
-template <int D, int BN, bool kPingPong>
+template <int D, int BN>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardDqWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_do,
                                const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
@@ -365,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = DqCfg<D, BN>;
   constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t base = (gemm::SmemAddr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t base = (ptx::SmemAddr(smem_raw) + 1023u) & ~1023u;
   const uint32_t s_q = base, s_do = base + C::kDoOffset, s_k = base + C::kKOffset, s_v = base + C::kVOffset;
   const uint32_t bar_q = base + C::kBarOffset;
   auto k_full = [&](int s) { return bar_q + 8 + 8 * s; };
@@ -379,30 +377,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = (min(q0 + kBlockM, args.seq) - 1) / BN + 1;
 
   if (threadIdx.x == 0) {
-    gemm::MbarInit(bar_q, 1);
+    ptx::MbarInit(bar_q, 1);
     for (int s = 0; s < kStages; ++s) {
-      gemm::MbarInit(k_full(s), 1);
-      gemm::MbarInit(v_full(s), 1);
-      gemm::MbarInit(empty(s), 8);
+      ptx::MbarInit(k_full(s), 1);
+      ptx::MbarInit(v_full(s), 1);
+      ptx::MbarInit(empty(s), 8);
     }
-    gemm::FenceBarrierInit();
-    gemm::FenceProxyAsyncShared();
+    ptx::FenceBarrierInit();
+    ptx::FenceProxyAsyncShared();
   }
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    gemm::SetMaxNRegDec<24>();
+    ptx::SetMaxNRegDec<24>();
     if (threadIdx.x == 0) {
-      gemm::PrefetchTensorMap(&tmap_q);
-      gemm::PrefetchTensorMap(&tmap_do);
-      gemm::PrefetchTensorMap(&tmap_k);
-      gemm::PrefetchTensorMap(&tmap_v);
+      ptx::PrefetchTensorMap(&tmap_q);
+      ptx::PrefetchTensorMap(&tmap_do);
+      ptx::PrefetchTensorMap(&tmap_k);
+      ptx::PrefetchTensorMap(&tmap_v);
       auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
-        if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
-        else TmaLoad4d(dst, map, bar, col, head, row, batch);
+        TmaLoadHeadRows(dst, map, bar, col, row, head, batch, rows_first);
       };
-      gemm::MbarArriveExpectTx(bar_q, 2 * C::kTileBytes);
+      ptx::MbarArriveExpectTx(bar_q, 2 * C::kTileBytes);
 #pragma unroll
       for (int cb = 0; cb < C::kColBlocks; ++cb) {
         load(s_q + cb * kBlockM * 128, &tmap_q, bar_q, cb * kSwizzleCols, q0, args.rows_before_heads);
@@ -412,12 +409,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t phase = 0;
       for (int it = 0; it < n_tiles; ++it) {
         const int key0 = (n_tiles - 1 - it) * BN;
-        gemm::MbarWait(empty(s), phase ^ 1);
-        gemm::MbarArriveExpectTx(k_full(s), C::kKvBytes);
+        ptx::MbarWait(empty(s), phase ^ 1);
+        ptx::MbarArriveExpectTx(k_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
           load(s_k + s * C::kKvBytes + cb * BN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0, args.rows_before_heads);
-        gemm::MbarArriveExpectTx(v_full(s), C::kKvBytes);
+        ptx::MbarArriveExpectTx(v_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
           load(s_v + s * C::kKvBytes + cb * BN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0, args.rows_before_heads);
@@ -427,12 +424,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  gemm::SetMaxNRegInc<240>();
+  ptx::SetMaxNRegInc<240>();
   const int cw = warpgroup - 1;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int wg_row0 = q0 + 64 * cw;
   const int row0 = wg_row0 + 16 * warp + g;
-  const PingPongTurns<kPingPong> turns(cw);
+  const PingPongTurns turns(cw);
 
   float lse[2], delta[2];
 #pragma unroll
@@ -449,20 +446,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t q_rows = s_q + 64 * cw * 128, do_rows = s_do + 64 * cw * 128;
 
   auto issue_s_dp = [&](int s) {
-    gemm::FenceOperands(sc);
-    gemm::FenceOperands(dp);
-    gemm::WgmmaFence();
+    ptx::FenceOperands(sc);
+    ptx::FenceOperands(dp);
+    ptx::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_a = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, off_b = (kk / 4) * BN * 128 + (kk % 4) * 32;
-      WgmmaSS(sc, gemm::MakeSmemDescSw128(q_rows + off_a), gemm::MakeSmemDescSw128(s_k + s * C::kKvBytes + off_b), kk > 0);
+      WgmmaSS(sc, ptx::MakeSmemDescSw128(q_rows + off_a), ptx::MakeSmemDescSw128(s_k + s * C::kKvBytes + off_b), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_a = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, off_b = (kk / 4) * BN * 128 + (kk % 4) * 32;
-      WgmmaSS(dp, gemm::MakeSmemDescSw128(do_rows + off_a), gemm::MakeSmemDescSw128(s_v + s * C::kKvBytes + off_b), kk > 0);
+      WgmmaSS(dp, ptx::MakeSmemDescSw128(do_rows + off_a), ptx::MakeSmemDescSw128(s_v + s * C::kKvBytes + off_b), kk > 0);
     }
-    gemm::WgmmaCommit();
+    ptx::WgmmaCommit();
   };
   // dS = P∘(dP − delta), rounded to BF16 A fragments (as the mma.sync kernel rounds it).
   auto compute_ds = [&](int key0) {
@@ -481,37 +478,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   auto issue_dq = [&](int s) {
-    gemm::FenceOperands(dq);
-    gemm::WgmmaFence();
+    ptx::FenceOperands(dq);
+    ptx::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
       WgmmaRS(dq, ds[kk], MakeSmemDescSw128MnMajor(s_k + s * C::kKvBytes + kk * 16 * 128, BN * 128), true);
-    gemm::WgmmaCommit();
+    ptx::WgmmaCommit();
   };
 
   int s = 0;
   uint32_t phase = 0;
-  gemm::MbarWait(bar_q, 0);
-  gemm::MbarWait(k_full(0), 0);
-  gemm::MbarWait(v_full(0), 0);
+  ptx::MbarWait(bar_q, 0);
+  ptx::MbarWait(k_full(0), 0);
+  ptx::MbarWait(v_full(0), 0);
   turns.Begin();
   issue_s_dp(0);
   turns.End(false);
   auto step = [&](int it, auto last) {
     constexpr bool kLast = decltype(last)::value;
-    gemm::WgmmaWait<0>();
-    gemm::FenceOperands(sc);
-    gemm::FenceOperands(dp);
+    ptx::WgmmaWait<0>();
+    ptx::FenceOperands(sc);
+    ptx::FenceOperands(dp);
     compute_ds((n_tiles - 1 - it) * BN);
     turns.Begin();
     issue_dq(s);
-    gemm::WgmmaWait<0>();
-    gemm::FenceOperands(dq);
-    if (lane == 0) gemm::MbarArrive(empty(s));
+    ptx::WgmmaWait<0>();
+    ptx::FenceOperands(dq);
+    if (lane == 0) ptx::MbarArrive(empty(s));
     if (++s == kStages) s = 0, phase ^= 1;
     if constexpr (!kLast) {
-      gemm::MbarWait(k_full(s), phase);
-      gemm::MbarWait(v_full(s), phase);
+      ptx::MbarWait(k_full(s), phase);
+      ptx::MbarWait(v_full(s), phase);
       issue_s_dp(s);
     }
     turns.End(kLast);
@@ -524,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                q0, T);
 }
 
-template <int D, bool kPingPong, bool kOverlap>
+template <int D, bool kOverlap>
 Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, bf16* y,
               HeadLayout yl, float* lse, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
@@ -537,25 +534,17 @@ Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* 
   a.y_batch_stride = yl.batch_stride, a.y_head_stride = yl.head_stride, a.y_row_stride = yl.row_stride;
   a.scale_log2 = static_cast<float>(kLog2e / std::sqrt(static_cast<double>(d.head_dim)));
   a.y = y, a.lse = lse;
-  auto kernel = FlashForwardWgmmaKernel<D, kPingPong, kOverlap>;
+  auto kernel = FlashForwardWgmmaKernel<D, kOverlap>;
   constexpr uint32_t smem = Cfg<D>::kSmemBytes;
   // Set on every call, as the mma.sync launcher does: the attribute is per device.
-  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((d.seq + kBlockM - 1) / kBlockM), static_cast<unsigned>(d.batch * d.heads));
   kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tv, a);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 
-template <int D>
-Status Dispatch(bool ping_pong, bool overlap, const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
-                HeadLayout qkv, bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
-  if (overlap)
-    return ping_pong ? Launch<D, true, true>(d, q, k, v, qkv, y, yl, lse, s) : Launch<D, false, true>(d, q, k, v, qkv, y, yl, lse, s);
-  return ping_pong ? Launch<D, true, false>(d, q, k, v, qkv, y, yl, lse, s) : Launch<D, false, false>(d, q, k, v, qkv, y, yl, lse, s);
-}
-
-template <int D, int BN, bool kPingPong>
+template <int D, int BN>
 Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
                 HeadLayout yl, const float* lse, const float* delta, bf16* dq, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
@@ -570,21 +559,16 @@ Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dq = dq;
-  auto kernel = FlashBackwardDqWgmmaKernel<D, BN, kPingPong>;
+  auto kernel = FlashBackwardDqWgmmaKernel<D, BN>;
   constexpr uint32_t smem = DqCfg<D, BN>::kSmemBytes;
-  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((d.seq + kBlockM - 1) / kBlockM), static_cast<unsigned>(d.batch * d.heads));
   kernel<<<grid, kThreads, smem, stream>>>(tq, tdo, tk, tv, yl.row_stride <= yl.head_stride, a);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-bool EnvIs(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
-}
 
 }  // namespace
 
@@ -604,16 +588,10 @@ bool FlashAttentionForwardWgmmaHandles(const AttentionDims& d, HeadLayout qkv, c
 
 Status FlashAttentionForwardWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
                                   bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
-  // Schedules, measured on the H200 (docs/performance.md): ping-pong at both head dims, plus the
-  // intra-warpgroup overlap at hd 64 (0.183 vs 0.199 ms; at hd 128 it cost 4%, 0.295 vs 0.284).
-  // FP8_CUDA_FLASH_WGMMA_PINGPONG=0/1 and FP8_CUDA_FLASH_WGMMA_OVERLAP=0/1 override them.
-  auto flag = [](const char* name, bool fallback) {
-    return EnvIs(name, "1") ? true : EnvIs(name, "0") ? false : fallback;
-  };
-  const bool ping_pong = flag("FP8_CUDA_FLASH_WGMMA_PINGPONG", true);
-  const bool overlap = flag("FP8_CUDA_FLASH_WGMMA_OVERLAP", d.head_dim == 64);
-  if (d.head_dim == 64) return Dispatch<64>(ping_pong, overlap, d, q, k, v, qkv, y, yl, lse, s);
-  return Dispatch<128>(ping_pong, overlap, d, q, k, v, qkv, y, yl, lse, s);
+  // Ping-pong at both head dims, plus the intra-warpgroup overlap at hd 64: measured on the H200
+  // (docs/perf-history.md) 0.183 vs 0.199 ms at hd 64; at hd 128 the overlap cost 4%.
+  if (d.head_dim == 64) return Launch<64, true>(d, q, k, v, qkv, y, yl, lse, s);
+  return Launch<128, false>(d, q, k, v, qkv, y, yl, lse, s);
 }
 
 bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, const void* q, const void* k,
@@ -627,15 +605,10 @@ bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLa
 Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
                                      const bf16* dy, HeadLayout yl, const float* lse, const float* delta, bf16* dq,
                                      cudaStream_t s) {
-  // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers)
-  // unless FP8_CUDA_FLASH_WGMMA_DQ_KEYS=128. FP8_CUDA_FLASH_WGMMA_PINGPONG=0: no turns.
-  const bool ping_pong = !EnvIs("FP8_CUDA_FLASH_WGMMA_PINGPONG", "0");
-  if (d.head_dim == 64)
-    return ping_pong ? LaunchDq<64, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s)
-                     : LaunchDq<64, 128, false>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
-  if (EnvIs("FP8_CUDA_FLASH_WGMMA_DQ_KEYS", "128")) return LaunchDq<128, 128, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
-  return ping_pong ? LaunchDq<128, 64, true>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s)
-                   : LaunchDq<128, 64, false>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers).
+  // Ping-pong turns between the consumer warpgroups.
+  if (d.head_dim == 64) return LaunchDq<64, 128>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  return LaunchDq<128, 64>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
 }
 
 }  // namespace internal

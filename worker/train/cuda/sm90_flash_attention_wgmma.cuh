@@ -1,8 +1,7 @@
-// PTX wrappers for the wgmma flash-attention kernels (sm90_flash_attention_wgmma{,_dkdv}.cu) that the FP8
-// GEMM's header (kernels/cuda/sm90_fp8_gemm_blockwise.cuh) has no BF16 counterpart for: 4-D TMA
-// loads, the MN-major shared-memory descriptor, and wgmma m64nNk16 BF16 with both operands in
-// shared memory (SS, for S = Q·Kᵀ) or A in registers (RS, for O += P·V). The mbarrier, fence,
-// setmaxnreg and K-major descriptor helpers are the GEMM's, included from there.
+// The wgmma flash-attention kernels' own helpers (sm90_flash_attention_wgmma{,_dkdv}.cu): the
+// ping-pong turns of the consumer warpgroups, the swizzled row store, and wgmma m64nNk16 BF16
+// with both operands in shared memory (SS, for S = Q·Kᵀ) or A in registers (RS, for O += P·V).
+// The PTX wrappers they share with the FP8 GEMM are in kernels/cuda/sm90_ptx.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -11,10 +10,19 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "kernels/cuda/sm90_fp8_gemm_blockwise.cuh"
+#include "kernels/cuda/sm90_ptx.cuh"
 #include "worker/train/cuda/sm90_flash_attention.h"
 
 namespace fp8::train::cuda::wgmma_attention {
+
+namespace ptx = ::fp8::kernels::cuda::ptx;
+using ptx::LdSharedV4;
+using ptx::NamedBarrierArrive;
+using ptx::PackBf16;
+using ptx::StSharedU32;
+using ptx::Exp2;
+using ptx::MakeSmemDescSw128MnMajor;
+using ptx::TmaLoad4d;
 
 constexpr int kSwizzleCols = 64;  // BF16 columns in one 128-byte swizzle row
 constexpr int kTileRows = 128;    // rows of the tile a CTA owns (queries, or keys in dK/dV), 64 per consumer warpgroup
@@ -25,74 +33,29 @@ constexpr int kTileRows = 128;    // rows of the tile a CTA owns (queries, or ke
 StatusOr<CUtensorMap> HeadsTensorMap(const __nv_bfloat16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
                                      const char* what);
 
-// 4-D tile global → shared, completing its bytes on the mbarrier (elements outside the tensor,
-// e.g. rows past the sequence, arrive as zeros).
-__device__ __forceinline__ void TmaLoad4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0, int32_t c1,
-                                          int32_t c2, int32_t c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-
-// Descriptor of an MN-major operand (N contiguous: V's rows, d fastest, used as B of P·V) stored
-// as 128B-swizzled [rows][64] column blocks, `block_bytes` apart: within a block, 8-row groups are
-// 1024 bytes apart (stride byte offset); the next 64 columns are one block further (leading byte
-// offset). CUTLASS's canonical GMMA MN-major SW128 layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)).
-__device__ __forceinline__ uint64_t MakeSmemDescSw128MnMajor(uint32_t smem_addr, uint32_t block_bytes) {
-  uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
-  desc |= uint64_t{(block_bytes >> 4) & 0x3FFFu} << 16;
-  desc |= uint64_t{1024 >> 4} << 32;
-  desc |= uint64_t{1} << 62;
-  return desc;
-}
-
-// Two floats → BF16 pair (low half = lo), round to nearest.
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ void NamedBarrierArrive(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+// One box of a head's rows global → shared: coordinates (d, row, head, batch) in the order of the
+// tensor map's dimensions (HeadsTensorMap puts rows or heads first, whichever has the smaller
+// stride).
+__device__ __forceinline__ void TmaLoadHeadRows(uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row,
+                                                int head, int batch, bool rows_first) {
+  if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
+  else TmaLoad4d(dst, map, bar, col, head, row, batch);
 }
 
 // The ping-pong schedule of the two consumer warpgroups (cw 0 and 1): a warpgroup issues its
 // turn's GEMMs between Begin and End, so one warpgroup's softmax runs under the other's GEMMs.
 // Named barriers 3 and 4, 256 threads each: warpgroup cw waits on 3 + cw and releases 4 − cw.
-// Without kPingPong every call is empty.
-template <bool kPingPong>
 struct PingPongTurns {
   uint32_t my_turn, other_turn, cw;
   __device__ explicit PingPongTurns(uint32_t consumer) : my_turn(3 + consumer), other_turn(4 - consumer), cw(consumer) {
-    if (kPingPong && cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
+    if (cw == 1) NamedBarrierArrive(3, 256);  // warpgroup 0 goes first
   }
-  __device__ void Begin() const {
-    if constexpr (kPingPong) ::fp8::kernels::cuda::blockwise_gemm::NamedBarrierSync(my_turn, 256);
-  }
+  __device__ void Begin() const { ptx::NamedBarrierSync(my_turn, 256); }
   // The last turn of warpgroup 1 has no partner left to release (its arrive would dangle).
   __device__ void End(bool last) const {
-    if constexpr (kPingPong)
-      if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
+    if (!last || cw == 0) NamedBarrierArrive(other_turn, 256);
   }
 };
-
-__device__ __forceinline__ void StSharedU32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint4 LdSharedV4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
 
 // A consumer warpgroup's 64×D accumulator (wgmma layout), row r scaled by f[r] (this thread's
 // rows g and g + 8 of its warp), → BF16 into the warpgroup's rows of the 128-row swizzled tile at
@@ -110,7 +73,7 @@ __device__ __forceinline__ void StoreRows(const float (&acc)[D / 2], const float
       const uint32_t addr = s_tile + (i / 8) * kTileRows * 128 + row * 128 + (((i % 8) ^ (row & 7)) << 4) + 4 * t4;
       StSharedU32(addr, PackBf16(acc[4 * i + 2 * r] * f[r], acc[4 * i + 2 * r + 1] * f[r]));
     }
-  fp8::kernels::cuda::blockwise_gemm::NamedBarrierSync(1 + cw, 128);
+  ptx::NamedBarrierSync(1 + cw, 128);
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
 #pragma unroll
   for (int pass = 0; pass < 64 * kChunks / 128; ++pass) {

@@ -19,7 +19,7 @@
 // Sᵀ/dPᵀ of tile j + 1, so one warpgroup's exp2 work overlaps the other's GEMMs.
 //
 // Query tile BQ: 64 at hd 128 (dK, dV, Sᵀ, dPᵀ = 64 + 64 + 32 + 32 registers of the 240);
-// 128 at hd 64 (32 + 32 + 64 + 64), or 64 under FP8_CUDA_FLASH_WGMMA_DKDV_BQ=64.
+// 128 at hd 64 (32 + 32 + 64 + 64).
 #include <cuda.h>
 
 #include <algorithm>
@@ -35,7 +35,6 @@
 namespace fp8::train::cuda {
 namespace {
 
-namespace gemm = fp8::kernels::cuda::blockwise_gemm;
 using namespace wgmma_attention;
 using bf16 = __nv_bfloat16;
 
@@ -63,21 +62,11 @@ struct DkDvArgs {
   int32_t seq, heads;
   bool rows_before_heads;  // of q/k/v's tensor maps (dk/dv share their layout)
   bool do_rows_first;      // of dy's
-  bool heavy_first;        // grid (B·H, key blocks): every head's first key block before any second one
   int64_t batch_stride, head_stride, row_stride;  // dk, dv (layout qkv)
   float scale_log2, scale;
   const float *lse, *delta;
   bf16 *dk, *dv;
 };
-
-// Keeps register fragments alive (and unmoved) up to here: an in-flight wgmma RS still reads them.
-template <int kN>
-__device__ __forceinline__ void FenceFragments(uint32_t (&f)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(f[i][j])::"memory");
-}
 
 __device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
   float2 v;
@@ -85,7 +74,7 @@ __device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
   return v;
 }
 
-template <int D, int BQ, bool kPingPong, bool kOverlap>
+template <int D, int BQ>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashBackwardDkDvWgmmaKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_do,
                                  const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
@@ -93,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = DkDvCfg<D, BQ>;
   constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t base = (gemm::SmemAddr(smem_raw) + 1023u) & ~1023u;  // the 128B swizzle atom
+  const uint32_t base = (ptx::SmemAddr(smem_raw) + 1023u) & ~1023u;  // the 128B swizzle atom
   const uint32_t s_k = base, s_v = base + C::kVOffset;
   auto s_q = [&](int s) { return base + C::kStageOffset + s * 2 * C::kTileBytes; };
   auto s_do = [&](int s) { return s_q(s) + C::kTileBytes; };
@@ -103,20 +92,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto empty = [&](int s) { return bar_kv + 8 + 8 * (kStages + s); };
 
   // Key block 0 has the most query tiles: launched first (per head, or over all heads).
-  const int k0 = (args.heavy_first ? blockIdx.y : blockIdx.x) * kKeys;
-  const int bh = args.heavy_first ? blockIdx.x : blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
+  const int k0 = blockIdx.x * kKeys;
+  const int bh = blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
   const int64_t T = args.seq;
   const int i0 = k0 / BQ;  // the first query tile that sees any of these keys
   const int n_tiles = static_cast<int>((T + BQ - 1) / BQ) - i0;
 
   if (threadIdx.x == 0) {
-    gemm::MbarInit(bar_kv, 1);
+    ptx::MbarInit(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
-      gemm::MbarInit(full(s), 1 + 32);  // the TMA thread's expect_tx + every producer lane after its lse/delta stores
-      gemm::MbarInit(empty(s), 8);      // one arrive per consumer warp
+      ptx::MbarInit(full(s), 1 + 32);  // the TMA thread's expect_tx + every producer lane after its lse/delta stores
+      ptx::MbarInit(empty(s), 8);      // one arrive per consumer warp
     }
-    gemm::FenceBarrierInit();
-    gemm::FenceProxyAsyncShared();
+    ptx::FenceBarrierInit();
+    ptx::FenceProxyAsyncShared();
   }
   __syncthreads();
 
@@ -124,18 +113,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     // ---- producer: warp 0 ----
-    gemm::SetMaxNRegDec<24>();
+    ptx::SetMaxNRegDec<24>();
     if (threadIdx.x >= 32) return;
     auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
-      if (rows_first) TmaLoad4d(dst, map, bar, col, row, head, batch);
-      else TmaLoad4d(dst, map, bar, col, head, row, batch);
+      TmaLoadHeadRows(dst, map, bar, col, row, head, batch, rows_first);
     };
     if (lane == 0) {
-      gemm::PrefetchTensorMap(&tmap_q);
-      gemm::PrefetchTensorMap(&tmap_do);
-      gemm::PrefetchTensorMap(&tmap_k);
-      gemm::PrefetchTensorMap(&tmap_v);
-      gemm::MbarArriveExpectTx(bar_kv, 2 * C::kKvBytes);
+      ptx::PrefetchTensorMap(&tmap_q);
+      ptx::PrefetchTensorMap(&tmap_do);
+      ptx::PrefetchTensorMap(&tmap_k);
+      ptx::PrefetchTensorMap(&tmap_v);
+      ptx::MbarArriveExpectTx(bar_kv, 2 * C::kKvBytes);
 #pragma unroll
       for (int cb = 0; cb < C::kColBlocks; ++cb) {
         load(s_k + cb * kKeys * 128, &tmap_k, bar_kv, cb * kSwizzleCols, k0, args.rows_before_heads);
@@ -148,9 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t phase = 0;
     for (int it = 0; it < n_tiles; ++it) {
       const int q0 = (i0 + it) * BQ;
-      gemm::MbarWait(empty(s), phase ^ 1);  // a fresh barrier passes parity 1 at once
+      ptx::MbarWait(empty(s), phase ^ 1);  // a fresh barrier passes parity 1 at once
       if (lane == 0) {
-        gemm::MbarArriveExpectTx(full(s), 2 * C::kTileBytes);
+        ptx::MbarArriveExpectTx(full(s), 2 * C::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb) {
           load(s_q(s) + cb * BQ * 128, &tmap_q, full(s), cb * kSwizzleCols, q0, args.rows_before_heads);
@@ -163,19 +151,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         StSharedU32(s_stats(s) + 4 * j, __float_as_uint(in ? __ldg(lse + q0 + j) : INFINITY));
         StSharedU32(s_stats(s) + 4 * (BQ + j), __float_as_uint(in ? __ldg(delta + q0 + j) : 0.f));
       }
-      gemm::MbarArrive(full(s));  // release: this lane's stores before the consumers' acquire
+      ptx::MbarArrive(full(s));  // release: this lane's stores before the consumers' acquire
       if (++s == kStages) s = 0, phase ^= 1;
     }
     return;
   }
 
   // ---- consumers: keys [64·cw, 64·cw + 64) of the block ----
-  gemm::SetMaxNRegInc<240>();
+  ptx::SetMaxNRegInc<240>();
   const int cw = warpgroup - 1;
   const int warp = (threadIdx.x / 32) % 4, g = lane / 4, t4 = lane % 4;
   const int wg_key0 = k0 + 64 * cw;
   const int key0 = wg_key0 + 16 * warp + g;  // this thread's keys (accumulator rows): key0 and key0 + 8
-  const PingPongTurns<kPingPong> turns(cw);
+  const PingPongTurns turns(cw);
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -186,20 +174,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for the tile in stage s (K-major: 16 columns = 32 bytes per k step).
   auto issue_s_dp = [&](int s) {
-    gemm::FenceOperands(sc);
-    gemm::FenceOperands(dp);
-    gemm::WgmmaFence();
+    ptx::FenceOperands(sc);
+    ptx::FenceOperands(dp);
+    ptx::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_a = (kk / 4) * kKeys * 128 + (kk % 4) * 32, off_b = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      WgmmaSS(sc, gemm::MakeSmemDescSw128(k_rows + off_a), gemm::MakeSmemDescSw128(s_q(s) + off_b), kk > 0);
+      WgmmaSS(sc, ptx::MakeSmemDescSw128(k_rows + off_a), ptx::MakeSmemDescSw128(s_q(s) + off_b), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_a = (kk / 4) * kKeys * 128 + (kk % 4) * 32, off_b = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      WgmmaSS(dp, gemm::MakeSmemDescSw128(v_rows + off_a), gemm::MakeSmemDescSw128(s_do(s) + off_b), kk > 0);
+      WgmmaSS(dp, ptx::MakeSmemDescSw128(v_rows + off_a), ptx::MakeSmemDescSw128(s_do(s) + off_b), kk > 0);
     }
-    gemm::WgmmaCommit();
+    ptx::WgmmaCommit();
   };
   // Pᵀ and dSᵀ as BF16 A fragments (n8 block i is half of k16 slice i/2), as the mma.sync kernel
   // rounds them. Accumulator column 8i + 2·t4 + (e & 1) is query q0 + that; row e >> 1 is key0 + 8·(e >> 1).
@@ -225,59 +213,45 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // dV += Pᵀ·dO and dK += dSᵀ·Q (MN-major B: 16 queries = 16 rows of 128 bytes per k step).
   auto issue_dv_dk = [&](int s) {
-    gemm::FenceOperands(dv);
-    gemm::FenceOperands(dk);
-    gemm::WgmmaFence();
+    ptx::FenceOperands(dv);
+    ptx::FenceOperands(dk);
+    ptx::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk)
       WgmmaRS(dv, p[kk], MakeSmemDescSw128MnMajor(s_do(s) + kk * 16 * 128, BQ * 128), true);
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk)
       WgmmaRS(dk, ds[kk], MakeSmemDescSw128MnMajor(s_q(s) + kk * 16 * 128, BQ * 128), true);
-    gemm::WgmmaCommit();
+    ptx::WgmmaCommit();
   };
 
   // Peeled so that every wgmma is issued on a straight path (a conditional issue makes ptxas
   // serialize them): a turn is Sᵀ/dPᵀ of the first tile; then dV/dK of tile j with Sᵀ/dPᵀ of j + 1.
   int s = 0;
   uint32_t phase = 0;
-  gemm::MbarWait(bar_kv, 0);
-  gemm::MbarWait(full(0), 0);
+  ptx::MbarWait(bar_kv, 0);
+  ptx::MbarWait(full(0), 0);
   turns.Begin();
   issue_s_dp(0);
   turns.End(false);
   auto step = [&](int it, auto last) {
     constexpr bool kLast = decltype(last)::value;
-    gemm::WgmmaWait<0>();
-    gemm::FenceOperands(sc);
-    gemm::FenceOperands(dp);
+    ptx::WgmmaWait<0>();
+    ptx::FenceOperands(sc);
+    ptx::FenceOperands(dp);
     compute_p_ds(s, (i0 + it) * BQ);
     turns.Begin();
     issue_dv_dk(s);
-    const int s_used = s;
-    if constexpr (!kOverlap) {  // dV/dK done before the turn passes on
-      gemm::WgmmaWait<0>();
-      gemm::FenceOperands(dv);
-      gemm::FenceOperands(dk);
-      if (lane == 0) gemm::MbarArrive(empty(s_used));
-    }
+    ptx::WgmmaWait<0>();  // dV/dK done before the turn passes on
+    ptx::FenceOperands(dv);
+    ptx::FenceOperands(dk);
+    if (lane == 0) ptx::MbarArrive(empty(s));
     if (++s == kStages) s = 0, phase ^= 1;
     if constexpr (!kLast) {
-      gemm::MbarWait(full(s), phase);
+      ptx::MbarWait(full(s), phase);
       issue_s_dp(s);
     }
     turns.End(kLast);
-    if constexpr (kOverlap) {
-      // Sᵀ/dPᵀ of the next tile went in right behind dV/dK: wait for dV/dK only (groups retire
-      // in order), keeping the P/dS fragments they read alive until then.
-      if constexpr (kLast) gemm::WgmmaWait<0>();
-      else gemm::WgmmaWait<1>();
-      gemm::FenceOperands(dv);
-      gemm::FenceOperands(dk);
-      FenceFragments(p);
-      FenceFragments(ds);
-      if (lane == 0) gemm::MbarArrive(empty(s_used));
-    }
   };
   for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
   step(n_tiles - 1, std::true_type{});
@@ -288,9 +262,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   StoreRows<D>(dv, fv, s_v, cw, args.dv + off, args.row_stride, k0, T);
 }
 
-template <int D, int BQ, bool kPingPong, bool kOverlap>
+template <int D, int BQ>
 Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
-                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv, bool heavy_first,
+                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv,
                   cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, BQ, "q"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tdo, HeadsTensorMap(dy, d, yl, BQ, "dy"));
@@ -305,21 +279,15 @@ Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dk = dk, a.dv = dv;
-  a.heavy_first = heavy_first;
-  auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ, kPingPong, kOverlap>;
+  auto kernel = FlashBackwardDkDvWgmmaKernel<D, BQ>;
   constexpr uint32_t smem = DkDvCfg<D, BQ>::kSmemBytes;
   // Set on every call, as the other launchers do: the attribute is per device.
-  FP8_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const unsigned key_blocks = static_cast<unsigned>((d.seq + kKeys - 1) / kKeys), bh = static_cast<unsigned>(d.batch * d.heads);
-  const dim3 grid = heavy_first ? dim3(bh, key_blocks) : dim3(key_blocks, bh);
+  const dim3 grid(key_blocks, bh);
   kernel<<<grid, kThreads, smem, stream>>>(tq, tdo, tk, tv, a);
-  FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+  FP8_RETURN_IF_LAUNCH_FAILED();
   return OkStatus();
-}
-
-bool EnvIs(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
 }
 
 }  // namespace
@@ -329,24 +297,11 @@ namespace internal {
 Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
                                        HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse,
                                        const float* delta, bf16* dk, bf16* dv, cudaStream_t s) {
-  // Variants (docs/performance.md): FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG=0: no turns;
-  // FP8_CUDA_FLASH_WGMMA_DKDV_BQ=64: 64-query tiles at hd 64; FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP=1:
-  // at hd 64, the next tile's Sᵀ/dPᵀ issued behind dV/dK, with 64-query tiles (P/dS fragments and
-  // the next Sᵀ/dPᵀ are live together; at hd 128 ptxas serializes the wgmmas for lack of
-  // registers, C7512, so there it is not built); FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST=1: every
-  // head's longest key block first, then every head's second, ...
-  const bool ping_pong = !EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_PINGPONG", "0");
-  const bool overlap = EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_OVERLAP", "1");
-  const bool heavy = EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_HEAVY_FIRST", "1");
-#define FP8_DKDV_ARGS d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, heavy, s
-  if (d.head_dim == 64) {
-    if (overlap) return LaunchDkDv<64, 64, true, true>(FP8_DKDV_ARGS);
-    if (EnvIs("FP8_CUDA_FLASH_WGMMA_DKDV_BQ", "64"))
-      return ping_pong ? LaunchDkDv<64, 64, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<64, 64, false, false>(FP8_DKDV_ARGS);
-    return ping_pong ? LaunchDkDv<64, 128, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<64, 128, false, false>(FP8_DKDV_ARGS);
-  }
-  return ping_pong ? LaunchDkDv<128, 64, true, false>(FP8_DKDV_ARGS) : LaunchDkDv<128, 64, false, false>(FP8_DKDV_ARGS);
-#undef FP8_DKDV_ARGS
+  // Ping-pong turns; 128-query tiles at hd 64, 64 at hd 128; key blocks in launch order. The
+  // schedules that lost (no turns, 64-query tiles at hd 64, the next tile's Sᵀ/dPᵀ overlapped,
+  // heaviest key blocks first) are in docs/perf-history.md.
+  if (d.head_dim == 64) return LaunchDkDv<64, 128>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+  return LaunchDkDv<128, 64>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
 }
 
 }  // namespace internal

@@ -72,7 +72,7 @@ unsigned WarpBlocks(int64_t items) {
 template <typename T>
 Status Upload(DeviceBuffer<T>& dst, const std::vector<T>& src, cudaStream_t s) {
   if (src.empty()) return OkStatus();
-  FP8_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.get(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dst.get(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   return OkStatus();
 }
 
@@ -148,12 +148,12 @@ Status TokenGroups::AccumulateWteGrad(const float* dout, float* dwte, cudaStream
   if (host_.num_chunks() > 0) {
     ChunkSumKernel<<<WarpBlocks(host_.num_chunks()), kThreads, 0, s>>>(dout, c_, host_.num_chunks(), order_.get(), chunk_begin_.get(),
                                                                         chunk_token_.get(), chunk_slot_.get(), partial_.get(), dwte);
-    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    FP8_RETURN_IF_LAUNCH_FAILED();
   }
   if (host_.num_multi() > 0) {
     MultiChunkSumKernel<<<WarpBlocks(host_.num_multi()), kThreads, 0, s>>>(c_, host_.num_multi(), multi_begin_.get(),
                                                                             multi_token_.get(), partial_.get(), dwte);
-    FP8_CUDA_RETURN_IF_LAUNCH_FAILED();
+    FP8_RETURN_IF_LAUNCH_FAILED();
   }
   return OkStatus();
 }

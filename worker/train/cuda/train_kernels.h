@@ -1,7 +1,8 @@
 // Device kernels of the CUDA trainer (everything that is not a GEMM): embeddings, LayerNorm,
 // GELU, causal softmax, attention head permutes, fused softmax cross-entropy, column sums,
 // AdamW, norms, FP8 byte transposes and the delayed-scaling update. Plain C++ declarations so
-// the host code (.cc, C++20) can call them; the launchers live in train_kernels.cu.
+// the host code (.cc, C++20) can call them; the launchers live in one .cu per layer (embedding,
+// layernorm, bias_gelu, attention_plain, cross_entropy, adamw, delayed_scaling, elementwise).
 //
 // Layouts follow worker/train/layers.h: activations row-major [N, C], N = B·T, weights
 // [out, in]. Every launcher checks the launch and returns a Status naming file:line.
@@ -40,7 +41,7 @@ Status LayerNormBackward(const bf16* dout, const float* x, const float* w, const
                          const float* rstd, int64_t n, int64_t c, float* dx, bf16* dx_bf16,
                          float* dw, float* db, float* scratch, cudaStream_t s);
 // The fused LayerNorm backward (c % 4 == 0, aligned pointers) keeps its dw/db partials per
-// kLnRows rows; FP8_CUDA_LN_TWO_PASS=1 forces the older two-kernel path (before/after runs).
+// kLnRows rows.
 constexpr int64_t kColChunk = 256;  // rows per partial sum of the column reductions
 constexpr int kLnRows = 32;         // rows per block of the fused LayerNorm backward
 inline int64_t ColumnScratchFloats(int64_t rows, int64_t cols) {

@@ -1,0 +1,234 @@
+// SpawnAsUser and the worker environment allowlist: the isolation half of the agent. fork is
+// used only here, because only a forked child can change its user before exec; between fork
+// and exec the child calls async-signal-safe functions only (everything it needs is prepared
+// by the parent).
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "daemon/agent/agent.h"
+#include "daemon/agent/process.h"
+
+namespace fp8d::agent {
+
+namespace {
+
+// argv[0] as a path: the PATH lookup happens in the parent (it allocates).
+std::string ResolveProgram(const std::string& program, const std::vector<std::string>& env) {
+  if (program.find('/') != std::string::npos) return program;
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& e : env) {
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  }
+  std::stringstream dirs(path);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return program;
+}
+
+// The child's pid as decimal text into `path`, with async-signal-safe calls only.
+bool WritePidFile(const char* path) {
+  char digits[24];
+  int n = 0;
+  for (long v = static_cast<long>(getpid()); v > 0; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  char text[25];
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  text[n++] = '\n';
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = write(fd, text, n) == n;
+  return close(fd) == 0 && ok;
+}
+
+[[noreturn]] void ChildFail(int pipe_fd) {
+  const int err = errno;
+  (void)!write(pipe_fd, &err, sizeof(err));
+  _exit(127);
+}
+
+}  // namespace
+
+fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
+  if (request.argv.empty() || request.argv[0].empty()) {
+    return fp8::InvalidArgumentError("worker_argv_prefix: empty program");
+  }
+  if (geteuid() != 0) {
+    return fp8::FailedPreconditionError("running a worker as uid " + std::to_string(request.uid) +
+                                        " needs fp8d to run as root");
+  }
+  const std::string program = ResolveProgram(request.argv[0], request.env);
+  std::vector<char*> argv;
+  for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  std::vector<gid_t> groups(request.groups.begin(), request.groups.end());
+  const uid_t uid = static_cast<uid_t>(request.uid);
+  const gid_t gid = static_cast<gid_t>(request.gid);
+
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) return fp8::InternalError(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(report[0]);
+    close(report[1]);
+    return fp8::InternalError(std::string("fork: ") + std::strerror(err));
+  }
+  if (pid == 0) {
+    close(report[0]);
+    if (setsid() < 0) ChildFail(report[1]);
+    const int in = open("/dev/null", O_RDONLY);
+    const int out = open(request.stdout_path.c_str(), O_WRONLY | O_APPEND);
+    const int err = open(request.stderr_path.c_str(), O_WRONLY | O_APPEND);
+    if (in < 0 || out < 0 || err < 0) ChildFail(report[1]);
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) ChildFail(report[1]);
+    // Every other fd except the report pipe (close-on-exec) goes: the daemon's sockets and
+    // database must not leak into a worker.
+    for (int fd = 3; fd < 65536; ++fd) {
+      if (fd != report[1]) close(fd);
+    }
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!request.pid_file.empty() && !WritePidFile(request.pid_file.c_str())) ChildFail(report[1]);
+    // Groups first, the uid last: after setuid the child could no longer change the others.
+    if (setgroups(groups.size(), groups.data()) != 0) ChildFail(report[1]);
+    if (setgid(gid) != 0 || setuid(uid) != 0) ChildFail(report[1]);
+    if (setuid(0) == 0) {  // must be impossible now
+      errno = EPERM;
+      ChildFail(report[1]);
+    }
+    execve(program.c_str(), argv.data(), envp.data());
+    ChildFail(report[1]);
+  }
+  close(report[1]);
+  int child_errno = 0;
+  ssize_t n;
+  while ((n = read(report[0], &child_errno, sizeof(child_errno))) < 0 && errno == EINTR) {
+  }
+  close(report[0]);
+  if (n > 0) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return fp8::Status(child_errno == ENOENT || child_errno == EACCES
+                           ? fp8::StatusCode::kFailedPrecondition
+                           : fp8::StatusCode::kInternal,
+                       "starting '" + request.argv[0] + "' as uid " + std::to_string(uid) + ": " +
+                           std::strerror(child_errno));
+  }
+  return static_cast<int64_t>(pid);
+}
+
+std::map<std::string, std::string> AllowlistedEnvironment(
+    char** base, const std::vector<std::string>& extra_allow) {
+  // LD_LIBRARY_PATH: where an operator installed the CUDA/NCCL libraries; FP8_*: the worker's
+  // own tuning knobs. Both are set by whoever runs fp8d, and neither holds a credential.
+  static const char* kNames[] = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME",
+                                 "LD_LIBRARY_PATH"};
+  static const char* kPrefixes[] = {"LC_", "CUDA_", "NCCL_", "FP8_"};
+  auto allowed = [&](const std::string& key) {
+    for (const char* n : kNames) {
+      if (key == n) return true;
+    }
+    for (const char* p : kPrefixes) {
+      if (key.rfind(p, 0) == 0) return true;
+    }
+    for (const std::string& a : extra_allow) {
+      if (!a.empty() && a.back() == '*' ? key.rfind(a.substr(0, a.size() - 1), 0) == 0 : key == a) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::map<std::string, std::string> env;
+  for (char** e = base; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    std::string key = kv.substr(0, eq);
+    if (allowed(key)) env.emplace(std::move(key), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+}  // namespace fp8d::agent
+
+namespace fp8d::agent {
+
+std::vector<std::string> MergeEnvironment(std::map<std::string, std::string> base,
+                                          const std::map<std::string, std::string>& overrides) {
+  for (const auto& [k, v] : overrides) base[k] = v;
+  std::vector<std::string> out;
+  out.reserve(base.size());
+  for (const auto& [k, v] : base) out.push_back(k + "=" + v);
+  return out;
+}
+
+fp8::Status GiveTo(const RunAs& run_as, const std::vector<std::string>& paths, unsigned int mode) {
+  for (const std::string& path : paths) {
+    if (run_as.uid > 0 &&
+        chown(path.c_str(), static_cast<uid_t>(run_as.uid), static_cast<gid_t>(run_as.gid)) != 0) {
+      return fp8::InternalError("chown " + path + " to uid " + std::to_string(run_as.uid) + ": " +
+                                std::strerror(errno));
+    }
+    if (chmod(path.c_str(), mode) != 0) {
+      return fp8::InternalError("chmod " + path + ": " + std::strerror(errno));
+    }
+  }
+  return fp8::OkStatus();
+}
+
+fp8::StatusOr<RunAs> PrepareRunAs(const LaunchRequest& request) {
+  RunAs run_as;
+  if (request.env) run_as.env = *request.env;
+  if (request.uid <= 0) return run_as;
+  struct passwd* pw = getpwuid(static_cast<uid_t>(request.uid));
+  if (pw == nullptr) {
+    return fp8::FailedPreconditionError("uid " + std::to_string(request.uid) + ": no such user");
+  }
+  run_as.uid = request.uid;
+  run_as.gid = request.gid > 0 ? request.gid : pw->pw_gid;
+  int count = 64;
+  std::vector<gid_t> groups(count);
+  if (getgrouplist(pw->pw_name, static_cast<gid_t>(run_as.gid), groups.data(), &count) < 0) {
+    groups.resize(count);
+    getgrouplist(pw->pw_name, static_cast<gid_t>(run_as.gid), groups.data(), &count);
+  }
+  groups.resize(std::max(count, 0));
+  run_as.groups.assign(groups.begin(), groups.end());
+  if (request.env) {
+    run_as.env["HOME"] = pw->pw_dir;
+    run_as.env["USER"] = pw->pw_name;
+    run_as.env["LOGNAME"] = pw->pw_name;
+  }
+  namespace fs = std::filesystem;
+  const fs::path attempt(request.attempt_dir);
+  const fs::path job = attempt.parent_path();
+  // jobs/ is passable (not listable) by the owners of the folders inside it.
+  chmod(job.parent_path().c_str(), 0711);
+  FP8_RETURN_IF_ERROR(GiveTo(run_as, {job.string()}, 0700));
+  FP8_RETURN_IF_ERROR(GiveTo(run_as, {attempt.string(), (attempt / "rendezvous").string()}, 0750));
+  FP8_RETURN_IF_ERROR(GiveTo(run_as, {(attempt / "spec.json").string()}, 0640));
+  return run_as;
+}
+
+}  // namespace fp8d::agent

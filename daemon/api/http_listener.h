@@ -1,0 +1,50 @@
+// The HTTP listener beside gRPC (--http-listen): /healthz, /readyz, /metrics (Prometheus text)
+// and a read-only JSON view of jobs in the proto3 JSON mapping (/v1/jobs, /v1/jobs/{id},
+// /v1/jobs/{id}/events), with the same TLS and auth sources as gRPC. Boost.Beast on an
+// io_context of its own: accepting is asynchronous, each connection is served on a small pool,
+// and job state is read through the manager's async Get/List (posted to its io_context), so
+// the manager never waits on HTTP.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+
+#include "common/status.h"
+#include "daemon/api/auth_policy.h"
+#include "daemon/core/job_manager.h"
+
+namespace fp8d::api {
+
+struct HttpOptions {
+  std::string listen;         // HOST:PORT (port 0: any)
+  std::string tls_cert;       // with tls_key: HTTPS
+  std::string tls_key;
+  std::string tls_client_ca;  // require client certificates signed by it
+  int threads = 2;            // connections served at once
+  int manager_timeout_ms = 10000;
+};
+
+class HttpListener {
+ public:
+  HttpListener(boost::asio::io_context& manager_io, core::JobManager* manager,
+               std::shared_ptr<const AuthPolicy> auth, HttpOptions options,
+               std::function<bool()> ready);
+  ~HttpListener();
+
+  // Binds and starts serving; returns the bound port.
+  fp8::StatusOr<int> Start();
+  // Re-reads the TLS files (SIGHUP); new connections use them. Errors keep the old ones.
+  fp8::Status ReloadTls();
+  void Stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp8d::api

@@ -1,0 +1,112 @@
+#include "daemon/api/http_metrics.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace fp8d::api {
+
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const Histogram::BucketBoundaries b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                0.05,   0.1,   0.25,   0.5,   1,    2.5};
+  return b;
+}
+
+const Histogram::BucketBoundaries& JobSecondsBuckets() {
+  static const Histogram::BucketBoundaries b = {1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600};
+  return b;
+}
+
+struct GrpcMetrics {
+  prometheus::Registry registry;
+  prometheus::Family<prometheus::Counter>& requests =
+      BuildCounter().Name("fp8d_grpc_requests_total")
+          .Help("gRPC calls finished, by method and status code").Register(registry);
+  prometheus::Family<Histogram>& latency =
+      BuildHistogram().Name("fp8d_grpc_request_duration_seconds")
+          .Help("Time from a unary call's arrival to its answer, by method").Register(registry);
+};
+
+GrpcMetrics& Grpc() {
+  static GrpcMetrics* metrics = new GrpcMetrics();  // lives as long as the process
+  return *metrics;
+}
+
+double Seconds(const google::protobuf::Timestamp& t) { return t.seconds() + t.nanos() * 1e-9; }
+
+}  // namespace
+
+void RecordGrpcCall(std::string_view method, fp8::StatusCode code, double seconds) {
+  GrpcMetrics& m = Grpc();
+  m.requests.Add({{"method", std::string(method)}, {"code", fp8::StatusCodeName(code)}}).Increment();
+  m.latency.Add({{"method", std::string(method)}}, LatencyBuckets()).Observe(seconds);
+}
+
+std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
+  prometheus::Registry registry;
+  auto& by_state = BuildGauge().Name("fp8d_jobs")
+                       .Help("Jobs by state and kind").Register(registry);
+  for (int s = fp8d::v1::QUEUED; s <= fp8d::v1::CANCELLED; ++s) {
+    for (int k = fp8d::v1::TRAIN; k <= fp8d::v1::CALIBRATE; ++k) {
+      by_state.Add({{"state", fp8d::v1::JobState_Name(s)}, {"kind", fp8d::v1::JobKind_Name(k)}});
+    }
+  }
+  auto& attempts = BuildGauge().Name("fp8d_job_attempts_started")
+                       .Help("Attempts started, summed over the jobs fp8d keeps").Register(registry);
+  auto& failures = BuildGauge().Name("fp8d_job_failures")
+                       .Help("Jobs whose latest error has this failure class (failed, or retrying)")
+                       .Register(registry);
+  auto& queue_wait = BuildHistogram().Name("fp8d_job_queue_wait_seconds")
+                         .Help("Create to first start, for jobs that started").Register(registry);
+  auto& run_time = BuildHistogram().Name("fp8d_job_run_seconds")
+                       .Help("First start to end, for finished jobs").Register(registry);
+  auto& step = BuildGauge().Name("fp8d_job_step").Help("Latest step of a running job").Register(registry);
+  auto& total = BuildGauge().Name("fp8d_job_total_steps").Help("Total steps of a running job").Register(registry);
+  auto& loss = BuildGauge().Name("fp8d_job_loss").Help("Latest training loss of a running job").Register(registry);
+  auto& tps = BuildGauge().Name("fp8d_job_tokens_per_second")
+                  .Help("Latest throughput of a running job").Register(registry);
+  double started = 0;
+  auto& queue_hist = queue_wait.Add({}, JobSecondsBuckets());
+  auto& run_hist = run_time.Add({}, JobSecondsBuckets());
+  for (const fp8d::v1::Job& job : jobs) {
+    by_state.Add({{"state", fp8d::v1::JobState_Name(job.state())},
+                  {"kind", fp8d::v1::JobKind_Name(job.kind())}}).Increment();
+    started += job.attempt();
+    if (job.error().failure_class() != fp8d::v1::FAILURE_CLASS_UNSPECIFIED) {
+      failures.Add({{"failure_class", fp8d::v1::FailureClass_Name(job.error().failure_class())}}).Increment();
+    }
+    if (job.has_start_time() && job.has_create_time()) {
+      queue_hist.Observe(std::max(0.0, Seconds(job.start_time()) - Seconds(job.create_time())));
+    }
+    if (job.has_start_time() && job.has_end_time()) {
+      run_hist.Observe(std::max(0.0, Seconds(job.end_time()) - Seconds(job.start_time())));
+    }
+    if (job.state() == fp8d::v1::RUNNING && job.has_progress()) {
+      const prometheus::Labels labels = {{"job", job.name()}};
+      step.Add(labels).Set(static_cast<double>(job.progress().step()));
+      total.Add(labels).Set(static_cast<double>(job.progress().total_steps()));
+      loss.Add(labels).Set(job.progress().loss());
+      tps.Add(labels).Set(job.progress().tokens_per_second());
+    }
+  }
+  attempts.Add({}).Set(started);
+  std::vector<prometheus::MetricFamily> families = registry.Collect();
+  for (auto& f : Grpc().registry.Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace fp8d::api

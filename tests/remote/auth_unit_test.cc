@@ -1,0 +1,194 @@
+// The pure parts of the remote API and isolation, in-process: the tokens file, each auth
+// source and their chain, role and owner checks, run-as uids, path roots, job env, the worker
+// environment allowlist, and fp8ctl contexts.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "client/contexts.h"
+#include "daemon/agent/agent.h"
+#include "daemon/api/auth_policy.h"
+#include "daemon/api/job_isolation.h"
+
+namespace fp8d::api {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "fp8d-auth-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::string Write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ + "/" + name) << text;
+    return path_ + "/" + name;
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST(AuthEntries, ParsesLinesAndNamesTheBadOne) {
+  TempDir dir;
+  const std::string hash = Sha256Hex("secret");
+  auto ok = LoadAuthEntries(dir.Write("t", "# c\n" + hash + " alice submitter 1234\n- bob viewer\n\n"));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_EQ(ok->size(), 2u);
+  EXPECT_EQ((*ok)[0].principal.uid, 1234);
+  EXPECT_EQ((*ok)[1].principal.role, Role::kViewer);
+  auto bad = LoadAuthEntries(dir.Write("u", hash + " alice boss\n"));
+  EXPECT_EQ(bad.status().code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(":1: role boss"), std::string::npos) << bad.status().message();
+  auto short_hash = LoadAuthEntries(dir.Write("v", "abc alice admin\n"));
+  EXPECT_NE(short_hash.status().message().find("64 hex digits"), std::string::npos);
+}
+
+TEST(AuthSources, TokenMtlsLocalAndTheirChain) {
+  std::vector<AuthEntry> entries = {{Sha256Hex("t-alice"), {"alice", Role::kSubmitter, 1001}},
+                                    {"-", {"carol", Role::kViewer, -1}}};
+  auto peers = std::make_shared<UnixPeerTable>();
+  peers->Set(17, 0);
+  ChainAuthPolicy chain({std::make_shared<TokenAuthPolicy>(entries), std::make_shared<MtlsAuthPolicy>(entries),
+                         std::make_shared<LocalPeerAuthPolicy>(peers, Principal{"nobody", Role::kSubmitter, 65534})});
+  CallerInfo c;
+  c.peer = "ipv4:10.0.0.1:5";
+  c.bearer_token = "t-alice";
+  EXPECT_EQ(chain.Authenticate(c)->name, "alice");
+  c.bearer_token = "wrong";
+  EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated);
+  c.bearer_token.reset();
+  EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated);
+  c.tls_common_name = "carol";
+  EXPECT_EQ(chain.Authenticate(c)->role, Role::kViewer);
+  c.tls_common_name = "mallory";
+  EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated);
+  c.tls_common_name.clear();
+  c.peer = "ipv4:127.0.0.1:5";
+  EXPECT_EQ(chain.Authenticate(c)->name, "nobody");
+  c.peer = "fd:17";
+  EXPECT_EQ(chain.Authenticate(c)->role, Role::kAdmin);
+  c.peer = "fd:18";  // not accepted by fp8d's unix listener
+  EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated);
+  LocalPeerAuthPolicy exposed(peers, Principal{"nobody", Role::kSubmitter, 65534}, false);
+  c.peer = "ipv4:127.0.0.1:5";
+  EXPECT_EQ(exposed.Authenticate(c).status().code(), fp8::StatusCode::kNotFound);
+  c.peer = "fd:17";
+  EXPECT_EQ(exposed.Authenticate(c)->role, Role::kAdmin);
+  CallerInfo basic;
+  ParseAuthorizationHeader("Basic abc", &basic);
+  EXPECT_EQ(TokenAuthPolicy(entries).Authenticate(basic).status().code(), fp8::StatusCode::kUnauthenticated);
+}
+
+TEST(AuthRoles, MethodsAndOwners) {
+  Principal viewer{"v", Role::kViewer, -1}, alice{"alice", Role::kSubmitter, -1}, admin{"a", Role::kAdmin, -1};
+  EXPECT_TRUE(AuthorizeMethod(viewer, "GetJob").ok());
+  EXPECT_TRUE(AuthorizeMethod(viewer, "WatchJob").ok());
+  EXPECT_EQ(AuthorizeMethod(viewer, "CreateJob").code(), fp8::StatusCode::kPermissionDenied);
+  EXPECT_EQ(AuthorizeMethod(viewer, "DeleteJob").code(), fp8::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(AuthorizeMethod(alice, "CreateJob").ok());
+  EXPECT_TRUE(AuthorizeOwner(alice, "alice", "CancelJob", "jobs/x").ok());
+  EXPECT_EQ(AuthorizeOwner(alice, "bob", "CancelJob", "jobs/x").code(), fp8::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(AuthorizeOwner(admin, "bob", "CancelJob", "jobs/x").ok());
+}
+
+TEST(Isolation, RunAsUidIsNeverRoot) {
+  IsolationOptions o;
+  o.default_uid = 65534;
+  EXPECT_EQ(RunAsUid(o, {"x", Role::kAdmin, 0}), 0);  // isolation off: fp8d's own uid
+  o.run_as_owner = true;
+  EXPECT_EQ(RunAsUid(o, {"root", Role::kAdmin, 0}), 65534);
+  EXPECT_EQ(RunAsUid(o, {"alice", Role::kSubmitter, 1001}), 1001);
+  EXPECT_EQ(RunAsUid(o, {"token", Role::kSubmitter, -1}), 65534);
+}
+
+TEST(Isolation, PathsResolveUnderRoots) {
+  TempDir dir;
+  fs::create_directories(dir.path() + "/root/data");
+  fs::create_symlink("/etc", dir.path() + "/root/escape");
+  const std::vector<std::string> roots = {fs::canonical(dir.path() + "/root").string()};
+  fp8d::v1::Job job;
+  job.mutable_train()->mutable_data()->set_train(dir.path() + "/root/data/*.bin");
+  job.mutable_train()->set_output_dir(dir.path() + "/root/out/new");
+  EXPECT_TRUE(CheckJobPaths(job, roots).ok()) << CheckJobPaths(job, roots).ToString();
+  job.mutable_train()->set_output_dir(dir.path() + "/root/escape/x");
+  auto s = CheckJobPaths(job, roots);
+  EXPECT_EQ(s.code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("job.train.output_dir"), std::string::npos) << s.message();
+  job.mutable_train()->set_output_dir("relative/out");
+  EXPECT_NE(CheckJobPaths(job, roots).message().find("absolute"), std::string::npos);
+  job.mutable_train()->set_output_dir(dir.path() + "/root/out/../../x");
+  EXPECT_EQ(CheckJobPaths(job, roots).code(), fp8::StatusCode::kInvalidArgument);
+  fp8d::v1::Job cal;
+  cal.mutable_calibrate()->set_input("/etc/shadow");
+  EXPECT_NE(CheckJobPaths(cal, roots).message().find("job.calibrate.input"), std::string::npos);
+}
+
+TEST(Isolation, JobEnvKeys) {
+  fp8d::v1::Job job;
+  (*job.mutable_env())["OK_1"] = "v";
+  EXPECT_TRUE(ValidateJobEnv(job).ok());
+  (*job.mutable_env())["FP8D_RANK"] = "3";
+  EXPECT_NE(ValidateJobEnv(job).message().find("job.env[FP8D_RANK]"), std::string::npos);
+  job.mutable_env()->clear();
+  (*job.mutable_env())["A-B"] = "v";
+  EXPECT_EQ(ValidateJobEnv(job).code(), fp8::StatusCode::kInvalidArgument);
+}
+
+TEST(Isolation, WorkerEnvironmentAllowlist) {
+  std::vector<std::string> raw = {"PATH=/bin", "AWS_SECRET_ACCESS_KEY=x", "LC_ALL=C", "NCCL_DEBUG=INFO",
+                                  "FP8_TEST_MODE=hang", "HOME=/root", "OTHER=1", "MY_TOOL_X=1",
+                                  "LD_LIBRARY_PATH=/opt/lib"};
+  std::vector<char*> env;
+  for (auto& e : raw) env.push_back(e.data());
+  env.push_back(nullptr);
+  auto out = agent::AllowlistedEnvironment(env.data(), {"MY_TOOL_*"});
+  EXPECT_EQ(out.count("AWS_SECRET_ACCESS_KEY"), 0u);
+  EXPECT_EQ(out.count("OTHER"), 0u);
+  EXPECT_EQ(out.at("LC_ALL"), "C");
+  EXPECT_EQ(out.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(out.at("FP8_TEST_MODE"), "hang");
+  EXPECT_EQ(out.at("PATH"), "/bin");
+  EXPECT_EQ(out.at("MY_TOOL_X"), "1");
+  EXPECT_EQ(out.at("LD_LIBRARY_PATH"), "/opt/lib");
+  EXPECT_EQ(agent::AllowlistedEnvironment(env.data(), {}).count("MY_TOOL_X"), 0u);
+}
+
+TEST(Contexts, ResolveAndUse) {
+  TempDir dir;
+  fs::create_directories(dir.path() + "/fp8d");
+  dir.Write("tok", "from-file\n");
+  dir.Write("fp8d/config.yaml",
+            "current-context: a\ncontexts:\n"
+            "  - {name: a, server: 'h:1', ca: /ca.pem, token-file: " + dir.path() + "/tok}\n"
+            "  - {name: b, server: 'unix:/s'}\n");
+  setenv("XDG_CONFIG_HOME", dir.path().c_str(), 1);
+  unsetenv("FP8D_ADDR");
+  unsetenv("FP8D_TOKEN");
+  auto a = client::ResolveConnection({});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->address, "h:1");
+  EXPECT_EQ(a->ca_file, "/ca.pem");
+  EXPECT_EQ(a->token, "from-file");
+  setenv("FP8D_TOKEN", "env-token", 1);
+  auto b = client::ResolveConnection({"", "b", "/other.pem"});
+  EXPECT_EQ(b->address, "unix:/s");
+  EXPECT_EQ(b->ca_file, "/other.pem");
+  EXPECT_EQ(b->token, "env-token");
+  EXPECT_EQ(client::ResolveConnection({"", "zzz", ""}).status().code(), fp8::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client::UseContext(dir.path() + "/fp8d/config.yaml", "b").ok());
+  EXPECT_EQ(client::ResolveConnection({})->address, "unix:/s");
+  EXPECT_EQ(client::UseContext(dir.path() + "/fp8d/config.yaml", "c").code(), fp8::StatusCode::kNotFound);
+  unsetenv("FP8D_TOKEN");
+  unsetenv("XDG_CONFIG_HOME");
+}
+
+}  // namespace
+}  // namespace fp8d::api
