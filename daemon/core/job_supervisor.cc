@@ -31,8 +31,8 @@ std::string Truncated(const std::string& s, size_t n = 200) {
 
 // Slurm's verdicts: a lost or preempted node is NODE_LOST, Slurm's time limit (the attempt
 // deadline plus the grace) is DEADLINE_EXCEEDED, a job Slurm can never start is INVALID_SPEC
-// (permanent); running out of memory or a cancel by someone
-// else is a crash of the attempt. All are retryable, from the last checkpoint.
+// (permanent); running out of memory is RESOURCE_EXHAUSTED, a cancel by someone else is a
+// crash of the attempt. All are retryable, from the last checkpoint.
 FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
   switch (cause) {
     case agent::WorkerExit::Cause::kNodeLost:
@@ -43,6 +43,7 @@ FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
     case agent::WorkerExit::Cause::kRejected:
       return fp8d::v1::INVALID_SPEC;  // the same request would wait forever again
     case agent::WorkerExit::Cause::kOutOfMemory:
+      return fp8d::v1::RESOURCE_EXHAUSTED;  // retried once, as a worker's own out-of-memory
     case agent::WorkerExit::Cause::kCancelledOutside:
     case agent::WorkerExit::Cause::kProcess:
       return fp8d::v1::WORKER_CRASH;
