@@ -15,6 +15,8 @@ PKGS=(
 # schema check. FP8D_DEPS_BUILD_ONLY=1 (the container's build stage) leaves them out.
 if [ "${FP8D_DEPS_BUILD_ONLY:-0}" != 1 ]; then
   PKGS+=(systemd)
+  # tests/slurm and scripts/slurm-cluster.sh: a Slurm cluster on this machine.
+  PKGS+=(slurm-wlm munge iproute2 procps)
   command -v npm >/dev/null || PKGS+=(nodejs npm)
 fi
 missing=()

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "worker/common/events.h"
+#include "worker/common/slurm_env.h"
 #include "worker/calibrate/calibrate_main.h"
 #include "worker/train/model_tools_main.h"
 #include "worker/train/train_main.h"
@@ -64,6 +65,7 @@ int Dispatch(int argc, char** argv) {
     return fp8::worker::kExitInvalidSpec;
   }
   const std::string cmd = argv[1];
+  fp8::worker::AdoptSlurmRankEnvironment();  // ranks started by srun (fp8d's Slurm launcher)
   if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
   if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
   if (cmd == "export") return fp8::train::ExportMain(argc - 2, argv + 2);

@@ -45,6 +45,11 @@ struct LaunchRequest {
   int64_t uid = 0;
   int64_t gid = 0;
   std::optional<std::map<std::string, std::string>> env;
+  // Used by launchers that place ranks themselves (Slurm); the local agent ignores them.
+  int nodes = 0;                // 0: as many as the launcher needs
+  int ranks_per_node = 0;       // 0: 1 when nodes is set, else the launcher's choice
+  std::string partition, account, qos, constraint;  // empty: the launcher's defaults
+  int64_t time_limit_ms = 0;    // 0: none (the attempt deadline plus the kill grace)
 };
 
 // The part of `base` (e.g. environ) a worker may inherit: PATH, HOME, LANG, LC_*, TZ, TMPDIR,
@@ -54,6 +59,8 @@ struct LaunchRequest {
 std::map<std::string, std::string> AllowlistedEnvironment(
     char** base, const std::vector<std::string>& extra_allow);
 
+// What the core stores per rank to re-adopt it: opaque to the core, owned by the launcher.
+// Local: pid and /proc start time. Slurm: `pid` holds the Slurm job id, start_time is 0.
 struct RankProcess {
   int rank = 0;
   int64_t pid = 0;            // also the process group id (each rank is its own group leader)
@@ -86,6 +93,13 @@ struct WorkerExit {
   // AdoptForRecovery: the rank has neither a process nor an events file, so it was never
   // started (the controller stopped part-way through launching the attempt).
   bool never_started = false;
+  // Set when the launcher itself knows why the rank ended (Slurm's job state): the core maps
+  // it to a failure class before looking at the exit status.
+  // kRejected: the launcher will never be able to start the attempt (Slurm keeps it pending
+  // for a reason no wait resolves, e.g. more nodes than the partition has).
+  enum class Cause { kProcess, kNodeLost, kPreempted, kTimeLimit, kOutOfMemory, kCancelledOutside, kRejected };
+  Cause cause = Cause::kProcess;
+  std::string cause_message;  // e.g. "Slurm job 12 ended NODE_FAIL"
 };
 
 class AgentListener {
@@ -139,6 +153,15 @@ class Agent {
   // default removes `attempt_dirs` on this machine's file system, where the local agent and a
   // launcher on a shared data dir keep them. Blocking I/O: call off the io thread.
   virtual Status RemoveAttemptFiles(const std::string& job_id, const std::vector<std::string>& attempt_dirs);
+  // True for a launcher with a queue of its own (Slurm): the core's scheduler then reserves no
+  // slots and hands every queued job over at once; Slots() is not consulted.
+  virtual bool QueuesJobs() const { return false; }
+  // Where a rank's human log (stderr) of an attempt is, for GetJobLogs: the launcher names its
+  // files, the core does not. Pure; callable from any thread. Both launchers write it into
+  // the attempt directory (for Slurm a shared path), under the same name.
+  virtual std::string RankLogPath(const std::string& attempt_dir, int rank) const {
+    return attempt_dir + "/rank-" + std::to_string(rank) + ".log";
+  }
 };
 
 struct LocalAgentOptions {
@@ -150,6 +173,17 @@ struct LocalAgentOptions {
 };
 
 std::unique_ptr<Agent> NewLocalAgent(LocalAgentOptions options, AgentListener* listener);
+
+// The Slurm launcher (slurm_agent.cc): one Slurm job per attempt, ranks via srun.
+struct SlurmAgentOptions {
+  std::string partition, account, qos;  // defaults; a job's Resources.slurm overrides them
+  std::vector<std::string> sbatch_args;  // extra sbatch arguments, e.g. {"--exclusive"}
+  int poll_interval_ms = 1000;           // squeue period
+  int event_poll_ms = 20;                // events file period
+  bool gpus = false;                     // ranks are GPUs: --gres=gpu:<ranks_per_node>
+  int command_timeout_ms = 30000;        // an sbatch/squeue/scancel that takes longer failed
+};
+std::unique_ptr<Agent> NewSlurmAgent(SlurmAgentOptions options, AgentListener* listener);
 
 // True when `pid` is alive and its /proc start time equals `start_time`.
 bool ProcessMatches(int64_t pid, uint64_t start_time);

@@ -266,6 +266,44 @@ Status ValidateRetry(const fp8d::v1::RetryPolicy& r) {
   return OkStatus();
 }
 
+// A Slurm name (partition, account, qos) or constraint expression goes into sbatch's argv:
+// printable ASCII without spaces keeps it one argument and readable in squeue.
+Status SlurmName(std::string_view field, const std::string& v) {
+  if (v.size() > 256) return Bad(field, "at most 256 characters");
+  for (char c : v) {
+    if (c <= ' ' || c > '~') return Bad(field, "must be printable ASCII without spaces");
+  }
+  return OkStatus();
+}
+
+// ranks, nodes and ranks_per_node: 0 means "derive" (see job.proto); set ones must agree.
+Status ValidateResources(const fp8d::v1::Resources& r) {
+  if (r.ranks() != 0) FP8_RETURN_IF_ERROR(InRange("job.resources.ranks", r.ranks(), 1, kMaxRanks));
+  if (r.nodes() != 0) FP8_RETURN_IF_ERROR(InRange("job.resources.nodes", r.nodes(), 1, kMaxRanks));
+  if (r.ranks_per_node() != 0) {
+    FP8_RETURN_IF_ERROR(InRange("job.resources.ranks_per_node", r.ranks_per_node(), 1, kMaxRanks));
+  }
+  if (r.nodes() != 0) {
+    const int64_t per_node = r.ranks_per_node() != 0 ? r.ranks_per_node() : 1;
+    const int64_t product = int64_t{r.nodes()} * per_node;
+    if (product > kMaxRanks) {
+      return Bad("job.resources.nodes", "nodes × ranks_per_node must be at most " + std::to_string(kMaxRanks));
+    }
+    if (r.ranks() != 0 && r.ranks() != product) {
+      return Bad("job.resources.ranks", "must equal nodes × ranks_per_node (" + std::to_string(r.nodes()) +
+                                            " × " + std::to_string(per_node) + " = " + std::to_string(product) +
+                                            ") when both are set");
+    }
+  } else if (r.ranks_per_node() != 0 && r.ranks() != 0 && r.ranks() % r.ranks_per_node() != 0) {
+    return Bad("job.resources.ranks", "must be a multiple of ranks_per_node");
+  }
+  FP8_RETURN_IF_ERROR(SlurmName("job.resources.slurm.partition", r.slurm().partition()));
+  FP8_RETURN_IF_ERROR(SlurmName("job.resources.slurm.account", r.slurm().account()));
+  FP8_RETURN_IF_ERROR(SlurmName("job.resources.slurm.qos", r.slurm().qos()));
+  FP8_RETURN_IF_ERROR(SlurmName("job.resources.slurm.constraint", r.slurm().constraint()));
+  return OkStatus();
+}
+
 Status ValidateTimeouts(const fp8d::v1::Timeouts& t) {
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.attempt_deadline", t.attempt_deadline()));
   FP8_RETURN_IF_ERROR(ValidDuration("job.timeouts.heartbeat_timeout", t.heartbeat_timeout()));
@@ -326,10 +364,7 @@ Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
     const auto expected = job.has_train() ? fp8d::v1::TRAIN : fp8d::v1::CALIBRATE;
     if (job.kind() != expected) return Bad("job.kind", "does not match the spec that is set");
   }
-  // 0 means the default (1 rank).
-  if (job.resources().ranks() != 0) {
-    FP8_RETURN_IF_ERROR(InRange("job.resources.ranks", job.resources().ranks(), 1, kMaxRanks));
-  }
+  FP8_RETURN_IF_ERROR(ValidateResources(job.resources()));
   FP8_RETURN_IF_ERROR(InRange("job.priority", job.priority(), kMinPriority, kMaxPriority));
   FP8_RETURN_IF_ERROR(ValidateLabels(job.labels()));
   FP8_RETURN_IF_ERROR(ValidateRetry(job.retry()));
@@ -341,7 +376,12 @@ void NormalizeCreateJobRequest(fp8d::v1::CreateJobRequest& request) {
   fp8d::v1::Job& job = *request.mutable_job();
   job.clear_name();
   job.set_kind(job.has_train() ? fp8d::v1::TRAIN : fp8d::v1::CALIBRATE);
-  if (job.resources().ranks() == 0) job.mutable_resources()->set_ranks(1);
+  fp8d::v1::Resources& res = *job.mutable_resources();
+  if (res.ranks() == 0) {
+    // Validated: nodes × ranks_per_node fits; with neither set the default is 1 rank.
+    res.set_ranks(res.nodes() != 0 ? res.nodes() * (res.ranks_per_node() != 0 ? res.ranks_per_node() : 1) : 1);
+  }
+  job.clear_pending_reason();
   job.clear_state();
   job.clear_attempt();
   job.clear_progress();

@@ -117,20 +117,27 @@ fp8::StatusOr<WorkerSpec> MakeWorkerSpec(const Job& job, const std::string& defa
   options.preserve_proto_field_names = true;  // the worker reads snake_case (job.proto)
   WorkerSpec out;
   google::protobuf::util::Status st;
-  if (job.has_train()) {
-    fp8d::v1::TrainSpec spec = job.train();
-    if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
-    out.kind = "train";
-    out.output_dir = spec.output_dir();
-    st = google::protobuf::util::MessageToJsonString(spec, &out.json, options);
-  } else if (job.has_calibrate()) {
-    fp8d::v1::CalibrateSpec spec = job.calibrate();
-    if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
-    out.kind = "calibrate";
-    out.output_dir = spec.output_dir();
-    st = google::protobuf::util::MessageToJsonString(spec, &out.json, options);
-  } else {
-    return fp8::InvalidArgumentError("job.spec: " + job.name() + " has neither train nor calibrate");
+  // One exhaustive switch names the worker subcommand: a new kind of job fails to compile
+  // here (-Wswitch) instead of launching as the wrong one.
+  switch (job.spec_case()) {
+    case Job::kTrain: {
+      fp8d::v1::TrainSpec spec = job.train();
+      if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
+      out.kind = "train";
+      out.output_dir = spec.output_dir();
+      st = google::protobuf::util::MessageToJsonString(spec, &out.json, options);
+      break;
+    }
+    case Job::kCalibrate: {
+      fp8d::v1::CalibrateSpec spec = job.calibrate();
+      if (spec.output_dir().empty()) spec.set_output_dir(default_output_dir);
+      out.kind = "calibrate";
+      out.output_dir = spec.output_dir();
+      st = google::protobuf::util::MessageToJsonString(spec, &out.json, options);
+      break;
+    }
+    case Job::SPEC_NOT_SET:
+      return fp8::InvalidArgumentError("job.spec: " + job.name() + " has neither train nor calibrate");
   }
   if (!st.ok()) return fp8::InternalError("spec.json of " + job.name() + ": " + st.ToString());
   return out;

@@ -478,7 +478,7 @@ void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
                                              std::to_string(job.resources().ranks() - 1));
           return a;
         }
-        std::string path = AttemptDir(name, n) + "/rank-" + std::to_string(rank) + ".log";
+        std::string path = agent_->RankLogPath(AttemptDir(name, n), rank);
         std::error_code ec;
         if (!std::filesystem::exists(path, ec)) {
           a.path = fp8::NotFoundError("no log yet for rank " + std::to_string(rank) + " of " +

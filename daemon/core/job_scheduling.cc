@@ -1,6 +1,7 @@
 // Scheduler rounds and attempt start: build the snapshot of slots (agent slots minus those
 // held by attempts whose workers have not all exited) and of the queue, let the pure planner
 // (scheduler.h) decide, persist QUEUED → STARTING with the attempt record, then launch.
+#include <algorithm>
 #include <csignal>
 #include <map>
 #include <utility>
@@ -23,6 +24,20 @@ void JobManagerImpl::Schedule() {
   std::vector<std::string> fresh;
   fresh.swap(newly_queued_);
   if (queued_.empty()) return;
+
+  if (agent_->QueuesJobs()) {
+    // The launcher has a queue of its own (Slurm): it places and starts the ranks when the
+    // cluster has room, so every queued job is handed over now, with no local slots held.
+    const std::vector<std::string> names(queued_.begin(), queued_.end());
+    for (const std::string& name : names) {
+      JobEntry* e = Find(name);
+      if (e == nullptr || e->job.state() != fp8d::v1::QUEUED) continue;
+      if (e->run != nullptr && !e->run->AllExited()) continue;
+      const int32_t ranks = std::max(1, e->job.resources().ranks());
+      StartAttempt(*e, std::vector<agent::Slot>(ranks, agent::Slot{"slurm", -1}));
+    }
+    return;
+  }
 
   // Slots held by runs that still have workers (or are about to start them). CPU slots of a
   // node are interchangeable ({node, -1}), so holdings are counted, not matched one to one.
@@ -183,6 +198,16 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
     for (const auto& [k, v] : e->job.env()) env[k] = v;
     request.env = std::move(env);
   }
+  const fp8d::v1::Resources& res = e->job.resources();
+  request.nodes = res.nodes();
+  request.ranks_per_node = res.ranks_per_node();
+  request.partition = res.slurm().partition();
+  request.account = res.slurm().account();
+  request.qos = res.slurm().qos();
+  request.constraint = res.slurm().constraint();
+  if (const int64_t deadline = MsFromDuration(e->job.timeouts().attempt_deadline()); deadline > 0) {
+    request.time_limit_ms = deadline + options_.cancel_grace_ms;  // fp8d stops it first
+  }
 
   const int64_t now = NowMs();
   for (RankRun& r : run.ranks) r.last_seen_ms = now;
@@ -216,7 +241,10 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
                     "the controller could not prepare the attempt (" + result.status().message() +
                         "); retried, not counted as an attempt");
       } else {
-        FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
+        // INVALID_ARGUMENT: the launcher refused the request itself (Slurm rejected the job:
+        // unknown partition, an account it does not know); asking again cannot help.
+        const bool refused = result.status().code() == fp8::StatusCode::kInvalidArgument;
+        FailAttempt(*e, refused ? fp8d::v1::INVALID_SPEC : fp8d::v1::INTERNAL_ERROR,
                     "could not start the workers: " + result.status().message());
       }
     }

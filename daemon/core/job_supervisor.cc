@@ -29,6 +29,28 @@ std::string Truncated(const std::string& s, size_t n = 200) {
   return s.size() <= n ? s : s.substr(0, n) + "...";
 }
 
+// Slurm's verdicts: a lost or preempted node is NODE_LOST, Slurm's time limit (the attempt
+// deadline plus the grace) is DEADLINE_EXCEEDED, a job Slurm can never start is INVALID_SPEC
+// (permanent); running out of memory is RESOURCE_EXHAUSTED, a cancel by someone else is a
+// crash of the attempt. All are retryable, from the last checkpoint.
+FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
+  switch (cause) {
+    case agent::WorkerExit::Cause::kNodeLost:
+    case agent::WorkerExit::Cause::kPreempted:
+      return fp8d::v1::NODE_LOST;
+    case agent::WorkerExit::Cause::kTimeLimit:
+      return fp8d::v1::DEADLINE_EXCEEDED;
+    case agent::WorkerExit::Cause::kRejected:
+      return fp8d::v1::INVALID_SPEC;  // the same request would wait forever again
+    case agent::WorkerExit::Cause::kOutOfMemory:
+      return fp8d::v1::RESOURCE_EXHAUSTED;  // retried once, as a worker's own out-of-memory
+    case agent::WorkerExit::Cause::kCancelledOutside:
+    case agent::WorkerExit::Cause::kProcess:
+      return fp8d::v1::WORKER_CRASH;
+  }
+  return fp8d::v1::WORKER_CRASH;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -62,7 +84,22 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
 
   if (type == "heartbeat" || type == "metric") return;
 
+  if (type == "pending") {
+    // From a launcher with its own queue (Slurm), while the attempt waits there: nothing runs
+    // yet, so the heartbeat, start and deadline clocks start over, and the reason is shown.
+    if (state != fp8d::v1::STARTING || run.finished) return;
+    for (RankRun& r : run.ranks) r.last_seen_ms = now;
+    run.start_ms = now;
+    const std::string reason = StringField(ev.event, "reason");
+    if (reason != e->job.pending_reason()) {
+      e->job.set_pending_reason(reason);
+      PublishChange(*e);
+    }
+    return;
+  }
+
   if (type == "started") {
+    if (!e->job.pending_reason().empty()) e->job.clear_pending_reason();
     if (state == fp8d::v1::STARTING && !rank.started_pin) rank.started_pin = before;
     rank.started = true;
     const bool all_started = std::all_of(run.ranks.begin(), run.ranks.end(),
@@ -182,6 +219,9 @@ void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
       FailAttempt(*e, fp8d::v1::CONTROLLER_RESTART,
                   who + " was never started (the controller stopped while launching the "
                         "attempt); not counted as an attempt");
+    } else if (ex.cause != agent::WorkerExit::Cause::kProcess) {
+      // The launcher knows why the rank ended (Slurm's job state), whatever the ranks said.
+      FailAttempt(*e, ClassifyLauncherExit(ex.cause), ex.cause_message);
     } else if (ex.adopted) {
       // Not our child: the exit status is unknowable, the events are the verdict.
       if (!rank.done) FailAttempt(*e, fp8d::v1::WORKER_CRASH, who + " exited without reporting done");

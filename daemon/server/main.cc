@@ -50,6 +50,17 @@ namespace {
 
 using fp8d::server::ServerConfig;
 
+fp8d::agent::SlurmAgentOptions SlurmOptions(const fp8d::server::ServerConfig& config) {
+  fp8d::agent::SlurmAgentOptions o;
+  o.partition = config.slurm.partition;
+  o.account = config.slurm.account;
+  o.qos = config.slurm.qos;
+  o.sbatch_args = config.slurm.sbatch_args;
+  o.poll_interval_ms = static_cast<int>(config.slurm.poll_interval_ms);
+  o.gpus = config.slurm.gpus;
+  return o;
+}
+
 std::vector<int> ParseGpuList(const std::string& gpus) {
   std::vector<int> out;
   std::stringstream ss(gpus);
@@ -188,6 +199,7 @@ int Run(const ServerConfig& config) {
   options.worker_env = config.worker_env;
   options.worker_env_allow = config.worker_env_allow;
   spdlog::info("worker: {}", fmt::join(options.worker_argv_prefix, " "));
+  spdlog::info("launcher: {}", config.launcher);
 
   fp8d::agent::LocalAgentOptions agent_options;
   agent_options.cpu_slots = config.cpu_slots;
@@ -208,7 +220,8 @@ int Run(const ServerConfig& config) {
   fp8d::core::SystemClock clock;
   std::unique_ptr<fp8d::core::JobManager> manager = fp8d::core::NewJobManager(
       io, options, std::move(store).value(),
-      [agent_options](fp8d::agent::AgentListener* listener) {
+      [agent_options, &config](fp8d::agent::AgentListener* listener) {
+        if (config.launcher == "slurm") return fp8d::agent::NewSlurmAgent(SlurmOptions(config), listener);
         return fp8d::agent::NewLocalAgent(agent_options, listener);
       },
       &clock);

@@ -30,6 +30,54 @@ fp8::Status FromYaml(const YAML::Node& root, const char* key, CLI::Option* flag,
   return fp8::OkStatus();
 }
 
+// "1500" (ms), "1500ms", "2s": the poll interval's accepted forms.
+bool ParseMs(const std::string& text, int64_t* ms) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || v < 0) return false;
+  const std::string unit(end);
+  if (unit.empty() || unit == "ms") {
+    *ms = static_cast<int64_t>(v);
+  } else if (unit == "s") {
+    *ms = static_cast<int64_t>(v * 1000);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The `slurm:` mapping: partition, account, qos, sbatch_args, poll_interval, gpus.
+fp8::Status LoadSlurmSection(const YAML::Node& node, ServerConfig::Slurm* slurm) {
+  if (!node.IsMap()) return fp8::InvalidArgumentError("config key slurm: must be a mapping");
+  try {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (key == "partition") {
+        slurm->partition = v.as<std::string>();
+      } else if (key == "account") {
+        slurm->account = v.as<std::string>();
+      } else if (key == "qos") {
+        slurm->qos = v.as<std::string>();
+      } else if (key == "sbatch_args") {
+        slurm->sbatch_args = v.as<std::vector<std::string>>();
+      } else if (key == "gpus") {
+        slurm->gpus = v.as<bool>();
+      } else if (key == "poll_interval") {
+        if (!ParseMs(v.as<std::string>(), &slurm->poll_interval_ms) || slurm->poll_interval_ms <= 0) {
+          return fp8::InvalidArgumentError("config key slurm.poll_interval: expected e.g. 1s or 500ms, got " +
+                                           v.as<std::string>());
+        }
+      } else {
+        return fp8::InvalidArgumentError("config key slurm." + key + ": unknown");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return fp8::InvalidArgumentError(std::string("config key slurm: ") + e.what());
+  }
+  return fp8::OkStatus();
+}
+
 fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, CLI::Option*>& flags,
                            ServerConfig* config) {
   YAML::Node root;
@@ -44,7 +92,8 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
                                 "gpus",     "cancel_grace_ms", "tick_ms", "max_message_bytes",
                                 "addr_file", "worker_env",     "log_level",
                                 "tls_cert", "tls_key", "tls_client_ca", "auth_tokens",
-                                "default_user", "allowed_roots", "http_listen", "job_ttl_after_finished"};
+                                "default_user", "allowed_roots", "http_listen", "job_ttl_after_finished",
+                                "launcher", "slurm"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
@@ -78,6 +127,8 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
     FP8_RETURN_IF_ERROR(FromYaml(root, key, flag(key), target));
   }
   FP8_RETURN_IF_ERROR(FromYaml(root, "allowed_roots", flag("allowed_roots"), &config->allowed_roots));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "launcher", flag("launcher"), &config->launcher));
+  if (root["slurm"]) FP8_RETURN_IF_ERROR(LoadSlurmSection(root["slurm"], &config->slurm));
   if (root["worker"] && flag("worker")->count() == 0) {
     const YAML::Node w = root["worker"];
     try {
@@ -170,6 +221,8 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
                  "environment name (or PREFIX*) workers inherit beyond the built-in allowlist");
   flags["http_listen"] = app.add_option("--http-listen", config.http_listen,
                                         "HOST:PORT of the HTTP listener (metrics, health, JSON jobs)");
+  flags["launcher"] = app.add_option("--launcher", config.launcher,
+                                     "local (this machine) | slurm (a Slurm job per attempt; see the slurm: config key)");
   app.set_version_flag("--version", VersionText());
   try {
     app.parse(argc, argv);
@@ -217,6 +270,9 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
     return fp8::InvalidArgumentError("--tls-client-ca: needs --tls-cert and --tls-key");
   }
   if (config.tls_reload_s <= 0) return fp8::InvalidArgumentError("--tls-reload-s: must be > 0");
+  if (config.launcher != "local" && config.launcher != "slurm") {
+    return fp8::InvalidArgumentError("--launcher " + config.launcher + ": expected local or slurm");
+  }
   return config;
 }
 

@@ -37,6 +37,13 @@ struct ServerConfig {
   bool run_jobs_as_owner = true;        // when root: workers run as the owner's uid
   std::vector<std::string> worker_env_allow;   // extra names (or PREFIX*) workers inherit
   std::string http_listen;              // HOST:PORT of the HTTP listener; empty: none
+  std::string launcher = "local";       // local | slurm
+  struct Slurm {
+    std::string partition, account, qos;  // defaults for jobs that name none
+    std::vector<std::string> sbatch_args; // appended to every sbatch
+    int64_t poll_interval_ms = 1000;      // squeue period ("1s", "500ms" or ms in YAML)
+    bool gpus = false;                    // ranks are GPUs: --gres=gpu:<ranks_per_node>
+  } slurm;
 };
 
 // "7d", "12h", "30m", "90s", "500ms", "0" → milliseconds; INVALID_ARGUMENT naming `field`.

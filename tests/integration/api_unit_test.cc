@@ -146,6 +146,46 @@ TEST(Validation, NormalizeClearsOutputOnlyFieldsAndDerivesKind) {
   EXPECT_EQ(r.job().resources().ranks(), 1);
 }
 
+TEST(Validation, RanksNodesAndRanksPerNodeAgree) {
+  CreateJobRequest r = ValidRequest();
+  auto* res = r.mutable_job()->mutable_resources();
+  res->set_nodes(2);
+  res->set_ranks_per_node(3);
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
+  api::NormalizeCreateJobRequest(r);
+  EXPECT_EQ(r.job().resources().ranks(), 6);  // derived: nodes × ranks_per_node
+  res = r.mutable_job()->mutable_resources();
+  res->set_ranks(6);
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
+  res->set_ranks(4);
+  fp8::Status st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("job.resources.ranks", 0), 0u) << st.message();
+  res->set_ranks(0);
+  res->set_nodes(-1);
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.resources.nodes", 0), 0u);
+  res->set_nodes(0);
+  res->set_ranks(5);
+  res->set_ranks_per_node(2);  // 5 ranks cannot fill nodes of 2
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.resources.ranks", 0), 0u);
+}
+
+TEST(Validation, SlurmNamesArePrintableWithoutSpaces) {
+  CreateJobRequest r = ValidRequest();
+  r.mutable_job()->mutable_resources()->mutable_slurm()->set_partition("gpu-h100");
+  r.mutable_job()->mutable_resources()->mutable_slurm()->set_constraint("h100&ib");
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
+  r.mutable_job()->mutable_resources()->mutable_slurm()->set_partition("gpu --exclusive");
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.resources.slurm.partition", 0), 0u);
+}
+
+TEST(Validation, NormalizeClearsThePendingReason) {
+  CreateJobRequest r = ValidRequest();
+  r.mutable_job()->set_pending_reason("Resources");
+  api::NormalizeCreateJobRequest(r);
+  EXPECT_EQ(r.job().pending_reason(), "");
+}
+
 TEST(StatusMapping, IsOneToOne) {
   for (int code = 0; code <= 16; ++code) {
     fp8::Status st(static_cast<fp8::StatusCode>(code), "m");

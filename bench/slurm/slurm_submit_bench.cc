@@ -1,0 +1,190 @@
+// Submit → RUNNING on a one-node Slurm cluster (scripts/slurm-cluster.sh), two ways, N times
+// each, alternating:
+//   sbatch alone: `sbatch --wrap 'srun … sh -c "echo started; sleep …"'`, timed until the task's
+//                 first line is in its output file (the task runs: what RUNNING means to fp8d);
+//   by hand:      fp8d's own batch script and sbatch arguments (copied from its attempt),
+//                 timed until the rank's first event line;
+//   fp8d:         CreateJob (1 rank, the fault-injection worker) timed until GetJob says
+//                 RUNNING (the rank wrote `started` and fp8d read it, made it durable).
+// Slurm's scheduling cadence (a batch job waits up to a few seconds for a scheduling pass)
+// makes the two totals noisy, so fp8d's own share is also measured directly: CreateJob →
+// the batch script written (sbatch runs next), and the rank's first event line → GetJob says
+// RUNNING. Prints medians and means.
+// Usage: slurm_submit_bench [N]   (default 10). Not a test: nothing asserts.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/daemon_process.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace fp8d::itest;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double Mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+}
+
+bool WaitIdle(const std::map<std::string, std::string>& env) {
+  // The previous iteration's job must be gone and its node idle again, and Slurm given a
+  // moment to settle, so each submission meets the same cluster whichever way it comes.
+  const bool idle = PollUntil([&] {
+    return RunProcess({"/usr/bin/env", "squeue", "-h"}, env).out.empty() &&
+           RunProcess({"/usr/bin/env", "sinfo", "-h", "-t", "idle", "-o", "%D"}, env).out == "1\n";
+  }, std::chrono::seconds(60));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  return idle;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 10;
+  TempDir tmp;
+  const std::string script = std::string(FP8D_SOURCE_DIR) + "/scripts/slurm-cluster.sh";
+  const std::string cluster = tmp.path() + "/cluster";
+  ProcessResult up = RunProcess({"/bin/bash", script, "start", cluster, "1"}, {}, std::chrono::seconds(90));
+  if (up.exit_code != 0) {
+    std::fprintf(stderr, "cluster did not start: %s\n", up.err.c_str());
+    return 1;
+  }
+  const std::map<std::string, std::string> env = {{"SLURM_CONF", cluster + "/slurm.conf"}};
+  const std::string config = tmp.path() + "/fp8d.yaml";
+  std::ofstream(config) << "launcher: slurm\nslurm: {partition: debug, poll_interval: 1s}\n";
+  DaemonOptions options;
+  options.worker = TestWorkerPath();
+  options.env = env;
+  options.env["FP8_TEST_STEPS"] = "1";
+  options.env["FP8_TEST_STEP_MS"] = "300";
+  options.extra_args = {"--config", config};
+  options.log_level = "info";
+  int rc = 0;
+  {
+    Daemon daemon(tmp.path() + "/data", options);
+    if (!daemon.Start().ok()) {
+      std::fprintf(stderr, "fp8d did not start\n%s", daemon.Log().c_str());
+      rc = 1;
+    }
+    std::vector<double> alone, via_fp8d, before_sbatch, after_start, by_hand;
+    for (int i = 0; rc == 0 && i < n; ++i) {
+      WaitIdle(env);
+      const std::string out = tmp.path() + "/alone-" + std::to_string(i) + ".out";
+      const auto t0 = Clock::now();
+      ProcessResult s = RunProcess({"/usr/bin/env", "sbatch", "--parsable", "-o", "/dev/null", "--wrap",
+                                    "srun --output=" + out + " sh -c 'echo started; sleep 0.3'"},
+                                   env);
+      if (s.exit_code != 0) {
+        std::fprintf(stderr, "sbatch: %s\n", s.err.c_str());
+        rc = 1;
+        break;
+      }
+      PollUntil([&] {
+        std::ifstream in(out);
+        std::string line;
+        return static_cast<bool>(std::getline(in, line));
+      }, std::chrono::seconds(60));
+      alone.push_back(Ms(Clock::now() - t0));
+
+      WaitIdle(env);
+      fp8d::v1::Job job = TestTrainJob(tmp.path() + "/out-" + std::to_string(i), 1);
+      const auto t1 = Clock::now();
+      auto created = daemon.client().CreateJob(job);
+      if (!created.ok()) {
+        std::fprintf(stderr, "CreateJob: %s\n", created.status().ToString().c_str());
+        rc = 1;
+        break;
+      }
+      // fp8d's own share: before sbatch (create → the batch script is written, just before
+      // sbatch runs) and after the rank started (its first event line → GetJob says RUNNING).
+      const std::string dir = daemon.data_dir() + "/jobs/" +
+                              created->name().substr(created->name().find('/') + 1) + "/attempt-1";
+      std::optional<Clock::time_point> t_script, t_event, t_running;
+      const auto end = Clock::now() + std::chrono::seconds(60);
+      while (!t_running && Clock::now() < end) {
+        if (!t_script && std::filesystem::exists(dir + "/slurm.sbatch")) t_script = Clock::now();
+        if (!t_event && std::filesystem::exists(dir + "/rank-0.events") &&
+            std::filesystem::file_size(dir + "/rank-0.events") > 0) {
+          t_event = Clock::now();
+        }
+        auto j = daemon.client().GetJob(created->name());
+        if (j.ok() && (j->state() == fp8d::v1::RUNNING || j->state() == fp8d::v1::SUCCEEDED)) {
+          t_running = Clock::now();
+        }
+      }
+      if (!t_running || !t_script || !t_event) {
+        std::fprintf(stderr, "job never reached RUNNING\n%s", daemon.Log().c_str());
+        rc = 1;
+        break;
+      }
+      via_fp8d.push_back(Ms(*t_running - t1));
+      before_sbatch.push_back(Ms(*t_script - t1));
+      after_start.push_back(Ms(*t_running - *t_event));
+      (void)WaitTerminal(daemon.client(), created->name(), std::chrono::seconds(60));
+
+      // fp8d's own batch script and sbatch arguments, submitted by hand into a fresh copy of
+      // the attempt directory: the same Slurm job without fp8d.
+      WaitIdle(env);
+      const std::string copy = tmp.path() + "/by-hand-" + std::to_string(i);
+      std::filesystem::create_directories(copy + "/rendezvous");
+      std::filesystem::copy_file(dir + "/spec.json", copy + "/spec.json");
+      std::string script;
+      {
+        std::ifstream in(dir + "/slurm.sbatch");
+        script.assign(std::istreambuf_iterator<char>(in), {});
+      }
+      for (size_t at; (at = script.find(dir)) != std::string::npos;) script.replace(at, dir.size(), copy);
+      std::ofstream(copy + "/slurm.sbatch") << script;
+      std::ofstream(copy + "/rank-0.events").flush();
+      std::map<std::string, std::string> job_env = env;
+      job_env["FP8D_CHECKPOINT_DIR"] = copy + "/ckpt";
+      job_env["CUDA_VISIBLE_DEVICES"] = "";
+      job_env["FP8_TEST_STEPS"] = "1";
+      job_env["FP8_TEST_STEP_MS"] = "300";
+      const auto t2 = Clock::now();
+      ProcessResult h = RunProcess({"/usr/bin/env", "sbatch", "--parsable", "--job-name=by-hand", "--nodes=1",
+                                    "--ntasks=1", "--ntasks-per-node=1", "--no-requeue", "--export=ALL",
+                                    "--chdir=" + copy, "--output=" + copy + "/slurm.out", "--partition=debug",
+                                    copy + "/slurm.sbatch"},
+                                   job_env);
+      if (h.exit_code != 0) {
+        std::fprintf(stderr, "sbatch (by hand): %s\n", h.err.c_str());
+        rc = 1;
+        break;
+      }
+      PollUntil([&] {
+        std::error_code ec;
+        return std::filesystem::file_size(copy + "/rank-0.events", ec) > 0;
+      }, std::chrono::seconds(60));
+      by_hand.push_back(Ms(Clock::now() - t2));
+    }
+    if (rc == 0) {
+      std::printf("submit->running sbatch alone: median %.1f ms, mean %.1f ms (n=%zu)\n", Median(alone),
+                  Mean(alone), alone.size());
+      std::printf("submit->running sbatch alone, fp8d's script and arguments: median %.1f ms, mean %.1f ms (n=%zu)\n",
+                  Median(by_hand), Mean(by_hand), by_hand.size());
+      std::printf("submit->running via fp8d:     median %.1f ms, mean %.1f ms (n=%zu)\n", Median(via_fp8d),
+                  Mean(via_fp8d), via_fp8d.size());
+      std::printf("fp8d's own share: create -> sbatch median %.1f ms (mean %.1f), first event -> RUNNING "
+                  "median %.1f ms (mean %.1f); sum of medians %.1f ms\n",
+                  Median(before_sbatch), Mean(before_sbatch), Median(after_start), Mean(after_start),
+                  Median(before_sbatch) + Median(after_start));
+    }
+  }
+  RunProcess({"/bin/bash", script, "stop", cluster});
+  return rc;
+}

@@ -1,0 +1,406 @@
+// fp8d on a real Slurm cluster: scripts/slurm-cluster.sh starts munge, slurmctld and two
+// slurmd (nodes n1, n2) on this machine for each test and stops them after it; fp8d runs with
+// --launcher slurm. Every test skips when the cluster cannot start (no Slurm installed).
+//
+// The ranks are the fault-injection worker (fast and scriptable) except in the test that
+// compares the real trainer's losses on Slurm with the local launcher's.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/daemon_process.h"
+
+namespace fp8d::itest {
+namespace {
+
+namespace fs = std::filesystem;
+using fp8d::v1::Job;
+
+std::string ClusterScript() { return std::string(FP8D_SOURCE_DIR) + "/scripts/slurm-cluster.sh"; }
+
+class SlurmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_dir_ = tmp_.path() + "/cluster";
+    ProcessResult r = RunProcess({"/bin/bash", ClusterScript(), "start", cluster_dir_, "2"}, {},
+                                 std::chrono::seconds(90));
+    if (r.exit_code != 0) {
+      (void)RunProcess({"/bin/bash", ClusterScript(), "stop", cluster_dir_});
+      GTEST_SKIP() << "no Slurm cluster: " << r.err;
+    }
+    cluster_up_ = true;
+    slurm_env_ = {{"SLURM_CONF", cluster_dir_ + "/slurm.conf"}};
+  }
+
+  void TearDown() override {
+    if (HasFailure() && daemon_ != nullptr) std::cerr << "---- fp8d log ----\n" << daemon_->Log();
+    if (HasFailure() && cluster_up_) std::cerr << "---- squeue ----\n" << Slurm({"squeue", "--states=all"}).out;
+    daemon_.reset();  // cancels its live jobs first
+    if (cluster_up_) {
+      ProcessResult r = RunProcess({"/bin/bash", ClusterScript(), "stop", cluster_dir_});
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+  }
+
+  // fp8d with the Slurm launcher; `worker_env` reaches the ranks through sbatch --export=ALL.
+  void StartSlurmDaemon(std::map<std::string, std::string> worker_env = {},
+                        const std::string& worker = TestWorkerPath()) {
+    const std::string config = tmp_.path() + "/fp8d.yaml";
+    std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  poll_interval: 200ms\n";
+    DaemonOptions options;
+    options.worker = worker;
+    options.env = worker_env;
+    for (const auto& [k, v] : slurm_env_) options.env[k] = v;
+    options.extra_args = {"--config", config};
+    options.cancel_grace_ms = 3000;
+    daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
+    fp8::Status st = daemon_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
+  // Runs a Slurm client command (found in PATH) against the test cluster.
+  ProcessResult Slurm(std::vector<std::string> argv) {
+    argv.insert(argv.begin(), "/usr/bin/env");
+    return RunProcess(argv, slurm_env_);
+  }
+
+  // Slurm jobs not yet ended (pending, running, completing), as squeue lists them.
+  std::string LiveSlurmJobs() { return Slurm({"squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%i %T %j"}).out; }
+
+  // The Slurm job ids fp8d submitted for `name` (all states squeue still remembers).
+  std::vector<std::string> SlurmJobsOf(const std::string& name) {
+    const std::string id = name.substr(name.find('/') + 1);
+    std::istringstream in(Slurm({"squeue", "-h", "--states=all", "-o", "%i %j"}).out);
+    std::vector<std::string> ids;
+    std::string sid, jname;
+    while (in >> sid >> jname) {
+      if (jname.rfind("fp8d-" + id + "-", 0) == 0) ids.push_back(sid);
+    }
+    return ids;
+  }
+
+  Job TwoNodeJob(const std::string& out, int steps, int save_steps) {
+    Job job = TestTrainJob(out, steps, save_steps);
+    job.mutable_resources()->set_ranks(0);
+    job.mutable_resources()->set_nodes(2);
+    job.mutable_resources()->set_ranks_per_node(1);
+    return job;
+  }
+
+  fp8d::client::JobClient& client() { return daemon_->client(); }
+  std::string Out(const std::string& name) { return tmp_.path() + "/out/" + name; }
+
+  TempDir tmp_;
+  std::string cluster_dir_;
+  bool cluster_up_ = false;
+  std::map<std::string, std::string> slurm_env_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+std::string AttemptDir(const Daemon& d, const std::string& name, int attempt) {
+  return d.data_dir() + "/jobs/" + name.substr(name.find('/') + 1) + "/attempt-" + std::to_string(attempt);
+}
+
+// (step, loss) of every progress event in a rank's events file, as the worker wrote them.
+std::vector<std::pair<int64_t, std::string>> Losses(const std::string& events_file) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::ifstream in(events_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || j.value("type", "") != "progress") continue;
+    out.emplace_back(j.value("step", int64_t{-1}), j.contains("loss") ? j["loss"].dump() : "");
+  }
+  return out;
+}
+
+TEST_F(SlurmTest, TwoRanksOnTwoNodesSucceedAndReportTheirNodes) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("two"), 10, 5));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->resources().ranks(), 2);  // nodes × ranks_per_node
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  EXPECT_EQ(job->attempt(), 1);
+  EXPECT_EQ(job->progress().step(), 10);
+  EXPECT_TRUE(job->pending_reason().empty()) << job->pending_reason();
+  // One Slurm job on both nodes, whose ranks got their numbers from srun.
+  const std::vector<std::string> ids = SlurmJobsOf(created->name());
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(Slurm({"squeue", "-h", "--states=all", "-j", ids[0], "-o", "%N"}).out, "n[1-2]\n");
+  const std::string dir = AttemptDir(*daemon_, created->name(), 1);
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir + "/rank-" + std::to_string(r) + ".log");
+    const std::string log(std::istreambuf_iterator<char>(in), {});
+    EXPECT_NE(log.find("env FP8D_RANK=" + std::to_string(r) + "\n"), std::string::npos) << log;
+    EXPECT_NE(log.find("env FP8D_WORLD_SIZE=2\n"), std::string::npos) << log;
+  }
+}
+
+TEST_F(SlurmTest, WaitingInSlurmsQueueShowsItsReasonAndHoldsNoLocalSlot) {
+  // Both nodes taken by a job of someone else: fp8d's job waits in Slurm's queue.
+  ProcessResult blocker = Slurm({"sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wrap", "sleep 300"});
+  ASSERT_EQ(blocker.exit_code, 0) << blocker.err;
+  const std::string blocker_id = blocker.out.substr(0, blocker.out.find_first_of(";\n"));
+  ASSERT_TRUE(PollUntil([&] {
+    return Slurm({"squeue", "-h", "-j", blocker_id, "-o", "%T"}).out == "RUNNING\n";
+  }));
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
+  // More jobs than the cluster has nodes: fp8d holds none back (Slurm queues them).
+  std::vector<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    auto created = client().CreateJob(TestTrainJob(Out("queued" + std::to_string(i)), 3));
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    names.push_back(created->name());
+  }
+  for (const std::string& name : names) {
+    ASSERT_TRUE(PollUntil([&] {
+      auto j = client().GetJob(name);
+      return j.ok() && j->state() == fp8d::v1::STARTING && !j->pending_reason().empty() &&
+             j->pending_reason() != "None";
+    }, std::chrono::seconds(30))) << name << ": " << client().GetJob(name)->ShortDebugString();
+  }
+  EXPECT_EQ(client().GetJob(names[0])->pending_reason(), "Resources");
+  ASSERT_EQ(Slurm({"scancel", blocker_id}).exit_code, 0);
+  for (const std::string& name : names) {
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(120));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+    EXPECT_EQ(job->pending_reason(), "");
+  }
+}
+
+TEST_F(SlurmTest, CancelEndsTheSlurmJobWithinTheGrace) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("cancel"), 100000, 0));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING, std::chrono::seconds(60)).ok());
+  ASSERT_FALSE(LiveSlurmJobs().empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  ProcessResult r = RunProcess({Fp8ctlPath(), "--server", daemon_->address(), "cancel", created->name()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::CANCELLED);
+  // The grace is 3 s; Slurm's own steps (polls, epilog) get a few seconds more.
+  EXPECT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(10))) << LiveSlurmJobs();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(13));
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "fp8-test-worker train --spec " + tmp_.path()});
+  EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
+}
+
+TEST_F(SlurmTest, BadPlacementFailsAtOnceWithSlurmsMessage) {
+  StartSlurmDaemon();
+  Job unknown = TestTrainJob(Out("bad1"), 5);
+  unknown.mutable_resources()->mutable_slurm()->set_partition("nosuch");
+  auto a = client().CreateJob(unknown);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Job too_big = TwoNodeJob(Out("bad2"), 5, 0);
+  too_big.mutable_resources()->set_nodes(3);
+  auto b = client().CreateJob(too_big);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [name, expect] : {std::pair{a->name(), std::string("partition")},
+                                     std::pair{b->name(), std::string("PartitionConfig")}}) {
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::FAILED);
+    EXPECT_EQ(job->attempt(), 1) << "a rejected job must not be retried";
+    EXPECT_EQ(job->error().failure_class(), fp8d::v1::INVALID_SPEC);
+    EXPECT_NE(job->error().message().find(expect), std::string::npos) << job->error().message();
+  }
+}
+
+TEST_F(SlurmTest, UnreachableSlurmFailsAfterMaxAttempts) {
+  // slurm.conf naming a controller port nobody listens on.
+  std::string conf;
+  {
+    std::ifstream in(cluster_dir_ + "/slurm.conf");
+    conf.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = conf.find("SlurmctldPort=");
+  ASSERT_NE(at, std::string::npos);
+  conf.replace(at, conf.find('\n', at) - at, "SlurmctldPort=9");
+  std::ofstream(tmp_.path() + "/dead.conf") << conf;
+  slurm_env_["SLURM_CONF"] = tmp_.path() + "/dead.conf";
+  StartSlurmDaemon();
+  slurm_env_["SLURM_CONF"] = cluster_dir_ + "/slurm.conf";  // for TearDown's squeue
+  Job spec = TestTrainJob(Out("dead"), 5);
+  spec.mutable_retry()->set_max_attempts(2);
+  auto created = client().CreateJob(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::FAILED);
+  EXPECT_EQ(job->attempt(), 2);
+  EXPECT_NE(job->error().message().find("not reachable"), std::string::npos) << job->error().message();
+}
+
+TEST_F(SlurmTest, RestartedFp8dReadoptsTheSlurmJob) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("readopt"), 60, 10));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = client().GetJob(created->name());
+    return j.ok() && j->state() == fp8d::v1::RUNNING && j->progress().step() >= 5;
+  }));
+  daemon_->Signal(SIGKILL);
+  daemon_->Wait();
+  ASSERT_FALSE(LiveSlurmJobs().empty()) << "the Slurm job must outlive fp8d";
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  EXPECT_EQ(job->attempt(), 1);
+  EXPECT_EQ(job->progress().step(), 60);
+  EXPECT_EQ(SlurmJobsOf(created->name()).size(), 1u) << "re-adopted, not submitted again";
+}
+
+TEST_F(SlurmTest, AJobThatEndedWhileFp8dWasDownIsJudgedNotRerun) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("ended"), 30, 10));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING).ok());
+  daemon_->Signal(SIGKILL);
+  daemon_->Wait();
+  ASSERT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); })) << LiveSlurmJobs();
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  EXPECT_EQ(job->attempt(), 1);
+  EXPECT_EQ(job->progress().step(), 30);
+  EXPECT_EQ(SlurmJobsOf(created->name()).size(), 1u);
+}
+
+TEST_F(SlurmTest, AnOrphanedSlurmJobOfAnEarlierAttemptIsCancelled) {
+  // Attempt 1 crashes at step 10; meanwhile a Slurm job carrying attempt 1's name appears, as
+  // if fp8d had died between an sbatch and storing its id. Attempt 2's launch cancels it.
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}, {"FP8_TEST_MODE", "crash_at_step"},
+                    {"FP8_TEST_CRASH_STEP", "10"}, {"FP8_TEST_CRASH_ONLY_ATTEMPT", "1"}});
+  auto created = client().CreateJob(TestTrainJob(Out("orphan"), 15, 5));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const std::string id = created->name().substr(created->name().find('/') + 1);
+  ProcessResult orphan = Slurm({"sbatch", "--parsable", "-N1", "-o", "/dev/null",
+                                "--job-name=fp8d-" + id + "-1", "--wrap", "sleep 300"});
+  ASSERT_EQ(orphan.exit_code, 0) << orphan.err;
+  const std::string orphan_id = orphan.out.substr(0, orphan.out.find_first_of(";\n"));
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  EXPECT_EQ(job->attempt(), 2);
+  EXPECT_TRUE(PollUntil([&] {
+    return Slurm({"squeue", "-h", "--states=all", "-j", orphan_id, "-o", "%T"}).out == "CANCELLED\n";
+  }, std::chrono::seconds(10))) << Slurm({"squeue", "--states=all"}).out;
+}
+
+TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("nodelost"), 400, 5));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = client().GetJob(created->name());
+    return j.ok() && j->checkpoint().step() >= 10;
+  }));
+  // n2's slurmd dies: srun loses the node (the job ends FAILED with n2 not responding) or
+  // slurmctld marks it down first (NODE_FAIL); either way the attempt is NODE_LOST.
+  ProcessResult kill = RunProcess({"/bin/bash", ClusterScript(), "kill-node", cluster_dir_, "n2"});
+  ASSERT_EQ(kill.exit_code, 0) << kill.err;
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = client().GetJob(created->name());
+    return j.ok() && j->attempt() >= 2;
+  }, std::chrono::seconds(90)));
+  ProcessResult start = RunProcess({"/bin/bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  auto full = client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
+  ASSERT_TRUE(full.ok());
+  ASSERT_GE(full->attempts_size(), 2);
+  EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
+  EXPECT_NE(full->attempts(1).resumed_from().find("step-"), std::string::npos);
+  EXPECT_EQ(job->progress().step(), 400);
+}
+
+// The real fp8-worker: a 2-rank training job on two Slurm nodes (Gloo through the shared
+// rendezvous directory) writes the same losses as on the local launcher with 2 ranks, and a
+// calibration job's output is byte-identical to the local launcher's.
+TEST_F(SlurmTest, RealWorkerOnSlurmMatchesTheLocalLauncher) {
+  if (!fs::exists(RealWorkerPath())) GTEST_SKIP() << RealWorkerPath() << " not built";
+  const std::string corpus = std::string(FP8D_SOURCE_DIR) + "/data/corpus.txt";
+  if (!fs::exists(corpus)) GTEST_SKIP() << corpus << " missing";
+  const std::string data = tmp_.path() + "/tokens";
+  ProcessResult prep = RunProcess({RealWorkerPath(), "prepare-data", "--text", corpus, "--out", data});
+  ASSERT_EQ(prep.exit_code, 0) << prep.err;
+  constexpr int kSteps = 6;
+  auto train = [&](const std::string& out) {
+    Job job = TestTrainJob(out, kSteps, kSteps);
+    job.mutable_train()->mutable_data()->set_train(data + "/train_*.bin");
+    job.mutable_train()->mutable_training()->set_logging_steps(1);  // every step's loss
+    job.mutable_resources()->set_ranks(2);
+    return job;
+  };
+  auto calibrate = [&](const std::string& model, const std::string& out) {
+    Job job;
+    job.mutable_calibrate()->set_input(model);
+    job.mutable_calibrate()->set_output_dir(out);
+    job.mutable_calibrate()->set_backend("cpu");
+    return job;
+  };
+  auto run = [](Daemon& d, const Job& spec) -> std::pair<std::string, Job> {
+    auto created = d.client().CreateJob(spec);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return {};
+    auto job = WaitTerminal(d.client(), created->name(), std::chrono::seconds(600));
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    if (!job.ok()) return {};
+    EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message() << d.Log();
+    return {created->name(), *job};
+  };
+
+  std::vector<std::pair<int64_t, std::string>> local_losses;
+  std::string model;
+  {
+    DaemonOptions options;
+    options.worker = RealWorkerPath();
+    options.cpu_slots = 2;
+    Daemon d(tmp_.path() + "/local-data", options);
+    ASSERT_TRUE(d.Start().ok());
+    auto [name, job] = run(d, train(Out("local")));
+    ASSERT_FALSE(name.empty());
+    local_losses = Losses(AttemptDir(d, name, 1) + "/rank-0.events");
+    model = job.checkpoint().path() + "/model.safetensors";
+    ASSERT_TRUE(fs::exists(model)) << model;
+    ASSERT_FALSE(run(d, calibrate(model, Out("calib-local"))).first.empty());
+  }
+  StartSlurmDaemon({}, RealWorkerPath());
+  Job on_slurm = train(Out("slurm"));
+  on_slurm.mutable_resources()->set_ranks(0);
+  on_slurm.mutable_resources()->set_nodes(2);
+  on_slurm.mutable_resources()->set_ranks_per_node(1);
+  auto [name, job] = run(*daemon_, on_slurm);
+  ASSERT_FALSE(name.empty());
+  ASSERT_EQ(local_losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(Losses(AttemptDir(*daemon_, name, 1) + "/rank-0.events"), local_losses);
+  ASSERT_FALSE(run(*daemon_, calibrate(model, Out("calib-slurm"))).first.empty());
+
+  int compared = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(Out("calib-local"))) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
+    const fs::path other = Out("calib-slurm") / fs::relative(entry.path(), Out("calib-local"));
+    std::ifstream a(entry.path(), std::ios::binary), b(other, std::ios::binary);
+    const std::string da(std::istreambuf_iterator<char>(a), {}), db(std::istreambuf_iterator<char>(b), {});
+    EXPECT_TRUE(!da.empty() && da == db) << entry.path() << " differs from " << other;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0) << "no .safetensors output to compare";
+}
+
+}  // namespace
+}  // namespace fp8d::itest
