@@ -107,4 +107,23 @@ std::optional<nlohmann::json> ParseEventLine(const std::string& line) {
   return j;
 }
 
+std::optional<WorkerEvent> ToWorkerEvent(const std::string& job_id, int attempt, int rank,
+                                         const EventLine& line) {
+  if (!line.oversized && line.text.find_first_not_of(" \t\r") == std::string::npos) return std::nullopt;
+  WorkerEvent ev;
+  ev.job_id = job_id;
+  ev.attempt = attempt;
+  ev.rank = rank;
+  ev.raw = line.text;
+  ev.offset_after = line.offset_after;
+  std::optional<nlohmann::json> parsed;
+  if (!line.oversized) parsed = ParseEventLine(line.text);
+  if (parsed) {
+    ev.event = std::move(*parsed);
+  } else {
+    ev.garbage = true;
+  }
+  return ev;
+}
+
 }  // namespace fp8d::agent

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "daemon/agent/agent.h"
 
 namespace fp8d::agent {
 
@@ -55,5 +56,11 @@ class EventFileReader {
 
 // The event in a line: an object with a string "type", else nullopt (garbage).
 std::optional<nlohmann::json> ParseEventLine(const std::string& line);
+
+// What a launcher delivers for one line of rank `rank`'s events file: the parsed event, or the
+// line marked garbage; nullopt for a blank line, which carries nothing (its bytes are covered
+// by the next line's offset).
+std::optional<WorkerEvent> ToWorkerEvent(const std::string& job_id, int attempt, int rank,
+                                         const EventLine& line);
 
 }  // namespace fp8d::agent

@@ -620,25 +620,8 @@ void LocalAgent::CheckGoneLocked(RankState& r) {
 }
 
 void LocalAgent::Deliver(RankState& r, const EventLine& line) {
-  // Blank lines carry nothing; they are skipped (their bytes are covered by the next offset).
-  if (!line.oversized &&
-      line.text.find_first_not_of(" \t\r") == std::string::npos) {
-    return;
-  }
-  WorkerEvent ev;
-  ev.job_id = r.job_id;
-  ev.attempt = r.attempt;
-  ev.rank = r.rank;
-  ev.raw = line.text;
-  ev.offset_after = line.offset_after;
-  std::optional<nlohmann::json> parsed;
-  if (!line.oversized) parsed = ParseEventLine(line.text);
-  if (parsed) {
-    ev.event = std::move(*parsed);
-  } else {
-    ev.garbage = true;
-  }
-  if (listener_ != nullptr) listener_->OnWorkerEvent(std::move(ev));
+  std::optional<WorkerEvent> ev = ToWorkerEvent(r.job_id, r.attempt, r.rank, line);
+  if (ev && listener_ != nullptr) listener_->OnWorkerEvent(std::move(*ev));
 }
 
 void LocalAgent::PollOnce() {

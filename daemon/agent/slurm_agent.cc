@@ -500,21 +500,8 @@ void SlurmAgent::ReadEvents(Watched& w, bool final) {
       if (auto tail = rk.reader->TakeUnterminatedTail()) all.push_back(std::move(*tail));
     }
     for (const EventLine& line : all) {
-      if (!line.oversized && line.text.find_first_not_of(" \t\r") == std::string::npos) continue;
-      WorkerEvent ev;
-      ev.job_id = w.job_id;
-      ev.attempt = w.attempt;
-      ev.rank = rk.rank;
-      ev.raw = line.text;
-      ev.offset_after = line.offset_after;
-      std::optional<nlohmann::json> parsed;
-      if (!line.oversized) parsed = ParseEventLine(line.text);
-      if (parsed) {
-        ev.event = std::move(*parsed);
-      } else {
-        ev.garbage = true;
-      }
-      if (listener_ != nullptr) listener_->OnWorkerEvent(std::move(ev));
+      std::optional<WorkerEvent> ev = ToWorkerEvent(w.job_id, w.attempt, rk.rank, line);
+      if (ev && listener_ != nullptr) listener_->OnWorkerEvent(std::move(*ev));
     }
   }
 }
