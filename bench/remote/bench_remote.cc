@@ -53,14 +53,16 @@ pid_t Start(const std::vector<std::string>& argv, const std::string& log) {
   return pid;
 }
 
+// Each job its own output dir: fp8d refuses a new job whose output_dir an active job uses.
 fp8d::v1::Job QueuedJob(const std::string& dir, int steps) {
+  static std::atomic<int> serial{0};
   fp8d::v1::Job job;
   auto* t = job.mutable_train();
   t->mutable_model()->set_preset("tiny");
   t->mutable_data()->set_train(dir + "/data/*.bin");
   t->mutable_precision()->set_recipe("bf16");
   t->mutable_training()->set_max_steps(steps);
-  t->set_output_dir(dir + "/out");
+  t->set_output_dir(dir + "/out/" + std::to_string(serial++));
   (*job.mutable_env())["FP8_TEST_STEP_MS"] = "1000";
   return job;
 }
@@ -177,7 +179,11 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::string>> created(clients);
     Phase create = RunClients(conn, clients, creates, [&](fp8d::client::JobClient& c, int i, int) {
       auto job = c.CreateJob(QueuedJob(base, 10));
-      if (job.ok()) created[i].push_back(job->name());
+      if (job.ok()) {
+        created[i].push_back(job->name());
+      } else if (i == 0) {
+        std::fprintf(stderr, "%s CreateJob: %s\n", mode, job.status().ToString().c_str());
+      }
       return job.ok();
     });
     Report(mode, "CreateJob", create);
