@@ -7,7 +7,9 @@
 set -euo pipefail
 src=$1
 here=$(cd "$(dirname "$0")" && pwd)
-command -v kubectl >/dev/null || { echo "kubectl not found (it comes with kustomize built in)"; exit 1; }
+# Debian 12 has no kubectl new enough for kustomize v5 (its kubernetes-client is 1.20); the
+# development and CI image carries one. Without it the test is skipped, not passed.
+command -v kubectl >/dev/null || { echo "SKIP: kubectl not found (it comes with kustomize built in)"; exit 77; }
 [ -d "$here/npm/node_modules" ] || { echo "$here/npm/node_modules missing: run scripts/install-deps.sh"; exit 1; }
 kubectl version --client 2>/dev/null | head -2 || true
 
