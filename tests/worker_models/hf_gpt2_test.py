@@ -461,15 +461,27 @@ class HfGpt2Test(unittest.TestCase):
     def check_vllm_layout(self, n_embd, granularity, decode):
         name = f"vllm-{n_embd}-{granularity}"
         src = os.path.join(self.dir, name + "-numpy")
-        write_gpt2_dir(src, gpt2_params(np.random.default_rng(n_embd), n_embd=n_embd),
-                       config_extra={"n_embd": n_embd})
+        params = gpt2_params(np.random.default_rng(n_embd), n_embd=n_embd)
+        # Every other block of 128 output features 16x smaller: a scale read in the wrong
+        # orientation (or per input instead of per output feature) then shows in the eval loss.
+        for k in params:
+            if any(m in k for m in CONV1D_MODULES) and k.endswith(".weight"):
+                n_out = params[k].shape[1]
+                params[k] = params[k] * np.where((np.arange(n_out) // 128) % 2 == 0, 1.0, 1 / 16).astype(np.float32)
+        write_gpt2_dir(src, params, config_extra={"n_embd": n_embd})
         export = os.path.join(self.dir, name + "-export")
         run(["export", "--checkpoint", src, "--out", export, "--format", "hf"])
         original = read_model_dir(export)
         out = os.path.join(self.dir, name + "-fp8")
+        # With static activation scales, which also evaluate the model with its FP8 weights read back.
         self.calibrate(name, {"input": export, "output_dir": out, "backend": "cpu",
-                              "weights": {"granularity": granularity}})
-        report = {t["name"]: t for t in load_json(os.path.join(out, "report.json"))["tensors"]}
+                              "weights": {"granularity": granularity},
+                              "activations": {"data": self.train_glob, "num_samples": 8}})
+        full_report = load_json(os.path.join(out, "report.json"))
+        bf16_loss, fp8_loss = full_report["summary"]["eval_loss_bf16"], full_report["summary"]["eval_loss_fp8_weights"]
+        print(f"n_embd {n_embd} {granularity}: eval loss bf16 {bf16_loss:.5f} fp8 weights {fp8_loss:.5f}", file=sys.stderr)
+        self.assertLess(abs(fp8_loss - bf16_loss) / bf16_loss, 0.015, (bf16_loss, fp8_loss))
+        report = {t["name"]: t for t in full_report["tensors"]}
         loaded = vllm_gpt2_load(read_model_dir(out))
         conv1d = [f"transformer.h.{i}.{m}.weight" for i in range(N_LAYER) for m in CONV1D_MODULES]
         vllm_dequantized = {}
