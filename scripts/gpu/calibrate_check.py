@@ -30,6 +30,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 BLOCK = 128
+# transformers' GPT-2 keeps these as Conv1D [in, out]; their scales are written [out, in]-oriented,
+# as vLLM's GPT-2 loader reads them (it transposes the weight, not the scale).
+CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+def is_conv1d(name):
+    return name.startswith("transformer.") and name.endswith(".weight") and any(m in name for m in CONV1D)
 
 
 def load_dir(path):
@@ -118,6 +125,9 @@ def main():
             continue
         quantized += 1
         s, _ = fp8[name + "_scale_inv"]
+        conv1d = is_conv1d(name)
+        if conv1d:  # checked in nn.Linear's [out, in], as vLLM loads it
+            x, y = x.t(), y.view(torch.uint8).t().contiguous().view(torch.float8_e4m3fn)
         rows, cols = x.shape
         if "weight_block_size" in qc and list(s.shape) != [math.ceil(rows / BLOCK), math.ceil(cols / BLOCK)]:
             failures.append(f"{name}: scale shape {list(s.shape)}")
@@ -134,6 +144,7 @@ def main():
             b = load_dir(a.bf16) if not hasattr(main, "_bf16") else main._bf16
             main._bf16 = b
             got, _ = b[name]
+            got = got.t() if conv1d else got
             if got.dtype != torch.bfloat16 or not torch.equal(got.to(a.device), x_hat.to(torch.bfloat16)):
                 failures.append(f"{name}: BF16 dequantize output differs from torch's float8 * scale_inv")
     if quantized == 0:

@@ -148,6 +148,71 @@ def numpy_gpt2_logits(p, tokens, n_layer=N_LAYER, n_head=N_HEAD):
     return x @ g["transformer.wte.weight"].T  # the tied head
 
 
+def e4m3_table():
+    """float value of every FP8 E4M3 byte (bias 7, no infinities, 0x7F/0xFF NaN)."""
+    t = np.zeros(256, np.float64)
+    for b in range(256):
+        sign, e, m = -1.0 if b & 0x80 else 1.0, (b >> 3) & 0xF, b & 0x7
+        if e == 0xF and m == 0x7:
+            t[b] = np.nan
+        elif e == 0:
+            t[b] = sign * m / 8 * 2.0 ** -6
+        else:
+            t[b] = sign * (1 + m / 8) * 2.0 ** (e - 7)
+    return t
+
+
+def read_safetensors_raw(path):
+    """Any dtype this test meets: F32, BF16 (widened to float32) and F8_E4M3 (the raw bytes)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        raw = data[b:e]
+        if t["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif t["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif t["dtype"] == "F8_E4M3":
+            a = np.frombuffer(raw, dtype=np.uint8)
+        else:
+            raise AssertionError((name, t["dtype"]))
+        out[name] = (t["dtype"], a.reshape(t["shape"]))
+    return out
+
+
+def read_model_dir(d):
+    index = os.path.join(d, "model.safetensors.index.json")
+    shards = sorted(set(load_json(index)["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    out = {}
+    for s in shards:
+        out.update(read_safetensors_raw(os.path.join(d, s)))
+    return out
+
+
+CONV1D_MODULES = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+def vllm_gpt2_load(tensors):
+    """vLLM's GPT-2 load_weights rule: a Conv1D layer's `.weight` is transposed to [out, in];
+    every other tensor, `weight_scale_inv` included, is taken as stored."""
+    out = {}
+    for name, (dtype, a) in tensors.items():
+        if any(m in name for m in CONV1D_MODULES) and name.endswith(".weight"):
+            a = a.T
+        out[name] = (dtype, a)
+    return out
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
 class HfGpt2Test(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -382,6 +447,86 @@ class HfGpt2Test(unittest.TestCase):
         self.assertEqual(p.returncode, EXIT_BAD_DATA, p.stderr)
         self.assertIn("skip_unaligned", p.stderr)
         self.assertFalse(os.path.exists(out + "-skip"))
+
+    def test_calibrated_export_loads_the_vllm_way(self):
+        """The FP8 output of an export, read as vLLM's GPT-2 loader reads it, dequantizes (block
+        or per channel) to the original weights; fp8d's own dequantize reads it back alike."""
+        decode = e4m3_table()
+        # n_embd 128: every dimension a multiple of 128; 160: ceil-div grids (c_fc: [640, 160]).
+        for n_embd in (128, 160):
+            for granularity in ("block", "channel"):
+                with self.subTest(n_embd=n_embd, granularity=granularity):
+                    self.check_vllm_layout(n_embd, granularity, decode)
+
+    def check_vllm_layout(self, n_embd, granularity, decode):
+        name = f"vllm-{n_embd}-{granularity}"
+        src = os.path.join(self.dir, name + "-numpy")
+        params = gpt2_params(np.random.default_rng(n_embd), n_embd=n_embd)
+        # Every other block of 128 output features 16x smaller: a scale read in the wrong
+        # orientation (or per input instead of per output feature) then shows in the eval loss.
+        for k in params:
+            if any(m in k for m in CONV1D_MODULES) and k.endswith(".weight"):
+                n_out = params[k].shape[1]
+                params[k] = params[k] * np.where((np.arange(n_out) // 128) % 2 == 0, 1.0, 1 / 16).astype(np.float32)
+        write_gpt2_dir(src, params, config_extra={"n_embd": n_embd})
+        export = os.path.join(self.dir, name + "-export")
+        run(["export", "--checkpoint", src, "--out", export, "--format", "hf"])
+        original = read_model_dir(export)
+        out = os.path.join(self.dir, name + "-fp8")
+        # With static activation scales, which also evaluate the model with its FP8 weights read back.
+        self.calibrate(name, {"input": export, "output_dir": out, "backend": "cpu",
+                              "weights": {"granularity": granularity},
+                              "activations": {"data": self.train_glob, "num_samples": 8}})
+        full_report = load_json(os.path.join(out, "report.json"))
+        bf16_loss, fp8_loss = full_report["summary"]["eval_loss_bf16"], full_report["summary"]["eval_loss_fp8_weights"]
+        print(f"n_embd {n_embd} {granularity}: eval loss bf16 {bf16_loss:.5f} fp8 weights {fp8_loss:.5f}", file=sys.stderr)
+        self.assertLess(abs(fp8_loss - bf16_loss) / bf16_loss, 0.015, (bf16_loss, fp8_loss))
+        report = {t["name"]: t for t in full_report["tensors"]}
+        loaded = vllm_gpt2_load(read_model_dir(out))
+        conv1d = [f"transformer.h.{i}.{m}.weight" for i in range(N_LAYER) for m in CONV1D_MODULES]
+        vllm_dequantized = {}
+        for w in conv1d:
+            dtype, x = original[w]
+            self.assertEqual(dtype, "F32")
+            n_in, n_out = x.shape  # Conv1D as exported
+            ref = x.T.astype(np.float64)  # nn.Linear's [out, in]
+            qdtype, q = loaded[w]
+            sdtype, s = loaded[w + "_scale_inv"]
+            self.assertEqual((qdtype, sdtype), ("F8_E4M3", "F32"))
+            self.assertEqual(q.shape, (n_out, n_in), w)  # stored [in, out], transposed by the loader
+            f = decode[q]
+            if granularity == "block":
+                self.assertEqual(s.shape, (cdiv(n_out, 128), cdiv(n_in, 128)), w)
+                deq = f * np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[:n_out, :n_in]
+                blocks = [(slice(i, i + 128), slice(j, j + 128)) for i in range(0, n_out, 128)
+                          for j in range(0, n_in, 128)]
+            else:
+                self.assertEqual(s.shape, (n_out, 1), w)  # one scale per output feature
+                deq = f * s
+                blocks = [(slice(i, i + 1), slice(0, n_in)) for i in range(n_out)]
+            self.assertTrue(np.all(np.isfinite(deq)), w)
+            for b in blocks:
+                err = np.linalg.norm(deq[b] - ref[b]) / np.linalg.norm(ref[b])
+                self.assertLessEqual(err, 1 / 16, (w, b))
+            total = np.linalg.norm(deq - ref) / np.linalg.norm(ref)
+            self.assertLess(total, 0.05, w)
+            # The report's round trip is the same one.
+            self.assertEqual(report[w]["granularity"], granularity)
+            self.assertAlmostEqual(report[w]["rel_error"], total, delta=1e-3 * total + 1e-6)
+            vllm_dequantized[w] = deq
+
+        # fp8d's own dequantize gives the same weights, back in Conv1D's [in, out].
+        back = out + "-bf16"
+        self.calibrate(name + "-back", {"input": out, "output_dir": back, "direction": "dequantize",
+                                        "backend": "cpu"})
+        bf16 = read_model_dir(back)
+        for w in conv1d:
+            dtype, x = bf16[w]
+            self.assertEqual(dtype, "BF16")
+            self.assertEqual(x.shape, original[w][1].shape, w)
+            want = vllm_dequantized[w].T
+            np.testing.assert_allclose(x, want, rtol=2 ** -8, atol=0, err_msg=w)
+            self.assertNotIn(w + "_scale_inv", bf16)
 
     def test_skip_unaligned_leaves_unaligned_tensors_unquantized(self):
         model = os.path.join(self.dir, "mixed.safetensors")

@@ -347,7 +347,7 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
           case Action::kCopy: infos.push_back({t.name, t.dtype, t.shape}); break;
           case Action::kQuantize:
             infos.push_back({t.name, DType::F8_E4M3, t.shape});
-            infos.push_back({a.scale_name, DType::F32, ScaleShape(opts.weights.granularity, t.shape[0], t.shape[1])});
+            infos.push_back({a.scale_name, DType::F32, ScaleShape(opts.weights.granularity, t.shape[0], t.shape[1], IsConv1DInOut(t.name))});
             if (!a.input_scale_name.empty()) infos.push_back({a.input_scale_name, DType::F32, {}});  // a scalar
             break;
           case Action::kDequantize: infos.push_back({t.name, DType::BF16, t.shape}); break;

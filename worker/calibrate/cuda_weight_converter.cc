@@ -145,8 +145,9 @@ class CudaWeightConverter final : public WeightConverter {
 
   StatusOr<TensorReport> Quantize(const Reader& reader, const TensorInfo& w, const WeightOptions& opts,
                                   const std::string& scale_name, Writer& writer) override {
+    // Conv1D weights: the CPU writes their scales in the orientation vLLM reads (IsConv1DInOut).
     if (opts.granularity != WeightGranularity::kBlock || w.shape.size() != 2 ||
-        (w.dtype != DType::BF16 && w.dtype != DType::F32) || w.numel() == 0)
+        (w.dtype != DType::BF16 && w.dtype != DType::F32) || w.numel() == 0 || IsConv1DInOut(w.name))
       return cpu_->Quantize(reader, w, opts, scale_name, writer);
     FP8_RETURN_IF_ERROR(Init());
     const int64_t rows = w.shape[0], cols = w.shape[1], ld = RoundUp(cols, kRowAlign);
@@ -216,7 +217,8 @@ class CudaWeightConverter final : public WeightConverter {
                     Writer& writer) override {
     const bool fp8 = w.dtype == DType::F8_E4M3 || w.dtype == DType::F8_E5M2;
     auto g = GranularityFromScaleShape(w.shape, scale.shape);
-    if (!fp8 || scale.dtype != DType::F32 || !g.ok() || *g != WeightGranularity::kBlock || w.numel() == 0)
+    if (!fp8 || scale.dtype != DType::F32 || !g.ok() || *g != WeightGranularity::kBlock || w.numel() == 0 ||
+        IsConv1DInOut(w.name))
       return cpu_->Dequantize(reader, w, scale, scale_reader, writer);  // its own checks name the problem
     FP8_RETURN_IF_ERROR(Init());
     const kernels::Fp8Format fmt = w.dtype == DType::F8_E4M3 ? kernels::Fp8Format::kE4M3 : kernels::Fp8Format::kE5M2;

@@ -135,26 +135,16 @@ StatusOr<int> LoadDequantizedWeights(const std::string& dir, const json& weight_
     const safetensors::TensorInfo* s = rs.Find(scale_name);
     if (!w || !s || w->dtype != DType::F8_E4M3 || s->dtype != DType::F32 || w->shape != shape)
       return InternalError(r.path() + ": output tensor \"" + name + "\" is not the F8_E4M3 weight just written");
-    FP8_ASSIGN_OR_RETURN(WeightGranularity g, GranularityFromScaleShape(w->shape, s->shape));
+    // A Conv1D weight's scales are written [out, in]-oriented (IsConv1DInOut), the weight [in, out].
+    FP8_ASSIGN_OR_RETURN(WeightGranularity g, GranularityFromScaleShape(w->shape, s->shape, transposed));
     FP8_ASSIGN_OR_RETURN(std::vector<uint8_t> q, r.Read(name));
     std::vector<float> scales(static_cast<size_t>(s->numel()));
     FP8_RETURN_IF_ERROR(rs.ReadInto(scale_name, scales.data(), scales.size() * sizeof(float)));
     const int64_t rows = shape[0], cols = shape[1];
+    if (transposed) scales = StoredLayoutScales(g, scales, rows, cols);
     std::vector<float> stored(transposed ? static_cast<size_t>(p.numel) : 0);
     float* dst = transposed ? stored.data() : model->params().data() + p.offset;
-    const auto fmt = kernels::Fp8Format::kE4M3;
-    switch (g) {
-      case WeightGranularity::kBlock:
-        FP8_RETURN_IF_ERROR(kernels::Dequantize128x128(q.data(), scales.data(), rows, cols, fmt, dst));
-        break;
-      case WeightGranularity::kChannel:
-        for (int64_t i = 0; i < rows; ++i)
-          kernels::DequantizeTensor(q.data() + i * cols, cols, scales[static_cast<size_t>(i)], fmt, dst + i * cols);
-        break;
-      case WeightGranularity::kTensor:
-        kernels::DequantizeTensor(q.data(), rows * cols, scales[0], fmt, dst);
-        break;
-    }
+    FP8_RETURN_IF_ERROR(DequantizeStored(q.data(), scales, g, transposed, rows, cols, kernels::Fp8Format::kE4M3, dst));
     if (transposed) {  // [in, out] as stored → the model's [out, in]
       float* out = model->params().data() + p.offset;
       for (int64_t i = 0; i < rows; ++i)

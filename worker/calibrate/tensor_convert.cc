@@ -10,6 +10,7 @@
 #include "kernels/parallel.h"
 #include "kernels/quantize.h"
 #include "kernels/scaling.h"
+#include "worker/train/hf_gpt2.h"
 
 #if FP8_CALIBRATE_CUDA
 #include "worker/calibrate/cuda_weight_converter.h"
@@ -121,7 +122,12 @@ Status NonFinite(const Reader& reader, const TensorInfo& w) {
 
 }  // namespace
 
-std::vector<int64_t> ScaleShape(WeightGranularity g, int64_t rows, int64_t cols) {
+bool IsConv1DInOut(const std::string& name) {
+  return name.starts_with("transformer.") && train::IsConv1DWeight(name);
+}
+
+std::vector<int64_t> ScaleShape(WeightGranularity g, int64_t rows, int64_t cols, bool in_out) {
+  if (in_out) std::swap(rows, cols);  // the [out, in] orientation vLLM reads (IsConv1DInOut)
   switch (g) {
     case WeightGranularity::kBlock: return {kernels::CeilDiv(rows, kernels::kTile), kernels::CeilDiv(cols, kernels::kTile)};
     case WeightGranularity::kChannel: return {rows, 1};
@@ -131,10 +137,10 @@ std::vector<int64_t> ScaleShape(WeightGranularity g, int64_t rows, int64_t cols)
 }
 
 StatusOr<WeightGranularity> GranularityFromScaleShape(const std::vector<int64_t>& ws,
-                                                      const std::vector<int64_t>& ss) {
+                                                      const std::vector<int64_t>& ss, bool in_out) {
   if (ws.size() != 2) return InvalidArgumentError("FP8 weight is not 2-D");
   for (auto g : {WeightGranularity::kBlock, WeightGranularity::kChannel}) {
-    if (ss == ScaleShape(g, ws[0], ws[1])) return g;
+    if (ss == ScaleShape(g, ws[0], ws[1], in_out)) return g;
   }
   int64_t n = 1;
   for (int64_t d : ss) n *= d;
@@ -142,7 +148,43 @@ StatusOr<WeightGranularity> GranularityFromScaleShape(const std::vector<int64_t>
   std::string s;
   for (int64_t d : ss) s += (s.empty() ? "" : ", ") + std::to_string(d);
   return InvalidArgumentError("scale_inv shape [" + s + "] is neither 128x128 blocks, per channel nor per tensor for weight [" +
-                              std::to_string(ws[0]) + ", " + std::to_string(ws[1]) + "]");
+                              std::to_string(ws[0]) + ", " + std::to_string(ws[1]) + "]" +
+                              (in_out ? " (a Conv1D [in, out] weight: scales are [out, in]-oriented)" : ""));
+}
+
+namespace {
+// [r, c] row-major → [c, r].
+std::vector<float> TransposeGrid(const std::vector<float>& a, int64_t r, int64_t c) {
+  std::vector<float> t(a.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) t[static_cast<size_t>(j * r + i)] = a[static_cast<size_t>(i * c + j)];
+  return t;
+}
+}  // namespace
+
+std::vector<float> StoredLayoutScales(WeightGranularity g, const std::vector<float>& written, int64_t rows,
+                                      int64_t cols) {
+  if (g != WeightGranularity::kBlock) return written;
+  return TransposeGrid(written, kernels::CeilDiv(cols, kernels::kTile), kernels::CeilDiv(rows, kernels::kTile));
+}
+
+Status DequantizeStored(const uint8_t* q, const std::vector<float>& scales, WeightGranularity g, bool per_column,
+                        int64_t rows, int64_t cols, kernels::Fp8Format fmt, float* x) {
+  switch (g) {
+    case WeightGranularity::kBlock: return kernels::Dequantize128x128(q, scales.data(), rows, cols, fmt, x);
+    case WeightGranularity::kChannel:
+      for (int64_t i = 0; i < rows; ++i) {
+        if (per_column) {
+          for (int64_t j = 0; j < cols; ++j)
+            kernels::DequantizeTensor(q + i * cols + j, 1, scales[static_cast<size_t>(j)], fmt, x + i * cols + j);
+        } else {
+          kernels::DequantizeTensor(q + i * cols, cols, scales[static_cast<size_t>(i)], fmt, x + i * cols);
+        }
+      }
+      return OkStatus();
+    case WeightGranularity::kTensor: kernels::DequantizeTensor(q, rows * cols, scales[0], fmt, x); return OkStatus();
+  }
+  return OkStatus();
 }
 
 // The cast clipped a value when, without saturation, it would have rounded past the largest
@@ -193,6 +235,9 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
   const int64_t rows = w.shape[0], cols = w.shape[1];
   const size_t esize = safetensors::DTypeSize(w.dtype);
   const kernels::Fp8Format fmt = opts.fmt;
+  // Conv1D [in, out]: quantized as stored; per channel means per output feature = per column.
+  const bool in_out = IsConv1DInOut(w.name);
+  const bool per_column = in_out && opts.granularity == WeightGranularity::kChannel;
   const float clip = ClipThreshold(fmt);
   float decode[256];
   for (int i = 0; i < 256; ++i) decode[i] = kernels::Fp8ToFloat(static_cast<uint8_t>(i), fmt);
@@ -203,7 +248,7 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
   std::vector<uint8_t> raw(w.dtype == DType::F32 ? 0 : static_cast<size_t>(group_elems) * esize);
   std::vector<float> x(static_cast<size_t>(group_elems));
   std::vector<uint8_t> q(static_cast<size_t>(group_elems));
-  const std::vector<int64_t> scale_shape = ScaleShape(opts.granularity, rows, cols);
+  const std::vector<int64_t> scale_shape = ScaleShape(opts.granularity, rows, cols, in_out);
   std::vector<float> scales(static_cast<size_t>(scale_shape[0] * (scale_shape.size() > 1 ? scale_shape[1] : 1)));
   const int64_t tiles = kernels::CeilDiv(cols, kernels::kTile);
 
@@ -218,10 +263,12 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
     return OkStatus();
   };
 
-  // Per-tensor scaling needs the amax of the whole tensor first: one extra read pass.
+  // Per-tensor scaling needs the amax of the whole tensor first, per-column scaling that of
+  // every column: one extra read pass.
   float tensor_scale = 0;
-  if (opts.granularity == WeightGranularity::kTensor) {
+  if (opts.granularity == WeightGranularity::kTensor || per_column) {
     float amax = 0;
+    std::vector<float> col_amax(per_column ? static_cast<size_t>(cols) : 0, 0.0f);
     for (int64_t g0 = 0; g0 < bands; g0 += group_bands) {
       const int64_t g1 = std::min(bands, g0 + group_bands);
       std::vector<Status> st(static_cast<size_t>(g1 - g0));
@@ -235,10 +282,26 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
       });
       for (auto& s : st) FP8_RETURN_IF_ERROR(s);
       for (float a : part) amax = (std::isnan(a) || std::isnan(amax)) ? NAN : std::max(amax, a);
+      if (per_column) {
+        const int64_t n_rows = std::min(rows, g1 * kBandRows) - g0 * kBandRows;
+        for (int64_t r = 0; r < n_rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const float v = std::fabs(x[static_cast<size_t>(r * cols + c)]);
+            float& m = col_amax[static_cast<size_t>(c)];
+            m = (std::isnan(v) || std::isnan(m)) ? NAN : std::max(m, v);
+          }
+      }
     }
-    tensor_scale = kernels::ScaleInvFromAmax(amax, fmt, opts.scale_format);
-    if (!std::isfinite(tensor_scale)) return NonFinite(reader, w);
-    scales[0] = tensor_scale;
+    if (per_column) {
+      for (int64_t c = 0; c < cols; ++c) {
+        scales[static_cast<size_t>(c)] = kernels::ScaleInvFromAmax(col_amax[static_cast<size_t>(c)], fmt, opts.scale_format);
+        if (!std::isfinite(scales[static_cast<size_t>(c)])) return NonFinite(reader, w);
+      }
+    } else {
+      tensor_scale = kernels::ScaleInvFromAmax(amax, fmt, opts.scale_format);
+      if (!std::isfinite(tensor_scale)) return NonFinite(reader, w);
+      scales[0] = tensor_scale;
+    }
   }
 
   RoundTripSums total;
@@ -272,7 +335,13 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
             break;
           }
           case WeightGranularity::kChannel:
-            for (int64_t r = 0; r < rb; ++r) {
+            for (int64_t r = 0; per_column && r < rb; ++r)
+              for (int64_t c = 0; c < cols; ++c) {
+                const float sc = scales[static_cast<size_t>(c)];
+                kernels::QuantizeTensor(xb + r * cols + c, 1, sc, fmt, qb + r * cols + c);
+                AddRoundTripSpan(s, xb + r * cols + c, qb + r * cols + c, 1, sc, decode, clip);
+              }
+            for (int64_t r = 0; !per_column && r < rb; ++r) {
               const float* xr = xb + r * cols;
               const float sc = kernels::ScaleInvFromAmax(kernels::Amax(xr, cols), fmt, opts.scale_format);
               if (!std::isfinite(sc)) {
@@ -296,6 +365,9 @@ StatusOr<TensorReport> QuantizeWeight(const Reader& reader, const TensorInfo& w,
     for (auto& s : st) FP8_RETURN_IF_ERROR(s);
     for (auto& s : sums) total.Add(s);
   }
+  // A Conv1D weight's block grid was built as stored, [in/128, out/128]; vLLM reads it [out/128, in/128].
+  if (in_out && opts.granularity == WeightGranularity::kBlock)
+    scales = TransposeGrid(scales, kernels::CeilDiv(rows, kernels::kTile), tiles);
   FP8_RETURN_IF_ERROR(writer.Write(scale_name, scales.data(), scales.size() * sizeof(float)));
 
   return MakeQuantizeReport(w, opts.granularity, scales, total);
@@ -309,12 +381,15 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
   if (scale.dtype != DType::F32)
     return InvalidArgumentError(scale_reader.path() + ": tensor \"" + scale.name + "\": scale_inv must be F32, found " +
                                 safetensors::DTypeName(scale.dtype));
-  auto g = GranularityFromScaleShape(w.shape, scale.shape);
+  const bool in_out = IsConv1DInOut(w.name);
+  auto g = GranularityFromScaleShape(w.shape, scale.shape, in_out);
   if (!g.ok()) return InvalidArgumentError(where + g.status().message());
   const kernels::Fp8Format fmt = w.dtype == DType::F8_E4M3 ? kernels::Fp8Format::kE4M3 : kernels::Fp8Format::kE5M2;
   const int64_t rows = w.shape[0], cols = w.shape[1], tiles = kernels::CeilDiv(cols, kernels::kTile);
   std::vector<float> scales(static_cast<size_t>(scale.numel()));
   FP8_RETURN_IF_ERROR(scale_reader.ReadInto(scale.name, scales.data(), scales.size() * sizeof(float)));
+  if (in_out) scales = StoredLayoutScales(*g, scales, rows, cols);
+  const bool per_column = in_out && *g == WeightGranularity::kChannel;
 
   const int64_t bands = kernels::CeilDiv(rows, kBandRows);
   const int64_t group_bands = BandsPerGroup(rows, cols);
@@ -336,8 +411,14 @@ Status DequantizeWeight(const Reader& reader, const TensorInfo& w, const TensorI
             st[i] = kernels::Dequantize128x128(q.data() + at, scales.data() + b * tiles, rb, cols, fmt, x.data() + at);
             break;
           case WeightGranularity::kChannel:
-            for (int64_t r = 0; r < rb; ++r)
-              kernels::DequantizeTensor(q.data() + at + r * cols, cols, scales[r0 + r], fmt, x.data() + at + r * cols);
+            for (int64_t r = 0; r < rb; ++r) {
+              if (per_column) {
+                for (int64_t c = 0; c < cols; ++c)
+                  kernels::DequantizeTensor(q.data() + at + r * cols + c, 1, scales[c], fmt, x.data() + at + r * cols + c);
+              } else {
+                kernels::DequantizeTensor(q.data() + at + r * cols, cols, scales[r0 + r], fmt, x.data() + at + r * cols);
+              }
+            }
             break;
           case WeightGranularity::kTensor:
             kernels::DequantizeTensor(q.data() + at, rb * cols, scales[0], fmt, x.data() + at);

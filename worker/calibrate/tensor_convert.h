@@ -36,11 +36,30 @@ struct TensorReport {
   static TensorReport FromJson(const nlohmann::json& j);
 };
 
-// Shape of `<name>.weight_scale_inv` for a [rows, cols] weight.
-std::vector<int64_t> ScaleShape(WeightGranularity g, int64_t rows, int64_t cols);
+// transformers' GPT-2 (`transformer.h.N.attn.c_attn.weight`, ...): a Conv1D weight stored
+// [in, out]. vLLM's GPT-2 loader transposes such a `.weight` to nn.Linear's [out, in] but reads
+// its `.weight_scale_inv` as is, so the scales of these tensors are written in the [out, in]
+// orientation: the 128x128 grid as [ceil(out/128), ceil(in/128)], per channel one scale per
+// output feature [out, 1]. The FP8 weight itself stays [in, out].
+bool IsConv1DInOut(const std::string& weight_name);
+
+// Shape of `<name>.weight_scale_inv` for a [rows, cols] weight as stored; `in_out`: a Conv1D
+// weight (IsConv1DInOut), whose scale is in the [cols, rows] orientation.
+std::vector<int64_t> ScaleShape(WeightGranularity g, int64_t rows, int64_t cols, bool in_out = false);
 // Inverse of ScaleShape: which granularity a stored scale tensor encodes (for dequantize).
 StatusOr<WeightGranularity> GranularityFromScaleShape(const std::vector<int64_t>& weight_shape,
-                                                      const std::vector<int64_t>& scale_shape);
+                                                      const std::vector<int64_t>& scale_shape, bool in_out = false);
+
+// A Conv1D weight's written scales → the scales of its stored [rows, cols] = [in, out] layout
+// that Dequantize128x128 and the per-row loops take: the block grid transposed to
+// [ceil(rows/128), ceil(cols/128)]; per channel and per tensor unchanged (per channel then
+// holds one scale per column).
+std::vector<float> StoredLayoutScales(WeightGranularity g, const std::vector<float>& written, int64_t rows,
+                                      int64_t cols);
+// Dequantizes a whole [rows, cols] FP8 weight with scales in its stored layout (as
+// StoredLayoutScales gives); `per_column` for a Conv1D weight's per-channel scales.
+Status DequantizeStored(const uint8_t* q, const std::vector<float>& scales, WeightGranularity g, bool per_column,
+                        int64_t rows, int64_t cols, kernels::Fp8Format fmt, float* x);
 
 bool IsQuantizableDType(safetensors::DType d);  // F32, BF16, F16
 
