@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <set>
 #include <sstream>
@@ -415,6 +416,208 @@ TEST_F(CrashTest, StoreOutOfSpaceAtTransitionsPublishesOnlyWhatIsDurable) {
   EXPECT_TRUE(watch_c.Saw(fp8d::v1::SUCCEEDED));
   daemon_.reset();  // before the tmpfs goes
 }
+
+// ENOSPC on the store at each failure transition, one case per transition (the data dir on a
+// small tmpfs, as above). The disk fills just before the transition; while it is full the
+// transition's write fails and is retried: GetJob keeps the last durable state, no watcher sees
+// the new one, CancelJob answers UNAVAILABLE, and nothing that depends on it happens (no next
+// attempt, no signal). Once space returns the job converges to its terminal state, with failed
+// writes not counted as attempts.
+struct FullStoreCase {
+  const char* name;
+  std::map<std::string, std::string> env;  // the test worker's fault mode
+  fp8d::v1::JobState durable;              // what GetJob says while the disk is full
+  fp8d::v1::JobState held_back;            // the transition whose write fails
+  fp8d::v1::JobState terminal;
+  int attempts;
+};
+
+const FullStoreCase kFullStoreCases[] = {
+    // A retryable worker crash (SIGKILL at step 30 of attempt 1): RUNNING → RETRY_WAIT.
+    {"running_to_retry_wait",
+     {{"FP8_TEST_MODE", "crash_at_step"}, {"FP8_TEST_CRASH_STEP", "30"},
+      {"FP8_TEST_CRASH_ONLY_ATTEMPT", "1"}},
+     fp8d::v1::RUNNING, fp8d::v1::RETRY_WAIT, fp8d::v1::SUCCEEDED, 2},
+    // The same crash at step 3; the disk fills during the 3 s backoff: RETRY_WAIT → QUEUED.
+    {"retry_wait_to_queued",
+     {{"FP8_TEST_MODE", "crash_at_step"}, {"FP8_TEST_CRASH_STEP", "3"},
+      {"FP8_TEST_CRASH_ONLY_ATTEMPT", "1"}},
+     fp8d::v1::RETRY_WAIT, fp8d::v1::QUEUED, fp8d::v1::SUCCEEDED, 2},
+    // A permanent failure (exit 64: INVALID_SPEC at step 30): RUNNING → FAILED.
+    {"running_to_failed",
+     {{"FP8_TEST_MODE", "exit_code"}, {"FP8_TEST_EXIT_CODE", "64"}, {"FP8_TEST_CRASH_STEP", "30"}},
+     fp8d::v1::RUNNING, fp8d::v1::FAILED, fp8d::v1::FAILED, 1},
+    // CancelJob with the disk already full: RUNNING → CANCELLING.
+    {"cancel_requested", {}, fp8d::v1::RUNNING, fp8d::v1::CANCELLING, fp8d::v1::CANCELLED, 1},
+    // The disk fills once CANCELLING is durable; the worker ignores SIGTERM and is SIGKILLed
+    // after the 1.5 s grace: CANCELLING → CANCELLED.
+    {"cancelling_to_cancelled", {{"FP8_TEST_MODE", "ignore_sigterm"}}, fp8d::v1::CANCELLING,
+     fp8d::v1::CANCELLED, fp8d::v1::CANCELLED, 1},
+};
+
+class FullStoreTest : public CrashTest, public ::testing::WithParamInterface<FullStoreCase> {};
+
+void PrintTo(const FullStoreCase& c, std::ostream* os) { *os << c.name; }
+
+// The other states a watcher saw after its first sighting of `state` (progress updates repeat
+// a state; they are not counted).
+std::vector<fp8d::v1::JobState> SeenAfter(const std::vector<std::pair<int64_t, fp8d::v1::JobState>>& seen,
+                                          fp8d::v1::JobState state) {
+  std::vector<fp8d::v1::JobState> out;
+  bool after = false;
+  for (const auto& [v, s] : seen) {
+    if (after && s != state) out.push_back(s);
+    after = after || s == state;
+  }
+  return out;
+}
+
+TEST_P(FullStoreTest, TheFailedTransitionIsNeitherPublishedNorCountedAndConvergesOnceSpaceReturns) {
+  const FullStoreCase& c = GetParam();
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string mnt = tmp_.path() + "/small";
+  std::filesystem::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const std::string data_dir = mnt + "/data";
+  std::filesystem::create_directories(data_dir);
+  std::filesystem::create_directories(tmp_.path() + "/jobs");
+  std::filesystem::create_symlink(tmp_.path() + "/jobs", data_dir + "/jobs");
+  { std::ofstream touch(tmp_.path() + "/fp8d.log"); }
+  std::filesystem::create_symlink(tmp_.path() + "/fp8d.log", data_dir + "/fp8d.log");
+
+  DaemonOptions options;
+  options.cpu_slots = 1;
+  options.env = c.env;
+  options.env["FP8_TEST_STEP_MS"] = "50";
+  options.env["FP8_TEST_STEP_LOG"] = "1";
+  daemon_ = std::make_unique<Daemon>(data_dir, options);
+  ASSERT_TRUE(daemon_->Start().ok());
+
+  const std::string name = std::string(c.name);
+  // A cancelled job must still be stepping when the cancel lands (10 s); the others need 40
+  // steps (2 s), past the fault at step 30.
+  const bool cancelled = c.terminal == fp8d::v1::CANCELLED;
+  Job spec = TestTrainJob(Out(name), cancelled ? 200 : 40);
+  if (c.durable == fp8d::v1::RETRY_WAIT) {
+    spec.mutable_retry()->mutable_initial_backoff()->set_seconds(3);
+    spec.mutable_retry()->mutable_initial_backoff()->set_nanos(0);
+    spec.mutable_retry()->mutable_max_backoff()->set_seconds(3);
+  }
+  auto created = client().CreateJob(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Watcher watch(*daemon_, created->name());
+  const std::string steps = Out(name) + "/steps.log";
+  auto attempt_ran = [&](int attempt, long step) {
+    for (const StepLine& l : ReadSteps(steps)) {
+      if (l.attempt == attempt && l.step >= step) return true;
+    }
+    return false;
+  };
+
+  std::future<fp8::StatusOr<Job>> first_cancel;
+  struct Filler {  // space returns on any early exit too, so the daemon can stop cleanly
+    std::string path;
+    ~Filler() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove(path, ignored);
+    }
+  } filler_file;
+  std::string& filler = filler_file.path;
+  if (c.held_back == fp8d::v1::QUEUED) {
+    ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RETRY_WAIT); }));
+    filler = FillUp(mnt);
+  } else if (c.held_back == fp8d::v1::CANCELLING) {
+    ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RUNNING) && attempt_ran(1, 2); }));
+    filler = FillUp(mnt);
+    // Answered only once CANCELLING is durable, i.e. after space returns.
+    first_cancel = std::async(std::launch::async, [&] { return client().CancelJob(created->name()); });
+  } else if (c.held_back == fp8d::v1::CANCELLED) {
+    ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RUNNING) && attempt_ran(1, 2); }));
+    auto cancel = client().CancelJob(created->name());
+    ASSERT_TRUE(cancel.ok()) << cancel.status().ToString();
+    filler = FillUp(mnt);
+    ASSERT_EQ(cancel->state(), fp8d::v1::CANCELLING);
+  } else {
+    ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RUNNING); }));
+    filler = FillUp(mnt);
+  }
+
+  // Wait until the transition is made in memory and its write has failed; a little longer,
+  // while the write is retried.
+  const std::string transition = fp8d::v1::JobState_Name(c.durable) + " -> " +
+                                 fp8d::v1::JobState_Name(c.held_back);
+  ASSERT_TRUE(PollUntil([&] {
+    const std::string log = daemon_->Log();
+    const size_t at = log.find(transition);
+    return at != std::string::npos && log.find("persisting version", at) != std::string::npos;
+  })) << transition << " was never refused by the store: the test did not exercise ENOSPC";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::vector<std::pair<int64_t, fp8d::v1::JobState>> got;  // GetJob's answers while full
+  auto get = client().GetJob(created->name());
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  got.emplace_back(get->version(), get->state());
+  EXPECT_EQ(get->state(), c.durable) << fp8d::v1::JobState_Name(get->state());
+  EXPECT_EQ(get->attempt(), 1);
+  EXPECT_EQ(SeenAfter(watch.Seen(), c.durable), std::vector<fp8d::v1::JobState>{})
+      << "a watcher saw a state after " << fp8d::v1::JobState_Name(c.durable)
+      << " whose write had failed";
+  EXPECT_FALSE(watch.Saw(c.held_back) && c.held_back != fp8d::v1::QUEUED);
+  auto cancel = client().CancelJob(created->name());
+  EXPECT_EQ(cancel.status().code(), fp8::StatusCode::kUnavailable) << cancel.status().ToString();
+  EXPECT_NE(cancel.status().message().find("cannot be written to the store"), std::string::npos)
+      << cancel.status().ToString();
+  EXPECT_FALSE(attempt_ran(2, 1)) << "attempt 2 started on a transition that was not durable";
+  if (c.held_back == fp8d::v1::CANCELLING) {
+    // No signal before CANCELLING is durable: the worker still steps.
+    const size_t before = ReadSteps(steps).size();
+    EXPECT_TRUE(PollUntil([&] { return ReadSteps(steps).size() > before; }));
+  }
+  get = client().GetJob(created->name());
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  got.emplace_back(get->version(), get->state());
+
+  std::filesystem::remove(filler);  // space returns
+  filler.clear();
+  auto final_job = WaitTerminal(client(), created->name());
+  ASSERT_TRUE(final_job.ok()) << final_job.status().ToString();
+  EXPECT_EQ(final_job->state(), c.terminal) << fp8d::v1::JobState_Name(final_job->state());
+  EXPECT_EQ(final_job->attempt(), c.attempts);
+  if (c.terminal == fp8d::v1::FAILED) {
+    EXPECT_EQ(final_job->error().failure_class(), fp8d::v1::INVALID_SPEC);
+  }
+  if (first_cancel.valid()) {
+    auto answered = first_cancel.get();
+    ASSERT_TRUE(answered.ok()) << answered.status().ToString();
+    EXPECT_TRUE(answered->state() == fp8d::v1::CANCELLING || answered->state() == fp8d::v1::CANCELLED)
+        << fp8d::v1::JobState_Name(answered->state());
+  }
+  watch.Join();
+  // Every transition was stored once, in order, and is what watchers and GetJob said.
+  int held_back_events = 0;
+  for (const auto& e : final_job->events()) {
+    held_back_events += e.from_state() == c.durable && e.to_state() == c.held_back;
+  }
+  EXPECT_EQ(held_back_events, 1);
+  ExpectHistoryAgrees(*final_job, watch.Seen());
+  ExpectHistoryAgrees(*final_job, got);
+  EXPECT_TRUE(watch.Saw(c.held_back));
+  EXPECT_TRUE(watch.Saw(c.terminal));
+  for (size_t i = 1; i < watch.Seen().size(); ++i) {
+    EXPECT_LT(watch.Seen()[i - 1].first, watch.Seen()[i].first) << "versions out of order";
+  }
+  daemon_.reset();  // before the tmpfs goes
+}
+
+INSTANTIATE_TEST_SUITE_P(StoreOutOfSpace, FullStoreTest, ::testing::ValuesIn(kFullStoreCases),
+                         [](const ::testing::TestParamInfo<FullStoreCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace fp8d::itest
