@@ -130,10 +130,28 @@ CallerInfo CallerFromGrpc(const grpc::ServerContextBase& context) {
   return caller;
 }
 
-TokenAuthPolicy::TokenAuthPolicy(const std::vector<AuthEntry>& entries) {
+namespace {
+std::shared_ptr<const std::map<std::string, Principal>> TokenTable(const std::vector<AuthEntry>& entries) {
+  auto table = std::make_shared<std::map<std::string, Principal>>();
   for (const AuthEntry& e : entries) {
-    if (e.token_sha256 != "-") by_hash_[e.token_sha256] = e.principal;
+    if (e.token_sha256 != "-") (*table)[e.token_sha256] = e.principal;
   }
+  return table;
+}
+
+std::shared_ptr<const std::map<std::string, Principal>> NameTable(const std::vector<AuthEntry>& entries) {
+  auto table = std::make_shared<std::map<std::string, Principal>>();
+  for (const AuthEntry& e : entries) (*table)[e.principal.name] = e.principal;
+  return table;
+}
+}  // namespace
+
+TokenAuthPolicy::TokenAuthPolicy(const std::vector<AuthEntry>& entries) : by_hash_(TokenTable(entries)) {}
+
+void TokenAuthPolicy::Replace(const std::vector<AuthEntry>& entries) {
+  auto table = TokenTable(entries);
+  std::lock_guard<std::mutex> lock(mu_);
+  by_hash_ = std::move(table);
 }
 
 fp8::StatusOr<Principal> TokenAuthPolicy::Authenticate(const CallerInfo& caller) const {
@@ -141,24 +159,46 @@ fp8::StatusOr<Principal> TokenAuthPolicy::Authenticate(const CallerInfo& caller)
     return Unauthenticated("authorization: expected 'Bearer <token>'");
   }
   if (!caller.bearer_token) return fp8::NotFoundError("no bearer token");
+  std::shared_ptr<const Table> table;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    table = by_hash_;
+  }
   // Looked up by hash: the time taken does not depend on how much of a token matched.
-  auto it = by_hash_.find(Sha256Hex(*caller.bearer_token));
-  if (it == by_hash_.end()) return Unauthenticated("authorization: unknown token");
+  auto it = table->find(Sha256Hex(*caller.bearer_token));
+  if (it == table->end()) return Unauthenticated("authorization: unknown token");
   return it->second;
 }
 
-MtlsAuthPolicy::MtlsAuthPolicy(const std::vector<AuthEntry>& entries) {
-  for (const AuthEntry& e : entries) by_name_[e.principal.name] = e.principal;
+MtlsAuthPolicy::MtlsAuthPolicy(const std::vector<AuthEntry>& entries) : by_name_(NameTable(entries)) {}
+
+void MtlsAuthPolicy::Replace(const std::vector<AuthEntry>& entries) {
+  auto table = NameTable(entries);
+  std::lock_guard<std::mutex> lock(mu_);
+  by_name_ = std::move(table);
 }
 
 fp8::StatusOr<Principal> MtlsAuthPolicy::Authenticate(const CallerInfo& caller) const {
   if (caller.tls_common_name.empty()) return fp8::NotFoundError("no client certificate");
-  auto it = by_name_.find(caller.tls_common_name);
-  if (it == by_name_.end()) {
+  std::shared_ptr<const Table> table;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    table = by_name_;
+  }
+  auto it = table->find(caller.tls_common_name);
+  if (it == table->end()) {
     return Unauthenticated("client certificate CN=" + caller.tls_common_name +
                            " is not a principal in --auth-tokens");
   }
   return it->second;
+}
+
+fp8::StatusOr<size_t> ReloadAuthEntries(const std::string& path, TokenAuthPolicy* tokens, MtlsAuthPolicy* mtls) {
+  auto loaded = LoadAuthEntries(path);
+  if (!loaded.ok()) return loaded.status();
+  if (tokens != nullptr) tokens->Replace(*loaded);
+  if (mtls != nullptr) mtls->Replace(*loaded);
+  return loaded->size();
 }
 
 void UnixPeerTable::Set(int fd, uid_t uid) {

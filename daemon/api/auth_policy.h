@@ -72,9 +72,13 @@ class TokenAuthPolicy final : public AuthPolicy {
  public:
   explicit TokenAuthPolicy(const std::vector<AuthEntry>& entries);
   fp8::StatusOr<Principal> Authenticate(const CallerInfo& caller) const override;
+  // Swaps in a whole new set (SIGHUP); a call sees either the old set or the new one.
+  void Replace(const std::vector<AuthEntry>& entries);
 
  private:
-  std::map<std::string, Principal> by_hash_;
+  using Table = std::map<std::string, Principal>;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Table> by_hash_;
 };
 
 // The verified client certificate's subject CN is the principal; its role and uid come from the
@@ -83,10 +87,19 @@ class MtlsAuthPolicy final : public AuthPolicy {
  public:
   explicit MtlsAuthPolicy(const std::vector<AuthEntry>& entries);
   fp8::StatusOr<Principal> Authenticate(const CallerInfo& caller) const override;
+  // As TokenAuthPolicy::Replace.
+  void Replace(const std::vector<AuthEntry>& entries);
 
  private:
-  std::map<std::string, Principal> by_name_;
+  using Table = std::map<std::string, Principal>;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Table> by_name_;
 };
+
+// Re-reads the --auth-tokens file (SIGHUP) into the given sources (either may be null). A file
+// that does not load changes nothing and its error is returned: a typo must not lock everyone
+// out. On success returns the number of entries now in force.
+fp8::StatusOr<size_t> ReloadAuthEntries(const std::string& path, TokenAuthPolicy* tokens, MtlsAuthPolicy* mtls);
 
 // uids of the unix-socket connections fp8d accepted itself (SO_PEERCRED), by fd; gRPC names such
 // a connection's peer "fd:<n>".

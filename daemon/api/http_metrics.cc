@@ -41,6 +41,22 @@ struct GrpcMetrics {
           .Help("Time from a unary call's arrival to its answer, by method").Register(registry);
 };
 
+// Store commits take from a fraction of a millisecond (WAL append) to seconds (fsync on a slow
+// disk, a waiting write lock).
+struct StoreMetrics {
+  prometheus::Registry registry;
+  Histogram& commit = BuildHistogram().Name("fp8d_store_commit_seconds")
+                          .Help("SQLite write transactions, BEGIN IMMEDIATE (lock wait included) to COMMIT done")
+                          .Register(registry)
+                          .Add({}, Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                               0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
+};
+
+StoreMetrics& Store() {
+  static StoreMetrics* metrics = new StoreMetrics();  // lives as long as the process
+  return *metrics;
+}
+
 GrpcMetrics& Grpc() {
   static GrpcMetrics* metrics = new GrpcMetrics();  // lives as long as the process
   return *metrics;
@@ -55,6 +71,8 @@ void RecordGrpcCall(std::string_view method, fp8::StatusCode code, double second
   m.requests.Add({{"method", std::string(method)}, {"code", fp8::StatusCodeName(code)}}).Increment();
   m.latency.Add({{"method", std::string(method)}}, LatencyBuckets()).Observe(seconds);
 }
+
+void RecordStoreCommit(double seconds) { Store().commit.Observe(seconds); }
 
 std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
   prometheus::Registry registry;
@@ -79,6 +97,12 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
   auto& loss = BuildGauge().Name("fp8d_job_loss").Help("Latest training loss of a running job").Register(registry);
   auto& tps = BuildGauge().Name("fp8d_job_tokens_per_second")
                   .Help("Latest throughput of a running job").Register(registry);
+  auto& amax = BuildGauge().Name("fp8d_job_fp8_amax_max")
+                   .Help("Largest amax over the latest reported step's FP8 casts of a running job")
+                   .Register(registry);
+  auto& saturation = BuildGauge().Name("fp8d_job_fp8_saturation_fraction")
+                         .Help("Fraction of the latest reported step's FP8 cast elements clipped to the FP8 max")
+                         .Register(registry);
   double started = 0;
   auto& queue_hist = queue_wait.Add({}, JobSecondsBuckets());
   auto& run_hist = run_time.Add({}, JobSecondsBuckets());
@@ -101,11 +125,16 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
       total.Add(labels).Set(static_cast<double>(job.progress().total_steps()));
       loss.Add(labels).Set(job.progress().loss());
       tps.Add(labels).Set(job.progress().tokens_per_second());
+      if (job.progress().has_fp8_amax_max()) amax.Add(labels).Set(job.progress().fp8_amax_max());
+      if (job.progress().has_fp8_saturation_fraction()) {
+        saturation.Add(labels).Set(job.progress().fp8_saturation_fraction());
+      }
     }
   }
   attempts.Add({}).Set(started);
   std::vector<prometheus::MetricFamily> families = registry.Collect();
   for (auto& f : Grpc().registry.Collect()) families.push_back(std::move(f));
+  for (auto& f : Store().registry.Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 

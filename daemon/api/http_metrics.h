@@ -15,6 +15,10 @@ namespace fp8d::api {
 // fp8d_grpc_request_duration_seconds{method}. Thread-safe.
 void RecordGrpcCall(std::string_view method, fp8::StatusCode code, double seconds);
 
+// Observes one store write transaction: fp8d_store_commit_seconds. Thread-safe; the server
+// hands it to store::SetCommitObserver.
+void RecordStoreCommit(double seconds);
+
 // The text exposition format (0.0.4) of the job metrics for `jobs` plus the gRPC counters.
 std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs);
 

@@ -219,6 +219,16 @@ void ApplyProgressEvent(const nlohmann::json& event, fp8d::v1::Progress* progres
   progress->set_tokens_per_second(NumberField(event, "tokens_per_sec"));
   progress->set_mfu(NumberField(event, "mfu"));
   progress->set_eta_seconds(NumberField(event, "eta_seconds"));
+  // Only FP8 recipes report these; absent otherwise (not 0, which would be a real reading).
+  auto amax = event.find("fp8_amax_max");
+  if (amax != event.end() && amax->is_number()) progress->set_fp8_amax_max(amax->get<double>());
+  else progress->clear_fp8_amax_max();
+  auto saturation = event.find("fp8_saturation_fraction");
+  if (saturation != event.end() && saturation->is_number()) {
+    progress->set_fp8_saturation_fraction(saturation->get<double>());
+  } else {
+    progress->clear_fp8_saturation_fraction();
+  }
 }
 
 google::protobuf::Struct StructFromJson(const nlohmann::json& value) {

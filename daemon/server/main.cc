@@ -37,6 +37,7 @@
 #include "daemon/agent/agent.h"
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/http_listener.h"
+#include "daemon/api/http_metrics.h"
 #include "daemon/api/job_service.h"
 #include "daemon/api/reflection_v1.h"
 #include "daemon/core/job_manager.h"
@@ -110,6 +111,9 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerConfig& c
 
 struct AuthSetup {
   std::shared_ptr<const fp8d::api::AuthPolicy> policy;
+  // The sources SIGHUP reloads from --auth-tokens (null when not configured).
+  std::shared_ptr<fp8d::api::TokenAuthPolicy> tokens;
+  std::shared_ptr<fp8d::api::MtlsAuthPolicy> mtls;
   std::shared_ptr<fp8d::api::UnixPeerTable> unix_peers;
   fp8d::api::Principal default_user;
 };
@@ -129,8 +133,14 @@ fp8::StatusOr<AuthSetup> MakeAuth(const ServerConfig& config) {
     entries = std::move(loaded).value();
   }
   std::vector<std::shared_ptr<const fp8d::api::AuthPolicy>> sources;
-  if (!config.auth_tokens.empty()) sources.push_back(std::make_shared<fp8d::api::TokenAuthPolicy>(entries));
-  if (!config.tls_client_ca.empty()) sources.push_back(std::make_shared<fp8d::api::MtlsAuthPolicy>(entries));
+  if (!config.auth_tokens.empty()) {
+    setup.tokens = std::make_shared<fp8d::api::TokenAuthPolicy>(entries);
+    sources.push_back(setup.tokens);
+  }
+  if (!config.tls_client_ca.empty()) {
+    setup.mtls = std::make_shared<fp8d::api::MtlsAuthPolicy>(entries);
+    sources.push_back(setup.mtls);
+  }
   setup.unix_peers = std::make_shared<fp8d::api::UnixPeerTable>();
   const bool local_only = fp8d::server::IsLocalAddress(config.listen) &&
                           (config.http_listen.empty() || fp8d::server::IsLocalAddress(config.http_listen));
@@ -181,6 +191,7 @@ int Run(const ServerConfig& config) {
   // Workers inherit fp8d's environment (design §4), so worker_env goes there.
   for (const auto& [key, value] : config.worker_env) setenv(key.c_str(), value.c_str(), 1);
 
+  fp8d::store::SetCommitObserver(&fp8d::api::RecordStoreCommit);
   auto store = fp8d::store::OpenSqliteJobStore(data_dir + "/fp8d.db");
   if (!store.ok()) {
     spdlog::error("opening {}/fp8d.db: {}", data_dir, store.status().ToString());
@@ -344,6 +355,14 @@ int Run(const ServerConfig& config) {
     spdlog::info("SIGHUP: TLS certificate files are re-read within {} s", config.tls_reload_s);
     if (http != nullptr && !config.tls_cert.empty()) {
       if (fp8::Status s = http->ReloadTls(); !s.ok()) spdlog::error("SIGHUP: {}", s.message());
+    }
+    if (!config.auth_tokens.empty()) {
+      auto reloaded = fp8d::api::ReloadAuthEntries(config.auth_tokens, auth->tokens.get(), auth->mtls.get());
+      if (reloaded.ok()) {
+        spdlog::info("SIGHUP: {} re-read, {} entries", config.auth_tokens, *reloaded);
+      } else {
+        spdlog::error("SIGHUP: {}; the previous tokens stay in force", reloaded.status().message());
+      }
     }
   }
   spdlog::info("signal {}: shutting down (workers keep running)", sig);

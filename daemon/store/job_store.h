@@ -111,6 +111,13 @@ class JobStore {
   virtual int64_t CountJobs() = 0;
 };
 
+// Called with the seconds each successful write transaction took, from BEGIN IMMEDIATE
+// (including the wait for the write lock) to the end of COMMIT, on the thread that ran it. The
+// server turns it into fp8d_store_commit_seconds; the store itself knows no metrics library.
+// Set once before the store is used; must be thread-safe and cheap. Null: nothing is observed.
+using CommitObserver = void (*)(double seconds);
+void SetCommitObserver(CommitObserver observer);
+
 // SQLite in WAL mode, synchronous=FULL, busy timeout, BEGIN IMMEDIATE for writes, schema
 // migrations keyed on PRAGMA user_version. Creates the file if missing.
 StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path);

@@ -2,7 +2,18 @@
 
 #include <sqlite3.h>
 
-namespace fp8d::store::internal {
+#include <atomic>
+
+#include "daemon/store/job_store.h"
+
+namespace fp8d::store {
+namespace {
+std::atomic<CommitObserver> g_commit_observer{nullptr};
+}  // namespace
+
+void SetCommitObserver(CommitObserver observer) { g_commit_observer.store(observer); }
+
+namespace internal {
 
 Stmt::~Stmt() {
   if (stmt_ != nullptr) {
@@ -129,9 +140,10 @@ int64_t Db::LastInsertRowid() const { return sqlite3_last_insert_rowid(db_); }
 int Db::Changes() const { return sqlite3_changes(db_); }
 
 StatusOr<std::unique_ptr<WriteTxn>> WriteTxn::Begin(Db* db) {
+  const auto start = std::chrono::steady_clock::now();
   FP8_ASSIGN_OR_RETURN(Stmt begin, db->Prepare("BEGIN IMMEDIATE"));
   FP8_RETURN_IF_ERROR(begin.Run());
-  return std::unique_ptr<WriteTxn>(new WriteTxn(db));
+  return std::unique_ptr<WriteTxn>(new WriteTxn(db, start));
 }
 
 WriteTxn::~WriteTxn() {
@@ -145,7 +157,11 @@ Status WriteTxn::Commit() {
   FP8_ASSIGN_OR_RETURN(Stmt commit, db_->Prepare("COMMIT"));
   FP8_RETURN_IF_ERROR(commit.Run());
   done_ = true;
+  if (CommitObserver observer = g_commit_observer.load(std::memory_order_relaxed)) {
+    observer(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin_).count());
+  }
   return fp8::OkStatus();
 }
 
-}  // namespace fp8d::store::internal
+}  // namespace internal
+}  // namespace fp8d::store

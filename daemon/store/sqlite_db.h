@@ -3,6 +3,8 @@
 // daemon/store.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -88,8 +90,9 @@ class WriteTxn {
   Status Commit();
 
  private:
-  explicit WriteTxn(Db* db) : db_(db) {}
+  explicit WriteTxn(Db* db, std::chrono::steady_clock::time_point begin) : db_(db), begin_(begin) {}
   Db* db_;
+  std::chrono::steady_clock::time_point begin_;
   bool done_ = false;
 };
 

@@ -87,6 +87,47 @@ TEST(AuthSources, TokenMtlsLocalAndTheirChain) {
   EXPECT_EQ(TokenAuthPolicy(entries).Authenticate(basic).status().code(), fp8::StatusCode::kUnauthenticated);
 }
 
+TEST(AuthSources, ReloadSwapsTheWholeFileOrNothing) {
+  TempDir dir;
+  const std::string path = dir.Write("tokens", Sha256Hex("old") + " alice admin\n");
+  auto entries = LoadAuthEntries(path);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  TokenAuthPolicy tokens(*entries);
+  MtlsAuthPolicy mtls(*entries);
+  auto with_token = [](const std::string& token) {
+    CallerInfo c;
+    c.bearer_token = token;
+    return c;
+  };
+  CallerInfo cert;
+  cert.tls_common_name = "bob";
+  ASSERT_TRUE(tokens.Authenticate(with_token("old")).ok());
+  EXPECT_EQ(mtls.Authenticate(cert).status().code(), fp8::StatusCode::kUnauthenticated);
+
+  // A new file: the old token is gone, the new one and the new principal are in force.
+  dir.Write("tokens", Sha256Hex("new") + " alice admin\n- bob viewer\n");
+  auto n = ReloadAuthEntries(path, &tokens, &mtls);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 2u);
+  EXPECT_EQ(tokens.Authenticate(with_token("old")).status().code(), fp8::StatusCode::kUnauthenticated);
+  auto alice = tokens.Authenticate(with_token("new"));
+  ASSERT_TRUE(alice.ok());
+  EXPECT_EQ(alice->name, "alice");
+  auto bob = mtls.Authenticate(cert);
+  ASSERT_TRUE(bob.ok());
+  EXPECT_EQ(bob->role, Role::kViewer);
+
+  // A bad file (line 2) changes nothing and names the line; so does a missing one.
+  dir.Write("tokens", Sha256Hex("third") + " carol admin\n" + Sha256Hex("x") + " dave boss\n");
+  auto bad = ReloadAuthEntries(path, &tokens, &mtls);
+  EXPECT_EQ(bad.status().code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(":2:"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(ReloadAuthEntries(dir.path() + "/missing", &tokens, nullptr).ok());
+  EXPECT_TRUE(tokens.Authenticate(with_token("new")).ok());
+  EXPECT_EQ(tokens.Authenticate(with_token("third")).status().code(), fp8::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(mtls.Authenticate(cert).ok());
+}
+
 TEST(AuthRoles, MethodsAndOwners) {
   Principal viewer{"v", Role::kViewer, -1}, alice{"alice", Role::kSubmitter, -1}, admin{"a", Role::kAdmin, -1};
   EXPECT_TRUE(AuthorizeMethod(viewer, "GetJob").ok());

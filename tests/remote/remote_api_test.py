@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Remote and secure API, end to end, with real processes and certificates made by openssl.
 
-  remote_api_test.py --fp8d BIN --worker BIN --proto-dir DIR [--fp8ctl BIN] [--only NAME]
+  remote_api_test.py --fp8d BIN --worker BIN --proto-dir DIR --fp8ctl BIN --real-worker BIN
+                     --corpus TEXT [--only NAME]
 
 Each case starts its own fp8d and ends it. Cases: non-loopback refusal, TLS + tokens (every call,
 UNAUTHENTICATED, PERMISSION_DENIED, plaintext to the TLS port), mTLS (own CA accepted, another
-CA refused), certificate rotation with SIGHUP, and (as root) local isolation over the unix
-socket. Exit 0 when every case passed, 1 otherwise; cases that need root say SKIP otherwise.
+CA refused), certificate and token rotation with SIGHUP, the HTTP listener, FP8 numerics of the
+real fp8-worker in /metrics, and (as root) local isolation over the unix socket. Exit 0 when
+every case passed, 1 otherwise; cases that need root say SKIP otherwise.
 """
 import argparse
 import hashlib
@@ -58,12 +60,12 @@ def read(path):
 class Daemon:
     """fp8d as a child process; always ended by stop()."""
 
-    def __init__(self, base, args, env=None):
+    def __init__(self, base, args, env=None, worker=None):
         self.data = f"{base}/data"
         self.addr_file = f"{base}/fp8d.addr"
         self.log = f"{base}/fp8d.log"
         argv = [ARGS.fp8d, "--data-dir", self.data, "--addr-file", self.addr_file,
-                "--worker", ARGS.worker, "--gpus", "none", "--cpu-slots", "4",
+                "--worker", worker or ARGS.worker, "--gpus", "none", "--cpu-slots", "4",
                 "--cancel-grace-ms", "2000"] + args
         e = dict(os.environ)
         e.update(env or {})
@@ -377,6 +379,30 @@ def case_rotation(base):
         expect(code == 200, f"after SIGHUP the HTTPS listener serves the new certificate ({code})")
         expect(d.proc.poll() is None, "fp8d survived SIGHUP")
         old.close()
+        # The tokens file is re-read on SIGHUP too: a bad one keeps the old tokens (and is logged),
+        # a good one replaces them all.
+        ch = grpc.secure_channel(target, grpc.ssl_channel_credentials(read(ca2[1])), opts)
+        list_as = lambda token: code_of(lambda: stubs(ch).ListJobs(PB.svc.ListJobsRequest(),
+                                                                   metadata=token_md(token), timeout=3))
+        def replace_tokens(text):
+            with open(tok_path + ".new", "w") as f:
+                f.write(text)
+            os.rename(tok_path + ".new", tok_path)
+            d.proc.send_signal(signal.SIGHUP)
+        replace_tokens("not-a-hash someone viewer\n")
+        end = time.time() + 20
+        while time.time() < end and "previous tokens stay in force" not in d.log_text():
+            time.sleep(0.1)
+        expect("previous tokens stay in force" in d.log_text(), "a bad tokens file on SIGHUP is logged")
+        expect(list_as(tok["vera"]) == grpc.StatusCode.OK, "after a bad tokens file the old token still works")
+        fresh = f"tok-fresh-{os.getpid()}"
+        replace_tokens(f"{hashlib.sha256(fresh.encode()).hexdigest()} fresh viewer\n")
+        end = time.time() + 20
+        while time.time() < end and list_as(fresh) != grpc.StatusCode.OK:
+            time.sleep(0.2)
+        expect(list_as(fresh) == grpc.StatusCode.OK, "after SIGHUP a token added to the file works")
+        expect(list_as(tok["vera"]) == grpc.StatusCode.UNAUTHENTICATED, "and a token removed from it is refused")
+        ch.close()
     finally:
         d.stop()
 
@@ -626,7 +652,51 @@ def case_http(base):
         d.stop()
 
 
-CASES = [case_nonloopback_refused, case_tls_tokens, case_mtls, case_rotation, case_http, case_isolation]
+def case_fp8_metrics(base):
+    """The real fp8-worker trains a tiny model with an FP8 recipe: its amax and saturation reach
+    /metrics (plain HTTP on loopback, no auth), and the store commit histogram counts commits."""
+    shared = shared_dir(base)
+    sh(ARGS.real_worker, "prepare-data", "--text", ARGS.corpus, "--out", f"{shared}/data")
+    hport = free_port()
+    d = Daemon(base, ["--listen", "127.0.0.1:0", "--allowed-root", shared, "--http-listen", f"127.0.0.1:{hport}"],
+               env={"FP8_NUM_THREADS": "1"}, worker=ARGS.real_worker)
+    try:
+        d.wait_address()
+        ch = grpc.insecure_channel(d.address)
+        wait_serving(ch)
+        s = stubs(ch)
+        job = train_job(f"{shared}/out", f"{shared}/data/train_*.bin")
+        job.train.precision.recipe = "fp8-tensorwise"
+        job.train.training.max_steps = 100000
+        job.train.training.logging_steps = 1
+        job.train.training.per_device_train_batch_size = 2
+        created = s.CreateJob(PB.svc.CreateJobRequest(job=job), timeout=30)
+        url = f"http://127.0.0.1:{hport}/metrics"
+        amax = text = None
+        end = time.time() + 120
+        while time.time() < end and not amax:
+            code, text = curl(url)
+            if code == 200:
+                from prometheus_client.parser import text_string_to_metric_families
+                fams = {f.name: f for f in text_string_to_metric_families(text)}
+                amax = sample(fams, "fp8d_job_fp8_amax_max", job=created.name)
+            time.sleep(0.3)
+        families = check_metrics_text(text)
+        expect(amax and amax > 0, f"fp8d_job_fp8_amax_max for the running FP8 job: {amax}")
+        sat = sample(families, "fp8d_job_fp8_saturation_fraction", job=created.name)
+        expect(sat is not None and 0 <= sat <= 1, f"fp8d_job_fp8_saturation_fraction in [0, 1]: {sat}")
+        got = s.GetJob(PB.svc.GetJobRequest(name=created.name), timeout=10).progress
+        expect(got.HasField("fp8_amax_max"), f"GetJob's progress carries fp8_amax_max ({got.fp8_amax_max})")
+        commits = sample(families, "fp8d_store_commit_seconds_count")
+        expect(commits and commits >= 2, f"fp8d_store_commit_seconds counts the create and the start ({commits})")
+        cancel_and_wait(s, created.name)
+        ch.close()
+    finally:
+        d.stop()
+
+
+CASES = [case_nonloopback_refused, case_tls_tokens, case_mtls, case_rotation, case_http, case_fp8_metrics,
+         case_isolation]
 
 
 def main():
@@ -638,6 +708,8 @@ def main():
     ap.add_argument("--worker", required=True)
     ap.add_argument("--proto-dir", required=True)
     ap.add_argument("--fp8ctl", required=True)
+    ap.add_argument("--real-worker", required=True, help="fp8-worker, for the FP8 numerics in /metrics")
+    ap.add_argument("--corpus", required=True, help="a text file fp8-worker prepare-data turns into shards")
     ap.add_argument("--only", default="")
     ARGS = ap.parse_args()
     # Under /tmp whatever $TMPDIR says: the isolation case's unprivileged worker must be able to

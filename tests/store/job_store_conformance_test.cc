@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -875,6 +876,37 @@ TEST_F(SqliteJobStoreTest, KilledMidUpdateKeepsTheOldStateAndNoEvent) {
   EXPECT_EQ(job.version(), 1);
   ASSERT_OK_AND_ASSIGN(auto events, store->ListEvents(name));
   EXPECT_EQ(events.size(), 1u);
+}
+
+// The server's fp8d_store_commit_seconds: one observation per committed write transaction (a
+// batch of creates is one), none for reads, none once the observer is cleared.
+std::atomic<int> g_commits{0};
+std::atomic<bool> g_non_negative{true};
+void CountCommit(double seconds) {
+  g_commits.fetch_add(1);
+  if (!(seconds >= 0)) g_non_negative = false;
+}
+
+TEST(SqliteCommitObserver, SeesEachWriteTransaction) {
+  TempDir dir;
+  auto store = OpenSqliteJobStore(dir.File("fp8d.db"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  SetCommitObserver(&CountCommit);
+  const int before = g_commits.load();
+  auto created = (*store)->CreateJobs({Req(MakeJob()), Req(MakeJob()), Req(MakeJob())});
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(g_commits.load(), before + 1);
+  Job job = (*created)[0].job;
+  job.set_version(job.version() + 1);
+  ASSERT_TRUE((*store)->UpdateJob(job, nullptr).ok());
+  EXPECT_EQ(g_commits.load(), before + 2);
+  ASSERT_TRUE((*store)->GetJob(job.name()).ok());
+  EXPECT_EQ(g_commits.load(), before + 2);
+  EXPECT_TRUE(g_non_negative.load());
+  SetCommitObserver(nullptr);
+  job.set_version(job.version() + 1);
+  ASSERT_TRUE((*store)->UpdateJob(job, nullptr).ok());
+  EXPECT_EQ(g_commits.load(), before + 2);
 }
 
 }  // namespace

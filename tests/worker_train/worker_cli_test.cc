@@ -114,6 +114,16 @@ TEST_P(WorkerCliRanks, TwoRanksOverGlooMatchOneRankWithSameGlobalBatch) {
   const std::string dir1 = testing::MakeTempDir("cli-1rank");
   Proc one = Start({"train", "--spec", WriteSpec(dir1, spec_json(dir1, 8))}, {}, dir1, "w");
   ASSERT_EQ(Wait(one), 0);
+  // FP8 recipes report the step's casts in each progress event; the others leave them out.
+  const bool fp8 = GetParam() == "fp8-tensorwise";
+  for (const json& p : OfType(Events(one.events_path), "progress")) {
+    ASSERT_EQ(p.contains("fp8_amax_max"), fp8) << p.dump();
+    ASSERT_EQ(p.contains("fp8_saturation_fraction"), fp8) << p.dump();
+    if (!fp8) continue;
+    EXPECT_GT(p["fp8_amax_max"].get<double>(), 0) << p.dump();
+    EXPECT_GE(p["fp8_saturation_fraction"].get<double>(), 0) << p.dump();
+    EXPECT_LE(p["fp8_saturation_fraction"].get<double>(), 1) << p.dump();
+  }
 
   const std::string dir2 = testing::MakeTempDir("cli-2rank");
   const std::string spec2 = WriteSpec(dir2, spec_json(dir2, 4));

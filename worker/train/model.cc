@@ -236,6 +236,13 @@ void GptModel::ApplyPendingAmaxes(const std::vector<float>& reduced) {
   FP8_CHECK(next == reduced.data() + reduced.size());  // one value per waiting amax, no more
 }
 
+Fp8CastStats GptModel::TakeFp8CastStats() {
+  Fp8CastStats all;
+  for (Block& b : blocks_)
+    for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) all.Merge(l->precision.TakeCastStats());
+  return all;
+}
+
 nlohmann::json GptModel::PrecisionState() const {
   nlohmann::json out = nlohmann::json::object();
   if (precision_.recipe != Recipe::kFp8Tensorwise) return out;

@@ -72,6 +72,9 @@ class GptModel {
   // Names of the linear layers in forward order (the prefixes of their .weight / .bias).
   std::vector<std::string> LinearLayerNames() const;
 
+  // The FP8 casts of every training linear layer since the last call (progress events).
+  Fp8CastStats TakeFp8CastStats();
+
   // Delayed-scaling state of every linear layer (fp8-tensorwise), for trainer_state.json.
   nlohmann::json PrecisionState() const;
   Status RestorePrecisionState(const nlohmann::json& state);

@@ -1,6 +1,7 @@
 #include "worker/train/precision.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/fp8_format.h"
@@ -57,6 +58,11 @@ void LinearPrecision::Tensorwise(Slot slot, const float* x, int64_t n, float* ou
   FP8_CHECK_OK(kernels::FakeQuantize(x, 1, n, Granularity::kTensor, ds.config().fmt, ds.config().scale_format, scale_inv,
                                      out, nullptr));
   pending_[slot] = {amax, true};
+  // Clipped: |x| / scale_inv beyond the format's max. One compare per element, next to a GEMM.
+  const float limit = kernels::Fp8Max(ds.config().fmt) * scale_inv;
+  int64_t clipped = 0;
+  for (int64_t i = 0; i < n; ++i) clipped += std::fabs(x[i]) > limit;
+  cast_stats_.Merge({amax, clipped, n});
 }
 
 void LinearPrecision::AppendPendingAmaxes(std::vector<float>* out) const {
@@ -78,6 +84,7 @@ void LinearPrecision::Blockwise(const float* x, int64_t rows, int64_t cols, int 
   const auto sf = cfg_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32;
   FP8_CHECK_OK(kernels::FakeQuantize(x, rows, cols, static_cast<Granularity>(granularity), Fp8Format::kE4M3,
                                      sf, 1.0f, out, nullptr));
+  cast_stats_.Merge({kernels::Amax(x, rows * cols), 0, rows * cols});
 }
 
 void LinearPrecision::InputFwd(const float* x, int64_t m, int64_t k, float* out) {

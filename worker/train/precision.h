@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,19 @@
 #include "worker/train/spec.h"
 
 namespace fp8::train {
+
+// What the FP8 casts of a span of steps saw, for the worker's progress events: the largest
+// amax of any cast, and how many elements were clipped to the format's max (saturated).
+struct Fp8CastStats {
+  float amax_max = 0;
+  int64_t saturated = 0;
+  int64_t elements = 0;
+  void Merge(const Fp8CastStats& o) {
+    amax_max = amax_max > o.amax_max ? amax_max : o.amax_max;
+    saturated += o.saturated;
+    elements += o.elements;
+  }
+};
 
 class LinearPrecision {
  public:
@@ -43,6 +57,11 @@ class LinearPrecision {
   // when `amaxes` is null.
   const float* ApplyPendingAmaxes(const float* amaxes);
 
+  // The FP8 casts since the last TakeCastStats (empty for the bf16/fp32 recipes). Blockwise
+  // scales come from each block's own amax, so nothing saturates; tensorwise scales come from
+  // the history, so a growing tensor clips.
+  Fp8CastStats TakeCastStats() { return std::exchange(cast_stats_, {}); }
+
   // Delayed-scaling state (tensorwise), for checkpoints.
   nlohmann::json State() const;
   Status Restore(const nlohmann::json& state);
@@ -59,6 +78,7 @@ class LinearPrecision {
     bool set = false;
   };
   PendingAmax pending_[3];
+  Fp8CastStats cast_stats_;
   kernels::DelayedScaling& Scaling(Slot slot) { return slot == kX ? x_scale_ : slot == kW ? w_scale_ : dy_scale_; }
 };
 

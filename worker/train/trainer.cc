@@ -190,8 +190,14 @@ void Loop::ReportProgress(int64_t step, double loss, double lr, double grad_norm
   const double secs = std::max(1e-9, Seconds(t_window_, now));
   const double tps = tokens / secs;
   const double eta = static_cast<double>(t.max_steps - step) * secs / std::max<int64_t>(1, step - window_start_step_);
-  ev_.Emit("progress", {{"step", step}, {"total_steps", t.max_steps}, {"loss", loss}, {"lr", lr},
-                        {"grad_norm", grad_norm}, {"tokens_per_sec", tps}, {"eta_seconds", eta}});
+  nlohmann::json fields = {{"step", step}, {"total_steps", t.max_steps}, {"loss", loss}, {"lr", lr},
+                           {"grad_norm", grad_norm}, {"tokens_per_sec", tps}, {"eta_seconds", eta}};
+  // This rank's casts of the step just done (rank 0 reports; the amaxes are reduced anyway).
+  if (const Fp8CastStats fp8 = model_.TakeFp8CastStats(); fp8.elements > 0) {
+    fields["fp8_amax_max"] = fp8.amax_max;
+    fields["fp8_saturation_fraction"] = static_cast<double>(fp8.saturated) / static_cast<double>(fp8.elements);
+  }
+  ev_.Emit("progress", fields);
   std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  eta %.0fs%s",
                opt_.tty_progress ? "\r\033[K" : "", static_cast<long long>(step), static_cast<long long>(t.max_steps),
                loss, lr, grad_norm, tps, eta, opt_.tty_progress ? "" : "\n");
@@ -219,6 +225,8 @@ TrainResult Loop::Run() {
   double last_loss = NAN;
   bool stop = false;
   while (step_ < t.max_steps && !stop) {
+    // Progress reports the FP8 casts of its own step only.
+    model_.TakeFp8CastStats();
     model_.ZeroGrad();
     double loss_sum = 0;
     for (int micro = 0; micro < accum; ++micro) {
