@@ -135,15 +135,13 @@ class Agent {
   }
   // Every live worker process this agent started, found without saved pids (a controller
   // killed between spawning workers and saving their pids), so recovery can adopt them or
-  // kill them. `attempt_dir` is the absolute attempt dir given at launch. UNIMPLEMENTED where
-  // the agent cannot search.
+  // kill them. `attempt_dir` is the absolute attempt dir given at launch. A launcher that
+  // finds its attempts another way (Slurm: by job id, at adoption) finds none here.
   struct FoundWorker {
     std::string attempt_dir;
     RankProcess process;  // events_offset 0
   };
-  virtual StatusOr<std::vector<FoundWorker>> FindWorkers() {
-    return fp8::UnimplementedError("this agent cannot search for workers");
-  }
+  virtual StatusOr<std::vector<FoundWorker>> FindWorkers() { return std::vector<FoundWorker>{}; }
   // Sends `sig` to the process group of every live rank of the attempt.
   virtual void Signal(const std::string& job_id, int attempt, int sig) = 0;
   // Stops observing (the daemon's SIGTERM path): workers keep running.

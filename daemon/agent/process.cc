@@ -35,6 +35,14 @@ struct SpawnAttrs {
 
 }  // namespace
 
+std::vector<char*> ExecArray(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
 fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request) {
   if (request.argv.empty() || request.argv[0].empty()) {
     return fp8::InvalidArgumentError("worker_argv_prefix: empty program");
@@ -61,12 +69,8 @@ fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request) {
                                  POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   if (rc != 0) return fp8::InternalError("posix_spawn attributes could not be set up");
 
-  std::vector<char*> argv;
-  for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  std::vector<char*> argv = ExecArray(request.argv);
+  std::vector<char*> envp = ExecArray(request.env);
 
   pid_t pid = 0;
   int err = posix_spawnp(&pid, argv[0], &s.actions, &s.attr, argv.data(), envp.data());

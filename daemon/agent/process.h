@@ -26,6 +26,9 @@ struct SpawnRequest {
   std::string pid_file;
 };
 
+// The NULL-terminated char* array execve and posix_spawn take; points into `strings`.
+std::vector<char*> ExecArray(const std::vector<std::string>& strings);
+
 // Starts the process in a new session (so it leads its own process group, and a terminal's
 // Ctrl-C or the daemon's own group signals never reach it), stdin from /dev/null, every fd
 // above 2 closed, signal mask cleared and every disposition reset to default (the daemon may

@@ -411,14 +411,14 @@ void SlurmAgent::Stop() {
 }
 
 void SlurmAgent::RunSignals() {
-  std::vector<std::pair<int64_t, int>> todo;
+  std::vector<std::pair<int64_t, int>> queued_signals;
   std::map<int64_t, std::string> states;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    todo.swap(signals_);
+    queued_signals.swap(signals_);
     for (auto& [key, w] : watched_) states[w->slurm_id] = w->state;
   }
-  for (const auto& [id, sig] : todo) {
+  for (const auto& [id, sig] : queued_signals) {
     const std::string sid = std::to_string(id);
     std::vector<std::vector<std::string>> commands;
     if (sig == SIGKILL) {

@@ -70,12 +70,8 @@ fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
                                         " needs fp8d to run as root");
   }
   const std::string program = ResolveProgram(request.argv[0], request.env);
-  std::vector<char*> argv;
-  for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  std::vector<char*> argv = ExecArray(request.argv);
+  std::vector<char*> envp = ExecArray(request.env);
   std::vector<gid_t> groups(request.groups.begin(), request.groups.end());
   const uid_t uid = static_cast<uid_t>(request.uid);
   const gid_t gid = static_cast<gid_t>(request.gid);

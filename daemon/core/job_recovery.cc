@@ -192,7 +192,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
       for (const auto& w : *found) {
         if (w.attempt_dir.rfind(jobs_root, 0) == 0) live[w.attempt_dir].push_back(w.process);
       }
-    } else if (found.status().code() != fp8::StatusCode::kUnimplemented) {
+    } else {
       spdlog::warn("recovery: searching for workers: {}", found.status().ToString());
     }
     auto results = std::make_shared<std::vector<Status>>();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <future>
 #include <map>
@@ -328,6 +329,36 @@ std::string FillUp(const std::string& dir) {
   return path;
 }
 
+// A data dir on an 8 MB tmpfs, so only the database runs out of space: jobs/ and the log are
+// symlinked to `root`, which has room. Unmounted when destroyed.
+struct SmallStore {
+  std::string mnt;
+  std::string data_dir;
+  ~SmallStore() { ::umount2(mnt.c_str(), MNT_DETACH); }
+
+  static std::unique_ptr<SmallStore> Mount(const std::string& root, std::string* why_not) {
+    if (::geteuid() != 0) {
+      *why_not = "mounting a tmpfs needs root";
+      return nullptr;
+    }
+    const std::string mnt = root + "/small";
+    std::filesystem::create_directories(mnt);
+    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
+      *why_not = std::string("cannot mount a tmpfs here: ") + std::strerror(errno);
+      return nullptr;
+    }
+    auto store = std::make_unique<SmallStore>();
+    store->mnt = mnt;
+    store->data_dir = mnt + "/data";
+    std::filesystem::create_directories(store->data_dir);
+    std::filesystem::create_directories(root + "/jobs");
+    std::filesystem::create_symlink(root + "/jobs", store->data_dir + "/jobs");
+    { std::ofstream touch(root + "/fp8d.log"); }
+    std::filesystem::create_symlink(root + "/fp8d.log", store->data_dir + "/fp8d.log");
+    return store;
+  }
+};
+
 // ENOSPC on the store (the data dir on a small tmpfs; jobs/ and the log elsewhere, so only the
 // database runs out of space). While the disk is full: job A finishes (RUNNING → SUCCEEDED),
 // job B's ranks report `started` (STARTING → RUNNING) and then finish, and A's slot goes to
@@ -335,24 +366,10 @@ std::string FillUp(const std::string& dir) {
 // not see those states, GetJob keeps the durable ones, C's workers must not start, and once
 // space returns everything converges.
 TEST_F(CrashTest, StoreOutOfSpaceAtTransitionsPublishesOnlyWhatIsDurable) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
-  const std::string mnt = tmp_.path() + "/small";
-  std::filesystem::create_directories(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{mnt};
-  const std::string data_dir = mnt + "/data";
-  std::filesystem::create_directories(data_dir);
-  std::filesystem::create_directories(tmp_.path() + "/jobs");
-  std::filesystem::create_symlink(tmp_.path() + "/jobs", data_dir + "/jobs");
-  {
-    std::ofstream touch(tmp_.path() + "/fp8d.log");
-  }
-  std::filesystem::create_symlink(tmp_.path() + "/fp8d.log", data_dir + "/fp8d.log");
+  std::string why_not;
+  std::unique_ptr<SmallStore> store = SmallStore::Mount(tmp_.path(), &why_not);
+  if (store == nullptr) GTEST_SKIP() << why_not;
+  const std::string& data_dir = store->data_dir;
 
   DaemonOptions options;
   options.cpu_slots = 2;
@@ -375,7 +392,7 @@ TEST_F(CrashTest, StoreOutOfSpaceAtTransitionsPublishesOnlyWhatIsDurable) {
   Watcher watch_a(*daemon_, a->name());
   Watcher watch_b(*daemon_, b->name());
   Watcher watch_c(*daemon_, c->name());
-  const std::string filler = FillUp(mnt);
+  const std::string filler = FillUp(store->mnt);
   ASSERT_TRUE(PollUntil([&] { return watch_b.Saw(fp8d::v1::STARTING); }));
   // No write can commit, and nothing new was published: B's `started` is still to come.
   EXPECT_FALSE(watch_b.Saw(fp8d::v1::RUNNING)) << "B's RUNNING was durable before the disk filled";
@@ -474,22 +491,10 @@ std::vector<fp8d::v1::JobState> SeenAfter(const std::vector<std::pair<int64_t, f
 
 TEST_P(FullStoreTest, TheFailedTransitionIsNeitherPublishedNorCountedAndConvergesOnceSpaceReturns) {
   const FullStoreCase& c = GetParam();
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
-  const std::string mnt = tmp_.path() + "/small";
-  std::filesystem::create_directories(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{mnt};
-  const std::string data_dir = mnt + "/data";
-  std::filesystem::create_directories(data_dir);
-  std::filesystem::create_directories(tmp_.path() + "/jobs");
-  std::filesystem::create_symlink(tmp_.path() + "/jobs", data_dir + "/jobs");
-  { std::ofstream touch(tmp_.path() + "/fp8d.log"); }
-  std::filesystem::create_symlink(tmp_.path() + "/fp8d.log", data_dir + "/fp8d.log");
+  std::string why_not;
+  std::unique_ptr<SmallStore> store = SmallStore::Mount(tmp_.path(), &why_not);
+  if (store == nullptr) GTEST_SKIP() << why_not;
+  const std::string& data_dir = store->data_dir;
 
   DaemonOptions options;
   options.cpu_slots = 1;
@@ -531,21 +536,21 @@ TEST_P(FullStoreTest, TheFailedTransitionIsNeitherPublishedNorCountedAndConverge
   std::string& filler = filler_file.path;
   if (c.held_back == fp8d::v1::QUEUED) {
     ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RETRY_WAIT); }));
-    filler = FillUp(mnt);
+    filler = FillUp(store->mnt);
   } else if (c.held_back == fp8d::v1::CANCELLING) {
     ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RUNNING) && attempt_ran(1, 2); }));
-    filler = FillUp(mnt);
+    filler = FillUp(store->mnt);
     // Answered only once CANCELLING is durable, i.e. after space returns.
     first_cancel = std::async(std::launch::async, [&] { return client().CancelJob(created->name()); });
   } else if (c.held_back == fp8d::v1::CANCELLED) {
     ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RUNNING) && attempt_ran(1, 2); }));
     auto cancel = client().CancelJob(created->name());
     ASSERT_TRUE(cancel.ok()) << cancel.status().ToString();
-    filler = FillUp(mnt);
+    filler = FillUp(store->mnt);
     ASSERT_EQ(cancel->state(), fp8d::v1::CANCELLING);
   } else {
     ASSERT_TRUE(PollUntil([&] { return watch.Saw(fp8d::v1::RUNNING); }));
-    filler = FillUp(mnt);
+    filler = FillUp(store->mnt);
   }
 
   // Wait until the transition is made in memory and its write has failed; a little longer,
