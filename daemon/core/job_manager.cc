@@ -26,24 +26,37 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
       options_(std::move(options)),
       store_(std::move(store)),
       clock_(clock),
-      tick_timer_(io),
-      create_timer_(io) {
+      tick_timer_(io) {
   std::error_code ec;
   cwd_ = std::filesystem::current_path(ec).string();
   // Attempt dirs are handed to workers that run in other directories: make them absolute.
   options_.data_dir = std::filesystem::absolute(options_.data_dir, ec).lexically_normal().string();
   if (options_.tick_ms <= 0) options_.tick_ms = 50;
-  if (options_.create_batch_max <= 0) options_.create_batch_max = 1;
   store_thread_ = std::make_unique<BlockingWorker>("fp8d-store");
   launcher_ = std::make_unique<BlockingWorker>("fp8d-launcher");
   agent_ = make_agent(this);
   FP8_CHECK(agent_ != nullptr);
+  CreateBatcher::Hooks hooks;
+  hooks.run_on_store = [this](std::function<void(store::JobStore&)> on_store,
+                              std::function<void()> on_io) {
+    OnStore<int>([on_store = std::move(on_store)](store::JobStore& s) { on_store(s); return 0; },
+                 [on_io = std::move(on_io)](int) { on_io(); });
+  };
+  hooks.created = [this](const Job& job) { AddToCache(job); };
+  hooks.current = [this](const std::string& name) -> std::optional<Job> {
+    if (JobEntry* e = Find(name)) return e->delivered;
+    return std::nullopt;
+  };
+  hooks.batch_created = [this] { Schedule(); };
+  creates_ = std::make_unique<CreateBatcher>(
+      io, CreateBatcher::Options{options_.create_batch_max, options_.create_batch_wait_max_us},
+      std::move(hooks));
 }
 
 JobManagerImpl::~JobManagerImpl() {
   alive_.reset();  // completions already posted to io become no-ops
   tick_timer_.cancel();
-  create_timer_.cancel();
+  creates_.reset();
   agent_->Stop();
   // Join the threads while the store and the agent they use still exist.
   launcher_.reset();
@@ -106,9 +119,7 @@ void JobManagerImpl::AddToCache(Job job, std::optional<Job> delivered) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// CreateJob: group commit. Creates queue up while one batch is being written; the next batch
-// takes everything that queued meanwhile, so N concurrent creates cost ~1-2 fsyncs, not N.
-// A create is acknowledged only once its batch is durable.
+// CreateJob: checked and admitted here, written by the group commit (create_batcher.h).
 
 void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(StatusOr<Job>)> done) {
   if (shutting_down_) {
@@ -144,94 +155,7 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(Stat
       done(std::move(result));
     };
   }
-  pending_creates_.push_back(PendingCreate{std::move(create), std::move(done)});
-  FlushCreates();
-}
-
-// With N clients creating in a closed loop, the batch after a write would hold only the first
-// caller to come back (the others are still reading their answers), the one after that the
-// other N-1: two fsyncs per N jobs. So when fewer callers are waiting than the last batch had,
-// the next batch waits for them -- at most half as long as the last write took, so the wait
-// never costs more than the fsync it saves, and a lone client (batches of 1) never waits.
-void JobManagerImpl::FlushCreates() {
-  if (create_in_flight_ || pending_creates_.empty()) return;
-  if (pending_creates_.size() < last_create_batch_) {
-    if (create_timer_armed_) return;  // it fires soon, or a fuller batch comes first
-    const auto wait = std::min(last_create_write_ / 2,
-                               std::chrono::microseconds(options_.create_batch_wait_max_us));
-    if (wait.count() > 0) {
-      create_timer_armed_ = true;
-      create_timer_.expires_after(wait);
-      std::weak_ptr<int> alive = alive_;
-      create_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-        // Cancelled: the batch went out early (its writer cleared the flag) or shutdown.
-        if (alive.expired() || ec == boost::asio::error::operation_aborted) return;
-        create_timer_armed_ = false;
-        WriteCreateBatch();
-      });
-      return;
-    }
-  }
-  WriteCreateBatch();
-}
-
-void JobManagerImpl::WriteCreateBatch() {
-  if (create_in_flight_ || pending_creates_.empty()) return;
-  if (create_timer_armed_) {
-    create_timer_armed_ = false;
-    create_timer_.cancel();  // its handler runs as aborted and does nothing
-  }
-  create_in_flight_ = true;
-  auto batch = std::make_shared<std::vector<PendingCreate>>();
-  std::vector<store::CreateRequest> requests;
-  while (!pending_creates_.empty() &&
-         static_cast<int64_t>(batch->size()) < options_.create_batch_max) {
-    requests.push_back(std::move(pending_creates_.front().request));  // only `done` stays
-    batch->push_back(std::move(pending_creates_.front()));
-    pending_creates_.pop_front();
-  }
-  last_create_batch_ = batch->size();
-  using Results = std::pair<StatusOr<std::vector<store::CreateResult>>, std::chrono::microseconds>;
-  OnStore<Results>(
-      [requests = std::move(requests)](store::JobStore& s) mutable {
-        const auto start = std::chrono::steady_clock::now();
-        auto results = s.CreateJobs(std::move(requests));
-        return Results(std::move(results), std::chrono::duration_cast<std::chrono::microseconds>(
-                                               std::chrono::steady_clock::now() - start));
-      },
-      [this, batch](Results timed) {
-        create_in_flight_ = false;
-        last_create_write_ = timed.second;
-        auto& results = timed.first;
-        bool added = false;
-        for (size_t i = 0; i < batch->size(); ++i) {
-          auto& done = (*batch)[i].done;
-          if (!results.ok()) {
-            done(results.status());
-            continue;
-          }
-          if (i >= results->size()) {
-            done(fp8::InternalError("store returned fewer create results than requests"));
-            continue;
-          }
-          store::CreateResult& r = (*results)[i];
-          if (!r.status.ok()) {
-            done(r.status);
-          } else if (r.created) {
-            spdlog::info("{}: created ({} rank(s), priority {})", r.job.name(),
-                         r.job.resources().ranks(), r.job.priority());
-            AddToCache(r.job);
-            added = true;
-            done(std::move(r.job));
-          } else {
-            // Same request_id and body: the existing job, as current as we know it.
-            JobEntry* e = Find(r.job.name());
-            done(e != nullptr ? e->delivered : r.job);
-          }
-        }
-        FlushCreates();
-        if (added) Schedule();
-      });
+  creates_->Add(std::move(create), std::move(done));
 }
 
 // ---------------------------------------------------------------------------------------------

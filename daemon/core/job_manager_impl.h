@@ -1,6 +1,7 @@
 // The JobManager implementation, split by concern over several .cc files:
-//   job_manager.cc     commands from the API (create with group commit, get, list, cancel,
-//                      watch, log path) and the store plumbing shared by all of them
+//   job_manager.cc     commands from the API (create, get, list, cancel, watch, log path)
+//                      and the store plumbing shared by all of them
+//   create_batcher.*   CreateJob's group commit (its own unit)
 //   job_transitions.cc the one way a job changes state: check, persist, then act and publish
 //   job_scheduling.cc  scheduler rounds, attempt start and worker launch
 //   job_supervisor.cc  worker events and exits, the periodic tick (heartbeat, progress and
@@ -17,7 +18,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -33,6 +33,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "daemon/core/blocking_worker.h"
+#include "daemon/core/create_batcher.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/core/watch_hub.h"
 
@@ -156,9 +157,6 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   // Runs `fn` on io later (not inside the current handler), if the manager still exists.
   void Defer(std::function<void()> fn);
   JobEntry* Find(const std::string& name);
-  // Starts the next group-commit batch, or waits briefly for a fuller one (see the .cc).
-  void FlushCreates();
-  void WriteCreateBatch();
   // `delivered`: a copy of `job` made elsewhere (recovery makes it on the store thread, so the
   // io thread, the busier of the two, only moves); empty: copied here.
   void AddToCache(Job job, std::optional<Job> delivered = std::nullopt);
@@ -265,18 +263,7 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   int64_t next_create_seq_ = 1;
   WatchHub watchers_;
 
-  struct PendingCreate {
-    store::CreateRequest request;
-    std::function<void(StatusOr<Job>)> done;
-  };
-  std::deque<PendingCreate> pending_creates_;
-  bool create_in_flight_ = false;
-  // Group-commit pacing: the size of the last batch (how many callers are creating at once)
-  // and how long its write took; a short wait for the next batch to fill up.
-  size_t last_create_batch_ = 1;
-  std::chrono::microseconds last_create_write_{0};
-  boost::asio::steady_timer create_timer_;
-  bool create_timer_armed_ = false;
+  std::unique_ptr<CreateBatcher> creates_;
 
   std::mt19937_64 rng_{std::random_device{}()};
 };

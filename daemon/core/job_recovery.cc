@@ -312,12 +312,8 @@ void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {
 void JobManagerImpl::Shutdown(std::function<void()> done) {
   shutting_down_ = true;
   tick_timer_.cancel();
-  create_timer_.cancel();
   agent_->Stop();  // workers keep running; the next daemon re-adopts them
-  while (!pending_creates_.empty()) {
-    pending_creates_.front().done(fp8::UnavailableError("fp8d is shutting down"));
-    pending_creates_.pop_front();
-  }
+  creates_->FailQueued(fp8::UnavailableError("fp8d is shutting down"));
   watchers_.EndAll(fp8::UnavailableError("fp8d is shutting down"));
   // A Launch already on the launcher thread must have its pids saved, or the next daemon
   // could not re-adopt (and would start a second copy of) those workers. The launcher posts

@@ -6,6 +6,7 @@ find_package(spdlog REQUIRED)
 
 add_library(fp8d_core
   blocking_worker.cc
+  create_batcher.cc
   failpoint.cc
   job_admission.cc
   job_fields.cc
