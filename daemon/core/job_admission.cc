@@ -39,10 +39,10 @@ Status JobManagerImpl::CheckAdmission(const Job& job, const std::string& request
     }
   }
   if (!output_dirs_built_) {
-    for (const auto& [name, e] : jobs_) {
-      const std::string key = OutputDirKey(e->job);
-      if (!key.empty() && !IsTerminal(e->job.state())) output_dirs_[key] = OutputDirUser{name, ""};
-    }
+    cache_.ForEach([this](const JobEntry& e) {
+      const std::string key = OutputDirKey(e.job);
+      if (!key.empty() && !IsTerminal(e.job.state())) output_dirs_[key] = OutputDirUser{e.job.name(), ""};
+    });
     output_dirs_built_ = true;
   }
   const std::string key = OutputDirKey(job);

@@ -15,10 +15,6 @@ namespace fp8d::core {
 
 using fp8d::v1::CreateJobRequest;
 
-bool AttemptRun::AllExited() const {
-  return std::all_of(ranks.begin(), ranks.end(), [](const RankRun& r) { return r.exited; });
-}
-
 JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
                                std::unique_ptr<store::JobStore> store, AgentFactory make_agent,
                                const Clock* clock)
@@ -42,7 +38,7 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
     OnStore<int>([on_store = std::move(on_store)](store::JobStore& s) { on_store(s); return 0; },
                  [on_io = std::move(on_io)](int) { on_io(); });
   };
-  hooks.created = [this](const Job& job) { AddToCache(job); };
+  hooks.created = [this](const Job& job) { cache_.Add(job, std::nullopt, NowMs()); };
   hooks.current = [this](const std::string& name) -> std::optional<Job> {
     if (JobEntry* e = Find(name)) return e->delivered;
     return std::nullopt;
@@ -85,11 +81,6 @@ void JobManagerImpl::Defer(std::function<void()> fn) {
   });
 }
 
-JobEntry* JobManagerImpl::Find(const std::string& name) {
-  auto it = jobs_.find(name);
-  return it == jobs_.end() ? nullptr : it->second.get();
-}
-
 std::string JobManagerImpl::AttemptDir(const std::string& name, int attempt) const {
   return options_.data_dir + "/jobs/" + JobIdOf(name) + "/attempt-" + std::to_string(attempt);
 }
@@ -97,25 +88,6 @@ std::string JobManagerImpl::AttemptDir(const std::string& name, int attempt) con
 double JobManagerImpl::Uniform01() {
   if (options_.uniform01) return options_.uniform01();
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
-}
-
-void JobManagerImpl::AddToCache(Job job, std::optional<Job> delivered) {
-  auto [it, inserted] = jobs_.try_emplace(job.name());
-  if (!inserted) return;
-  auto entry = std::make_unique<JobEntry>();
-  if (delivered) {
-    entry->delivered = std::move(*delivered);
-  } else {
-    entry->delivered = job;
-  }
-  entry->create_seq = next_create_seq_++;
-  entry->row_saved_ms = NowMs();
-  if (job.state() == fp8d::v1::QUEUED) {
-    queued_.insert(queued_.end(), it->first);  // names arrive in creation order: append
-    newly_queued_.push_back(it->first);
-  }
-  entry->job = std::move(job);
-  it->second = std::move(entry);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,10 +195,8 @@ void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
         }
         fp8d::v1::ListJobsResponse response;
         for (auto& job : result->jobs) {
-          // Progress is written in batches: show what watchers already saw when it is newer.
-          JobEntry* e = Find(job.name());
           Job& out = *response.add_jobs();
-          out = (e != nullptr && e->delivered.version() > job.version()) ? e->delivered : job;
+          out = cache_.Newest(job);
           out.clear_attempts();
           out.clear_events();
         }
@@ -417,18 +387,8 @@ void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
 
 JobManager::ActiveCounts JobManagerImpl::CountActive() const {
   ActiveCounts counts;
-  counts.queued = static_cast<int64_t>(queued_.size());
-  // with_run_ holds only the jobs that have (had) an attempt, so this costs what runs, not
-  // what waits in the queue.
-  for (const std::string& name : with_run_) {
-    auto it = jobs_.find(name);
-    if (it == jobs_.end()) continue;
-    const fp8d::v1::JobState state = it->second->job.state();
-    if (state == fp8d::v1::STARTING || state == fp8d::v1::RUNNING ||
-        state == fp8d::v1::CANCELLING) {
-      ++counts.running;
-    }
-  }
+  counts.queued = static_cast<int64_t>(cache_.queued().size());
+  counts.running = cache_.CountRunning();
   return counts;
 }
 

@@ -2,6 +2,7 @@
 //   job_manager.cc     commands from the API (create, get, list, cancel, watch, log path)
 //                      and the store plumbing shared by all of them
 //   create_batcher.*   CreateJob's group commit (its own unit)
+//   job_cache.*        the in-memory jobs, their indexes and version publication (its own unit)
 //   job_transitions.cc the one way a job changes state: check, persist, then act and publish
 //   job_scheduling.cc  scheduler rounds, attempt start and worker launch
 //   job_supervisor.cc  worker events and exits, the periodic tick (heartbeat, progress and
@@ -34,6 +35,7 @@
 
 #include "daemon/core/blocking_worker.h"
 #include "daemon/core/create_batcher.h"
+#include "daemon/core/job_cache.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/core/watch_hub.h"
 
@@ -42,82 +44,6 @@ namespace fp8d::core {
 using fp8d::v1::FailureClass;
 using fp8d::v1::Job;
 using fp8d::v1::JobState;
-
-// One rank of the current attempt, as the supervisor sees it.
-struct RankRun {
-  agent::Slot slot;
-  int64_t pid = 0;
-  uint64_t start_time = 0;
-  int64_t offset = 0;                   // events consumed so far
-  // The offset saved for re-adoption must not pass a line whose effect is not durable yet: a
-  // `started` while the job is STARTING, a `done` or `error` before the verdict. After a
-  // restart those lines are read again.
-  std::optional<int64_t> started_pin;
-  std::optional<int64_t> final_pin;
-  int64_t last_seen_ms = 0;             // any event (heartbeat) from this rank
-  bool started = false;
-  bool done = false;
-  bool exited = false;
-  int exit_code = -1;
-  int signal = 0;
-  bool adopted_exit = false;
-  nlohmann::json result;
-};
-
-// The job's current (or last) attempt while it holds slots.
-struct AttemptRun {
-  int number = 0;
-  store::AttemptRecord record;   // what is persisted (placements, runtime, outcome)
-  std::vector<RankRun> ranks;
-  bool launched = false;         // Launch or Adopt returned: supervision applies
-  bool finished = false;         // outcome decided (failed, succeeded, cancelling): no checks
-  int64_t start_ms = 0;          // attempt deadline counts from here
-  int64_t last_progress_ms = 0;  // progress timeout counts from here (RUNNING)
-  int64_t kill_at_ms = 0;        // SIGKILL the groups at this time; 0 = not terminating
-  bool sigkill_sent = false;
-  bool exit_handled = false;     // OnRunExited ran (it must run once)
-  bool runtime_dirty = false;    // offsets changed since the last PutAttempt
-  int64_t runtime_saved_ms = 0;
-
-  bool AllExited() const;
-  bool AnyLive() const { return !AllExited(); }
-};
-
-// A job in the cache: every non-terminal job, and terminal ones until their workers exit.
-struct JobEntry {
-  Job job;                    // newest in-memory state (may be ahead of the store)
-  Job delivered;              // newest version watchers have been sent (GetJob answers this)
-  int64_t create_seq = 0;     // FIFO among equal priorities
-  struct Outgoing {
-    Job snapshot;
-    bool ready = false;       // state changes wait for their write; progress does not
-  };
-  // Usually empty, at most a few: a vector, because an empty std::deque still allocates
-  // ~600 bytes, which is 60 MB for a queue of 100,000 jobs.
-  std::vector<Outgoing> outbox;
-  std::unique_ptr<AttemptRun> run;
-  std::vector<fp8d::v1::Checkpoint> checkpoints;  // oldest first
-  int counted_attempts = 0;   // attempts that count against max_attempts
-  bool skip_newest_checkpoint = false;  // after NUMERIC: resume from an earlier checkpoint
-  std::set<int64_t> oom_steps;  // steps at which attempts ran out of memory (RESOURCE_EXHAUSTED)
-  int64_t retry_at_ms = 0;    // RETRY_WAIT → QUEUED at this time
-  bool row_dirty = false;     // progress/checkpoint not yet written
-  int64_t row_saved_ms = 0;
-  int pending_writes = 0;     // transitions not yet durable (eviction waits for them)
-  // Transitions not yet durable, oldest first, written one at a time so a retried write can
-  // never land after a newer one. `after` runs only once its write has committed.
-  struct PendingWrite {
-    Job job;
-    fp8d::v1::JobEvent event;
-    std::function<Status(store::JobStore&)> extra;
-    std::function<void(Status)> after;
-    bool job_written = false;  // the row + event committed; only `extra` is left to retry
-  };
-  std::vector<PendingWrite> unwritten;
-  bool writing = false;
-  int write_failures = 0;     // consecutive failed tries of unwritten.front()
-  std::string write_error;    // the last failure, for CancelJob's answer meanwhile
-};
 
 class JobManagerImpl final : public JobManager, private agent::AgentListener {
  public:
@@ -156,10 +82,7 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void OnStore(std::function<R(store::JobStore&)> work, std::function<void(R)> then);
   // Runs `fn` on io later (not inside the current handler), if the manager still exists.
   void Defer(std::function<void()> fn);
-  JobEntry* Find(const std::string& name);
-  // `delivered`: a copy of `job` made elsewhere (recovery makes it on the store thread, so the
-  // io thread, the busier of the two, only moves); empty: copied here.
-  void AddToCache(Job job, std::optional<Job> delivered = std::nullopt);
+  JobEntry* Find(const std::string& name) { return cache_.Find(name); }
   int64_t NowMs() const { return clock_->NowMs(); }
   double Uniform01();
   std::string AttemptDir(const std::string& name, int attempt) const;
@@ -171,8 +94,7 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
                   std::function<void(Status)> after = nullptr,
                   std::function<Status(store::JobStore&)> extra = nullptr);
   // A progress/checkpoint change: new version, delivered at once, persisted in a batch.
-  void PublishChange(JobEntry& e);
-  void FlushOutbox(JobEntry& e);
+  void PublishChange(JobEntry& e) { cache_.PublishChange(e, NowMs()); }
   // Writes e.unwritten.front() if no write of this job is in flight; on failure keeps it and
   // tries again with backoff (the job keeps its last durable state for Get and watchers).
   void WriteTransitions(const std::string& name);
@@ -253,15 +175,8 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   bool started_ = false;        // recovery finished: schedule and supervise
   bool shutting_down_ = false;
 
-  std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
-  // Indexes over jobs_, so timers and scheduling rounds cost what is active, not what is cached
-  // (a deep queue holds 100,000 QUEUED jobs that need nothing from Tick):
-  std::set<std::string> with_run_;         // jobs that have (had) an attempt: e->run != nullptr
-  std::set<std::string> queued_;           // jobs in QUEUED
-  std::vector<std::string> newly_queued_;  // entered QUEUED since the last scheduling round
-  std::set<std::string> dirty_rows_;       // PublishChange'd since their row was last written
-  int64_t next_create_seq_ = 1;
   WatchHub watchers_;
+  JobCache cache_{[this](const Job& job) { watchers_.Deliver(job); }};
 
   std::unique_ptr<CreateBatcher> creates_;
 

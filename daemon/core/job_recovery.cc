@@ -49,7 +49,7 @@ void JobManagerImpl::Start(std::function<void(Status)> done) {
         for (size_t i = 0; i < jobs.size(); ++i) {
           const Job& job = jobs[i];
           if (job.attempt() > 0 || job.state() != fp8d::v1::QUEUED) started->push_back(job.name());
-          AddToCache(std::move(jobs[i]), std::move(copies[i]));
+          cache_.Add(std::move(jobs[i]), std::move(copies[i]), NowMs());
         }
       });
       return fp8::OkStatus();
@@ -162,7 +162,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
       }
     }
     e.run = std::move(run);
-    with_run_.insert(e.job.name());
+    cache_.AddRun(e);
     adoptions.push_back(std::move(adoption));
   }
 
@@ -171,7 +171,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
     OnStore<int>([](store::JobStore&) { return 0; },
                  [this, done](int) {
                    started_ = true;
-                   spdlog::info("recovery finished: {} active job(s)", jobs_.size());
+                   spdlog::info("recovery finished: {} active job(s)", cache_.size());
                    ArmTick();
                    // SERVING first: every job is in the cache, so answers are already right,
                    // and the first round (over a deep queue) need not delay the health
@@ -323,9 +323,9 @@ void JobManagerImpl::Shutdown(std::function<void()> done) {
   launcher_->Post([this, alive, done = std::move(done)]() mutable {
     boost::asio::post(io_, [this, alive, done = std::move(done)]() mutable {
       if (alive.expired()) return;
-      for (auto& [name, e] : jobs_) {
-        if (e->run != nullptr && e->run->launched && !e->run->AllExited()) SaveAttempt(*e);
-      }
+      cache_.ForEach([this](JobEntry& e) {
+        if (e.run != nullptr && e.run->launched && !e.run->AllExited()) SaveAttempt(e);
+      });
       FlushDirtyRows(NowMs(), /*all=*/true);
       OnStore<int>([](store::JobStore&) { return 0; }, [done = std::move(done)](int) { done(); });
     });

@@ -21,14 +21,13 @@ namespace fp8d::core {
 void JobManagerImpl::Schedule() {
   if (!started_ || shutting_down_) return;
 
-  std::vector<std::string> fresh;
-  fresh.swap(newly_queued_);
-  if (queued_.empty()) return;
+  const std::vector<std::string> fresh = cache_.TakeNewlyQueued();
+  if (cache_.queued().empty()) return;
 
   if (agent_->QueuesJobs()) {
     // The launcher has a queue of its own (Slurm): it places and starts the ranks when the
     // cluster has room, so every queued job is handed over now, with no local slots held.
-    const std::vector<std::string> names(queued_.begin(), queued_.end());
+    const std::vector<std::string> names(cache_.queued().begin(), cache_.queued().end());
     for (const std::string& name : names) {
       JobEntry* e = Find(name);
       if (e == nullptr || e->job.state() != fp8d::v1::QUEUED) continue;
@@ -42,7 +41,7 @@ void JobManagerImpl::Schedule() {
   // Slots held by runs that still have workers (or are about to start them). CPU slots of a
   // node are interchangeable ({node, -1}), so holdings are counted, not matched one to one.
   std::map<std::pair<std::string, int>, int> held;
-  for (const std::string& name : with_run_) {
+  for (const std::string& name : cache_.with_run()) {
     const JobEntry* e = Find(name);
     if (e == nullptr || e->run == nullptr || e->run->AllExited()) continue;
     for (const RankRun& r : e->run->ranks) ++held[{r.slot.node, r.slot.gpu}];
@@ -63,7 +62,7 @@ void JobManagerImpl::Schedule() {
     return e;
   };
   if (any_free) {
-    for (const std::string& name : queued_) {
+    for (const std::string& name : cache_.queued()) {
       if (const JobEntry* e = schedulable(name)) {
         input.queue.push_back(
             QueuedJob{name, e->job.priority(), e->create_seq, e->job.resources().ranks()});
@@ -149,7 +148,7 @@ void JobManagerImpl::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& s
   store::AttemptRecord record = run->record;
   const std::string resumed = a.resumed_from();
   e.run = std::move(run);
-  with_run_.insert(e.job.name());
+  cache_.AddRun(e);
   Transition(
       e, fp8d::v1::STARTING,
       "attempt " + std::to_string(number) + " placed on " + where +

@@ -395,7 +395,7 @@ void JobManagerImpl::Tick() {
   const int64_t now = NowMs();
   // Only jobs with an attempt have timers (RETRY_WAIT included): a deep queue of QUEUED jobs
   // must not cost every tick. Copied because handling a job may evict it.
-  const std::vector<std::string> names(with_run_.begin(), with_run_.end());
+  const std::vector<std::string> names(cache_.with_run().begin(), cache_.with_run().end());
   for (const std::string& name : names) {
     JobEntry* e = Find(name);
     if (e == nullptr) continue;
@@ -464,10 +464,10 @@ void JobManagerImpl::CheckAttempt(JobEntry& e, int64_t now) {
 
 void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
   std::vector<Job> rows;
-  for (auto it = dirty_rows_.begin(); it != dirty_rows_.end();) {
+  for (auto it = cache_.dirty_rows().begin(); it != cache_.dirty_rows().end();) {
     JobEntry* e = Find(*it);
     if (e == nullptr || !e->row_dirty) {  // evicted, or a transition's write carried it
-      it = dirty_rows_.erase(it);
+      it = cache_.dirty_rows().erase(it);
       continue;
     }
     // A job with a transition still being written gets its row from that write first: a
@@ -479,7 +479,7 @@ void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
     rows.push_back(e->job);
     e->row_dirty = false;
     e->row_saved_ms = now;
-    it = dirty_rows_.erase(it);
+    it = cache_.dirty_rows().erase(it);
   }
   if (rows.empty()) return;
   std::vector<std::string> names;
@@ -492,7 +492,7 @@ void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
                     for (const std::string& name : names) {
                       if (JobEntry* e = Find(name); e != nullptr) {
                         e->row_dirty = true;
-                        dirty_rows_.insert(name);
+                        cache_.dirty_rows().insert(name);
                       }
                     }
                   });

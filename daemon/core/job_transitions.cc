@@ -27,12 +27,7 @@ void JobManagerImpl::Transition(JobEntry& e, JobState to, const std::string& mes
     return;
   }
   const int64_t now = NowMs();
-  e.job.set_state(to);
-  if (from == fp8d::v1::QUEUED) queued_.erase(e.job.name());
-  if (to == fp8d::v1::QUEUED) {
-    queued_.insert(e.job.name());
-    newly_queued_.push_back(e.job.name());
-  }
+  cache_.SetState(e, to);
   e.job.set_version(e.job.version() + 1);
   *e.job.mutable_update_time() = TimestampFromMs(now);
   if (to == fp8d::v1::STARTING && !e.job.has_start_time())
@@ -46,10 +41,7 @@ void JobManagerImpl::Transition(JobEntry& e, JobState to, const std::string& mes
   event.set_to_state(to);
   event.set_message(message);
 
-  e.outbox.push_back(JobEntry::Outgoing{e.job, false});
-  ++e.pending_writes;
-  e.row_dirty = false;  // this write carries the latest progress too
-  e.row_saved_ms = now;
+  cache_.AwaitDurable(e, now);
   spdlog::info("{}: {} -> {} (v{}): {}", e.job.name(), fp8d::v1::JobState_Name(from),
                fp8d::v1::JobState_Name(to), e.job.version(), message);
   e.unwritten.push_back(
@@ -108,46 +100,16 @@ void JobManagerImpl::WriteTransitions(const std::string& name) {
         e->write_error.clear();
         std::function<void(Status)> after = std::move(e->unwritten.front().after);
         e->unwritten.erase(e->unwritten.begin());
-        --e->pending_writes;
-        for (auto& out : e->outbox) {
-          if (out.snapshot.version() == version) out.ready = true;
-        }
-        FlushOutbox(*e);
+        cache_.Durable(*e, version);
         WriteTransitions(name);
         if (after) after(fp8::OkStatus());
         MaybeEvict(name);
       });
 }
 
-void JobManagerImpl::PublishChange(JobEntry& e) {
-  e.job.set_version(e.job.version() + 1);
-  *e.job.mutable_update_time() = TimestampFromMs(NowMs());
-  e.row_dirty = true;
-  dirty_rows_.insert(e.job.name());
-  e.outbox.push_back(JobEntry::Outgoing{e.job, true});
-  FlushOutbox(e);
-}
-
-void JobManagerImpl::FlushOutbox(JobEntry& e) {
-  // In version order: a progress update never overtakes a state change still being written.
-  while (!e.outbox.empty() && e.outbox.front().ready) {
-    e.delivered = std::move(e.outbox.front().snapshot);
-    e.outbox.erase(e.outbox.begin());
-    watchers_.Deliver(e.delivered);
-  }
-}
-
 void JobManagerImpl::MaybeEvict(const std::string& name) {
-  JobEntry* e = Find(name);
-  if (e == nullptr || !IsTerminal(e->job.state())) return;
-  if (e->pending_writes > 0 || !e->outbox.empty()) return;
-  if (e->run != nullptr && !e->run->AllExited()) return;  // still holds its slots
   // Every write for it was queued before now, so the store answers for it from here on.
-  ReleaseOutputDir(e->job);
-  with_run_.erase(name);
-  queued_.erase(name);
-  dirty_rows_.erase(name);
-  jobs_.erase(name);
+  if (std::unique_ptr<JobEntry> gone = cache_.EvictIfDone(name)) ReleaseOutputDir(gone->job);
 }
 
 }  // namespace fp8d::core

@@ -9,6 +9,7 @@ add_library(fp8d_core
   create_batcher.cc
   failpoint.cc
   job_admission.cc
+  job_cache.cc
   job_fields.cc
   job_manager.cc
   job_recovery.cc

@@ -1,0 +1,58 @@
+// The current (or last) attempt of a job, as the manager's supervision tracks it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/agent/agent.h"
+#include "daemon/store/job_store.h"
+
+namespace fp8d::core {
+
+// One rank of the current attempt, as the supervisor sees it.
+struct RankRun {
+  agent::Slot slot;
+  int64_t pid = 0;
+  uint64_t start_time = 0;
+  int64_t offset = 0;                   // events consumed so far
+  // The offset saved for re-adoption must not pass a line whose effect is not durable yet: a
+  // `started` while the job is STARTING, a `done` or `error` before the verdict. After a
+  // restart those lines are read again.
+  std::optional<int64_t> started_pin;
+  std::optional<int64_t> final_pin;
+  int64_t last_seen_ms = 0;             // any event (heartbeat) from this rank
+  bool started = false;
+  bool done = false;
+  bool exited = false;
+  int exit_code = -1;
+  int signal = 0;
+  bool adopted_exit = false;
+  nlohmann::json result;
+};
+
+// The job's current (or last) attempt while it holds slots.
+struct AttemptRun {
+  int number = 0;
+  store::AttemptRecord record;   // what is persisted (placements, runtime, outcome)
+  std::vector<RankRun> ranks;
+  bool launched = false;         // Launch or Adopt returned: supervision applies
+  bool finished = false;         // outcome decided (failed, succeeded, cancelling): no checks
+  int64_t start_ms = 0;          // attempt deadline counts from here
+  int64_t last_progress_ms = 0;  // progress timeout counts from here (RUNNING)
+  int64_t kill_at_ms = 0;        // SIGKILL the groups at this time; 0 = not terminating
+  bool sigkill_sent = false;
+  bool exit_handled = false;     // OnRunExited ran (it must run once)
+  bool runtime_dirty = false;    // offsets changed since the last PutAttempt
+  int64_t runtime_saved_ms = 0;
+
+  bool AllExited() const {
+    return std::all_of(ranks.begin(), ranks.end(), [](const RankRun& r) { return r.exited; });
+  }
+  bool AnyLive() const { return !AllExited(); }
+};
+
+}  // namespace fp8d::core
