@@ -8,15 +8,12 @@
 
 namespace fp8d::core {
 
-CreateBatcher::CreateBatcher(boost::asio::io_context& io, Options options, Hooks hooks)
-    : options_(options), hooks_(std::move(hooks)), timer_(io) {
-  if (options_.batch_max <= 0) options_.batch_max = 1;
-}
-
-CreateBatcher::~CreateBatcher() {
-  alive_.reset();  // a pending timer handler finds it expired
-  timer_.cancel();
-}
+CreateBatcher::CreateBatcher(boost::asio::io_context& io, int64_t batch_max, int64_t wait_max_us,
+                             Hooks hooks)
+    : batch_max_(std::max<int64_t>(batch_max, 1)),
+      wait_max_us_(wait_max_us),
+      hooks_(std::move(hooks)),
+      timer_(io) {}
 
 void CreateBatcher::Add(store::CreateRequest request, Done done) {
   pending_.push_back(Pending{std::move(request), std::move(done)});
@@ -42,10 +39,12 @@ void CreateBatcher::Flush() {
   if (in_flight_ || pending_.empty()) return;
   if (pending_.size() < last_batch_) {
     if (timer_armed_) return;  // it fires soon, or a fuller batch comes first
-    const auto wait = std::min(last_write_ / 2, std::chrono::microseconds(options_.wait_max_us));
+    const auto wait = std::min(last_write_ / 2, std::chrono::microseconds(wait_max_us_));
     if (wait.count() > 0) {
       timer_armed_ = true;
       timer_.expires_after(wait);
+      // A wait that had already expired still runs as a success after cancel(): the weak
+      // reference keeps it from touching a batcher that is gone.
       std::weak_ptr<int> alive = alive_;
       timer_.async_wait([this, alive](const boost::system::error_code& ec) {
         // Cancelled: the batch went out early (its writer cleared the flag) or shutdown.
@@ -73,7 +72,7 @@ void CreateBatcher::WriteBatch() {
     std::chrono::microseconds took{0};
   };
   auto w = std::make_shared<Write>();
-  while (!pending_.empty() && static_cast<int64_t>(w->batch.size()) < options_.batch_max) {
+  while (!pending_.empty() && static_cast<int64_t>(w->batch.size()) < batch_max_) {
     w->requests.push_back(std::move(pending_.front().request));
     w->batch.push_back(std::move(pending_.front()));
     pending_.pop_front();

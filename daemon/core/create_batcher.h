@@ -39,13 +39,8 @@ class CreateBatcher {
     // After a batch that created at least one job (the manager schedules).
     std::function<void()> batch_created;
   };
-  struct Options {
-    int64_t batch_max = 1;      // creates per store transaction
-    int64_t wait_max_us = 0;    // the longest a batch waits to fill up
-  };
-
-  CreateBatcher(boost::asio::io_context& io, Options options, Hooks hooks);
-  ~CreateBatcher();
+  // batch_max: creates per store transaction; wait_max_us: the longest a batch waits to fill.
+  CreateBatcher(boost::asio::io_context& io, int64_t batch_max, int64_t wait_max_us, Hooks hooks);
 
   void Add(store::CreateRequest request, Done done);
   // Answers every create not yet handed to the store with `status` (shutdown); a batch being
@@ -63,7 +58,8 @@ class CreateBatcher {
   // Answers each caller; true if the batch created a job.
   bool Answer(std::vector<Pending>& batch, Results& results);
 
-  Options options_;
+  const int64_t batch_max_;
+  const int64_t wait_max_us_;
   Hooks hooks_;
   std::deque<Pending> pending_;
   bool in_flight_ = false;
@@ -73,7 +69,7 @@ class CreateBatcher {
   std::chrono::microseconds last_write_{0};
   boost::asio::steady_timer timer_;
   bool timer_armed_ = false;
-  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // see Flush
 };
 
 }  // namespace fp8d::core

@@ -44,9 +44,8 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
     return std::nullopt;
   };
   hooks.batch_created = [this] { Schedule(); };
-  creates_ = std::make_unique<CreateBatcher>(
-      io, CreateBatcher::Options{options_.create_batch_max, options_.create_batch_wait_max_us},
-      std::move(hooks));
+  creates_ = std::make_unique<CreateBatcher>(io, options_.create_batch_max,
+                                             options_.create_batch_wait_max_us, std::move(hooks));
 }
 
 JobManagerImpl::~JobManagerImpl() {
@@ -205,6 +204,13 @@ void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
       });
 }
 
+void JobManagerImpl::ReplyCurrent(const std::string& name, std::function<void(StatusOr<Job>)> done) {
+  if (JobEntry* e = Find(name)) return done(e->delivered);
+  fp8d::v1::GetJobRequest request;
+  request.set_name(name);
+  GetJob(std::move(request), std::move(done));
+}
+
 // ---------------------------------------------------------------------------------------------
 
 void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
@@ -235,26 +241,9 @@ void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
     return;
   }
 
-  // Answers with the job once everything written so far is durable (FIFO store thread).
-  auto answer_when_durable = [this, name](std::function<void(StatusOr<Job>)> reply) {
-    OnStore<int>([](store::JobStore&) { return 0; },
-                 [this, name, reply = std::move(reply)](int) {
-                   JobEntry* e = Find(name);
-                   if (e != nullptr) return reply(e->delivered);
-                   GetJob([&] {
-                     fp8d::v1::GetJobRequest r;
-                     r.set_name(name);
-                     return r;
-                   }(), reply);
-                 });
-  };
   auto reply_after_write = [this, name, done](Status st) {
     if (!st.ok()) return done(st);
-    JobEntry* e = Find(name);
-    if (e != nullptr) return done(e->delivered);
-    fp8d::v1::GetJobRequest r;
-    r.set_name(name);
-    GetJob(std::move(r), done);
+    ReplyCurrent(name, done);
   };
 
   if (e->write_failures > 0) {
@@ -297,7 +286,9 @@ void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
     }
     case fp8d::v1::CANCELLING:
     case fp8d::v1::CANCELLED:
-      answer_when_durable(std::move(done));
+      // Answers once everything written so far is durable (FIFO store thread).
+      OnStore<int>([](store::JobStore&) { return 0; },
+                   [this, name, done = std::move(done)](int) { ReplyCurrent(name, done); });
       return;
     default:
       done(not_cancellable(e->job));

@@ -83,6 +83,8 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   // Runs `fn` on io later (not inside the current handler), if the manager still exists.
   void Defer(std::function<void()> fn);
   JobEntry* Find(const std::string& name) { return cache_.Find(name); }
+  // Answers with the job as watchers last saw it: from the cache, else from the store.
+  void ReplyCurrent(const std::string& name, std::function<void(StatusOr<Job>)> done);
   int64_t NowMs() const { return clock_->NowMs(); }
   double Uniform01();
   std::string AttemptDir(const std::string& name, int attempt) const;

@@ -23,15 +23,21 @@ void JobManagerImpl::Schedule() {
 
   const std::vector<std::string> fresh = cache_.TakeNewlyQueued();
   if (cache_.queued().empty()) return;
+  // A QUEUED job whose previous attempt still has workers waits for them to exit.
+  auto schedulable = [this](const std::string& name) -> JobEntry* {
+    JobEntry* e = Find(name);
+    if (e == nullptr || e->job.state() != fp8d::v1::QUEUED) return nullptr;
+    if (e->run != nullptr && !e->run->AllExited()) return nullptr;
+    return e;
+  };
 
   if (agent_->QueuesJobs()) {
     // The launcher has a queue of its own (Slurm): it places and starts the ranks when the
     // cluster has room, so every queued job is handed over now, with no local slots held.
     const std::vector<std::string> names(cache_.queued().begin(), cache_.queued().end());
     for (const std::string& name : names) {
-      JobEntry* e = Find(name);
-      if (e == nullptr || e->job.state() != fp8d::v1::QUEUED) continue;
-      if (e->run != nullptr && !e->run->AllExited()) continue;
+      JobEntry* e = schedulable(name);
+      if (e == nullptr) continue;
       const int32_t ranks = std::max(1, e->job.resources().ranks());
       StartAttempt(*e, std::vector<agent::Slot>(ranks, agent::Slot{"slurm", -1}));
     }
@@ -54,13 +60,6 @@ void JobManagerImpl::Schedule() {
     any_free = any_free || h == 0;
     if (h > 0) --h;
   }
-  // A QUEUED job whose previous attempt still has workers waits for them to exit.
-  auto schedulable = [this](const std::string& name) -> const JobEntry* {
-    const JobEntry* e = Find(name);
-    if (e == nullptr || e->job.state() != fp8d::v1::QUEUED) return nullptr;
-    if (e->run != nullptr && !e->run->AllExited()) return nullptr;
-    return e;
-  };
   if (any_free) {
     for (const std::string& name : cache_.queued()) {
       if (const JobEntry* e = schedulable(name)) {

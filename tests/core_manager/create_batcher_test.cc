@@ -73,7 +73,7 @@ class CreateBatcherTest : public ::testing::Test {
       return it->second;
     };
     hooks.batch_created = [this] { ++batches_created_; };
-    batcher_ = std::make_unique<CreateBatcher>(io_, CreateBatcher::Options{batch_max, 0}, hooks);
+    batcher_ = std::make_unique<CreateBatcher>(io_, batch_max, /*wait_max_us=*/0, hooks);
   }
 
   // Queues a create; its answer lands in answers_[index].
