@@ -2,9 +2,11 @@
 // share a transaction is decided by the test, not by timing.
 #include "daemon/core/create_batcher.h"
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,41 +29,51 @@ struct ManualStoreThread {
   }
 };
 
-// A store whose create transaction does not commit (a full disk).
-class RefusingStore final : public store::JobStore {
+// A memory store whose create transaction can be made slow or refused (a full disk).
+class ControlledStore final : public store::JobStore {
  public:
-  fp8::StatusOr<std::vector<store::CreateResult>> CreateJobs(std::vector<store::CreateRequest>) override {
-    return fp8::ResourceExhaustedError("database or disk is full (test)");
+  bool refuse_creates = false;
+  std::chrono::milliseconds create_delay{0};
+
+  fp8::StatusOr<std::vector<store::CreateResult>> CreateJobs(std::vector<store::CreateRequest> r) override {
+    std::this_thread::sleep_for(create_delay);
+    if (refuse_creates) return fp8::ResourceExhaustedError("database or disk is full (test)");
+    return inner_->CreateJobs(std::move(r));
   }
-  fp8::StatusOr<Job> GetJob(const std::string&) override { return Refused(); }
-  fp8::StatusOr<store::ListResult> ListJobs(const store::ListFilter&) override { return Refused(); }
-  fp8::StatusOr<std::vector<Job>> ListActiveJobs() override { return Refused(); }
-  fp8::Status ScanActiveJobs(size_t, const std::function<fp8::Status(std::vector<Job>)>&) override {
-    return Refused();
+  fp8::StatusOr<Job> GetJob(const std::string& name) override { return inner_->GetJob(name); }
+  fp8::StatusOr<store::ListResult> ListJobs(const store::ListFilter& f) override { return inner_->ListJobs(f); }
+  fp8::StatusOr<std::vector<Job>> ListActiveJobs() override { return inner_->ListActiveJobs(); }
+  fp8::Status UpdateJob(const Job& job, const fp8d::v1::JobEvent* e) override { return inner_->UpdateJob(job, e); }
+  fp8::Status UpdateJobs(const std::vector<Job>& jobs) override { return inner_->UpdateJobs(jobs); }
+  fp8::Status PutAttempt(const std::string& n, const store::AttemptRecord& r) override {
+    return inner_->PutAttempt(n, r);
   }
-  fp8::Status UpdateJob(const Job&, const fp8d::v1::JobEvent*) override { return Refused(); }
-  fp8::Status UpdateJobs(const std::vector<Job>&) override { return Refused(); }
-  fp8::Status PutAttempt(const std::string&, const store::AttemptRecord&) override { return Refused(); }
-  fp8::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(const std::string&) override {
-    return Refused();
+  fp8::StatusOr<std::vector<store::AttemptRecord>> ListAttempts(const std::string& n) override {
+    return inner_->ListAttempts(n);
   }
-  fp8::StatusOr<std::vector<fp8d::v1::JobEvent>> ListEvents(const std::string&) override { return Refused(); }
-  fp8::Status PutCheckpoint(const std::string&, const fp8d::v1::Checkpoint&) override { return Refused(); }
-  fp8::StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string&) override {
-    return Refused();
+  fp8::StatusOr<std::vector<fp8d::v1::JobEvent>> ListEvents(const std::string& n) override {
+    return inner_->ListEvents(n);
   }
-  fp8::StatusOr<std::vector<int32_t>> DeleteJob(const std::string&) override { return Refused(); }
-  fp8::StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t, size_t) override { return Refused(); }
-  fp8::Status IntegrityCheck() override { return fp8::OkStatus(); }
-  int64_t CountJobs() override { return 0; }
+  fp8::Status PutCheckpoint(const std::string& n, const fp8d::v1::Checkpoint& c) override {
+    return inner_->PutCheckpoint(n, c);
+  }
+  fp8::StatusOr<std::vector<fp8d::v1::Checkpoint>> ListCheckpoints(const std::string& n) override {
+    return inner_->ListCheckpoints(n);
+  }
+  fp8::StatusOr<std::vector<int32_t>> DeleteJob(const std::string& n) override { return inner_->DeleteJob(n); }
+  fp8::StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before, size_t limit) override {
+    return inner_->ListFinishedBefore(before, limit);
+  }
+  fp8::Status IntegrityCheck() override { return inner_->IntegrityCheck(); }
+  int64_t CountJobs() override { return inner_->CountJobs(); }
 
  private:
-  static fp8::Status Refused() { return fp8::UnavailableError("not used by this test"); }
+  std::unique_ptr<store::JobStore> inner_ = store::NewMemoryJobStore();
 };
 
 class CreateBatcherTest : public ::testing::Test {
  protected:
-  void Make(int64_t batch_max) {
+  void Make(int64_t batch_max, int64_t wait_max_us = 0) {
     CreateBatcher::Hooks hooks;
     hooks.run_on_store = [this](auto on_store, auto on_io) {
       thread_.tasks.emplace_back(std::move(on_store), std::move(on_io));
@@ -73,7 +85,7 @@ class CreateBatcherTest : public ::testing::Test {
       return it->second;
     };
     hooks.batch_created = [this] { ++batches_created_; };
-    batcher_ = std::make_unique<CreateBatcher>(io_, batch_max, /*wait_max_us=*/0, hooks);
+    batcher_ = std::make_unique<CreateBatcher>(io_, batch_max, wait_max_us, hooks);
   }
 
   // Queues a create; its answer lands in answers_[index].
@@ -94,7 +106,7 @@ class CreateBatcherTest : public ::testing::Test {
 
   boost::asio::io_context io_;
   ManualStoreThread thread_;
-  std::unique_ptr<store::JobStore> store_ = store::NewMemoryJobStore();
+  std::unique_ptr<ControlledStore> store_ = std::make_unique<ControlledStore>();
   std::unique_ptr<CreateBatcher> batcher_;
   std::vector<std::optional<fp8::StatusOr<Job>>> answers_;
   std::vector<std::string> created_;
@@ -182,12 +194,12 @@ TEST_F(CreateBatcherTest, ARepeatedRequestIdWithAnotherBodyIsRefused) {
 
 TEST_F(CreateBatcherTest, AFailedCommitAnswersEveryWaiterWithItsErrorAndPublishesNothing) {
   Make(/*batch_max=*/10);
-  RefusingStore full;
+  store_->refuse_creates = true;
   Add();
   Add("req-1", "body-a");
   Add();
-  thread_.RunOne(full);  // the lone first create
-  thread_.RunOne(full);  // the other two, batched
+  thread_.RunOne(*store_);  // the lone first create
+  thread_.RunOne(*store_);  // the other two, batched
   ASSERT_TRUE(thread_.tasks.empty());
   for (const auto& answer : answers_) {
     ASSERT_TRUE(answer.has_value());
@@ -197,10 +209,42 @@ TEST_F(CreateBatcherTest, AFailedCommitAnswersEveryWaiterWithItsErrorAndPublishe
   EXPECT_EQ(batches_created_, 0);
 
   // The store recovers: the next create is written and published normally.
+  store_->refuse_creates = false;
   Add("req-1", "body-a");
   thread_.RunOne(*store_);
   ASSERT_TRUE(answers_[3].has_value() && answers_[3]->ok());
   EXPECT_EQ(created_.size(), 1u);
+}
+
+TEST_F(CreateBatcherTest, AfterABigBatchALoneCreateWaitsBrieflyForTheOtherCallers) {
+  Make(/*batch_max=*/10, /*wait_max_us=*/1000000);
+  store_->create_delay = std::chrono::milliseconds(40);
+  Add();
+  for (int i = 0; i < 3; ++i) Add();
+  thread_.RunOne(*store_);
+  thread_.RunOne(*store_);  // the three that queued: the last batch had 3 callers
+  ASSERT_TRUE(thread_.tasks.empty());
+
+  Add();  // fewer waiting than last time: held back (at most half the 40 ms write)
+  EXPECT_TRUE(thread_.tasks.empty()) << "a partial batch went out at once";
+  Add();
+  Add();  // as many as last time: out at once, without the wait
+  ASSERT_EQ(thread_.tasks.size(), 1u);
+  thread_.RunOne(*store_);
+  EXPECT_EQ(created_.size(), 7u);
+
+  Add();
+  EXPECT_TRUE(thread_.tasks.empty());
+  const auto start = std::chrono::steady_clock::now();
+  while (thread_.tasks.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    io_.run_one_for(std::chrono::milliseconds(100));
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(thread_.tasks.size(), 1u) << "the held-back create was never written";
+  EXPECT_GE(waited, std::chrono::milliseconds(15));
+  EXPECT_LT(waited, std::chrono::seconds(1)) << "waited for wait_max, not half the last write";
+  thread_.RunOne(*store_);
+  EXPECT_EQ(created_.size(), 8u);
 }
 
 TEST_F(CreateBatcherTest, ShutdownAnswersQueuedCreatesAndLetsTheWriteInFlightFinish) {
