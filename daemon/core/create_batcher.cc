@@ -65,30 +65,32 @@ void CreateBatcher::WriteBatch() {
     timer_.cancel();  // its handler runs as aborted and does nothing
   }
   in_flight_ = true;
-  struct Write {
-    std::vector<Pending> batch;  // only `done` is left in each; the request goes to the store
-    std::vector<store::CreateRequest> requests;
+  // The requests go to the store thread; the callers' callbacks stay on io (they are never
+  // run or destroyed elsewhere); only the results and the write's duration cross back.
+  struct Written {
     Results results = std::vector<store::CreateResult>{};
     std::chrono::microseconds took{0};
   };
-  auto w = std::make_shared<Write>();
-  while (!pending_.empty() && static_cast<int64_t>(w->batch.size()) < batch_max_) {
-    w->requests.push_back(std::move(pending_.front().request));
-    w->batch.push_back(std::move(pending_.front()));
+  auto written = std::make_shared<Written>();
+  auto batch = std::make_shared<std::vector<Pending>>();
+  std::vector<store::CreateRequest> requests;
+  while (!pending_.empty() && static_cast<int64_t>(batch->size()) < batch_max_) {
+    requests.push_back(std::move(pending_.front().request));  // only `done` stays
+    batch->push_back(std::move(pending_.front()));
     pending_.pop_front();
   }
-  last_batch_ = w->batch.size();
+  last_batch_ = batch->size();
   hooks_.run_on_store(
-      [w](store::JobStore& s) {
+      [written, requests = std::move(requests)](store::JobStore& s) mutable {
         const auto start = std::chrono::steady_clock::now();
-        w->results = s.CreateJobs(std::move(w->requests));
-        w->took = std::chrono::duration_cast<std::chrono::microseconds>(
+        written->results = s.CreateJobs(std::move(requests));
+        written->took = std::chrono::duration_cast<std::chrono::microseconds>(
             std::chrono::steady_clock::now() - start);
       },
-      [this, w] {
+      [this, written, batch] {
         in_flight_ = false;
-        last_write_ = w->took;
-        const bool created = Answer(w->batch, w->results);
+        last_write_ = written->took;
+        const bool created = Answer(*batch, written->results);
         Flush();
         if (created && hooks_.batch_created) hooks_.batch_created();
       });
