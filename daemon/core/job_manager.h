@@ -41,7 +41,7 @@ struct ManagerOptions {
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
-  // Longest wait for a group-commit batch to fill up (job_manager.cc: FlushCreates); 0: none.
+  // Longest wait for a group-commit batch to fill up (create_batcher.cc: Flush); 0: none.
   int64_t create_batch_wait_max_us = 2000;
   int64_t progress_flush_ms = 200;               // progress rows persisted at most this often per job
   int64_t runtime_flush_ms = 1000;               // rank event offsets persisted at most this often
