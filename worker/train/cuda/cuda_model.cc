@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include "kernels/cuda/sm90_cuda_check.h"
@@ -431,6 +432,28 @@ Status CudaGptModel::Backward() {
   if (amax_reduce_) FP8_RETURN_IF_ERROR(amax_reduce_(amax_slots_.get(), static_cast<size_t>(12 * cfg_.n_layer), stream_));
   for (CudaLinear* lin : linears_) FP8_RETURN_IF_ERROR(lin->ApplyScalingUpdates());
   return OkStatus();
+}
+
+Status CudaGptModel::CollectFp8Stats(bool on) {
+  const bool fp8 = precision_.recipe == Recipe::kFp8Tensorwise || precision_.recipe == Recipe::kFp8Blockwise;
+  ws_->collect_fp8_stats = on && fp8;
+  if (!ws_->collect_fp8_stats) return OkStatus();
+  ws_->fp8_stats_elements = 0;
+  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(ws_->fp8_stats.get(), 0, sizeof(DeviceFp8CastStats), stream_));
+  return OkStatus();
+}
+
+StatusOr<Fp8CastStats> CudaGptModel::TakeFp8Stats() {
+  DeviceFp8CastStats d{};
+  const bool collected = ws_->collect_fp8_stats && ws_->fp8_stats_elements > 0;
+  if (collected)
+    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&d, ws_->fp8_stats.get(), sizeof(d), cudaMemcpyDeviceToHost, stream_));
+  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  ws_->collect_fp8_stats = false;
+  if (!collected) return Fp8CastStats{};
+  float amax = 0;
+  std::memcpy(&amax, &d.amax_bits, sizeof(amax));
+  return Fp8CastStats{amax, static_cast<int64_t>(d.saturated), ws_->fp8_stats_elements};
 }
 
 nlohmann::json CudaGptModel::PrecisionState() const {

@@ -28,6 +28,7 @@
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/token_groups.h"
 #include "worker/train/model.h"
+#include "worker/train/precision.h"
 #include "worker/train/spec.h"
 
 namespace fp8::train::cuda {
@@ -87,6 +88,12 @@ class CudaGptModel {
   int64_t num_params() const { return num_params_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   cudaStream_t stream() const { return stream_; }
+
+  // FP8 recipes: whether the training casts from now on are counted (the steps that report
+  // progress); turning it on starts a new count. TakeFp8Stats waits for the stream and returns
+  // the count (empty when none was collected), then stops collecting.
+  Status CollectFp8Stats(bool on);
+  StatusOr<Fp8CastStats> TakeFp8Stats();
 
   nlohmann::json PrecisionState() const;
   Status RestorePrecisionState(const nlohmann::json& state);
