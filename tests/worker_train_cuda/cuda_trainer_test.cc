@@ -460,7 +460,7 @@ TEST_P(CudaTraining, LossFallsAndCheckpointLoadsOnCpu) {
   worker::EventWriter events(sink);
   TrainOptions opts;
   opts.heartbeat_ms = 0;
-  TrainResult r = RunCudaTraining(spec, opts, CudaDistributed{}, events);
+  TrainResult r = RunCudaTraining(spec, opts, Distributed{}, events);
   std::fclose(sink);
   ASSERT_EQ(r.exit_code, 0);
   ASSERT_EQ(r.losses.size(), 60u);
@@ -515,7 +515,7 @@ TEST_P(CudaProgress, ReportsFp8FiguresWithoutChangingTheSteps) {
     worker::EventWriter events(f);
     TrainResult r;
     if (cuda) {
-      r = RunCudaTraining(s, opts, CudaDistributed{}, events);
+      r = RunCudaTraining(s, opts, Distributed{}, events);
     } else {
       auto coll = MakeSingleProcessCollective();
       r = RunTraining(s, opts, *coll, events);

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "worker/train/train_backend.h"
+#include "worker/train/trainer.h"
 
 namespace fp8::train {
 namespace {
@@ -19,15 +19,13 @@ class CpuBackend final : public TrainBackend {
   GptModel& host() override { return model_; }
   AdamW& host_adam() override { return adam_; }
   Status Init() override { return OkStatus(); }
-  Status Start(bool, const nlohmann::json&) override {
-    // LoadCheckpoint restored the scaling state into the model itself.
+  Status Start(bool, const nlohmann::json&) override {  // LoadCheckpoint restored the scaling state
     model_.DeferScalingUpdates(world_size() > 1);
     return OkStatus();
   }
 
   Status BeginStep(bool) override {
-    // Progress reports the FP8 casts of its own step only (the CPU counts every step: cheap).
-    model_.TakeFp8CastStats();
+    model_.TakeFp8CastStats();  // every step counts (cheap here); progress reports its own step's
     model_.ZeroGrad();
     return OkStatus();
   }
@@ -56,17 +54,14 @@ class CpuBackend final : public TrainBackend {
 
   StatusOr<double> Update(double lr, int64_t step) override {
     const double max_norm = spec_.training.max_grad_norm;
-    const double grad_norm = GlobalNorm(model_.grads().data(), static_cast<int64_t>(model_.grads().size()));
-    if (max_norm > 0 && grad_norm > max_norm) {
-      const float c = static_cast<float>(max_norm / (grad_norm + 1e-6));
-      for (float& g : model_.grads()) g *= c;
-    }
+    const double norm = GlobalNorm(model_.grads().data(), static_cast<int64_t>(model_.grads().size()));
+    if (max_norm > 0 && norm > max_norm)
+      for (float& g : model_.grads()) g *= static_cast<float>(max_norm / (norm + 1e-6));
     adam_.Step(model_.params().data(), model_.grads().data(), lr, step);
-    return grad_norm;
+    return norm;
   }
 
   Fp8CastStats TakeFp8CastStats() override { return model_.TakeFp8CastStats(); }
-
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int batch) override {
     return model_.Forward(inputs, targets, batch, /*training=*/false);
   }
@@ -91,8 +86,9 @@ class CpuBackend final : public TrainBackend {
 
 }  // namespace
 
-std::unique_ptr<TrainBackend> MakeCpuBackend(const TrainSpec& spec, Collective& collective) {
-  return std::make_unique<CpuBackend>(spec, collective);
+TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
+                        worker::EventWriter& events) {
+  return RunTraining(spec, options, [&](const TrainSpec& s) { return std::make_unique<CpuBackend>(s, collective); }, events);
 }
 
 }  // namespace fp8::train

@@ -244,31 +244,14 @@ Fp8CastStats GptModel::TakeFp8CastStats() {
 }
 
 nlohmann::json GptModel::PrecisionState() const {
-  nlohmann::json out = nlohmann::json::object();
-  if (precision_.recipe != Recipe::kFp8Tensorwise) return out;
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    out[p + "attn.c_attn"] = b.qkv.precision.State();
-    out[p + "attn.c_proj"] = b.proj.precision.State();
-    out[p + "mlp.c_fc"] = b.fc.precision.State();
-    out[p + "mlp.c_proj"] = b.fc_proj.precision.State();
-  }
-  return out;
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return nlohmann::json::object();
+  return LinearStates(cfg_.n_layer, [&](int64_t l, int k) { return PrecisionOf(*this, l, k).State(); });
 }
 
 Status GptModel::RestorePrecisionState(const nlohmann::json& state) {
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    for (auto [name, lin] : {std::pair{"attn.c_attn", &b.qkv}, std::pair{"attn.c_proj", &b.proj},
-                             std::pair{"mlp.c_fc", &b.fc}, std::pair{"mlp.c_proj", &b.fc_proj}}) {
-      if (!state.contains(p + name)) return DataLossError("fp8 scaling state lacks " + p + name);
-      FP8_RETURN_IF_ERROR(lin->precision.Restore(state[p + name]));
-    }
-  }
-  return OkStatus();
+  return RestoreLinearStates(state, cfg_.n_layer,
+                             [&](int64_t l, int k, const nlohmann::json& s) { return PrecisionOf(*this, l, k).Restore(s); });
 }
 
 }  // namespace fp8::train

@@ -88,8 +88,7 @@ int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
 
   if (cuda_built && spec->backend != Backend::kCpu) {
     if (cuda.available()) {
-      return cuda.run(*spec, opts, rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s), events)
-          .exit_code;
+      return cuda.run(*spec, opts, {rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s)}, events).exit_code;
     }
     if (spec->backend == Backend::kCuda) {
       // The job asked for a GPU this node does not have. A retry lands on the same node and

@@ -38,8 +38,12 @@ class Loop {
 
  private:
   int Fail(const char* cls, const std::string& msg, int code) { return train::Fail(ev_, cls, msg, code, &result_); }
+  // Unless `s` is ok: an INTERNAL_ERROR event, exit `code`, and true.
+  bool Failed(const Status& s, int code = worker::kExitTemporary, const std::string& prefix = "") {
+    if (!s.ok()) Fail("INTERNAL_ERROR", prefix + s.message(), code);
+    return !s.ok();
+  }
   int Setup();
-  void FillBatch(uint64_t seed, uint64_t first_sample, int count, const data::TokenDataset& ds);
   Status Step(double* loss, bool* stop, bool report);
   StatusOr<double> Evaluate();
   nlohmann::json State(int64_t step) const;
@@ -64,14 +68,6 @@ class Loop {
   int64_t window_start_step_ = 0;
 };
 
-void Loop::FillBatch(uint64_t seed, uint64_t first_sample, int count, const data::TokenDataset& ds) {
-  const int t = spec_.model.seq_len;
-  inputs_.resize(static_cast<size_t>(count) * t);
-  targets_.resize(inputs_.size());
-  for (int j = 0; j < count; ++j)
-    ds.Sample(seed, first_sample + static_cast<uint64_t>(j), inputs_.data() + j * t, targets_.data() + j * t);
-}
-
 int Loop::Setup() {
   const auto& m = spec_.model;
   // With init_from the vocabulary is the loaded model's: say so when the data does not fit it.
@@ -94,9 +90,8 @@ int Loop::Setup() {
                 spec_error ? worker::kExitInvalidSpec : worker::kExitTemporary);
   }
   be_.host().InitWeights(static_cast<uint64_t>(spec_.training.seed));
-  bool resumed = false;
   nlohmann::json fp8_scaling = nlohmann::json::object();
-  std::string resumed_dir;
+  std::string resumed_dir;  // empty: a fresh start
   if (!opt_.resume_from.empty()) {
     auto dir = FindCheckpoint(opt_.resume_from);
     if (!dir.ok()) {
@@ -112,14 +107,13 @@ int Loop::Setup() {
         for (const auto& e : (*state)["loss_history"]) loss_history_.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
       if (state->contains("fp8_scaling")) fp8_scaling = (*state)["fp8_scaling"];
       std::fprintf(stderr, "fp8-worker: resumed from %s at step %lld\n", dir->c_str(), static_cast<long long>(step_));
-      resumed = true;
       resumed_dir = *dir;
     }
   }
   // A retry resumes from its own checkpoint; init_from is only where a fresh run starts. The
   // FP8 scaling state starts empty, so the first step's casts are scaled by the loaded
   // weights' own amaxes (the first cast of a delayed scaling).
-  if (!resumed && init_) {
+  if (resumed_dir.empty() && init_) {
     if (Status s = LoadModelWeights(*init_, &be_.host()); !s.ok())
       return Fail("DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData);
     std::fprintf(stderr, "fp8-worker: initialized from %s\n", init_->dir.c_str());
@@ -134,9 +128,9 @@ int Loop::Setup() {
                   permanent ? worker::kExitInvalidSpec : worker::kExitTemporary);
     }
   }
-  if (Status s = be_.Start(resumed, fp8_scaling); !s.ok()) {
+  if (Status s = be_.Start(!resumed_dir.empty(), fp8_scaling); !s.ok()) {
     // The checkpoint's scaling state did not fit the model; anything else is the device's.
-    if (resumed && s.code() == StatusCode::kInvalidArgument)
+    if (!resumed_dir.empty() && (s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kInvalidArgument))
       return Fail("DATA_ERROR", "resume from " + resumed_dir + ": " + s.message(), worker::kExitBadData);
     return Fail("INTERNAL_ERROR", s.message(), worker::kExitTemporary);
   }
@@ -147,7 +141,7 @@ int Loop::Setup() {
 Status Loop::Step(double* loss, bool* stop, bool report) {
   const auto& t = spec_.training;
   const int rank = be_.rank(), world = be_.world_size();
-  const int b = t.per_device_train_batch_size, accum = t.gradient_accumulation_steps;
+  const int b = t.per_device_train_batch_size, accum = t.gradient_accumulation_steps, seq = spec_.model.seq_len;
   const uint64_t global_batch = static_cast<uint64_t>(world) * b * accum;
   const float loss_scale = 1.0f / static_cast<float>(accum * world);
   FP8_RETURN_IF_ERROR(be_.BeginStep(report));
@@ -157,7 +151,10 @@ Status Loop::Step(double* loss, bool* stop, bool report) {
     // so 1 rank × 2B sees exactly the sequences of 2 ranks × B.
     const uint64_t first = static_cast<uint64_t>(step_) * global_batch + static_cast<uint64_t>(rank) * b * accum +
                            static_cast<uint64_t>(micro) * b;
-    FillBatch(static_cast<uint64_t>(t.seed), first, b, *train_);
+    inputs_.resize(static_cast<size_t>(b) * seq);
+    targets_.resize(inputs_.size());
+    for (int j = 0; j < b; ++j)
+      train_->Sample(static_cast<uint64_t>(t.seed), first + static_cast<uint64_t>(j), inputs_.data() + j * seq, targets_.data() + j * seq);
     FP8_ASSIGN_OR_RETURN(const double l, be_.MicroStep(inputs_.data(), targets_.data(), b, loss_scale));
     loss_sum += l;
   }
@@ -261,9 +258,8 @@ TrainResult Loop::Run() {
   started.update(be_.Labels());
   ev_.Emit("started", started);
   std::fprintf(stderr, "fp8-worker: %s rank %d/%d, %lld parameters, recipe %s, steps %lld..%lld\n",
-               be_.Labels().value("backend", "cpu").c_str(),
-               rank, world, static_cast<long long>(num_params), RecipeName(spec_.precision.recipe),
-               static_cast<long long>(step_), static_cast<long long>(t.max_steps));
+               be_.Labels().value("backend", "cpu").c_str(), rank, world, static_cast<long long>(num_params),
+               RecipeName(spec_.precision.recipe), static_cast<long long>(step_), static_cast<long long>(t.max_steps));
   if (opt_.heartbeat_ms > 0) ev_.StartHeartbeat(opt_.heartbeat_ms);
   t_start_ = t_window_ = Clock::now();
   window_start_step_ = step_;
@@ -273,20 +269,14 @@ TrainResult Loop::Run() {
   bool stop = false;
   while (step_ < t.max_steps && !stop) {
     double loss = NAN;
-    if (Status s = Step(&loss, &stop, ReportsAt(step_ + 1)); !s.ok()) {
-      Fail("INTERNAL_ERROR", s.message(), worker::kExitTemporary);
-      return result_;
-    }
+    if (Failed(Step(&loss, &stop, ReportsAt(step_ + 1)))) return result_;
     if (!std::isfinite(loss)) {
       Fail("NUMERIC", "loss is " + std::to_string(loss) + " at step " + std::to_string(step_ + 1), worker::kExitTemporary);
       return result_;
     }
     const double lr = LearningRateAt(t, step_);
     auto grad_norm = be_.Update(lr, step_ + 1);
-    if (!grad_norm.ok()) {
-      Fail("INTERNAL_ERROR", grad_norm.status().message(), worker::kExitTemporary);
-      return result_;
-    }
+    if (Failed(grad_norm.status())) return result_;
     ++step_;
     last_loss = loss;
     result_.losses.push_back(loss);
@@ -296,21 +286,14 @@ TrainResult Loop::Run() {
     if (ReportsAt(step_) || stop) ReportProgress(step_, loss, lr, *grad_norm);
     if (val_ && (step_ % t.eval_steps == 0 || step_ == t.max_steps)) {
       auto ev = Evaluate();
-      if (!ev.ok()) {
-        Fail("INTERNAL_ERROR", ev.status().message(), worker::kExitTemporary);
-        return result_;
-      }
+      if (Failed(ev.status())) return result_;
       result_.eval_loss = *ev;
       ev_.Emit("metric", {{"name", "eval_loss"}, {"value", *ev}, {"step", step_}});
       std::fprintf(stderr, "%seval_loss %.4f at step %lld\n", opt_.tty_progress ? "\n" : "", *ev,
                    static_cast<long long>(step_));
     }
-    if (step_ % t.save_steps == 0 || step_ == t.max_steps || stop) {
-      if (Status s = Save(step_); !s.ok()) {
-        Fail("INTERNAL_ERROR", "checkpoint: " + s.message(), worker::kExitInternal);
-        return result_;
-      }
-    }
+    if ((step_ % t.save_steps == 0 || step_ == t.max_steps || stop) && Failed(Save(step_), worker::kExitInternal, "checkpoint: "))
+      return result_;
   }
   if (opt_.tty_progress) std::fputc('\n', stderr);
   result_.steps_done = step_;
@@ -327,10 +310,7 @@ TrainResult Loop::Run() {
   if (spec_.training.export_hf && !result_.interrupted && rank == 0) {
     // The final step's Save (rank 0) left the trained weights in the host model.
     const std::string hf_dir = (std::filesystem::path(spec_.output_dir) / "hf").string();
-    if (Status s = ExportHfGpt2(be_.host(), hf_dir); !s.ok()) {
-      Fail("INTERNAL_ERROR", "training.export: " + s.message(), worker::kExitInternal);
-      return result_;
-    }
+    if (Failed(ExportHfGpt2(be_.host(), hf_dir), worker::kExitInternal, "training.export: ")) return result_;
     res["export"] = std::filesystem::absolute(hf_dir).string();
     std::fprintf(stderr, "fp8-worker: exported the model (Hugging Face GPT-2) to %s\n", hf_dir.c_str());
   }
@@ -359,40 +339,28 @@ double TrainFlopsPerToken(const ModelConfig& m, int64_t num_params) {
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, const BackendFactory& make_backend,
                         EventWriter& events) {
   // init_from decides the model's shape before the model exists; its weights load in Setup.
+  TrainResult r;
+  auto bad_data = [&](const std::string& msg) {
+    Fail(events, "DATA_ERROR", msg, worker::kExitBadData, &r);
+    return r;
+  };
   std::optional<ModelSource> init;
   TrainSpec resolved = spec;
   if (!spec.init_from.empty()) {
     // A retry takes the shape from the checkpoint it resumes (init_from need not exist anymore).
     const bool resuming = !options.resume_from.empty() && FindCheckpoint(options.resume_from).ok();
     auto src = OpenModelSource(resuming ? options.resume_from : spec.init_from);
-    if (!src.ok()) {
-      TrainResult r;
-      Fail(events, "DATA_ERROR", (resuming ? "resume from: " : "init_from: ") + src.status().message(),
-           worker::kExitBadData, &r);
-      return r;
-    }
+    if (!src.ok()) return bad_data((resuming ? "resume from: " : "init_from: ") + src.status().message());
     resolved.model = src->config;
-    if (resolved.model.vocab_size > 65536) {
-      TrainResult r;
-      Fail(events, "DATA_ERROR", "init_from: " + src->config_path + ": vocab_size " +
-           std::to_string(resolved.model.vocab_size) + " is more than llm.c shards' uint16 tokens hold", worker::kExitBadData, &r);
-      return r;
-    }
+    if (resolved.model.vocab_size > 65536)
+      return bad_data("init_from: " + src->config_path + ": vocab_size " + std::to_string(resolved.model.vocab_size) +
+                      " is more than llm.c shards' uint16 tokens hold");
     if (!resuming) init = std::move(src).value();
   }
-  TrainResult r;
-  {
-    // The backend (a device, its memory) is released before the caller goes on.
-    std::unique_ptr<TrainBackend> backend = make_backend(resolved);
-    Loop loop(resolved, options, *backend, events, init ? &*init : nullptr);
-    r = loop.Run();
-  }
+  // The backend (a device, its memory) is released at the end of this statement.
+  r = Loop(resolved, options, *make_backend(resolved), events, init ? &*init : nullptr).Run();
   events.StopHeartbeat();
   return r;
-}
-
-TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective, EventWriter& events) {
-  return RunTraining(spec, options, [&](const TrainSpec& resolved) { return MakeCpuBackend(resolved, collective); }, events);
 }
 
 }  // namespace fp8::train

@@ -4,6 +4,7 @@
 // reductions run in a fixed order, so a resumed run repeats the uninterrupted one bit for bit.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,14 @@ struct TrainOptions {
   bool tty_progress = false;    // a live progress line on stderr
 };
 
+// This process's place among the data-parallel ranks (FP8D_RANK, FP8D_WORLD_SIZE) and where
+// they meet (FP8D_RENDEZVOUS_DIR: rank 0 publishes the Gloo or NCCL id there).
+struct Distributed {
+  int rank = 0, world_size = 1;
+  std::string rendezvous_dir;
+  std::chrono::milliseconds timeout{300000};
+};
+
 struct TrainResult {
   int exit_code = 0;
   int64_t start_step = 0, steps_done = 0;
@@ -48,7 +57,7 @@ using BackendFactory = std::function<std::unique_ptr<TrainBackend>(const TrainSp
 
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, const BackendFactory& backend,
                         fp8::worker::EventWriter& events);
-// On the CPU backend over `collective`.
+// On the CPU backend over `collective` (cpu_backend.cc).
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
                         fp8::worker::EventWriter& events);
 

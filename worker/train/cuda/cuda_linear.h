@@ -31,7 +31,6 @@
 #include "kernels/scaling.h"
 #include "worker/train/cuda/bf16_epilogue_gemm.h"
 #include "worker/train/cuda/device_buffer.h"
-#include "worker/train/cuda/fp8_cast_stats.h"
 #include "worker/train/cuda/train_kernels.h"
 #include "worker/train/spec.h"
 
@@ -49,8 +48,7 @@ struct LinearWorkspace {
   DeviceBuffer<float> dw;
   bool dw_in_place = true;
   int64_t dw_scratch_floats = 0;  // the largest weight: what the fallback allocates
-  // FP8 recipes: the training casts' statistics while collect_fp8_stats (the steps that report
-  // progress; CudaGptModel::CollectFp8Stats), and how many elements they cast.
+  // FP8 recipes: the training casts' statistics and element count on report steps (collecting).
   DeviceBuffer<DeviceFp8CastStats> fp8_stats;
   bool collect_fp8_stats = false;
   int64_t fp8_stats_elements = 0;
@@ -130,8 +128,7 @@ class CudaLinear {
   kernels::ScaleFormat BlockScaleFormat() const { return p_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32; }
   // bf16/fp32 and fp8-blockwise: casts W into its GEMM operands unless they already hold W.
   Status EnsureWeightCast();
-  // A training cast's input into ws_->fp8_stats when collecting (scale_inv: device, the scale the
-  // cast used; null for blockwise casts).
+  // Counts a training cast's input when collecting (scale_inv: the cast's; null for blockwise).
   template <typename T>
   Status CountCast(const T* x, int64_t n, const float* scale_inv, kernels::Fp8Format fmt);
   template <typename T>

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 
 #include "kernels/cuda/sm90_cuda_check.h"
@@ -435,54 +434,32 @@ Status CudaGptModel::Backward() {
 }
 
 Status CudaGptModel::CollectFp8Stats(bool on) {
-  const bool fp8 = precision_.recipe == Recipe::kFp8Tensorwise || precision_.recipe == Recipe::kFp8Blockwise;
-  ws_->collect_fp8_stats = on && fp8;
-  if (!ws_->collect_fp8_stats) return OkStatus();
+  ws_->collect_fp8_stats = on && ws_->fp8_stats.get() != nullptr;  // allocated for the FP8 recipes only
   ws_->fp8_stats_elements = 0;
-  FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(ws_->fp8_stats.get(), 0, sizeof(DeviceFp8CastStats), stream_));
+  if (ws_->collect_fp8_stats) FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(ws_->fp8_stats.get(), 0, sizeof(DeviceFp8CastStats), stream_));
   return OkStatus();
 }
 
-StatusOr<Fp8CastStats> CudaGptModel::TakeFp8Stats() {
+Fp8CastStats CudaGptModel::TakeFp8Stats() {
   DeviceFp8CastStats d{};
   const bool collected = ws_->collect_fp8_stats && ws_->fp8_stats_elements > 0;
-  if (collected)
-    FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&d, ws_->fp8_stats.get(), sizeof(d), cudaMemcpyDeviceToHost, stream_));
-  FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
   ws_->collect_fp8_stats = false;
-  if (!collected) return Fp8CastStats{};
-  float amax = 0;
-  std::memcpy(&amax, &d.amax_bits, sizeof(amax));
-  return Fp8CastStats{amax, static_cast<int64_t>(d.saturated), ws_->fp8_stats_elements};
+  if (collected) cudaMemcpyAsync(&d, ws_->fp8_stats.get(), sizeof(d), cudaMemcpyDeviceToHost, stream_);
+  if (cudaStreamSynchronize(stream_) != cudaSuccess || !collected) return {};
+  return {d.amax, static_cast<int64_t>(d.saturated), ws_->fp8_stats_elements};
 }
 
 nlohmann::json CudaGptModel::PrecisionState() const {
-  nlohmann::json out = nlohmann::json::object();
-  if (precision_.recipe != Recipe::kFp8Tensorwise) return out;
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return nlohmann::json::object();
   cudaStreamSynchronize(stream_);
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    out[p + "attn.c_attn"] = b.qkv->State();
-    out[p + "attn.c_proj"] = b.proj->State();
-    out[p + "mlp.c_fc"] = b.fc->State();
-    out[p + "mlp.c_proj"] = b.fc_proj->State();
-  }
-  return out;
+  return LinearStates(cfg_.n_layer, [&](int64_t l, int k) { return linears_[static_cast<size_t>(4 * l + k)]->State(); });
 }
 
 Status CudaGptModel::RestorePrecisionState(const nlohmann::json& state) {
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    for (auto [name, lin] : {std::pair{"attn.c_attn", b.qkv.get()}, std::pair{"attn.c_proj", b.proj.get()},
-                             std::pair{"mlp.c_fc", b.fc.get()}, std::pair{"mlp.c_proj", b.fc_proj.get()}}) {
-      if (!state.contains(p + name)) return DataLossError("fp8 scaling state lacks " + p + name);
-      FP8_RETURN_IF_ERROR(lin->Restore(state[p + name]));
-    }
-  }
-  return OkStatus();
+  return RestoreLinearStates(state, cfg_.n_layer, [&](int64_t l, int k, const nlohmann::json& s) {
+    return linears_[static_cast<size_t>(4 * l + k)]->Restore(s);
+  });
 }
 
 }  // namespace fp8::train::cuda

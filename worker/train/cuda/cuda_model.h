@@ -91,9 +91,10 @@ class CudaGptModel {
 
   // FP8 recipes: whether the training casts from now on are counted (the steps that report
   // progress); turning it on starts a new count. TakeFp8Stats waits for the stream and returns
-  // the count (empty when none was collected), then stops collecting.
+  // the count (empty when none was collected; a failed copy surfaces at the next step), then
+  // stops collecting.
   Status CollectFp8Stats(bool on);
-  StatusOr<Fp8CastStats> TakeFp8Stats();
+  Fp8CastStats TakeFp8Stats();
 
   nlohmann::json PrecisionState() const;
   Status RestorePrecisionState(const nlohmann::json& state);

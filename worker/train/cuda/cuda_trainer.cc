@@ -1,7 +1,6 @@
 #include "worker/train/cuda/cuda_trainer.h"
 
 #include <cmath>
-#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -19,7 +18,7 @@ namespace {
 // and vice versa.
 class CudaBackend final : public TrainBackend {
  public:
-  CudaBackend(const TrainSpec& spec, const CudaDistributed& dist)
+  CudaBackend(const TrainSpec& spec, const Distributed& dist)
       : spec_(spec), dist_(dist), host_(spec.model, spec.precision),
         host_adam_(spec.training, spec.precision.bf16_moments, host_.tensors(), host_.num_params()) {}
   ~CudaBackend() override {
@@ -44,7 +43,7 @@ class CudaBackend final : public TrainBackend {
   }
   Status ReduceStep(double* loss, bool* stop) override;
   StatusOr<double> Update(double lr, int64_t step) override;
-  Fp8CastStats TakeFp8CastStats() override;
+  Fp8CastStats TakeFp8CastStats() override { return model_->TakeFp8Stats(); }
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int batch) override {
     return model_->Forward(inputs, targets, batch, /*training=*/false, 1.0f);
   }
@@ -61,7 +60,7 @@ class CudaBackend final : public TrainBackend {
 
  private:
   const TrainSpec& spec_;
-  const CudaDistributed& dist_;
+  const Distributed& dist_;
   GptModel host_;
   train::AdamW host_adam_;
   std::unique_ptr<NcclComm> comm_;
@@ -130,16 +129,6 @@ StatusOr<double> CudaBackend::Update(double lr, int64_t step) {
   return grad_norm;
 }
 
-Fp8CastStats CudaBackend::TakeFp8CastStats() {
-  // Waits for the step's work, so the caller's clock reads after it too.
-  auto stats = model_->TakeFp8Stats();
-  if (!stats.ok()) {
-    std::fprintf(stderr, "fp8-worker: fp8 cast statistics: %s\n", stats.status().message().c_str());
-    return {};
-  }
-  return *stats;
-}
-
 Status CudaBackend::AllReduceSum(double* v, int n) {
   if (dist_.world_size == 1) return OkStatus();
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
@@ -166,7 +155,7 @@ bool CudaDeviceAvailable() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-TrainResult RunCudaTraining(const TrainSpec& spec, const TrainOptions& options, const CudaDistributed& dist,
+TrainResult RunCudaTraining(const TrainSpec& spec, const TrainOptions& options, const Distributed& dist,
                             worker::EventWriter& events) {
   return RunTraining(spec, options, [&](const TrainSpec& resolved) { return std::make_unique<CudaBackend>(resolved, dist); },
                      events);

@@ -2,26 +2,17 @@
 // TrainBackend (CudaGptModel, FP32 AdamW on the device, NCCL data parallelism).
 #pragma once
 
-#include <chrono>
-#include <string>
-
 #include "worker/common/events.h"
 #include "worker/train/spec.h"
 #include "worker/train/trainer.h"
 
 namespace fp8::train::cuda {
 
-struct CudaDistributed {
-  int rank = 0, world_size = 1;
-  std::string rendezvous_dir;  // FP8D_RENDEZVOUS_DIR: where rank 0 publishes the NCCL id
-  std::chrono::milliseconds timeout{300000};
-};
-
 // True when a CUDA device is visible (backend: auto picks CUDA then).
 bool CudaDeviceAvailable();
 
-TrainResult RunCudaTraining(const TrainSpec& spec, const TrainOptions& options,
-                            const CudaDistributed& dist, fp8::worker::EventWriter& events);
+TrainResult RunCudaTraining(const TrainSpec& spec, const TrainOptions& options, const Distributed& dist,
+                            fp8::worker::EventWriter& events);
 
 // The dense BF16 peak of an H100/H200 SXM, what MFU is reported against (TrainFlopsPerToken).
 constexpr double kH200DenseBf16Flops = 989e12;
