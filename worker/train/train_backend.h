@@ -27,7 +27,8 @@ class TrainBackend {
 
   // Acquires the device (an InvalidArgument error is the spec's fault).
   virtual Status Init() = 0;
-  // The host holds the starting weights (if `resumed`, also the moments and `fp8_scaling`).
+  // The host holds the starting weights (if `resumed`, also the moments, and the checkpoint's
+  // `fp8_scaling` state unless null).
   virtual Status Start(bool resumed, const nlohmann::json& fp8_scaling) = 0;
 
   // A step: BeginStep, MicroStep per micro-batch, ReduceStep, then Update if the loss is finite.

@@ -90,7 +90,7 @@ int Loop::Setup() {
                 spec_error ? worker::kExitInvalidSpec : worker::kExitTemporary);
   }
   be_.host().InitWeights(static_cast<uint64_t>(spec_.training.seed));
-  nlohmann::json fp8_scaling = nlohmann::json::object();
+  nlohmann::json fp8_scaling;  // null: the checkpoint has none
   std::string resumed_dir;  // empty: a fresh start
   if (!opt_.resume_from.empty()) {
     auto dir = FindCheckpoint(opt_.resume_from);

@@ -94,7 +94,7 @@ Status CudaBackend::Init() {
 
 Status CudaBackend::Start(bool resumed, const nlohmann::json& fp8_scaling) {
   if (resumed) {
-    if (!fp8_scaling.empty()) FP8_RETURN_IF_ERROR(model_->RestorePrecisionState(fp8_scaling));
+    if (!fp8_scaling.is_null()) FP8_RETURN_IF_ERROR(model_->RestorePrecisionState(fp8_scaling));
     const std::vector<float> mm = host_adam_.m(), vv = host_adam_.v();
     FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(m_.get(), mm.data(), mm.size() * sizeof(float), cudaMemcpyHostToDevice));
     FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(v_.get(), vv.data(), vv.size() * sizeof(float), cudaMemcpyHostToDevice));
