@@ -26,6 +26,10 @@ struct ParamTensor {
   bool weight_decay = false;    // 2-D tensors only, as in GPT-2/llm.c
 };
 
+// The parameter layout (names, shapes, offsets, decay flags) of GptModel and CudaGptModel, also
+// without allocating a host model: for benchmarks of models too large to mirror on the host.
+std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg);
+
 class GptModel {
  public:
   GptModel(const ModelConfig& cfg, const PrecisionConfig& precision);
@@ -96,7 +100,6 @@ class GptModel {
         ln2_mean, ln2_rstd, fc_out, gelu_out;
   };
 
-  int64_t AddTensor(const std::string& name, std::vector<int64_t> shape, bool decay);
   void Resize(int batch);
   void LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training);
   void LinearBwd(Linear& l, const float* dy, const float* x, int64_t m, float* dx);

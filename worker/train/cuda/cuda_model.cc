@@ -42,41 +42,6 @@ Status GemmBf16Batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n,
                       "cublasGemmStridedBatchedEx");
 }
 
-std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
-  std::vector<ParamTensor> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool decay) {
-    ParamTensor t;
-    t.name = name;
-    t.numel = 1;
-    for (int64_t d : shape) t.numel *= d;
-    t.shape = std::move(shape);
-    t.offset = out.empty() ? 0 : out.back().offset + out.back().numel;
-    t.weight_decay = decay;
-    out.push_back(std::move(t));
-  };
-  const int64_t c = cfg.d_model;
-  add("wte.weight", {cfg.vocab_size, c}, true);
-  add("wpe.weight", {cfg.seq_len, c}, true);
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    auto linear = [&](const std::string& name, int64_t in, int64_t o) {
-      add(p + name + ".weight", {o, in}, true);
-      add(p + name + ".bias", {o}, false);
-    };
-    add(p + "ln_1.weight", {c}, false);
-    add(p + "ln_1.bias", {c}, false);
-    linear("attn.c_attn", c, 3 * c);
-    linear("attn.c_proj", c, c);
-    add(p + "ln_2.weight", {c}, false);
-    add(p + "ln_2.bias", {c}, false);
-    linear("mlp.c_fc", c, 4 * c);
-    linear("mlp.c_proj", 4 * c, c);
-  }
-  add("ln_f.weight", {c}, false);
-  add("ln_f.bias", {c}, false);
-  return out;
-}
-
 StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& cfg,
                                                              const PrecisionConfig& precision,
                                                              const std::vector<ParamTensor>& tensors,

@@ -176,11 +176,6 @@ class CudaGptModel {
   AmaxReduce amax_reduce_;
 };
 
-// GptModel's parameter layout (names, shapes, offsets, decay flags) without allocating the host
-// buffers: for benchmarks of models too large to mirror on the host cheaply. Tests check it
-// equals GptModel(cfg).tensors().
-std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg);
-
 // Row-major BF16 GEMM through cuBLAS (cuBLASLt kernels underneath): C[M,N] = alpha·op(A)·op(B)
 // + beta·C with FP32 accumulation; C is bf16 or fp32 (c_fp32).
 Status GemmBf16(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
