@@ -20,16 +20,7 @@ fp8::train::CudaBackend CudaTrainer() {
   fp8::train::CudaBackend b;
 #ifdef FP8_HAVE_CUDA_TRAINER
   b.available = &fp8::train::cuda::CudaDeviceAvailable;
-  b.run = [](const fp8::train::TrainSpec& spec, const fp8::train::TrainOptions& options, int rank, int world,
-             const std::string& rendezvous_dir, std::chrono::milliseconds timeout,
-             fp8::worker::EventWriter& events) {
-    fp8::train::cuda::CudaDistributed dist;
-    dist.rank = rank;
-    dist.world_size = world;
-    dist.rendezvous_dir = rendezvous_dir;
-    dist.timeout = timeout;
-    return fp8::train::cuda::RunCudaTraining(spec, options, dist, events);
-  };
+  b.run = &fp8::train::cuda::RunCudaTraining;
 #endif
   return b;
 }

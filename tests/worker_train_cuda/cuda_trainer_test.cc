@@ -1,7 +1,8 @@
 // The CUDA trainer against the CPU trainer (the reference) on the same weights and tokens:
 // single kernels (LayerNorm, GELU, cross-entropy) against layers.h, then the whole model's loss
 // and the gradient of every parameter tensor — every layer's forward and backward — per recipe.
-// Then the loop: loss falls, and a CUDA checkpoint loads into the CPU model. Skips without a GPU.
+// Then the loop: loss falls, a CUDA checkpoint loads into the CPU model, and progress carries the
+// FP8 figures. Skips without a GPU.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -15,11 +16,13 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tests/worker_train/test_util.h"
 #include "tests/worker_train_cuda/cuda_test_util.h"
 #include "worker/common/events.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/collective.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/cuda_trainer.h"
 #include "worker/train/cuda/nccl_comm.h"
@@ -457,7 +460,7 @@ TEST_P(CudaTraining, LossFallsAndCheckpointLoadsOnCpu) {
   worker::EventWriter events(sink);
   TrainOptions opts;
   opts.heartbeat_ms = 0;
-  TrainResult r = RunCudaTraining(spec, opts, CudaDistributed{}, events);
+  TrainResult r = RunCudaTraining(spec, opts, Distributed{}, events);
   std::fclose(sink);
   ASSERT_EQ(r.exit_code, 0);
   ASSERT_EQ(r.losses.size(), 60u);
@@ -475,6 +478,115 @@ TEST_P(CudaTraining, LossFallsAndCheckpointLoadsOnCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, CudaTraining,
+                         ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
+                         RecipeParamName);
+
+
+// Progress of the FP8 recipes carries the casts' figures as the CPU trainer reports them, and
+// counting them (on report steps only) changes nothing the steps compute: the losses of a run
+// that reports every step equal, bit for bit, those of a run that never reports.
+class CudaProgress : public ::testing::TestWithParam<Recipe> {};
+
+std::vector<nlohmann::json> ProgressEvents(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return out;
+  char line[1 << 14];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (e.is_object() && e.value("type", "") == "progress") out.push_back(e);
+  }
+  std::fclose(f);
+  return out;
+}
+
+TEST_P(CudaProgress, ReportsFp8FiguresWithoutChangingTheSteps) {
+  SKIP_WITHOUT_GPU();
+  const Recipe recipe = GetParam();
+  const std::string out = testing::MakeTempDir("cuda-progress");
+  TrainSpec spec = testing::TinySpec(recipe, 6, out);
+  TrainOptions opts;
+  opts.heartbeat_ms = 0;
+  auto run = [&](const std::string& name, int64_t logging_steps, bool cuda) {
+    TrainSpec s = spec;
+    s.training.logging_steps = logging_steps;
+    s.output_dir = out + "/" + name;
+    std::FILE* f = std::fopen((out + "/" + name + ".ndjson").c_str(), "w");
+    worker::EventWriter events(f);
+    TrainResult r;
+    if (cuda) {
+      r = RunCudaTraining(s, opts, Distributed{}, events);
+    } else {
+      auto coll = MakeSingleProcessCollective();
+      r = RunTraining(s, opts, *coll, events);
+    }
+    std::fclose(f);
+    EXPECT_EQ(r.exit_code, 0) << name;
+    return std::make_pair(r.losses, ProgressEvents(out + "/" + name + ".ndjson"));
+  };
+  const auto [every_losses, every] = run("every", 1, true);
+  const auto [never_losses, never] = run("never", 1000000, true);
+  const auto [cpu_losses, cpu] = run("cpu", 1, false);
+  ASSERT_EQ(every_losses.size(), 6u);
+  EXPECT_EQ(every_losses, never_losses);
+  ASSERT_EQ(every.size(), 6u);
+  ASSERT_EQ(cpu.size(), 6u);
+  for (size_t i = 0; i < every.size(); ++i) {
+    const nlohmann::json& g = every[i];
+    const nlohmann::json& c = cpu[i];
+    if (recipe == Recipe::kBf16) {
+      EXPECT_FALSE(g.contains("fp8_amax_max")) << g.dump();
+      EXPECT_FALSE(g.contains("fp8_saturation_fraction")) << g.dump();
+      continue;
+    }
+    ASSERT_TRUE(g.contains("fp8_amax_max") && g.contains("fp8_saturation_fraction")) << g.dump();
+    const double amax = g["fp8_amax_max"].get<double>(), sat = g["fp8_saturation_fraction"].get<double>();
+    EXPECT_TRUE(std::isfinite(amax) && amax > 0) << g.dump();
+    EXPECT_GE(sat, 0.0);
+    EXPECT_LE(sat, 1.0);
+    // Same weights and tokens, BF16 activations on the GPU against FP32 on the CPU: the largest
+    // amax of a step is the same tensor's, close but not equal.
+    const double cpu_amax = c["fp8_amax_max"].get<double>();
+    EXPECT_NEAR(amax, cpu_amax, 0.25 * cpu_amax) << "step " << i + 1;
+    // Blockwise scales come from each block's own amax: nothing clips, on either backend.
+    if (recipe == Recipe::kFp8Blockwise) {
+      EXPECT_EQ(sat, 0.0);
+    }
+  }
+  std::filesystem::remove_all(out);
+}
+
+// A run stopped after step 3 and resumed from its checkpoint (weights, moments, FP8 scaling
+// state through the host model) takes the steps of the uninterrupted run.
+TEST_P(CudaProgress, ResumedRunRepeatsTheUninterruptedOne) {
+  SKIP_WITHOUT_GPU();
+  const std::string out = testing::MakeTempDir("cuda-resume");
+  TrainSpec spec = testing::TinySpec(GetParam(), 6, out + "/full");
+  spec.training.save_steps = 3;
+  std::FILE* sink = std::fopen("/dev/null", "w");
+  worker::EventWriter events(sink);
+  TrainOptions opts;
+  opts.heartbeat_ms = 0;
+  const TrainResult full = RunCudaTraining(spec, opts, Distributed{}, events);
+  spec.output_dir = out + "/parts";
+  opts.stop_after_step = 3;
+  const TrainResult first = RunCudaTraining(spec, opts, Distributed{}, events);
+  opts.stop_after_step = 0;
+  opts.resume_from = out + "/parts/checkpoints";
+  const TrainResult rest = RunCudaTraining(spec, opts, Distributed{}, events);
+  std::fclose(sink);
+  ASSERT_EQ(full.losses.size(), 6u);
+  ASSERT_EQ(first.losses.size(), 3u);
+  ASSERT_EQ(rest.start_step, 3);
+  ASSERT_EQ(rest.losses.size(), 3u);
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(joined[i], full.losses[i], 1e-5 * full.losses[i]) << "step " << i + 1;
+  std::printf("resumed run bitwise equal to the uninterrupted one: %s\n", joined == full.losses ? "yes" : "no");
+  std::filesystem::remove_all(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, CudaProgress,
                          ::testing::Values(Recipe::kBf16, Recipe::kFp8Tensorwise, Recipe::kFp8Blockwise),
                          RecipeParamName);
 

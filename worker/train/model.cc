@@ -11,11 +11,49 @@
 
 namespace fp8::train {
 
+std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
+  std::vector<ParamTensor> out;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool decay) {
+    ParamTensor t;
+    t.name = name;
+    t.numel = 1;
+    for (int64_t d : shape) t.numel *= d;
+    t.shape = std::move(shape);
+    t.offset = out.empty() ? 0 : out.back().offset + out.back().numel;
+    t.weight_decay = decay;
+    out.push_back(std::move(t));
+  };
+  const int64_t c = cfg.d_model;
+  add("wte.weight", {cfg.vocab_size, c}, true);
+  add("wpe.weight", {cfg.seq_len, c}, true);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    auto linear = [&](const std::string& name, int64_t in, int64_t o) {
+      add(p + name + ".weight", {o, in}, true);
+      add(p + name + ".bias", {o}, false);
+    };
+    add(p + "ln_1.weight", {c}, false);
+    add(p + "ln_1.bias", {c}, false);
+    linear("attn.c_attn", c, 3 * c);
+    linear("attn.c_proj", c, c);
+    add(p + "ln_2.weight", {c}, false);
+    add(p + "ln_2.bias", {c}, false);
+    linear("mlp.c_fc", c, 4 * c);
+    linear("mlp.c_proj", 4 * c, c);
+  }
+  add("ln_f.weight", {c}, false);
+  add("ln_f.bias", {c}, false);
+  return out;
+}
+
 GptModel::GptModel(const ModelConfig& cfg, const PrecisionConfig& precision)
-    : cfg_(cfg), precision_(precision) {
-  const int64_t c = cfg.d_model, v = cfg.vocab_size, t = cfg.seq_len;
-  wte_ = AddTensor("wte.weight", {v, c}, true);
-  wpe_ = AddTensor("wpe.weight", {t, c}, true);
+    : cfg_(cfg), precision_(precision), tensors_(GptParamLayout(cfg)) {
+  auto at = [&](const std::string& name) {
+    return std::find_if(tensors_.begin(), tensors_.end(), [&](const ParamTensor& t) { return t.name == name; })->offset;
+  };
+  const int64_t c = cfg.d_model;
+  wte_ = at("wte.weight");
+  wpe_ = at("wpe.weight");
   blocks_.resize(static_cast<size_t>(cfg.n_layer));
   for (int l = 0; l < cfg.n_layer; ++l) {
     Block& b = blocks_[static_cast<size_t>(l)];
@@ -24,35 +62,23 @@ GptModel::GptModel(const ModelConfig& cfg, const PrecisionConfig& precision)
       lin.name = p + name;
       lin.in = in;
       lin.out = out;
-      lin.w = AddTensor(p + name + ".weight", {out, in}, true);
-      lin.b = AddTensor(p + name + ".bias", {out}, false);
+      lin.w = at(p + name + ".weight");
+      lin.b = at(p + name + ".bias");
       lin.precision = LinearPrecision(precision);
     };
-    b.ln1_w = AddTensor(p + "ln_1.weight", {c}, false);
-    b.ln1_b = AddTensor(p + "ln_1.bias", {c}, false);
+    b.ln1_w = at(p + "ln_1.weight");
+    b.ln1_b = at(p + "ln_1.bias");
     linear(b.qkv, "attn.c_attn", c, 3 * c);
     linear(b.proj, "attn.c_proj", c, c);
-    b.ln2_w = AddTensor(p + "ln_2.weight", {c}, false);
-    b.ln2_b = AddTensor(p + "ln_2.bias", {c}, false);
+    b.ln2_w = at(p + "ln_2.weight");
+    b.ln2_b = at(p + "ln_2.bias");
     linear(b.fc, "mlp.c_fc", c, 4 * c);
     linear(b.fc_proj, "mlp.c_proj", 4 * c, c);
   }
-  lnf_w_ = AddTensor("ln_f.weight", {c}, false);
-  lnf_b_ = AddTensor("ln_f.bias", {c}, false);
+  lnf_w_ = at("ln_f.weight");
+  lnf_b_ = at("ln_f.bias");
   params_.assign(static_cast<size_t>(tensors_.back().offset + tensors_.back().numel), 0.0f);
   grads_.assign(params_.size(), 0.0f);
-}
-
-int64_t GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, bool decay) {
-  ParamTensor t;
-  t.name = name;
-  t.numel = 1;
-  for (int64_t d : shape) t.numel *= d;
-  t.shape = std::move(shape);
-  t.offset = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().numel;
-  t.weight_decay = decay;
-  tensors_.push_back(t);
-  return t.offset;
 }
 
 void GptModel::InitWeights(uint64_t seed) {
@@ -244,31 +270,14 @@ Fp8CastStats GptModel::TakeFp8CastStats() {
 }
 
 nlohmann::json GptModel::PrecisionState() const {
-  nlohmann::json out = nlohmann::json::object();
-  if (precision_.recipe != Recipe::kFp8Tensorwise) return out;
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    out[p + "attn.c_attn"] = b.qkv.precision.State();
-    out[p + "attn.c_proj"] = b.proj.precision.State();
-    out[p + "mlp.c_fc"] = b.fc.precision.State();
-    out[p + "mlp.c_proj"] = b.fc_proj.precision.State();
-  }
-  return out;
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return nlohmann::json::object();
+  return LinearStates(cfg_.n_layer, [&](int64_t l, int k) { return PrecisionOf(*this, l, k).State(); });
 }
 
 Status GptModel::RestorePrecisionState(const nlohmann::json& state) {
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    for (auto [name, lin] : {std::pair{"attn.c_attn", &b.qkv}, std::pair{"attn.c_proj", &b.proj},
-                             std::pair{"mlp.c_fc", &b.fc}, std::pair{"mlp.c_proj", &b.fc_proj}}) {
-      if (!state.contains(p + name)) return DataLossError("fp8 scaling state lacks " + p + name);
-      FP8_RETURN_IF_ERROR(lin->precision.Restore(state[p + name]));
-    }
-  }
-  return OkStatus();
+  return RestoreLinearStates(state, cfg_.n_layer,
+                             [&](int64_t l, int k, const nlohmann::json& s) { return PrecisionOf(*this, l, k).Restore(s); });
 }
 
 }  // namespace fp8::train

@@ -26,6 +26,10 @@ struct ParamTensor {
   bool weight_decay = false;    // 2-D tensors only, as in GPT-2/llm.c
 };
 
+// The parameter layout (names, shapes, offsets, decay flags) of GptModel and CudaGptModel, also
+// without allocating a host model: for benchmarks of models too large to mirror on the host.
+std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg);
+
 class GptModel {
  public:
   GptModel(const ModelConfig& cfg, const PrecisionConfig& precision);
@@ -96,10 +100,15 @@ class GptModel {
         ln2_mean, ln2_rstd, fc_out, gelu_out;
   };
 
-  int64_t AddTensor(const std::string& name, std::vector<int64_t> shape, bool decay);
   void Resize(int batch);
   void LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training);
   void LinearBwd(Linear& l, const float* dy, const float* x, int64_t m, float* dx);
+  // The k-th linear layer's precision in block `layer` (order of kLinearStateNames).
+  template <typename Self>
+  static auto& PrecisionOf(Self& self, int64_t layer, int k) {
+    auto& b = self.blocks_[static_cast<size_t>(layer)];
+    return (k == 0 ? b.qkv : k == 1 ? b.proj : k == 2 ? b.fc : b.fc_proj).precision;
+  }
 
   ModelConfig cfg_;
   PrecisionConfig precision_;
@@ -117,5 +126,27 @@ class GptModel {
   // scratch for backward
   std::vector<float> dres_, dtmp_, dbig_, dbig2_, gq_, gw_, xw_;
 };
+
+// The checkpoint's FP8 scaling state (fp8-tensorwise), the same on both backends: one entry
+// "h.<layer>.<name>" per linear layer, names in block order (qkv, proj, fc, fc_proj).
+// state_of(layer, k) and restore(layer, k, json) reach layer `layer`'s k-th linear.
+inline constexpr const char* kLinearStateNames[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+template <typename StateOf>
+nlohmann::json LinearStates(int64_t n_layer, StateOf state_of) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int64_t l = 0; l < n_layer; ++l)
+    for (int k = 0; k < 4; ++k) out["h." + std::to_string(l) + "." + kLinearStateNames[k]] = state_of(l, k);
+  return out;
+}
+template <typename Restore>
+Status RestoreLinearStates(const nlohmann::json& state, int64_t n_layer, Restore restore) {
+  for (int64_t l = 0; l < n_layer; ++l)
+    for (int k = 0; k < 4; ++k) {
+      const std::string key = "h." + std::to_string(l) + "." + kLinearStateNames[k];
+      if (!state.contains(key)) return DataLossError("fp8 scaling state lacks " + key);
+      FP8_RETURN_IF_ERROR(restore(l, k, state[key]));
+    }
+  return OkStatus();
+}
 
 }  // namespace fp8::train

@@ -10,9 +10,7 @@
 
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
-#include "worker/train/checkpoint.h"
 #include "worker/train/collective.h"
-#include "worker/train/hf_gpt2.h"
 #include "worker/train/spec.h"
 #include "worker/train/trainer.h"
 
@@ -90,21 +88,7 @@ int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
 
   if (cuda_built && spec->backend != Backend::kCpu) {
     if (cuda.available()) {
-      // The CUDA trainer builds its model from spec.model: take the shape from init_from here
-      // (the CPU trainer does the same inside RunTraining).
-      if (!spec->init_from.empty()) {
-        const bool resuming = !opts.resume_from.empty() && FindCheckpoint(opts.resume_from).ok();
-        auto src = OpenModelSource(resuming ? opts.resume_from : spec->init_from);
-        if (!src.ok()) {
-          const std::string msg = (resuming ? "resume from: " : "init_from: ") + src.status().message();
-          std::fprintf(stderr, "fp8-worker: DATA_ERROR: %s\n", msg.c_str());
-          events.Emit("error", {{"class", "DATA_ERROR"}, {"message", msg}});
-          return worker::kExitBadData;
-        }
-        spec->model = src->config;
-      }
-      return cuda.run(*spec, opts, rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s), events)
-          .exit_code;
+      return cuda.run(*spec, opts, {rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s)}, events).exit_code;
     }
     if (spec->backend == Backend::kCuda) {
       // The job asked for a GPU this node does not have. A retry lands on the same node and

@@ -2,7 +2,6 @@
 // --out DIR`. argv starts after the subcommand. Return the process exit code (sysexits).
 #pragma once
 
-#include <chrono>
 #include <string>
 
 #include "worker/common/events.h"
@@ -15,8 +14,7 @@ namespace fp8::train {
 // fp8_train itself never links CUDA. Null members: not built.
 struct CudaBackend {
   bool (*available)() = nullptr;
-  TrainResult (*run)(const TrainSpec& spec, const TrainOptions& options, int rank, int world_size,
-                     const std::string& rendezvous_dir, std::chrono::milliseconds timeout,
+  TrainResult (*run)(const TrainSpec& spec, const TrainOptions& options, const Distributed& dist,
                      worker::EventWriter& events) = nullptr;
 };
 

@@ -1,18 +1,23 @@
-// The training loop (design §4): data-parallel over a Collective, events on an EventWriter,
-// checkpoints on rank 0, SIGTERM handled at step boundaries. A run is a pure function of the
-// spec (and the checkpoint it resumed from): batches come from (seed, global sample index),
-// reductions run in a fixed order, so a resumed run repeats the uninterrupted one bit for bit.
+// The training loop (design §4), once for every backend (train_backend.h): data-parallel,
+// events on an EventWriter, checkpoints on rank 0, SIGTERM handled at step boundaries. A run is
+// a pure function of the spec (and the checkpoint it resumed from): batches come from (seed,
+// global sample index), reductions run in a fixed order, so a resumed run repeats the
+// uninterrupted one bit for bit.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
-#include <vector>
 
 #include "worker/common/events.h"
 #include "worker/train/collective.h"
 #include "worker/train/spec.h"
+#include "worker/train/train_backend.h"
 
 namespace fp8::train {
 
@@ -30,6 +35,14 @@ struct TrainOptions {
   bool tty_progress = false;    // a live progress line on stderr
 };
 
+// This process's place among the data-parallel ranks (FP8D_RANK, FP8D_WORLD_SIZE) and where
+// they meet (FP8D_RENDEZVOUS_DIR: rank 0 publishes the Gloo or NCCL id there).
+struct Distributed {
+  int rank = 0, world_size = 1;
+  std::string rendezvous_dir;
+  std::chrono::milliseconds timeout{300000};
+};
+
 struct TrainResult {
   int exit_code = 0;
   int64_t start_step = 0, steps_done = 0;
@@ -39,8 +52,20 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
+// Makes the backend for the spec as resolved (the model shape taken from init_from or from the
+// checkpoint a retry resumes).
+using BackendFactory = std::function<std::unique_ptr<TrainBackend>(const TrainSpec& resolved)>;
+
+TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, const BackendFactory& backend,
+                        fp8::worker::EventWriter& events);
+// On the CPU backend over `collective` (cpu_backend.cc).
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
                         fp8::worker::EventWriter& events);
+
+// Training FLOPs per token, the nanoGPT/PaLM count: 6·N (every parameter in a multiply-add,
+// forward + backward) + 12·L·C·T (attention scores and values, forward + backward, causal
+// mask not discounted). MFU = FLOPs/s over the backend's dense peak.
+double TrainFlopsPerToken(const ModelConfig& m, int64_t num_params);
 
 // FNV-1a 64 (hex) of the delayed-scaling state as the checkpoint stores it. The `done` event of
 // an fp8-tensorwise run carries it (`fp8_scaling_digest`), so it shows that data-parallel ranks

@@ -33,6 +33,7 @@ StatusOr<std::unique_ptr<LinearWorkspace>> LinearWorkspace::Create(const Precisi
   FP8_RETURN_IF_ERROR(ws->amax.Allocate(8, "amax"));
   FP8_RETURN_IF_ERROR(ws->tmp_state.Allocate(static_cast<size_t>(DelayedStateFloats(std::max(1, p.amax_history_len))), "scaling scratch"));
   if (p.recipe == Recipe::kBf16 || p.recipe == Recipe::kFp32) return ws;
+  FP8_RETURN_IF_ERROR(ws->fp8_stats.Allocate(1, "fp8 cast statistics"));
   const int64_t amax_el = max_m * dmax;
   FP8_RETURN_IF_ERROR(ws->aq.Allocate(static_cast<size_t>(amax_el), "fp8 activation"));
   FP8_RETURN_IF_ERROR(ws->aqt.Allocate(static_cast<size_t>(amax_el), "fp8 activation transposed"));
@@ -91,6 +92,13 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
   return xq_saved_.Allocate(static_cast<size_t>(max_m * in_), "saved x cast");
 }
 
+template <typename T>
+Status CudaLinear::CountCast(const T* x, int64_t n, const float* scale_inv, Fp8Format fmt) {
+  if (!ws_->collect_fp8_stats) return OkStatus();
+  ws_->fp8_stats_elements += n;
+  return AccumulateFp8CastStats(x, n, scale_inv, kernels::Fp8Max(fmt), ws_->fp8_stats.get(), s_);
+}
+
 // Casts with the delayed scale and copies the scale_inv it used to *si_dst (backward reads it
 // there). A training cast records its amax in sc.amax for ApplyScalingUpdates; evaluation casts
 // leave the state and the slot alone. The very first cast has no history yet: it is scaled by
@@ -112,7 +120,10 @@ Status CudaLinear::CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q
   } else {
     FP8_RETURN_IF_ERROR(kc::Sm90Fp8QuantizeTensor(x, n, scale_inv, sc.format, q, amax_out, s_));
   }
-  if (training) sc.pending = true;
+  if (training) {
+    sc.pending = true;
+    FP8_RETURN_IF_ERROR(CountCast(x, n, scale_inv, sc.format));
+  }
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(si_dst, scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, s_));
   return OkStatus();
 }
@@ -168,6 +179,9 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
         // one read of x.
         FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128AndTransposed128x128(x, m, in_, Fp8Format::kE4M3, sf, ws_->aq.get(), ws_->as.get(),
                                                                         xqt_.get(), xqt_scale_.get(), kc::Sm90BlockScaleLd(m), s_));
+        FP8_RETURN_IF_ERROR(CountCast(x, m * in_, nullptr, Fp8Format::kE4M3));
+        // W as this forward reads it (its cast may have come from the optimizer step).
+        FP8_RETURN_IF_ERROR(CountCast(static_cast<const float*>(w_), in_ * out_, nullptr, Fp8Format::kE4M3));
       } else {
         FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(),
                                                      ws_->as.get(), s_));
@@ -304,6 +318,7 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
       // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
       FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
                                                                 ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
+      FP8_RETURN_IF_ERROR(CountCast(dy, m * out_, nullptr, Fp8Format::kE4M3));
       if (dx) {
         // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
         FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,

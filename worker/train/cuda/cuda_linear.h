@@ -48,6 +48,10 @@ struct LinearWorkspace {
   DeviceBuffer<float> dw;
   bool dw_in_place = true;
   int64_t dw_scratch_floats = 0;  // the largest weight: what the fallback allocates
+  // FP8 recipes: the training casts' statistics and element count on report steps (collecting).
+  DeviceBuffer<DeviceFp8CastStats> fp8_stats;
+  bool collect_fp8_stats = false;
+  int64_t fp8_stats_elements = 0;
 };
 
 class CudaLinear {
@@ -124,6 +128,9 @@ class CudaLinear {
   kernels::ScaleFormat BlockScaleFormat() const { return p_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32; }
   // bf16/fp32 and fp8-blockwise: casts W into its GEMM operands unless they already hold W.
   Status EnsureWeightCast();
+  // Counts a training cast's input when collecting (scale_inv: the cast's; null for blockwise).
+  template <typename T>
+  Status CountCast(const T* x, int64_t n, const float* scale_inv, kernels::Fp8Format fmt);
   template <typename T>
   Status CastTensorwise(Scaling& sc, const T* x, int64_t n, uint8_t* q, bool training, float* si_dst);
 

@@ -42,41 +42,6 @@ Status GemmBf16Batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n,
                       "cublasGemmStridedBatchedEx");
 }
 
-std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
-  std::vector<ParamTensor> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool decay) {
-    ParamTensor t;
-    t.name = name;
-    t.numel = 1;
-    for (int64_t d : shape) t.numel *= d;
-    t.shape = std::move(shape);
-    t.offset = out.empty() ? 0 : out.back().offset + out.back().numel;
-    t.weight_decay = decay;
-    out.push_back(std::move(t));
-  };
-  const int64_t c = cfg.d_model;
-  add("wte.weight", {cfg.vocab_size, c}, true);
-  add("wpe.weight", {cfg.seq_len, c}, true);
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    auto linear = [&](const std::string& name, int64_t in, int64_t o) {
-      add(p + name + ".weight", {o, in}, true);
-      add(p + name + ".bias", {o}, false);
-    };
-    add(p + "ln_1.weight", {c}, false);
-    add(p + "ln_1.bias", {c}, false);
-    linear("attn.c_attn", c, 3 * c);
-    linear("attn.c_proj", c, c);
-    add(p + "ln_2.weight", {c}, false);
-    add(p + "ln_2.bias", {c}, false);
-    linear("mlp.c_fc", c, 4 * c);
-    linear("mlp.c_proj", 4 * c, c);
-  }
-  add("ln_f.weight", {c}, false);
-  add("ln_f.bias", {c}, false);
-  return out;
-}
-
 StatusOr<std::unique_ptr<CudaGptModel>> CudaGptModel::Create(const ModelConfig& cfg,
                                                              const PrecisionConfig& precision,
                                                              const std::vector<ParamTensor>& tensors,
@@ -433,33 +398,33 @@ Status CudaGptModel::Backward() {
   return OkStatus();
 }
 
+Status CudaGptModel::CollectFp8Stats(bool on) {
+  ws_->collect_fp8_stats = on && ws_->fp8_stats.get() != nullptr;  // allocated for the FP8 recipes only
+  ws_->fp8_stats_elements = 0;
+  if (ws_->collect_fp8_stats) FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(ws_->fp8_stats.get(), 0, sizeof(DeviceFp8CastStats), stream_));
+  return OkStatus();
+}
+
+Fp8CastStats CudaGptModel::TakeFp8Stats() {
+  DeviceFp8CastStats d{};
+  const bool collected = ws_->collect_fp8_stats && ws_->fp8_stats_elements > 0;
+  ws_->collect_fp8_stats = false;
+  if (collected) cudaMemcpyAsync(&d, ws_->fp8_stats.get(), sizeof(d), cudaMemcpyDeviceToHost, stream_);
+  if (cudaStreamSynchronize(stream_) != cudaSuccess || !collected) return {};
+  return {d.amax, static_cast<int64_t>(d.saturated), ws_->fp8_stats_elements};
+}
+
 nlohmann::json CudaGptModel::PrecisionState() const {
-  nlohmann::json out = nlohmann::json::object();
-  if (precision_.recipe != Recipe::kFp8Tensorwise) return out;
+  if (precision_.recipe != Recipe::kFp8Tensorwise) return nlohmann::json::object();
   cudaStreamSynchronize(stream_);
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    out[p + "attn.c_attn"] = b.qkv->State();
-    out[p + "attn.c_proj"] = b.proj->State();
-    out[p + "mlp.c_fc"] = b.fc->State();
-    out[p + "mlp.c_proj"] = b.fc_proj->State();
-  }
-  return out;
+  return LinearStates(cfg_.n_layer, [&](int64_t l, int k) { return linears_[static_cast<size_t>(4 * l + k)]->State(); });
 }
 
 Status CudaGptModel::RestorePrecisionState(const nlohmann::json& state) {
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
-    for (auto [name, lin] : {std::pair{"attn.c_attn", b.qkv.get()}, std::pair{"attn.c_proj", b.proj.get()},
-                             std::pair{"mlp.c_fc", b.fc.get()}, std::pair{"mlp.c_proj", b.fc_proj.get()}}) {
-      if (!state.contains(p + name)) return DataLossError("fp8 scaling state lacks " + p + name);
-      FP8_RETURN_IF_ERROR(lin->Restore(state[p + name]));
-    }
-  }
-  return OkStatus();
+  return RestoreLinearStates(state, cfg_.n_layer, [&](int64_t l, int k, const nlohmann::json& s) {
+    return linears_[static_cast<size_t>(4 * l + k)]->Restore(s);
+  });
 }
 
 }  // namespace fp8::train::cuda

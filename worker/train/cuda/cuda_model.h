@@ -28,6 +28,7 @@
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/token_groups.h"
 #include "worker/train/model.h"
+#include "worker/train/precision.h"
 #include "worker/train/spec.h"
 
 namespace fp8::train::cuda {
@@ -87,6 +88,13 @@ class CudaGptModel {
   int64_t num_params() const { return num_params_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   cudaStream_t stream() const { return stream_; }
+
+  // FP8 recipes: whether the training casts from now on are counted (the steps that report
+  // progress); turning it on starts a new count. TakeFp8Stats waits for the stream and returns
+  // the count (empty when none was collected; a failed copy surfaces at the next step), then
+  // stops collecting.
+  Status CollectFp8Stats(bool on);
+  Fp8CastStats TakeFp8Stats();
 
   nlohmann::json PrecisionState() const;
   Status RestorePrecisionState(const nlohmann::json& state);
@@ -167,11 +175,6 @@ class CudaGptModel {
   DeviceBuffer<float> amax_slots_;  // fp8-tensorwise: 3 per linear layer (x, W, dy), one reduction
   AmaxReduce amax_reduce_;
 };
-
-// GptModel's parameter layout (names, shapes, offsets, decay flags) without allocating the host
-// buffers: for benchmarks of models too large to mirror on the host cheaply. Tests check it
-// equals GptModel(cfg).tensors().
-std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg);
 
 // Row-major BF16 GEMM through cuBLAS (cuBLASLt kernels underneath): C[M,N] = alpha·op(A)·op(B)
 // + beta·C with FP32 accumulation; C is bf16 or fp32 (c_fp32).

@@ -1,4 +1,5 @@
-// Delayed scaling (kernels/scaling.h) on the device: the amax history and scale update.
+// Delayed scaling (kernels/scaling.h) on the device: the amax history and scale update, and the
+// casts' statistics for progress (one grid-stride pass, run only on the steps that report).
 // Launchers of train_kernels.h.
 #include "worker/train/cuda/train_kernels.h"
 
@@ -39,11 +40,45 @@ __global__ void DelayedScalingUpdateKernel(float* state, const float* amax_ptr, 
   state[p.history_len + 1] = ldexpf(si, p.margin);
 }
 
+__device__ __forceinline__ float Abs(float x) { return fabsf(x); }
+__device__ __forceinline__ float Abs(bf16 x) { return fabsf(__bfloat162float(x)); }
+
+template <typename T>
+__global__ void Fp8CastStatsKernel(const T* x, int64_t n, const float* scale_inv, float fp8_max, DeviceFp8CastStats* stats) {
+  // The CPU's limit, in the same float arithmetic: |x| beyond it clips to the format's max.
+  const float limit = scale_inv ? fp8_max * *scale_inv : INFINITY;
+  unsigned long long saturated = 0;
+  float amax = 0.0f;
+  GRID_STRIDE(i, n) {
+    const float a = Abs(x[i]);
+    saturated += a > limit;
+    amax = fmaxf(amax, a);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    saturated += __shfl_xor_sync(0xffffffffu, saturated, o);
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (saturated) atomicAdd(&stats->saturated, saturated);
+    // Non-negative floats order as their bits do.
+    atomicMax(reinterpret_cast<unsigned int*>(&stats->amax), __float_as_uint(amax));
+  }
+}
+
 }  // namespace
 
 Status DelayedScalingUpdate(float* state, const float* amax, DelayedScalingParams p, cudaStream_t s) {
   DelayedScalingUpdateKernel<<<1, 1, 0, s>>>(state, amax, p);
   LAUNCH_CHECK();
 }
+
+template <typename T>
+Status AccumulateFp8CastStats(const T* x, int64_t n, const float* scale_inv, float fp8_max, DeviceFp8CastStats* stats,
+                              cudaStream_t s) {
+  Fp8CastStatsKernel<<<Blocks(n) < 1024u ? Blocks(n) : 1024u, kThreads, 0, s>>>(x, n, scale_inv, fp8_max, stats);
+  LAUNCH_CHECK();
+}
+template Status AccumulateFp8CastStats(const float*, int64_t, const float*, float, DeviceFp8CastStats*, cudaStream_t);
+template Status AccumulateFp8CastStats(const bf16*, int64_t, const float*, float, DeviceFp8CastStats*, cudaStream_t);
 
 }  // namespace fp8::train::cuda

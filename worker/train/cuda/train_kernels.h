@@ -131,6 +131,18 @@ struct DelayedScalingParams {
 };
 inline int64_t DelayedStateFloats(int history_len) { return history_len + 2; }
 Status DelayedScalingUpdate(float* state, const float* amax, DelayedScalingParams p, cudaStream_t s);
+
+// What a reported step's FP8 casts saw (progress's fp8_amax_max and fp8_saturation_fraction, as
+// LinearPrecision counts them on the CPU), from a read-only pass over each cast's input.
+struct DeviceFp8CastStats {
+  unsigned long long saturated;  // elements with |x| > fp8_max · scale_inv
+  float amax;                    // max |x|
+};
+// stats += the cast of x[0..n) (T: float or bf16) by *scale_inv (device; null: a blockwise cast,
+// whose per-block scales clip nothing, so only the amax counts).
+template <typename T>
+Status AccumulateFp8CastStats(const T* x, int64_t n, const float* scale_inv, float fp8_max,
+                              DeviceFp8CastStats* stats, cudaStream_t s);
 // Pointer to the scale_inv inside a state block.
 inline float* DelayedScaleInv(float* state, int history_len) { return state + history_len + 1; }
 

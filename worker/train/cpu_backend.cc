@@ -1,0 +1,94 @@
+// TrainBackend on the CPU: GptModel + AdamW, gradients and scalars all-reduced in FP32 over a
+// Collective in a fixed order (so a run is bit-reproducible across layouts and resumes).
+#include <cmath>
+#include <vector>
+
+#include "worker/train/trainer.h"
+
+namespace fp8::train {
+namespace {
+
+class CpuBackend final : public TrainBackend {
+ public:
+  CpuBackend(const TrainSpec& spec, Collective& coll)
+      : spec_(spec), coll_(coll), model_(spec.model, spec.precision),
+        adam_(spec.training, spec.precision.bf16_moments, model_.tensors(), model_.num_params()) {}
+
+  int rank() const override { return coll_.rank(); }
+  int world_size() const override { return coll_.world_size(); }
+  GptModel& host() override { return model_; }
+  AdamW& host_adam() override { return adam_; }
+  Status Init() override { return OkStatus(); }
+  Status Start(bool, const nlohmann::json&) override {  // LoadCheckpoint restored the scaling state
+    model_.DeferScalingUpdates(world_size() > 1);
+    return OkStatus();
+  }
+
+  Status BeginStep(bool) override {
+    model_.TakeFp8CastStats();  // every step counts (cheap here); progress reports its own step's
+    model_.ZeroGrad();
+    return OkStatus();
+  }
+
+  StatusOr<double> MicroStep(const int32_t* inputs, const int32_t* targets, int batch, float loss_scale) override {
+    const double loss = model_.Forward(inputs, targets, batch);
+    model_.Backward(loss_scale);
+    // fp8-tensorwise: every rank's histories take the same (max-reduced) amaxes. (One rank:
+    // Backward has already fed them in.)
+    if (std::vector<float> amax = world_size() > 1 ? model_.PendingAmaxes() : std::vector<float>(); !amax.empty()) {
+      FP8_RETURN_IF_ERROR(coll_.AllReduceMax(amax.data(), amax.size()));
+      model_.ApplyPendingAmaxes(amax);
+    }
+    return loss;
+  }
+
+  Status ReduceStep(double* loss, bool* stop) override {
+    if (world_size() == 1) return OkStatus();
+    float scalars[2] = {static_cast<float>(*loss), *stop ? 1.0f : 0.0f};
+    FP8_RETURN_IF_ERROR(coll_.AllReduceSum(model_.grads().data(), model_.grads().size()));
+    FP8_RETURN_IF_ERROR(coll_.AllReduceSum(scalars, 2));
+    *loss = static_cast<double>(scalars[0]) / world_size();
+    *stop = scalars[1] > 0;
+    return OkStatus();
+  }
+
+  StatusOr<double> Update(double lr, int64_t step) override {
+    const double max_norm = spec_.training.max_grad_norm;
+    const double norm = GlobalNorm(model_.grads().data(), static_cast<int64_t>(model_.grads().size()));
+    if (max_norm > 0 && norm > max_norm)
+      for (float& g : model_.grads()) g *= static_cast<float>(max_norm / (norm + 1e-6));
+    adam_.Step(model_.params().data(), model_.grads().data(), lr, step);
+    return norm;
+  }
+
+  Fp8CastStats TakeFp8CastStats() override { return model_.TakeFp8CastStats(); }
+  StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int batch) override {
+    return model_.Forward(inputs, targets, batch, /*training=*/false);
+  }
+
+  Status AllReduceSum(double* v, int n) override {
+    // FP32 on the wire, also for one rank, so a world of one rounds as a world of many.
+    std::vector<float> buf(v, v + n);
+    FP8_RETURN_IF_ERROR(coll_.AllReduceSum(buf.data(), buf.size()));
+    for (int i = 0; i < n; ++i) v[i] = buf[static_cast<size_t>(i)];
+    return OkStatus();
+  }
+
+  Status SyncHost() override { return OkStatus(); }
+  nlohmann::json PrecisionState() const override { return model_.PrecisionState(); }
+
+ private:
+  const TrainSpec& spec_;
+  Collective& coll_;
+  GptModel model_;
+  AdamW adam_;
+};
+
+}  // namespace
+
+TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
+                        worker::EventWriter& events) {
+  return RunTraining(spec, options, [&](const TrainSpec& s) { return std::make_unique<CpuBackend>(s, collective); }, events);
+}
+
+}  // namespace fp8::train
