@@ -27,6 +27,9 @@ Status CheckFields(const json& obj, const Descriptor* desc, const std::string& p
       if (desc->field(i)->json_name() == it.key()) f = desc->field(i);
     }
     if (f == nullptr) return InvalidArgumentError(field + ": unknown field");
+    // protobuf's parser would take a single value as a list of one.
+    if (f->is_repeated() && !it.value().is_array() && !it.value().is_null())
+      return InvalidArgumentError(field + ": must be a list");
     if (f->type() == FieldDescriptor::TYPE_MESSAGE && !f->is_repeated() && !it.value().is_null()) {
       FP8_RETURN_IF_ERROR(CheckFields(it.value(), f->message_type(), field));
     }
