@@ -4,85 +4,38 @@
 #include <functional>
 #include <initializer_list>
 
-#include <google/protobuf/descriptor.h>
-
 namespace fp8::jobspec {
 namespace {
 
 using fp8d::v1::CalibrateSpec;
 using fp8d::v1::TrainSpec;
-using google::protobuf::FieldDescriptor;
 
-// A scalar field's value, read by reflection from its path below the spec.
-struct Value {
-  int64_t i = 0;
-  double d = 0;
-  std::string s;
-};
+// Each helper returns "" when the value passes, else why not (the text after "<field>: ").
+std::string Ints(int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return "";
+  return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got " + std::to_string(v) + ")";
+}
 
-Value Get(const google::protobuf::Message& spec, const std::string& path) {
-  const google::protobuf::Message* m = &spec;
-  size_t start = 0;
-  for (;;) {
-    const size_t dot = path.find('.', start);
-    const FieldDescriptor* f = m->GetDescriptor()->FindFieldByName(path.substr(start, dot - start));
-    if (f == nullptr) std::abort();  // a typo in a rule below; every rule runs in the tests
-    const auto* r = m->GetReflection();
-    if (dot != std::string::npos) {
-      m = &r->GetMessage(*m, f);
-      start = dot + 1;
-      continue;
-    }
-    Value v;
-    switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_INT32: v.i = r->GetInt32(*m, f); break;
-      case FieldDescriptor::CPPTYPE_INT64: v.i = r->GetInt64(*m, f); break;
-      case FieldDescriptor::CPPTYPE_DOUBLE: v.d = r->GetDouble(*m, f); break;
-      case FieldDescriptor::CPPTYPE_STRING: v.s = r->GetString(*m, f); break;
-      default: std::abort();  // no rule reads another type
-    }
-    return v;
+std::string AtLeast(int64_t v, int64_t lo) {
+  return v >= lo ? "" : "must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")";
+}
+
+// Finite, and `ok` (the interval that `text` names, e.g. "(0, 10]").
+std::string Real(double v, bool ok, const char* text) {
+  if (!std::isfinite(v)) return "must be finite";
+  return ok ? "" : std::string("must be in ") + text;
+}
+
+std::string OneOf(const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return "";
+    list += std::string(list.empty() ? "" : ", ") + a;
   }
+  return "must be one of " + list + " (got \"" + v + "\")";
 }
 
-// A check returns "" when the value passes, else why not (the text after "<field>: ").
-using ValueCheck = std::function<std::string(const Value&)>;
-
-ValueCheck Ints(int64_t lo, int64_t hi) {
-  return [lo, hi](const Value& v) {
-    if (v.i >= lo && v.i <= hi) return std::string();
-    return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got " + std::to_string(v.i) + ")";
-  };
-}
-
-ValueCheck AtLeast(int64_t lo) {
-  return [lo](const Value& v) {
-    return v.i >= lo ? std::string() : "must be >= " + std::to_string(lo) + " (got " + std::to_string(v.i) + ")";
-  };
-}
-
-// Finite and in the interval `text` names, e.g. "(0, 10]"; `hi` may be INFINITY.
-ValueCheck Reals(double lo, bool lo_open, double hi, bool hi_open, const char* text) {
-  return [=](const Value& v) {
-    if (!std::isfinite(v.d)) return std::string("must be finite");
-    const bool ok = (lo_open ? v.d > lo : v.d >= lo) && (hi_open ? v.d < hi : v.d <= hi);
-    return ok ? std::string() : std::string("must be in ") + text;
-  };
-}
-
-ValueCheck OneOf(std::initializer_list<const char*> allowed, bool empty_ok = false) {
-  std::vector<std::string> names(allowed.begin(), allowed.end());
-  return [names, empty_ok](const Value& v) {
-    std::string list;
-    for (const std::string& a : names) {
-      if (v.s == a || (empty_ok && v.s.empty())) return std::string();
-      list += (list.empty() ? "" : ", ") + a;
-    }
-    return "must be one of " + list + " (got \"" + v.s + "\")";
-  };
-}
-
-std::string PathProblem(const std::string& p, bool required) {
+std::string Path(const std::string& p, bool required) {
   if (p.empty()) return required ? "required" : "";
   if (p.size() > kMaxPathLength) return "must be at most " + std::to_string(kMaxPathLength) + " characters";
   for (unsigned char c : p) {
@@ -91,8 +44,12 @@ std::string PathProblem(const std::string& p, bool required) {
   return "";
 }
 
-ValueCheck Path(bool required) {
-  return [required](const Value& v) { return PathProblem(v.s, required); };
+std::string Patterns(const google::protobuf::RepeatedPtrField<std::string>& patterns) {
+  for (int i = 0; i < patterns.size(); ++i) {
+    const std::string why = Path(patterns[i], true);
+    if (!why.empty()) return "entry " + std::to_string(i) + ": " + why;
+  }
+  return "";
 }
 
 template <typename Spec>
@@ -100,18 +57,17 @@ struct Rule {
   std::string id;     // unique; every id has a case in tests/spec_cases/spec_cases.json
   std::string field;  // path below the spec, e.g. "training.learning_rate"
   std::function<std::string(const Spec&)> check;
+  Rule(const char* field, std::function<std::string(const Spec&)> check) : id(field), field(field), check(check) {}
+  Rule(const char* id, const char* field, std::function<std::string(const Spec&)> check)
+      : id(id), field(field), check(check) {}
 };
 
-// A rule on one field's value; its id is the field's path.
-template <typename Spec>
-Rule<Spec> On(const char* field, ValueCheck check) {
-  return {field, field, [field = std::string(field), check](const Spec& s) { return check(Get(s, field)); }};
-}
-
 // The model rules apply to a model built from the spec, not to one loaded from init_from.
-Rule<TrainSpec> OnModel(Rule<TrainSpec> rule) {
-  rule.check = [check = rule.check](const TrainSpec& s) { return s.init_from().empty() ? check(s) : std::string(); };
-  return rule;
+Rule<TrainSpec> OnModel(const char* id, const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return {id, field, [f](const TrainSpec& s) { return s.init_from().empty() ? f(s.model()) : std::string(); }};
+}
+Rule<TrainSpec> OnModel(const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return OnModel(field, field, std::move(f));
 }
 
 bool ModelIsSet(const fp8d::v1::ModelSpec& m) {
@@ -119,96 +75,100 @@ bool ModelIsSet(const fp8d::v1::ModelSpec& m) {
 }
 
 const std::vector<Rule<TrainSpec>>& TrainRules() {
-  using R = Rule<TrainSpec>;
-  constexpr double kInf = INFINITY;
-  static const std::vector<R> rules = {
+  using T = TrainSpec;
+  using M = fp8d::v1::ModelSpec;
+  static const std::vector<Rule<T>> rules = {
       {"model.with_init_from", "model",
-       [](const TrainSpec& s) {
+       [](const T& s) {
          return !s.init_from().empty() && ModelIsSet(s.model())
                     ? "must be left out with init_from (the shape comes from the model it names)"
                     : "";
        }},
-      OnModel(On<TrainSpec>("model.preset", OneOf({"tiny", "gpt2-124m", "gpt-1b", "gpt-2b"}))),
-      OnModel(On<TrainSpec>("model.n_layer", Ints(1, 1024))),
-      OnModel(On<TrainSpec>("model.n_head", Ints(1, 1024))),
-      OnModel(On<TrainSpec>("model.d_model", Ints(1, 65536))),
-      OnModel(On<TrainSpec>("model.seq_len", Ints(1, 1 << 20))),
-      OnModel(On<TrainSpec>("model.vocab_size", Ints(1, 65536))),  // llm.c shards hold uint16 tokens
-      OnModel({"model.d_model.multiple", "model.d_model",
-               [](const TrainSpec& s) {
-                 const auto& m = s.model();
-                 return m.d_model() % m.n_head() == 0 ? ""
-                                                      : "must be a multiple of n_head (" + std::to_string(m.n_head()) + ")";
-               }}),
-      On<TrainSpec>("init_from", Path(false)),
-      On<TrainSpec>("data.train", Path(true)),
-      On<TrainSpec>("data.val", Path(false)),
-      On<TrainSpec>("precision.recipe", OneOf({"bf16", "fp8-tensorwise", "fp8-blockwise"})),
-      On<TrainSpec>("precision.amax_history_len", Ints(1, 1024)),
-      On<TrainSpec>("precision.margin", Ints(0, 64)),
-      On<TrainSpec>("precision.scale_format", OneOf({"fp32", "ue8m0"})),
-      On<TrainSpec>("precision.amax_compute_algo", OneOf({"max", "most_recent"})),
-      On<TrainSpec>("training.max_steps", AtLeast(1)),
-      On<TrainSpec>("training.per_device_train_batch_size", AtLeast(1)),
-      On<TrainSpec>("training.gradient_accumulation_steps", AtLeast(1)),
-      On<TrainSpec>("training.learning_rate", Reals(0, true, 10, false, "(0, 10]")),
-      On<TrainSpec>("training.lr_scheduler_type", OneOf({"cosine", "linear", "constant"})),
-      {"training.warmup_steps", "training.warmup_steps",
-       [](const TrainSpec& s) { return Ints(0, s.training().max_steps())(Get(s, "training.warmup_steps")); }},
-      On<TrainSpec>("training.weight_decay", Reals(0, false, kInf, true, "[0, inf)")),
-      On<TrainSpec>("training.adam_beta1", Reals(0, false, 1, true, "[0, 1)")),
-      On<TrainSpec>("training.adam_beta2", Reals(0, false, 1, true, "[0, 1)")),
-      On<TrainSpec>("training.adam_epsilon", Reals(0, true, kInf, true, "(0, inf)")),
-      On<TrainSpec>("training.max_grad_norm", Reals(0, false, kInf, true, "[0, inf)")),
-      On<TrainSpec>("training.seed", AtLeast(0)),
-      On<TrainSpec>("training.logging_steps", AtLeast(1)),
-      On<TrainSpec>("training.eval_steps", AtLeast(1)),
-      On<TrainSpec>("training.save_steps", AtLeast(1)),
-      On<TrainSpec>("training.save_total_limit", AtLeast(1)),
-      On<TrainSpec>("training.export", OneOf({"hf"}, /*empty_ok=*/true)),
-      On<TrainSpec>("output_dir", Path(true)),
-      On<TrainSpec>("backend", OneOf({"auto", "cpu", "cuda"})),
+      OnModel("model.preset", [](const M& m) { return OneOf(m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b"}); }),
+      OnModel("model.n_layer", [](const M& m) { return Ints(m.n_layer(), 1, 1024); }),
+      OnModel("model.n_head", [](const M& m) { return Ints(m.n_head(), 1, 1024); }),
+      OnModel("model.d_model", [](const M& m) { return Ints(m.d_model(), 1, 65536); }),
+      OnModel("model.seq_len", [](const M& m) { return Ints(m.seq_len(), 1, 1 << 20); }),
+      OnModel("model.vocab_size", [](const M& m) { return Ints(m.vocab_size(), 1, 65536); }),  // uint16 tokens
+      OnModel("model.d_model.multiple", "model.d_model",
+              [](const M& m) {
+                return m.d_model() % m.n_head() == 0
+                           ? ""
+                           : "must be a multiple of n_head (" + std::to_string(m.n_head()) + ")";
+              }),
+      {"init_from", [](const T& s) { return Path(s.init_from(), false); }},
+      {"data.train", [](const T& s) { return Path(s.data().train(), true); }},
+      {"data.val", [](const T& s) { return Path(s.data().val(), false); }},
+      {"precision.recipe", [](const T& s) { return OneOf(s.precision().recipe(), {"bf16", "fp8-tensorwise", "fp8-blockwise"}); }},
+      {"precision.amax_history_len", [](const T& s) { return Ints(s.precision().amax_history_len(), 1, 1024); }},
+      {"precision.margin", [](const T& s) { return Ints(s.precision().margin(), 0, 64); }},
+      {"precision.scale_format", [](const T& s) { return OneOf(s.precision().scale_format(), {"fp32", "ue8m0"}); }},
+      {"precision.amax_compute_algo",
+       [](const T& s) { return OneOf(s.precision().amax_compute_algo(), {"max", "most_recent"}); }},
+      {"training.max_steps", [](const T& s) { return AtLeast(s.training().max_steps(), 1); }},
+      {"training.per_device_train_batch_size",
+       [](const T& s) { return AtLeast(s.training().per_device_train_batch_size(), 1); }},
+      {"training.gradient_accumulation_steps",
+       [](const T& s) { return AtLeast(s.training().gradient_accumulation_steps(), 1); }},
+      {"training.learning_rate",
+       [](const T& s) { const double v = s.training().learning_rate(); return Real(v, v > 0 && v <= 10, "(0, 10]"); }},
+      {"training.lr_scheduler_type",
+       [](const T& s) { return OneOf(s.training().lr_scheduler_type(), {"cosine", "linear", "constant"}); }},
+      {"training.warmup_steps", [](const T& s) { return Ints(s.training().warmup_steps(), 0, s.training().max_steps()); }},
+      {"training.weight_decay",
+       [](const T& s) { const double v = s.training().weight_decay(); return Real(v, v >= 0, "[0, inf)"); }},
+      {"training.adam_beta1",
+       [](const T& s) { const double v = s.training().adam_beta1(); return Real(v, v >= 0 && v < 1, "[0, 1)"); }},
+      {"training.adam_beta2",
+       [](const T& s) { const double v = s.training().adam_beta2(); return Real(v, v >= 0 && v < 1, "[0, 1)"); }},
+      {"training.adam_epsilon",
+       [](const T& s) { const double v = s.training().adam_epsilon(); return Real(v, v > 0, "(0, inf)"); }},
+      {"training.max_grad_norm",
+       [](const T& s) { const double v = s.training().max_grad_norm(); return Real(v, v >= 0, "[0, inf)"); }},
+      {"training.seed", [](const T& s) { return AtLeast(s.training().seed(), 0); }},
+      {"training.logging_steps", [](const T& s) { return AtLeast(s.training().logging_steps(), 1); }},
+      {"training.eval_steps", [](const T& s) { return AtLeast(s.training().eval_steps(), 1); }},
+      {"training.save_steps", [](const T& s) { return AtLeast(s.training().save_steps(), 1); }},
+      {"training.save_total_limit", [](const T& s) { return AtLeast(s.training().save_total_limit(), 1); }},
+      {"training.export",
+       [](const T& s) { return s.training().export_().empty() ? "" : OneOf(s.training().export_(), {"hf"}); }},
+      {"output_dir", [](const T& s) { return Path(s.output_dir(), true); }},
+      {"backend", [](const T& s) { return OneOf(s.backend(), {"auto", "cpu", "cuda"}); }},
   };
   return rules;
 }
 
-std::string PatternsProblem(const google::protobuf::RepeatedPtrField<std::string>& patterns) {
-  for (int i = 0; i < patterns.size(); ++i) {
-    const std::string why = PathProblem(patterns[i], true);
-    if (!why.empty()) return "entry " + std::to_string(i) + ": " + why;
-  }
-  return "";
-}
-
 const std::vector<Rule<CalibrateSpec>>& CalibrateRules() {
-  using S = CalibrateSpec;
-  static const std::vector<Rule<S>> rules = {
-      On<S>("input", Path(true)),
-      On<S>("output_dir", Path(true)),
+  using C = CalibrateSpec;
+  static const std::vector<Rule<C>> rules = {
+      {"input", [](const C& s) { return Path(s.input(), true); }},
+      {"output_dir", [](const C& s) { return Path(s.output_dir(), true); }},
       // The output replaces output_dir as a whole (calibrate.cc stages it next to it).
       {"output_dir.replaceable", "output_dir",
-       [](const S& s) {
+       [](const C& s) {
          std::string d = s.output_dir();
          while (d.size() > 1 && d.back() == '/') d.pop_back();
          return d == "/" || d == "." || d == ".." ? "\"" + d + "\" cannot be replaced by the output" : "";
        }},
-      On<S>("weights.granularity", OneOf({"block", "channel", "tensor"})),
-      On<S>("weights.fmt", OneOf({"e4m3"})),  // E5M2 has too few mantissa bits for weights
-      On<S>("weights.scale_format", OneOf({"fp32", "ue8m0"})),
-      {"weights.include", "weights.include", [](const S& s) { return PatternsProblem(s.weights().include()); }},
-      {"weights.exclude", "weights.exclude", [](const S& s) { return PatternsProblem(s.weights().exclude()); }},
-      On<S>("activations.data", Path(false)),
+      {"weights.granularity", [](const C& s) { return OneOf(s.weights().granularity(), {"block", "channel", "tensor"}); }},
+      // E5M2 has too few mantissa bits for weights; the kernels use it for gradients only.
+      {"weights.fmt", [](const C& s) { return OneOf(s.weights().fmt(), {"e4m3"}); }},
+      {"weights.scale_format", [](const C& s) { return OneOf(s.weights().scale_format(), {"fp32", "ue8m0"}); }},
+      {"weights.include", [](const C& s) { return Patterns(s.weights().include()); }},
+      {"weights.exclude", [](const C& s) { return Patterns(s.weights().exclude()); }},
+      {"activations.data", [](const C& s) { return Path(s.activations().data(), false); }},
       {"activations.data.direction", "activations.data",
-       [](const S& s) {
+       [](const C& s) {
          return !s.activations().data().empty() && s.direction() != "quantize"
                     ? "static activation scales are calibrated by direction quantize only"
                     : "";
        }},
-      On<S>("activations.num_samples", Ints(1, 1 << 30)),
-      On<S>("activations.method", OneOf({"max", "percentile", "mse"})),
-      On<S>("activations.percentile", Reals(0, true, 100, false, "(0, 100]")),
-      On<S>("direction", OneOf({"quantize", "dequantize"})),
-      On<S>("backend", OneOf({"auto", "cpu", "cuda"})),
+      {"activations.num_samples", [](const C& s) { return Ints(s.activations().num_samples(), 1, 1 << 30); }},
+      {"activations.method", [](const C& s) { return OneOf(s.activations().method(), {"max", "percentile", "mse"}); }},
+      {"activations.percentile",
+       [](const C& s) { const double v = s.activations().percentile(); return Real(v, v > 0 && v <= 100, "(0, 100]"); }},
+      {"direction", [](const C& s) { return OneOf(s.direction(), {"quantize", "dequantize"}); }},
+      {"backend", [](const C& s) { return OneOf(s.backend(), {"auto", "cpu", "cuda"}); }},
   };
   return rules;
 }

@@ -31,31 +31,18 @@ TrainSpec FromProto(const fp8d::v1::TrainSpec& p) {
   s.model = {m.preset(), m.n_layer(), m.n_head(), m.d_model(), m.seq_len(), m.vocab_size()};
   s.data = {p.data().train(), p.data().val()};
   const auto& pr = p.precision();
-  s.precision.recipe = RecipeOf(pr.recipe());
-  s.precision.amax_history_len = pr.amax_history_len();
-  s.precision.margin = pr.margin();
-  s.precision.ue8m0 = pr.scale_format() == "ue8m0";
-  s.precision.amax_most_recent = pr.amax_compute_algo() == "most_recent";
-  s.precision.bf16_moments = pr.bf16_moments();
+  // Designated initializers: a field added to these structs must be mapped here (-Wextra).
+  s.precision = {.recipe = RecipeOf(pr.recipe()), .amax_history_len = pr.amax_history_len(), .margin = pr.margin(),
+                 .ue8m0 = pr.scale_format() == "ue8m0", .amax_most_recent = pr.amax_compute_algo() == "most_recent",
+                 .bf16_moments = pr.bf16_moments()};
   const auto& t = p.training();
-  TrainingConfig& c = s.training;
-  c.max_steps = t.max_steps();
-  c.per_device_train_batch_size = t.per_device_train_batch_size();
-  c.gradient_accumulation_steps = t.gradient_accumulation_steps();
-  c.learning_rate = t.learning_rate();
-  c.lr_scheduler_type = ScheduleOf(t.lr_scheduler_type());
-  c.warmup_steps = t.warmup_steps();
-  c.weight_decay = t.weight_decay();
-  c.adam_beta1 = t.adam_beta1();
-  c.adam_beta2 = t.adam_beta2();
-  c.adam_epsilon = t.adam_epsilon();
-  c.max_grad_norm = t.max_grad_norm();
-  c.seed = t.seed();
-  c.logging_steps = t.logging_steps();
-  c.eval_steps = t.eval_steps();
-  c.save_steps = t.save_steps();
-  c.save_total_limit = t.save_total_limit();
-  c.export_hf = t.export_() == "hf";
+  s.training = {.max_steps = t.max_steps(), .per_device_train_batch_size = t.per_device_train_batch_size(),
+                .gradient_accumulation_steps = t.gradient_accumulation_steps(), .learning_rate = t.learning_rate(),
+                .lr_scheduler_type = ScheduleOf(t.lr_scheduler_type()), .warmup_steps = t.warmup_steps(),
+                .weight_decay = t.weight_decay(), .adam_beta1 = t.adam_beta1(), .adam_beta2 = t.adam_beta2(),
+                .adam_epsilon = t.adam_epsilon(), .max_grad_norm = t.max_grad_norm(), .seed = t.seed(),
+                .logging_steps = t.logging_steps(), .eval_steps = t.eval_steps(), .save_steps = t.save_steps(),
+                .save_total_limit = t.save_total_limit(), .export_hf = t.export_() == "hf"};
   s.output_dir = p.output_dir();
   s.backend = BackendOf(p.backend());
   s.init_from = p.init_from();
