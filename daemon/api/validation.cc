@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <initializer_list>
 
 #include "common/label_selector.h"
 #include "jobspec/defaults.h"
