@@ -329,22 +329,28 @@ std::vector<std::string> ClearOutputOnlyFields(fp8d::v1::Job& job) {
 }
 
 void ResolveJobPaths(fp8d::v1::Job& job, const std::string& base_dir) {
-  if (job.has_train()) {
-    auto* t = job.mutable_train();
-    if (t->has_data()) {
-      t->mutable_data()->set_train(Resolve(t->data().train(), base_dir));
-      t->mutable_data()->set_val(Resolve(t->data().val(), base_dir));
+  switch (job.spec_case()) {  // exhaustive: a new kind's paths must be listed here
+    case fp8d::v1::Job::kTrain: {
+      auto* t = job.mutable_train();
+      if (t->has_data()) {
+        t->mutable_data()->set_train(Resolve(t->data().train(), base_dir));
+        t->mutable_data()->set_val(Resolve(t->data().val(), base_dir));
+      }
+      t->set_output_dir(Resolve(t->output_dir(), base_dir));
+      t->set_init_from(Resolve(t->init_from(), base_dir));
+      break;
     }
-    t->set_output_dir(Resolve(t->output_dir(), base_dir));
-    t->set_init_from(Resolve(t->init_from(), base_dir));
-  }
-  if (job.has_calibrate()) {
-    auto* c = job.mutable_calibrate();
-    c->set_input(Resolve(c->input(), base_dir));
-    c->set_output_dir(Resolve(c->output_dir(), base_dir));
-    if (c->has_activations()) {
-      c->mutable_activations()->set_data(Resolve(c->activations().data(), base_dir));
+    case fp8d::v1::Job::kCalibrate: {
+      auto* c = job.mutable_calibrate();
+      c->set_input(Resolve(c->input(), base_dir));
+      c->set_output_dir(Resolve(c->output_dir(), base_dir));
+      if (c->has_activations()) {
+        c->mutable_activations()->set_data(Resolve(c->activations().data(), base_dir));
+      }
+      break;
     }
+    case fp8d::v1::Job::SPEC_NOT_SET:
+      break;
   }
 }
 

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   std::printf("| model | batch | recipe | tokens/s | ms/step | final loss |\n|---|---|---|---|---|---|\n");
   for (const Size& s : sizes) {
     for (Recipe r : recipes) {
-      TrainSpec spec;
+      TrainSpec spec = DefaultTrainSpec();
       spec.model = {"tiny", s.layers, s.heads, s.d_model, s.seq_len, 256};
       spec.data.train = dir + "/data/train_*.bin";
       spec.precision.recipe = r;

@@ -89,17 +89,21 @@ std::vector<std::string> AllowedRoots(const IsolationOptions& options, int64_t r
 }
 
 fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots) {
-  if (job.has_train()) {
-    const auto& t = job.train();
-    FP8_RETURN_IF_ERROR(CheckPath("job.train.data.train", t.data().train(), roots));
-    FP8_RETURN_IF_ERROR(CheckPath("job.train.data.val", t.data().val(), roots));
-    FP8_RETURN_IF_ERROR(CheckPath("job.train.output_dir", t.output_dir(), roots));
-  }
-  if (job.has_calibrate()) {
-    const auto& c = job.calibrate();
-    FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.input", c.input(), roots));
-    FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.output_dir", c.output_dir(), roots));
-    FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.activations.data", c.activations().data(), roots));
+  switch (job.spec_case()) {  // exhaustive: a new kind's paths must be listed here
+    case fp8d::v1::Job::kTrain: {
+      const auto& t = job.train();
+      FP8_RETURN_IF_ERROR(CheckPath("job.train.data.train", t.data().train(), roots));
+      FP8_RETURN_IF_ERROR(CheckPath("job.train.data.val", t.data().val(), roots));
+      return CheckPath("job.train.output_dir", t.output_dir(), roots);
+    }
+    case fp8d::v1::Job::kCalibrate: {
+      const auto& c = job.calibrate();
+      FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.input", c.input(), roots));
+      FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.output_dir", c.output_dir(), roots));
+      return CheckPath("job.calibrate.activations.data", c.activations().data(), roots);
+    }
+    case fp8d::v1::Job::SPEC_NOT_SET:
+      break;
   }
   return fp8::OkStatus();
 }

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <initializer_list>
 
 #include "common/label_selector.h"
+#include "jobspec/defaults.h"
+#include "jobspec/kind.h"
+#include "jobspec/validate.h"
 
 namespace fp8d::api {
 namespace {
@@ -13,39 +15,11 @@ using fp8::InvalidArgumentError;
 using fp8::OkStatus;
 using fp8::Status;
 
-std::string Join(std::string_view a, std::string_view b) {
-  std::string out(a);
-  out += '.';
-  out += b;
-  return out;
-}
-
 Status Bad(std::string_view field, std::string_view why) {
   return InvalidArgumentError(std::string(field) + ": " + std::string(why));
 }
 
-// One of the listed values; the empty string is allowed only when `allow_empty` (it means
-// "the default" in the proto).
-Status OneOf(std::string_view field, const std::string& value,
-             std::initializer_list<std::string_view> allowed, bool allow_empty) {
-  if (value.empty() && allow_empty) return OkStatus();
-  for (std::string_view a : allowed) {
-    if (value == a) return OkStatus();
-  }
-  std::string list;
-  for (std::string_view a : allowed) {
-    if (!list.empty()) list += ", ";
-    list += a;
-  }
-  return Bad(field, "must be one of " + list + (value.empty() ? " (got empty)" : " (got \"" + value + "\")"));
-}
-
 Status NonNegative(std::string_view field, int64_t v) {
-  return v < 0 ? Bad(field, "must be >= 0") : OkStatus();
-}
-
-Status NonNegativeFinite(std::string_view field, double v) {
-  if (!std::isfinite(v)) return Bad(field, "must be finite");
   return v < 0 ? Bad(field, "must be >= 0") : OkStatus();
 }
 
@@ -63,15 +37,6 @@ bool HasControlChars(const std::string& s) {
   return false;
 }
 
-Status Path(std::string_view field, const std::string& p, bool required) {
-  if (p.empty()) return required ? Bad(field, "must not be empty") : OkStatus();
-  if (p.size() > kMaxPathLength) {
-    return Bad(field, "must be at most " + std::to_string(kMaxPathLength) + " characters");
-  }
-  if (HasControlChars(p)) return Bad(field, "must not contain control characters");
-  return OkStatus();
-}
-
 Status ValidDuration(std::string_view field, const google::protobuf::Duration& d) {
   // google.protobuf.Duration: |seconds| ≤ 315576000000, |nanos| < 1e9, same sign.
   if (d.seconds() < 0 || d.nanos() < 0) return Bad(field, "must be non-negative");
@@ -84,73 +49,11 @@ int64_t DurationNanos(const google::protobuf::Duration& d) {
   return d.seconds() * 1000000000LL + d.nanos();
 }
 
-Status ValidateModel(std::string_view f, const fp8d::v1::ModelSpec& m) {
-  FP8_RETURN_IF_ERROR(
-      OneOf(Join(f, "preset"), m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b"}, true));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "n_layer"), m.n_layer(), 0, 1024));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "n_head"), m.n_head(), 0, 1024));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "d_model"), m.d_model(), 0, 65536));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "seq_len"), m.seq_len(), 0, 1 << 20));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "vocab_size"), m.vocab_size(), 0, 1 << 24));
-  if (m.preset().empty()) {
-    // Without a preset every dimension must be given explicitly.
-    if (m.n_layer() == 0) return Bad(Join(f, "n_layer"), "must be > 0 when no preset is set");
-    if (m.n_head() == 0) return Bad(Join(f, "n_head"), "must be > 0 when no preset is set");
-    if (m.d_model() == 0) return Bad(Join(f, "d_model"), "must be > 0 when no preset is set");
-    if (m.seq_len() == 0) return Bad(Join(f, "seq_len"), "must be > 0 when no preset is set");
-    if (m.vocab_size() == 0) return Bad(Join(f, "vocab_size"), "must be > 0 when no preset is set");
-  }
-  if (m.n_head() > 0 && m.d_model() > 0 && m.d_model() % m.n_head() != 0) {
-    return Bad(Join(f, "d_model"), "must be a multiple of n_head");
-  }
-  return OkStatus();
-}
-
-Status ValidatePrecision(std::string_view f, const fp8d::v1::PrecisionSpec& p) {
-  FP8_RETURN_IF_ERROR(
-      OneOf(Join(f, "recipe"), p.recipe(), {"bf16", "fp8-tensorwise", "fp8-blockwise"}, false));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "amax_history_len"), p.amax_history_len(), 0, 1024));
-  FP8_RETURN_IF_ERROR(InRange(Join(f, "margin"), p.margin(), 0, 64));
-  FP8_RETURN_IF_ERROR(OneOf(Join(f, "scale_format"), p.scale_format(), {"fp32", "ue8m0"}, true));
-  FP8_RETURN_IF_ERROR(
-      OneOf(Join(f, "amax_compute_algo"), p.amax_compute_algo(), {"max", "most_recent"}, true));
-  return OkStatus();
-}
-
-Status ValidateTraining(std::string_view f, const fp8d::v1::TrainingArgs& t) {
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "max_steps"), t.max_steps()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "per_device_train_batch_size"), t.per_device_train_batch_size()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "gradient_accumulation_steps"), t.gradient_accumulation_steps()));
-  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "learning_rate"), t.learning_rate()));
-  FP8_RETURN_IF_ERROR(
-      OneOf(Join(f, "lr_scheduler_type"), t.lr_scheduler_type(), {"cosine", "linear", "constant"}, true));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "warmup_steps"), t.warmup_steps()));
-  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "weight_decay"), t.weight_decay()));
-  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "adam_beta1"), t.adam_beta1()));
-  if (t.adam_beta1() >= 1) return Bad(Join(f, "adam_beta1"), "must be < 1");
-  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "adam_beta2"), t.adam_beta2()));
-  if (t.adam_beta2() >= 1) return Bad(Join(f, "adam_beta2"), "must be < 1");
-  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "adam_epsilon"), t.adam_epsilon()));
-  FP8_RETURN_IF_ERROR(NonNegativeFinite(Join(f, "max_grad_norm"), t.max_grad_norm()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "seed"), t.seed()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "logging_steps"), t.logging_steps()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "eval_steps"), t.eval_steps()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_steps"), t.save_steps()));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(f, "save_total_limit"), t.save_total_limit()));
-  FP8_RETURN_IF_ERROR(OneOf(Join(f, "export"), t.export_(), {"hf"}, true));
-  if (t.max_steps() > 0 && t.warmup_steps() > t.max_steps()) {
-    return Bad(Join(f, "warmup_steps"), "must be <= max_steps");
-  }
-  return OkStatus();
-}
-
-// What can be checked cheaply at create time; the worker validates the tensors (exit 65).
-Status ValidateInitFrom(std::string_view f, const fp8d::v1::TrainSpec& s) {
-  const std::string field = Join(f, "init_from");
-  FP8_RETURN_IF_ERROR(Path(field, s.init_from(), true));
-  const fp8d::v1::ModelSpec& m = s.model();
-  if (!m.preset().empty() || m.n_layer() || m.n_head() || m.d_model() || m.seq_len() || m.vocab_size())
-    return Bad(Join(f, "model"), "must be left out with init_from (the shape comes from the model it names)");
+// The filesystem half of init_from's checks (jobspec holds the rest): it must name a model
+// directory. The worker validates the tensors themselves (exit 65).
+Status InitFromIsModelDir(const fp8d::v1::TrainSpec& s) {
+  if (s.init_from().empty()) return OkStatus();
+  const std::string field = "job.train.init_from";
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path dir(s.init_from());
@@ -162,49 +65,25 @@ Status ValidateInitFrom(std::string_view f, const fp8d::v1::TrainSpec& s) {
   return Bad(field, s.init_from() + " has neither config.json (Hugging Face GPT-2) nor trainer_state.json (fp8d checkpoint)");
 }
 
-Status ValidateTrain(std::string_view f, const fp8d::v1::TrainSpec& s) {
-  if (s.init_from().empty()) {
-    FP8_RETURN_IF_ERROR(ValidateModel(Join(f, "model"), s.model()));
-  } else {
-    FP8_RETURN_IF_ERROR(ValidateInitFrom(f, s));
+// The spec's checks are jobspec's, the worker's own: run on the spec as it will be stored, with
+// the defaults filled in.
+Status ValidateSpec(const fp8d::v1::Job& job) {
+  switch (job.spec_case()) {
+    case fp8d::v1::Job::kTrain: {
+      fp8d::v1::TrainSpec spec = job.train();
+      fp8::jobspec::ApplyTrainDefaults(&spec);
+      FP8_RETURN_IF_ERROR(fp8::jobspec::ValidateTrainSpec(spec, "job.train"));
+      return InitFromIsModelDir(spec);
+    }
+    case fp8d::v1::Job::kCalibrate: {
+      fp8d::v1::CalibrateSpec spec = job.calibrate();
+      fp8::jobspec::ApplyCalibrateDefaults(&spec);
+      return fp8::jobspec::ValidateCalibrateSpec(spec, "job.calibrate");
+    }
+    case fp8d::v1::Job::SPEC_NOT_SET:
+      return Bad("job", "exactly one of train or calibrate must be set");
   }
-  FP8_RETURN_IF_ERROR(Path(Join(f, "data.train"), s.data().train(), true));
-  FP8_RETURN_IF_ERROR(Path(Join(f, "data.val"), s.data().val(), false));
-  FP8_RETURN_IF_ERROR(ValidatePrecision(Join(f, "precision"), s.precision()));
-  FP8_RETURN_IF_ERROR(ValidateTraining(Join(f, "training"), s.training()));
-  FP8_RETURN_IF_ERROR(Path(Join(f, "output_dir"), s.output_dir(), true));
-  FP8_RETURN_IF_ERROR(OneOf(Join(f, "backend"), s.backend(), {"auto", "cpu", "cuda"}, true));
-  return OkStatus();
-}
-
-Status ValidateCalibrate(std::string_view f, const fp8d::v1::CalibrateSpec& s) {
-  FP8_RETURN_IF_ERROR(Path(Join(f, "input"), s.input(), true));
-  FP8_RETURN_IF_ERROR(Path(Join(f, "output_dir"), s.output_dir(), true));
-  const std::string w = Join(f, "weights");
-  FP8_RETURN_IF_ERROR(
-      OneOf(Join(w, "granularity"), s.weights().granularity(), {"block", "channel", "tensor"}, true));
-  FP8_RETURN_IF_ERROR(OneOf(Join(w, "fmt"), s.weights().fmt(), {"e4m3"}, true));
-  FP8_RETURN_IF_ERROR(OneOf(Join(w, "scale_format"), s.weights().scale_format(), {"fp32", "ue8m0"}, true));
-  for (int i = 0; i < s.weights().include_size(); ++i) {
-    FP8_RETURN_IF_ERROR(Path(Join(w, "include[" + std::to_string(i) + "]"), s.weights().include(i), true));
-  }
-  for (int i = 0; i < s.weights().exclude_size(); ++i) {
-    FP8_RETURN_IF_ERROR(Path(Join(w, "exclude[" + std::to_string(i) + "]"), s.weights().exclude(i), true));
-  }
-  const std::string a = Join(f, "activations");
-  FP8_RETURN_IF_ERROR(Path(Join(a, "data"), s.activations().data(), false));
-  FP8_RETURN_IF_ERROR(NonNegative(Join(a, "num_samples"), s.activations().num_samples()));
-  FP8_RETURN_IF_ERROR(OneOf(Join(a, "method"), s.activations().method(), {"max", "percentile", "mse"}, true));
-  const double pct = s.activations().percentile();
-  if (!std::isfinite(pct) || pct < 0 || pct > 100) {
-    return Bad(Join(a, "percentile"), "must be between 0 and 100");
-  }
-  if (s.activations().method() == "percentile" && pct == 0) {
-    return Bad(Join(a, "percentile"), "must be > 0 when method is percentile");
-  }
-  FP8_RETURN_IF_ERROR(OneOf(Join(f, "direction"), s.direction(), {"quantize", "dequantize"}, true));
-  FP8_RETURN_IF_ERROR(OneOf(Join(f, "backend"), s.backend(), {"auto", "cpu", "cuda"}, true));
-  return OkStatus();
+  return Bad("job", "exactly one of train or calibrate must be set");
 }
 
 bool IsLabelKeyChar(char c) {
@@ -349,20 +228,10 @@ Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
   if (HasControlChars(job.display_name())) {
     return Bad("job.display_name", "must not contain control characters");
   }
-  switch (job.spec_case()) {
-    case fp8d::v1::Job::kTrain:
-      FP8_RETURN_IF_ERROR(ValidateTrain("job.train", job.train()));
-      break;
-    case fp8d::v1::Job::kCalibrate:
-      FP8_RETURN_IF_ERROR(ValidateCalibrate("job.calibrate", job.calibrate()));
-      break;
-    case fp8d::v1::Job::SPEC_NOT_SET:
-      return Bad("job", "exactly one of train or calibrate must be set");
-  }
+  FP8_RETURN_IF_ERROR(ValidateSpec(job));
   // kind is output only but a client may echo it back; it must then agree with the spec.
-  if (job.kind() != fp8d::v1::JOB_KIND_UNSPECIFIED) {
-    const auto expected = job.has_train() ? fp8d::v1::TRAIN : fp8d::v1::CALIBRATE;
-    if (job.kind() != expected) return Bad("job.kind", "does not match the spec that is set");
+  if (job.kind() != fp8d::v1::JOB_KIND_UNSPECIFIED && job.kind() != fp8::jobspec::KindOf(job)) {
+    return Bad("job.kind", "does not match the spec that is set");
   }
   FP8_RETURN_IF_ERROR(ValidateResources(job.resources()));
   FP8_RETURN_IF_ERROR(InRange("job.priority", job.priority(), kMinPriority, kMaxPriority));
@@ -375,7 +244,10 @@ Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
 void NormalizeCreateJobRequest(fp8d::v1::CreateJobRequest& request) {
   fp8d::v1::Job& job = *request.mutable_job();
   job.clear_name();
-  job.set_kind(job.has_train() ? fp8d::v1::TRAIN : fp8d::v1::CALIBRATE);
+  job.set_kind(fp8::jobspec::KindOf(job));
+  // The effective spec is what is stored and what GetJob shows (and what request_id dedup
+  // compares), like Kubernetes' defaulting.
+  fp8::jobspec::ApplySpecDefaults(&job);
   fp8d::v1::Resources& res = *job.mutable_resources();
   if (res.ranks() == 0) {
     // Validated: nodes × ranks_per_node fits; with neither set the default is 1 rank.

@@ -1,7 +1,9 @@
 // Request validation for the public JobService (design §3). Every check names the offending
-// field with its full path ("job.train.training.learning_rate: must be >= 0") so a client can
-// point at the line of its job file. Validation is pure: no I/O, callable from any thread, so
-// the gRPC reactors run it before posting anything to the manager.
+// field with its full path ("job.train.training.learning_rate: must be in (0, 10]") so a client
+// can point at the line of its job file. The spec's own checks and defaults are fp8_jobspec's
+// (jobspec/), the ones the worker runs. Validation touches no state (init_from's directory is
+// only looked at), callable from any thread, so the gRPC reactors run it before posting
+// anything to the manager.
 #pragma once
 
 #include <string>
@@ -19,7 +21,6 @@ inline constexpr size_t kMaxDisplayNameLength = 256;
 inline constexpr int kMaxLabels = 64;
 inline constexpr size_t kMaxLabelKeyLength = 63;
 inline constexpr size_t kMaxLabelValueLength = 256;
-inline constexpr size_t kMaxPathLength = 4096;
 inline constexpr int kMaxPageSize = 1000;
 inline constexpr int kMaxAttempts = 100;
 inline constexpr int kMinPriority = -1000;

@@ -10,18 +10,12 @@
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
 #include "daemon/core/job_manager_impl.h"
+#include "jobspec/kind.h"
 
 namespace fp8d::core {
-namespace {
-
-const std::string& BackendOf(const Job& job) {
-  return job.has_train() ? job.train().backend() : job.calibrate().backend();
-}
-
-}  // namespace
 
 std::string OutputDirKey(const Job& job) {
-  const std::string& dir = job.has_train() ? job.train().output_dir() : job.calibrate().output_dir();
+  const std::string& dir = fp8::jobspec::SpecOutputDir(job);
   if (dir.empty()) return "";
   std::string key = std::filesystem::path(dir).lexically_normal().string();
   while (key.size() > 1 && key.back() == '/') key.pop_back();
@@ -29,12 +23,12 @@ std::string OutputDirKey(const Job& job) {
 }
 
 Status JobManagerImpl::CheckAdmission(const Job& job, const std::string& request_id) {
-  if (BackendOf(job) == "cuda") {
+  if (fp8::jobspec::SpecBackend(job) == "cuda") {
     bool any_gpu = false;
     for (const auto& slot : agent_->Slots()) any_gpu = any_gpu || slot.gpu >= 0;
     if (!any_gpu) {
       return fp8::FailedPreconditionError(
-          std::string(job.has_train() ? "job.train.backend" : "job.calibrate.backend") +
+          std::string(fp8::jobspec::SpecFieldPath(job)) + ".backend" +
           ": cuda, but no node of this fp8d has a GPU; use auto or cpu");
     }
   }

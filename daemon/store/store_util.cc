@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "jobspec/kind.h"
+
 namespace fp8d::store::internal {
 namespace {
 
@@ -166,10 +168,7 @@ int64_t StoredTimeMs(const google::protobuf::Timestamp& ts) {
 void PrepareNewJob(fp8d::v1::Job* job, const std::string& id, int64_t now_ms) {
   job->set_name(NameForId(id));
   if (job->state() == fp8d::v1::JOB_STATE_UNSPECIFIED) job->set_state(fp8d::v1::QUEUED);
-  if (job->kind() == fp8d::v1::JOB_KIND_UNSPECIFIED) {
-    if (job->has_train()) job->set_kind(fp8d::v1::TRAIN);
-    if (job->has_calibrate()) job->set_kind(fp8d::v1::CALIBRATE);
-  }
+  if (job->kind() == fp8d::v1::JOB_KIND_UNSPECIFIED) job->set_kind(fp8::jobspec::KindOf(*job));
   SetTimestampMs(job->mutable_create_time(), now_ms);
   SetTimestampMs(job->mutable_update_time(), now_ms);
   job->set_version(1);

@@ -21,7 +21,8 @@ fi
 case "$TARGET" in
   job_file) SOURCES=(tests/fuzz/job_file_fuzz.cc client/job_file.cc common/status.cc)
             PROTOS=(job.pb.cc); LIBS=(-lyaml-cpp -lprotobuf); MAX_LEN=65536 ;;
-  requests) SOURCES=(tests/fuzz/request_fuzz.cc daemon/api/validation.cc common/status.cc common/label_selector.cc)
+  requests) SOURCES=(tests/fuzz/request_fuzz.cc daemon/api/validation.cc common/status.cc common/label_selector.cc
+                    jobspec/defaults.cc jobspec/validate.cc jobspec/kind.cc)
             PROTOS=(job.pb.cc job_service.pb.cc); LIBS=(-lprotobuf); MAX_LEN=16384 ;;
   *) echo "unknown target $TARGET"; exit 2 ;;
 esac

@@ -36,7 +36,7 @@ inline const std::string& CorpusShardDir() {
 }
 
 inline TrainSpec TinySpec(Recipe recipe, int64_t steps, const std::string& output_dir) {
-  TrainSpec s;
+  TrainSpec s = DefaultTrainSpec();
   s.model.preset = "tiny";
   s.model.n_layer = 2;
   s.model.n_head = 4;

@@ -44,7 +44,7 @@ TEST(WorkerCli, InvalidSpecExits64AndNamesTheField) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0]["type"], "error");
   EXPECT_EQ(ev[0]["class"], "INVALID_SPEC");
-  EXPECT_EQ(ev[0]["message"], "training.learning_rate: must be > 0");
+  EXPECT_EQ(ev[0]["message"], "training.learning_rate: must be in (0, 10]");
 }
 
 TEST(WorkerCli, MissingDataExits65) {

@@ -33,7 +33,7 @@ StatusOr<ActivationCalibration> CalibrateActivations(train::GptModel& model, con
   ActivationCalibration cal;
   cal.method = opts.method;
   cal.percentile = opts.percentile;
-  cal.num_samples = opts.num_samples > 0 ? opts.num_samples : kDefaultCalibrationSamples;
+  cal.num_samples = opts.num_samples;  // >= 1: its default and check are jobspec's
   cal.tokens = static_cast<int64_t>(cal.num_samples) * model.config().seq_len;
 
   std::map<std::string, AbsHistogram> hist;

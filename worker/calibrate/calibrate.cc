@@ -150,7 +150,7 @@ StatusOr<std::unique_ptr<GptCalibration>> StartGptCalibration(const ModelInput& 
   auto data = data::TokenDataset::Load(opts.data, cfg.seq_len, cfg.vocab_size);
   if (!data.ok()) {
     if (data.status().code() == StatusCode::kNotFound)  // the glob names nothing: a spec error
-      return FailedPreconditionError("spec field \"activations.data\": " + data.status().message());
+      return FailedPreconditionError("activations.data: " + data.status().message());
     return DataLossError("activations.data: " + data.status().message());
   }
   g->data = std::move(*data);
@@ -271,12 +271,12 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
       return summary;
     }
     if (!fs::is_directory(out) || !fs::is_empty(out))
-      return FailedPreconditionError("spec field \"output_dir\": " + opts.output_dir +
+      return FailedPreconditionError("output_dir: " + opts.output_dir +
                                      " already exists and is not empty; refusing to overwrite it");
   }
   const fs::path in_dir = fs::weakly_canonical(in.dir, ec);
   const fs::path out_abs = fs::weakly_canonical(out, ec);
-  if (in_dir == out_abs) return FailedPreconditionError("spec field \"output_dir\": the same directory as the input");
+  if (in_dir == out_abs) return FailedPreconditionError("output_dir: the same directory as the input");
 
   FP8_ASSIGN_OR_RETURN(Plan plan, opts.direction == Direction::kQuantize ? PlanQuantize(in, opts) : PlanDequantize(in, opts.input));
   for (const json& w : plan.unaligned)

@@ -17,8 +17,6 @@
 
 namespace fp8::calibrate {
 
-// Default activations.num_samples (sequences of the model's seq_len).
-inline constexpr int kDefaultCalibrationSamples = 64;
 // Sequences per forward pass.
 inline constexpr int kCalibrationBatch = 8;
 // Sample streams of data::TokenDataset::Sample: calibration and evaluation draw different

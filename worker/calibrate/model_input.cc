@@ -60,7 +60,7 @@ StatusOr<ModelInput> OpenModelInput(const std::string& input) {
   ModelInput m;
   std::error_code ec;
   const fs::file_status st = fs::status(input, ec);
-  if (ec || !fs::exists(st)) return FailedPreconditionError("spec field \"input\": " + input + " does not exist");
+  if (ec || !fs::exists(st)) return FailedPreconditionError("input: " + input + " does not exist");
 
   if (fs::is_regular_file(st)) {
     m.single_file = true;
@@ -113,7 +113,7 @@ StatusOr<ModelInput> OpenModelInput(const std::string& input) {
     }
     std::sort(m.other_files.begin(), m.other_files.end());
   } else {
-    return FailedPreconditionError("spec field \"input\": " + input + " is neither a file nor a directory");
+    return FailedPreconditionError("input: " + input + " is neither a file nor a directory");
   }
 
   for (size_t i = 0; i < m.shards.size(); ++i) {

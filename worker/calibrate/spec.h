@@ -1,6 +1,7 @@
-// The calibration job's spec: proto/fp8d/v1/job.proto's CalibrateSpec in its JSON (or YAML)
-// form with snake_case field names, validated into plain options. Zero / empty means the
-// default. Unknown fields and bad values are InvalidArgument naming the field (exit 64).
+// The calibration job's spec as the worker runs it: spec.json / spec.yaml read into the proto
+// fp8d::v1::CalibrateSpec (worker/common/spec_file.h), filled and checked by fp8_jobspec (the
+// same defaults and checks as the daemon's at create), then mapped onto the options below,
+// which hold no defaults of their own. Bad values are InvalidArgument naming the field (exit 64).
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "fp8d/v1/job.pb.h"
 #include "kernels/quantize.h"
 
 namespace fp8::calibrate {
@@ -18,9 +20,9 @@ enum class Direction { kQuantize, kDequantize };
 enum class Backend { kAuto, kCpu, kCuda };
 
 struct WeightOptions {
-  WeightGranularity granularity = WeightGranularity::kBlock;
-  kernels::Fp8Format fmt = kernels::Fp8Format::kE4M3;
-  kernels::ScaleFormat scale_format = kernels::ScaleFormat::kFp32;
+  WeightGranularity granularity{};
+  kernels::Fp8Format fmt{};
+  kernels::ScaleFormat scale_format{};
   std::vector<std::string> include;  // empty: the defaults (see selection.h)
   std::vector<std::string> exclude;
   // Block granularity: selected tensors with a dimension not a multiple of the block size stay
@@ -31,10 +33,10 @@ struct WeightOptions {
 // Static activation calibration and the eval loss before/after (fp8d's GPT models only; see
 // activation_calib.h and eval_loss.h).
 struct ActivationOptions {
-  std::string data;     // glob of token shards; empty: activation_scheme dynamic, no eval loss
-  int num_samples = 0;  // sequences; 0: kDefaultCalibrationSamples
-  std::string method = "max";
-  double percentile = 99.9;
+  std::string data;  // glob of token shards; empty: activation_scheme dynamic, no eval loss
+  int num_samples = 0;  // sequences
+  std::string method;
+  double percentile = 0;
 };
 
 struct CalibrateOptions {
@@ -42,14 +44,15 @@ struct CalibrateOptions {
   std::string output_dir;
   WeightOptions weights;
   ActivationOptions activations;
-  Direction direction = Direction::kQuantize;
-  Backend backend = Backend::kAuto;
+  Direction direction{};
+  Backend backend{};
   // The validated spec, defaults filled in: what a restart compares against its staging dir.
   nlohmann::json canonical;
 };
 
 const char* GranularityName(WeightGranularity g);
 
+StatusOr<CalibrateOptions> ParseCalibrateSpec(fp8d::v1::CalibrateSpec spec);
 StatusOr<CalibrateOptions> ParseCalibrateSpec(const nlohmann::json& spec);
 // Reads a spec file: JSON, or YAML when the name ends in .yaml / .yml.
 StatusOr<CalibrateOptions> LoadCalibrateSpec(const std::string& path);

@@ -459,10 +459,10 @@ StatusOr<std::unique_ptr<WeightConverter>> MakeWeightConverter(Backend backend) 
 #if FP8_CALIBRATE_CUDA
   if (CudaDeviceAvailable()) return MakeCudaWeightConverter();
   if (backend == Backend::kCuda)
-    return FailedPreconditionError("spec field \"backend\": cuda requested, but no CUDA device is visible");
+    return FailedPreconditionError("backend: cuda requested, but no CUDA device is visible");
 #else
   if (backend == Backend::kCuda)
-    return FailedPreconditionError("spec field \"backend\": cuda requested, but this fp8-worker was built without CUDA");
+    return FailedPreconditionError("backend: cuda requested, but this fp8-worker was built without CUDA");
 #endif
   return MakeCpuWeightConverter();
 }

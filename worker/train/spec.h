@@ -1,8 +1,7 @@
-// The training spec (TrainSpec in proto/fp8d/v1/job.proto) as the worker reads it: JSON or YAML,
-// snake_case (lowerCamelCase, as protobuf's JSON printer writes, is accepted too). The daemon
-// writes every field of the proto, so 0, "" and absent all mean "the default". Unknown fields
-// and bad values are InvalidArgument errors whose message starts with the field path, e.g.
-// "training.learning_rate: must be > 0".
+// The training spec as the worker runs it. spec.json / spec.yaml is read into the proto
+// fp8d::v1::TrainSpec (worker/common/spec_file.h), filled and checked by fp8_jobspec (the same
+// defaults and checks the daemon applies at create), then mapped onto the plain structs below.
+// So the structs hold no spec defaults of their own: build one with DefaultTrainSpec().
 #pragma once
 
 #include <cstdint>
@@ -11,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "fp8d/v1/job.pb.h"
+#include "jobspec/defaults.h"
 
 namespace fp8::train {
 
@@ -19,7 +20,7 @@ enum class LrSchedule { kCosine, kLinear, kConstant };
 enum class Backend { kAuto, kCpu, kCuda };
 
 struct ModelConfig {
-  std::string preset = "tiny";
+  std::string preset;
   int n_layer = 0, n_head = 0, d_model = 0, seq_len = 0, vocab_size = 0;
 };
 
@@ -27,9 +28,11 @@ struct DataConfig {
   std::string train, val;
 };
 
+// The model code also builds a PrecisionConfig on its own (evaluation, tools, benches): those
+// two initialisers are jobspec's defaults, not copies of them.
 struct PrecisionConfig {
   Recipe recipe = Recipe::kBf16;
-  int amax_history_len = 16;
+  int amax_history_len = jobspec::kDefaultAmaxHistoryLen;
   int margin = 0;
   bool ue8m0 = false;                  // scale_format
   bool amax_most_recent = false;       // amax_compute_algo
@@ -37,22 +40,22 @@ struct PrecisionConfig {
 };
 
 struct TrainingConfig {
-  int64_t max_steps = 200;
-  int per_device_train_batch_size = 8;
-  int gradient_accumulation_steps = 1;
-  double learning_rate = 1e-3;
+  int64_t max_steps = 0;
+  int per_device_train_batch_size = 0;
+  int gradient_accumulation_steps = 0;
+  double learning_rate = 0;
   LrSchedule lr_scheduler_type = LrSchedule::kCosine;
   int64_t warmup_steps = 0;
-  double weight_decay = 0.0;
-  double adam_beta1 = 0.9;
-  double adam_beta2 = 0.999;
-  double adam_epsilon = 1e-8;
-  double max_grad_norm = 1.0;
-  int64_t seed = 42;
-  int64_t logging_steps = 10;
-  int64_t eval_steps = 100;
-  int64_t save_steps = 500;
-  int save_total_limit = 3;
+  double weight_decay = 0;
+  double adam_beta1 = 0;
+  double adam_beta2 = 0;
+  double adam_epsilon = 0;
+  double max_grad_norm = 0;
+  int64_t seed = 0;
+  int64_t logging_steps = 0;
+  int64_t eval_steps = 0;
+  int64_t save_steps = 0;
+  int save_total_limit = 0;
   bool export_hf = false;  // training.export: hf → <output_dir>/hf/ at the end (rank 0)
 };
 
@@ -61,19 +64,22 @@ struct TrainSpec {
   DataConfig data;
   PrecisionConfig precision;
   TrainingConfig training;
-  std::string output_dir = "./fp8-output";
+  std::string output_dir;
   Backend backend = Backend::kAuto;
   // A Hugging Face GPT-2 directory or an fp8d checkpoint to start from (worker/train/hf_gpt2.h);
   // the model shape comes from it, so `model` must be left out.
   std::string init_from;
 };
 
-// Parses and validates (including the preset, whose explicit fields override it).
+// Defaults, checks (errors name the field, e.g. "training.learning_rate: must be in (0, 10]")
+// and the mapping onto TrainSpec.
+StatusOr<TrainSpec> ParseTrainSpec(fp8d::v1::TrainSpec proto);
 StatusOr<TrainSpec> ParseTrainSpec(const nlohmann::json& j);
 // Reads a file: .yaml/.yml as YAML, anything else as JSON.
 StatusOr<TrainSpec> LoadTrainSpec(const std::string& path);
-// YAML text → JSON (scalars that look like numbers or booleans become numbers or booleans).
-StatusOr<nlohmann::json> YamlToJson(const std::string& yaml_text);
+// Every default filled in, nothing checked (data.train and output_dir stay empty): for code
+// that builds a spec by hand (tests, benches).
+TrainSpec DefaultTrainSpec();
 
 const char* RecipeName(Recipe r);
 // The resolved spec (defaults filled in), for trainer_state.json and logs.

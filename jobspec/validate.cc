@@ -1,0 +1,221 @@
+#include "jobspec/validate.h"
+
+#include <cmath>
+#include <functional>
+#include <initializer_list>
+
+namespace fp8::jobspec {
+namespace {
+
+using fp8d::v1::CalibrateSpec;
+using fp8d::v1::TrainSpec;
+
+// Each helper returns "" when the value passes, else why not (the text after "<field>: ").
+std::string Ints(int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return "";
+  return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got " + std::to_string(v) + ")";
+}
+
+std::string AtLeast(int64_t v, int64_t lo) {
+  return v >= lo ? "" : "must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")";
+}
+
+// Finite, and `ok` (the interval that `text` names, e.g. "(0, 10]").
+std::string Real(double v, bool ok, const char* text) {
+  if (!std::isfinite(v)) return "must be finite";
+  return ok ? "" : std::string("must be in ") + text;
+}
+
+std::string OneOf(const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return "";
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  return "must be one of " + list + " (got \"" + v + "\")";
+}
+
+std::string Path(const std::string& p, bool required) {
+  if (p.empty()) return required ? "required" : "";
+  if (p.size() > kMaxPathLength) return "must be at most " + std::to_string(kMaxPathLength) + " characters";
+  for (unsigned char c : p) {
+    if (c < 0x20 || c == 0x7f) return "must not contain control characters";
+  }
+  return "";
+}
+
+std::string Patterns(const google::protobuf::RepeatedPtrField<std::string>& patterns) {
+  for (int i = 0; i < patterns.size(); ++i) {
+    const std::string why = Path(patterns[i], true);
+    if (!why.empty()) return "entry " + std::to_string(i) + ": " + why;
+  }
+  return "";
+}
+
+template <typename Spec>
+struct Rule {
+  std::string id;     // unique; every id has a case in tests/spec_cases/spec_cases.json
+  std::string field;  // path below the spec, e.g. "training.learning_rate"
+  std::function<std::string(const Spec&)> check;
+  Rule(const char* field, std::function<std::string(const Spec&)> check) : id(field), field(field), check(check) {}
+  Rule(const char* id, const char* field, std::function<std::string(const Spec&)> check)
+      : id(id), field(field), check(check) {}
+};
+
+// The model rules apply to a model built from the spec, not to one loaded from init_from.
+Rule<TrainSpec> OnModel(const char* id, const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return {id, field, [f](const TrainSpec& s) { return s.init_from().empty() ? f(s.model()) : std::string(); }};
+}
+Rule<TrainSpec> OnModel(const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return OnModel(field, field, std::move(f));
+}
+
+bool ModelIsSet(const fp8d::v1::ModelSpec& m) {
+  return !m.preset().empty() || m.n_layer() || m.n_head() || m.d_model() || m.seq_len() || m.vocab_size();
+}
+
+const std::vector<Rule<TrainSpec>>& TrainRules() {
+  using T = TrainSpec;
+  using M = fp8d::v1::ModelSpec;
+  static const std::vector<Rule<T>> rules = {
+      {"model.with_init_from", "model",
+       [](const T& s) {
+         return !s.init_from().empty() && ModelIsSet(s.model())
+                    ? "must be left out with init_from (the shape comes from the model it names)"
+                    : "";
+       }},
+      OnModel("model.preset", [](const M& m) { return OneOf(m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b"}); }),
+      OnModel("model.n_layer", [](const M& m) { return Ints(m.n_layer(), 1, 1024); }),
+      OnModel("model.n_head", [](const M& m) { return Ints(m.n_head(), 1, 1024); }),
+      OnModel("model.d_model", [](const M& m) { return Ints(m.d_model(), 1, 65536); }),
+      OnModel("model.seq_len", [](const M& m) { return Ints(m.seq_len(), 1, 1 << 20); }),
+      OnModel("model.vocab_size", [](const M& m) { return Ints(m.vocab_size(), 1, 65536); }),  // uint16 tokens
+      OnModel("model.d_model.multiple", "model.d_model",
+              [](const M& m) {
+                return m.d_model() % m.n_head() == 0
+                           ? ""
+                           : "must be a multiple of n_head (" + std::to_string(m.n_head()) + ")";
+              }),
+      {"init_from", [](const T& s) { return Path(s.init_from(), false); }},
+      {"data.train", [](const T& s) { return Path(s.data().train(), true); }},
+      {"data.val", [](const T& s) { return Path(s.data().val(), false); }},
+      {"precision.recipe", [](const T& s) { return OneOf(s.precision().recipe(), {"bf16", "fp8-tensorwise", "fp8-blockwise"}); }},
+      {"precision.amax_history_len", [](const T& s) { return Ints(s.precision().amax_history_len(), 1, 1024); }},
+      {"precision.margin", [](const T& s) { return Ints(s.precision().margin(), 0, 64); }},
+      {"precision.scale_format", [](const T& s) { return OneOf(s.precision().scale_format(), {"fp32", "ue8m0"}); }},
+      {"precision.amax_compute_algo",
+       [](const T& s) { return OneOf(s.precision().amax_compute_algo(), {"max", "most_recent"}); }},
+      {"training.max_steps", [](const T& s) { return AtLeast(s.training().max_steps(), 1); }},
+      {"training.per_device_train_batch_size",
+       [](const T& s) { return AtLeast(s.training().per_device_train_batch_size(), 1); }},
+      {"training.gradient_accumulation_steps",
+       [](const T& s) { return AtLeast(s.training().gradient_accumulation_steps(), 1); }},
+      {"training.learning_rate",
+       [](const T& s) { const double v = s.training().learning_rate(); return Real(v, v > 0 && v <= 10, "(0, 10]"); }},
+      {"training.lr_scheduler_type",
+       [](const T& s) { return OneOf(s.training().lr_scheduler_type(), {"cosine", "linear", "constant"}); }},
+      {"training.warmup_steps", [](const T& s) { return Ints(s.training().warmup_steps(), 0, s.training().max_steps()); }},
+      {"training.weight_decay",
+       [](const T& s) { const double v = s.training().weight_decay(); return Real(v, v >= 0, "[0, inf)"); }},
+      {"training.adam_beta1",
+       [](const T& s) { const double v = s.training().adam_beta1(); return Real(v, v >= 0 && v < 1, "[0, 1)"); }},
+      {"training.adam_beta2",
+       [](const T& s) { const double v = s.training().adam_beta2(); return Real(v, v >= 0 && v < 1, "[0, 1)"); }},
+      {"training.adam_epsilon",
+       [](const T& s) { const double v = s.training().adam_epsilon(); return Real(v, v > 0, "(0, inf)"); }},
+      {"training.max_grad_norm",
+       [](const T& s) { const double v = s.training().max_grad_norm(); return Real(v, v >= 0, "[0, inf)"); }},
+      {"training.seed", [](const T& s) { return AtLeast(s.training().seed(), 0); }},
+      {"training.logging_steps", [](const T& s) { return AtLeast(s.training().logging_steps(), 1); }},
+      {"training.eval_steps", [](const T& s) { return AtLeast(s.training().eval_steps(), 1); }},
+      {"training.save_steps", [](const T& s) { return AtLeast(s.training().save_steps(), 1); }},
+      {"training.save_total_limit", [](const T& s) { return AtLeast(s.training().save_total_limit(), 1); }},
+      {"training.export",
+       [](const T& s) { return s.training().export_().empty() ? "" : OneOf(s.training().export_(), {"hf"}); }},
+      {"output_dir", [](const T& s) { return Path(s.output_dir(), true); }},
+      {"backend", [](const T& s) { return OneOf(s.backend(), {"auto", "cpu", "cuda"}); }},
+  };
+  return rules;
+}
+
+const std::vector<Rule<CalibrateSpec>>& CalibrateRules() {
+  using C = CalibrateSpec;
+  static const std::vector<Rule<C>> rules = {
+      {"input", [](const C& s) { return Path(s.input(), true); }},
+      {"output_dir", [](const C& s) { return Path(s.output_dir(), true); }},
+      // The output replaces output_dir as a whole (calibrate.cc stages it next to it).
+      {"output_dir.replaceable", "output_dir",
+       [](const C& s) {
+         std::string d = s.output_dir();
+         while (d.size() > 1 && d.back() == '/') d.pop_back();
+         return d == "/" || d == "." || d == ".." ? "\"" + d + "\" cannot be replaced by the output" : "";
+       }},
+      {"weights.granularity", [](const C& s) { return OneOf(s.weights().granularity(), {"block", "channel", "tensor"}); }},
+      // E5M2 has too few mantissa bits for weights; the kernels use it for gradients only.
+      {"weights.fmt", [](const C& s) { return OneOf(s.weights().fmt(), {"e4m3"}); }},
+      {"weights.scale_format", [](const C& s) { return OneOf(s.weights().scale_format(), {"fp32", "ue8m0"}); }},
+      {"weights.include", [](const C& s) { return Patterns(s.weights().include()); }},
+      {"weights.exclude", [](const C& s) { return Patterns(s.weights().exclude()); }},
+      {"activations.data", [](const C& s) { return Path(s.activations().data(), false); }},
+      {"activations.data.direction", "activations.data",
+       [](const C& s) {
+         return !s.activations().data().empty() && s.direction() != "quantize"
+                    ? "static activation scales are calibrated by direction quantize only"
+                    : "";
+       }},
+      {"activations.num_samples", [](const C& s) { return Ints(s.activations().num_samples(), 1, 1 << 30); }},
+      {"activations.method", [](const C& s) { return OneOf(s.activations().method(), {"max", "percentile", "mse"}); }},
+      {"activations.percentile",
+       [](const C& s) { const double v = s.activations().percentile(); return Real(v, v > 0 && v <= 100, "(0, 100]"); }},
+      {"direction", [](const C& s) { return OneOf(s.direction(), {"quantize", "dequantize"}); }},
+      {"backend", [](const C& s) { return OneOf(s.backend(), {"auto", "cpu", "cuda"}); }},
+  };
+  return rules;
+}
+
+// The first rule the spec breaks (null if none) and why.
+template <typename Spec>
+std::pair<const Rule<Spec>*, std::string> FirstBroken(const std::vector<Rule<Spec>>& rules, const Spec& spec) {
+  for (const Rule<Spec>& rule : rules) {
+    std::string why = rule.check(spec);
+    if (!why.empty()) return {&rule, why};
+  }
+  return {nullptr, ""};
+}
+
+template <typename Spec>
+fp8::Status Validate(const std::vector<Rule<Spec>>& rules, const Spec& spec, std::string_view prefix) {
+  const auto [rule, why] = FirstBroken(rules, spec);
+  if (rule == nullptr) return fp8::OkStatus();
+  return fp8::InvalidArgumentError((prefix.empty() ? "" : std::string(prefix) + ".") + rule->field + ": " + why);
+}
+
+template <typename Spec>
+std::vector<std::string> Ids(const std::vector<Rule<Spec>>& rules) {
+  std::vector<std::string> ids;
+  for (const Rule<Spec>& rule : rules) ids.push_back(rule.id);
+  return ids;
+}
+
+}  // namespace
+
+fp8::Status ValidateTrainSpec(const TrainSpec& spec, std::string_view prefix) {
+  return Validate(TrainRules(), spec, prefix);
+}
+
+fp8::Status ValidateCalibrateSpec(const CalibrateSpec& spec, std::string_view prefix) {
+  return Validate(CalibrateRules(), spec, prefix);
+}
+
+std::vector<std::string> TrainRuleIds() { return Ids(TrainRules()); }
+std::vector<std::string> CalibrateRuleIds() { return Ids(CalibrateRules()); }
+std::string FirstBrokenTrainRule(const TrainSpec& spec) {
+  const auto* rule = FirstBroken(TrainRules(), spec).first;
+  return rule ? rule->id : "";
+}
+std::string FirstBrokenCalibrateRule(const CalibrateSpec& spec) {
+  const auto* rule = FirstBroken(CalibrateRules(), spec).first;
+  return rule ? rule->id : "";
+}
+
+}  // namespace fp8::jobspec
