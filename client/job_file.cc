@@ -193,21 +193,23 @@ fp8::Status EncodeField(const YAML::Node& node, const FieldDescriptor* field, co
       PutBytes(number, ts.SerializeAsString(), out);
       return fp8::OkStatus();
     }
-    if (full == "google.protobuf.Value") {
+    if (full == "google.protobuf.Value" || full == "google.protobuf.Struct") {
+      // Free-form: converted generically first, so a hostile tree meets the budget's limits
+      // whatever its shape.
       google::protobuf::Value value;
       FP8_RETURN_IF_ERROR(FillValue(node, &value, path, budget));
-      PutBytes(number, value.SerializeAsString(), out);
+      if (full == "google.protobuf.Value") {
+        PutBytes(number, value.SerializeAsString(), out);
+      } else if (value.has_struct_value()) {
+        PutBytes(number, value.struct_value().SerializeAsString(), out);
+      } else {
+        return Bad(path, "expected a mapping" + Where(node));
+      }
       return fp8::OkStatus();
     }
     if (!node.IsMap()) return Bad(path, "expected a mapping" + Where(node));
     std::string sub;
-    if (full == "google.protobuf.Struct") {
-      google::protobuf::Struct value;
-      FP8_RETURN_IF_ERROR(FillStruct(node, &value, path, budget));
-      sub = value.SerializeAsString();
-    } else {
-      FP8_RETURN_IF_ERROR(EncodeMessage(node, field->message_type(), path, budget, &sub));
-    }
+    FP8_RETURN_IF_ERROR(EncodeMessage(node, field->message_type(), path, budget, &sub));
     PutBytes(number, sub, out);
     return fp8::OkStatus();
   }
