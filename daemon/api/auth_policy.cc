@@ -278,6 +278,9 @@ void AuditLog(const Principal& principal, std::string_view method, std::string_v
     spdlog::register_logger(logger);
     return logger;
   }();
+  // Built only when written: under --log-level warn a create would otherwise pay for a JSON
+  // line nobody reads, on the manager's io thread.
+  if (!audit->should_log(spdlog::level::info)) return;
   nlohmann::json line = {{"audit", true},
                          {"principal", principal.name},
                          {"role", RoleName(principal.role)},
