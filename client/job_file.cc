@@ -538,18 +538,92 @@ class DuplicateKeyCheck : public nlohmann::json_sax<json> {
   int depth_ = 0;
 };
 
-// Takes the parser's events without building nodes (documents are counted by the caller).
-class DocumentCounter : public YAML::EventHandler {
+// Builds the first document's tree from the parser's events and counts the documents, so the
+// text is parsed once. Nodes made through yaml-cpp's public API carry no marks (line and
+// column): a conversion that fails is run again on a tree from YAML::Load to name the place.
+// (A YAML::Node is rebound with reset(): its operator= writes through to the node it refers to.)
+class FirstDocumentBuilder : public YAML::EventHandler {
  public:
+  const YAML::Node& root() const { return root_; }
+
   void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
+  void OnDocumentEnd() override { done_ = true; }
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override {
+    Complete(YAML::Node(YAML::NodeType::Null), anchor);
+  }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t anchor) override {
+    // The parser refuses an alias to an unknown anchor before this is called.
+    if (!done_ && anchor >= 1 && anchor <= anchors_.size()) Complete(anchors_[anchor - 1], YAML::NullAnchor);
+  }
+  void OnScalar(const YAML::Mark&, const std::string& tag, YAML::anchor_t anchor, const std::string& value) override {
+    YAML::Node node(value);
+    node.SetTag(tag);
+    Complete(node, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(YAML::NodeType::Sequence, tag, anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(YAML::NodeType::Map, tag, anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Open_ {
+    YAML::Node node;
+    bool have_key = false;
+    YAML::Node key;
+  };
+
+  void Remember(const YAML::Node& node, YAML::anchor_t anchor) {
+    if (anchor == YAML::NullAnchor) return;
+    if (anchors_.size() < anchor) anchors_.resize(anchor);
+    anchors_[anchor - 1].reset(node);
+  }
+  void Open(YAML::NodeType::value type, const std::string& tag, YAML::anchor_t anchor) {
+    if (done_) return;
+    YAML::Node node(type);
+    node.SetTag(tag);
+    // Registered before its children, as yaml-cpp does: an alias inside refers to this node
+    // (a cycle, which the conversion's depth limit refuses).
+    Remember(node, anchor);
+    stack_.push_back({node, false, YAML::Node()});
+  }
+  void Close() {
+    if (done_ || stack_.empty()) return;
+    YAML::Node node = stack_.back().node;
+    stack_.pop_back();
+    Add(node);
+  }
+  void Complete(const YAML::Node& node, YAML::anchor_t anchor) {
+    if (done_) return;
+    Remember(node, anchor);
+    Add(node);
+  }
+  void Add(const YAML::Node& node) {
+    if (stack_.empty()) {
+      root_.reset(node);
+      return;
+    }
+    Open_& parent = stack_.back();
+    if (parent.node.IsSequence()) {
+      parent.node.push_back(node);
+    } else if (!parent.have_key) {
+      parent.key.reset(node);
+      parent.have_key = true;
+    } else {
+      parent.node.force_insert(parent.key, node);
+      parent.have_key = false;
+    }
+  }
+
+  bool done_ = false;
+  YAML::Node root_;
+  std::vector<Open_> stack_;
+  std::vector<YAML::Node> anchors_;
 };
 
 fp8::Status CheckJson(const std::string& text) {
@@ -573,26 +647,32 @@ fp8::StatusOr<fp8d::v1::Job> ParseJobTextUnguarded(const std::string& text, cons
   if (first != std::string::npos && text[first] == '{') FP8_RETURN_IF_ERROR(CheckJson(text));
   YAML::Node root;
   try {
-    // Count the documents from the parser's events first, and stop at the second: yaml-cpp's
+    // The documents are counted from the parser's events, stopping at the second: yaml-cpp's
     // LoadAll never ends on some inputs (" ,a[]" yields empty documents forever).
-    DocumentCounter counter;
+    FirstDocumentBuilder builder;
     std::stringstream in(text);
     YAML::Parser parser(in);
     int documents = 0;
-    while (documents < 2 && parser.HandleNextDocument(counter)) ++documents;
+    while (documents < 2 && parser.HandleNextDocument(builder)) ++documents;
     if (documents > 1) {
       return fp8::InvalidArgumentError("job file: holds more than one YAML document; submit one job per file");
     }
-    root = YAML::Load(text);
+    root = builder.root();
   } catch (const YAML::Exception& e) {
     // e.msg without yaml-cpp's own prefix, with the position people count from 1.
     return fp8::InvalidArgumentError("job file: line " + std::to_string(e.mark.line + 1) + ", column " +
                                      std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (!root.IsMap()) return fp8::InvalidArgumentError("job: the job file must be a mapping");
-  Budget budget;
   std::string wire;
-  FP8_RETURN_IF_ERROR(EncodeMessage(root, fp8d::v1::Job::descriptor(), "job", budget, &wire));
+  Budget budget;
+  if (fp8::Status st = EncodeMessage(root, fp8d::v1::Job::descriptor(), "job", budget, &wire); !st.ok()) {
+    // The same conversion on a tree with marks fails the same way and says where.
+    Budget again;
+    wire.clear();
+    fp8::Status placed = EncodeMessage(YAML::Load(text), fp8d::v1::Job::descriptor(), "job", again, &wire);
+    return placed.ok() ? st : placed;
+  }
   fp8d::v1::Job job;
   if (!job.ParseFromString(wire)) return fp8::InvalidArgumentError("job: the file does not make a valid Job");
   ResolveJobPaths(job, base_dir);

@@ -307,6 +307,16 @@ TEST(JobFile, WireEncodingMatchesTheProtoJsonMapping) {
   EXPECT_FALSE(job->progress().has_fp8_saturation_fraction());
 }
 
+TEST(JobFile, AnchorsAndAliasesAreExpandedAndKeysStayApart) {
+  auto job = client::ParseJobText("labels: &l {a: x, b: y, c: z}\nenv: *l\ndisplay_name: &n demo\n"
+                                  "train: {output_dir: *n}\n", "/");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->labels().size(), 3u);
+  EXPECT_EQ(job->labels().at("b"), "y");
+  EXPECT_EQ(job->env().at("c"), "z");
+  EXPECT_EQ(job->train().output_dir(), "/demo");
+}
+
 TEST(JobFile, RefusesWhatTheWireFormatWouldHideOrBreak) {
   auto two_specs = client::ParseJobText("train: {output_dir: /o}\ncalibrate: {input: /m}\n", "/");
   EXPECT_EQ(two_specs.status().message(), "job.calibrate: only one of train and calibrate may be set (line 2, column 1)");
