@@ -6,11 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <set>
-#include <sstream>
-
 #include <limits>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/struct.pb.h>
