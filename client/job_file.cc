@@ -571,7 +571,7 @@ class FirstDocumentBuilder : public YAML::EventHandler {
   void OnMapEnd() override { Close(); }
 
  private:
-  struct Open_ {
+  struct OpenCollection {
     YAML::Node node;
     bool have_key = false;
     YAML::Node key;
@@ -607,7 +607,7 @@ class FirstDocumentBuilder : public YAML::EventHandler {
       root_.reset(node);
       return;
     }
-    Open_& parent = stack_.back();
+    OpenCollection& parent = stack_.back();
     if (parent.node.IsSequence()) {
       parent.node.push_back(node);
     } else if (!parent.have_key) {
@@ -621,7 +621,7 @@ class FirstDocumentBuilder : public YAML::EventHandler {
 
   bool done_ = false;
   YAML::Node root_;
-  std::vector<Open_> stack_;
+  std::vector<OpenCollection> stack_;
   std::vector<YAML::Node> anchors_;
 };
 
