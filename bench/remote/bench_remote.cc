@@ -3,8 +3,10 @@
 // plaintext without auth, one TLS with bearer tokens. Each fp8d runs with one CPU slot held by a
 // long job, so the created jobs only queue. Several rounds, alternating which mode goes first;
 // the summary gives each mode's median rate and the TLS cost as the median of the per-round
-// ratios, with their spread. By default fp8d is pinned to one CPU and the clients to the others,
-// so the clients' own TLS work does not count as the server's. Asserts nothing.
+// ratios, with their spread, and fp8d's own CPU time per call in each mode (from /proc), which
+// other load on the machine does not move the way it moves throughput. By default fp8d is
+// pinned to one CPU and the clients to the others, so the clients' own TLS work does not count
+// as the server's. Asserts nothing.
 //
 //   bench_remote --fp8d BIN --worker BIN [--clients 64] [--creates 40] [--gets 200] [--rounds 5]
 //                [--pin false]
@@ -20,7 +22,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +80,7 @@ fp8d::v1::Job QueuedJob(const std::string& dir, int steps) {
 
 struct Phase {
   double seconds = 0;
+  double server_cpu_ms = 0;  // fp8d's CPU time during the phase
   std::vector<double> latencies_ms;
   int errors = 0;
 };
@@ -109,13 +114,34 @@ Phase RunClients(const fp8d::client::ConnectionOptions& conn, int clients, int p
 }
 
 void Report(int round, const char* mode, const char* what, const Phase& p) {
-  std::printf("round %d %s %s: %zu calls in %.2f s = %.0f/s, p50 %.2f ms, p99 %.2f ms, errors %d\n", round,
-              mode, what, p.latencies_ms.size(), p.seconds, p.latencies_ms.size() / p.seconds,
+  std::printf("round %d %s %s: %zu calls in %.2f s = %.0f/s, fp8d CPU %.1f us/call, p50 %.2f ms, p99 %.2f ms, errors %d\n",
+              round, mode, what, p.latencies_ms.size(), p.seconds, p.latencies_ms.size() / p.seconds,
+              1000.0 * p.server_cpu_ms / static_cast<double>(std::max<size_t>(1, p.latencies_ms.size())),
               Percentile(p.latencies_ms, 50), Percentile(p.latencies_ms, 99), p.errors);
   std::fflush(stdout);
 }
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 50); }
+
+// CPU time (user + system) a process has used, in ms, from /proc: what fp8d spends on a phase
+// does not depend on how much CPU other processes leave it, unlike its throughput.
+double ProcessCpuMs(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state; 14 utime, 15 stime (clock ticks)
+    if (i == 14) utime = std::stod(f);
+    if (i == 15) {
+      stime = std::stod(f);
+      break;
+    }
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 struct Daemon {
   bool tls = false;
@@ -250,12 +276,14 @@ int main(int argc, char** argv) {
 
   std::map<std::string, std::vector<double>> rates;  // "mode method" → calls/s per round
   std::map<std::string, std::vector<double>> p99s;
+  std::map<std::string, std::vector<double>> server_us;  // fp8d's CPU per call, µs
   std::map<std::string, std::vector<double>> costs;  // method → TLS cost per round
   for (int round = 1; round <= rounds; ++round) {
     std::map<std::string, double> this_round;
     for (int k = 0; k < 2; ++k) {
       Daemon& d = daemons[(round + k) % 2];  // odd rounds: TLS first
       std::vector<std::vector<std::string>> created(clients);
+      const double cpu0 = ProcessCpuMs(d.pid);
       Phase create = RunClients(d.conn, clients, creates, [&](fp8d::client::JobClient& c, int i, int) {
         auto job = c.CreateJob(QueuedJob(base, 10));
         if (job.ok()) {
@@ -265,17 +293,22 @@ int main(int argc, char** argv) {
         }
         return job.ok();
       });
+      create.server_cpu_ms = ProcessCpuMs(d.pid) - cpu0;
       Report(round, d.mode, "CreateJob", create);
       const std::string name = d.blocker.ok() ? d.blocker->name() : "jobs/none";
+      const double cpu1 = ProcessCpuMs(d.pid);
       Phase get = RunClients(d.conn, clients, gets, [&](fp8d::client::JobClient& c, int, int) {
         return c.GetJob(name).ok();
       });
+      get.server_cpu_ms = ProcessCpuMs(d.pid) - cpu1;
       Report(round, d.mode, "GetJob", get);
       for (const auto& [method, p] : {std::pair<std::string, const Phase*>{"CreateJob", &create}, {"GetJob", &get}}) {
         const double rate = p->latencies_ms.size() / p->seconds;
-        rates[std::string(d.mode) + " " + method].push_back(rate);
-        p99s[std::string(d.mode) + " " + method].push_back(Percentile(p->latencies_ms, 99));
-        this_round[std::string(d.mode) + " " + method] = rate;
+        const std::string key = std::string(d.mode) + " " + method;
+        rates[key].push_back(rate);
+        p99s[key].push_back(Percentile(p->latencies_ms, 99));
+        server_us[key].push_back(1000.0 * p->server_cpu_ms / static_cast<double>(p->latencies_ms.size()));
+        this_round[key] = rate;
       }
       // Untimed: the round's jobs are cancelled so every round starts with the same queue.
       RunClients(d.conn, clients, creates, [&](fp8d::client::JobClient& c, int i, int n) {
@@ -294,13 +327,18 @@ int main(int argc, char** argv) {
     for (const char* mode : {"plaintext", "tls+token"}) {
       const std::string key = std::string(mode) + " " + method;
       const auto& r = rates[key];
-      std::printf("%s %s: %.0f/s [%.0f..%.0f], p99 %.2f ms\n", mode, method, Median(r),
-                  *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()),
-                  Median(p99s[key]));
+      std::printf("%s %s: %.0f/s [%.0f..%.0f], p99 %.2f ms, fp8d CPU %.1f us/call\n", mode, method,
+                  Median(r), *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()),
+                  Median(p99s[key]), Median(server_us[key]));
     }
     const auto& c = costs[method];
     std::printf("TLS cost %s: %.1f%% of throughput [%.1f..%.1f] (target <= 25%%)\n", method, Median(c),
                 *std::min_element(c.begin(), c.end()), *std::max_element(c.begin(), c.end()));
+    const double plain_us = Median(server_us[std::string("plaintext ") + method]);
+    const double tls_us = Median(server_us[std::string("tls+token ") + method]);
+    if (plain_us > 0) {
+      std::printf("TLS cost %s in fp8d's CPU per call: %+.1f%%\n", method, 100.0 * (tls_us / plain_us - 1.0));
+    }
   }
   std::fflush(stdout);
   for (auto& d : daemons) StopDaemon(d);
