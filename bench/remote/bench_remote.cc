@@ -278,6 +278,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::vector<double>> p99s;
   std::map<std::string, std::vector<double>> server_us;  // fp8d's CPU per call, µs
   std::map<std::string, std::vector<double>> costs;  // method → TLS cost per round
+  std::map<std::string, std::vector<double>> cpu_costs;  // method → TLS cost in fp8d CPU per round
   for (int round = 1; round <= rounds; ++round) {
     std::map<std::string, double> this_round;
     for (int k = 0; k < 2; ++k) {
@@ -319,6 +320,9 @@ int main(int argc, char** argv) {
       const double plain = this_round[std::string("plaintext ") + method];
       const double tls = this_round[std::string("tls+token ") + method];
       costs[method].push_back(plain > 0 ? 100.0 * (1.0 - tls / plain) : 0);
+      const double plain_us = server_us[std::string("plaintext ") + method].back();
+      const double tls_us = server_us[std::string("tls+token ") + method].back();
+      cpu_costs[method].push_back(plain_us > 0 ? 100.0 * (tls_us / plain_us - 1.0) : 0);
     }
   }
   std::printf("== summary over %d rounds (median, [min..max])%s\n", rounds,
@@ -334,11 +338,9 @@ int main(int argc, char** argv) {
     const auto& c = costs[method];
     std::printf("TLS cost %s: %.1f%% of throughput [%.1f..%.1f] (target <= 25%%)\n", method, Median(c),
                 *std::min_element(c.begin(), c.end()), *std::max_element(c.begin(), c.end()));
-    const double plain_us = Median(server_us[std::string("plaintext ") + method]);
-    const double tls_us = Median(server_us[std::string("tls+token ") + method]);
-    if (plain_us > 0) {
-      std::printf("TLS cost %s in fp8d's CPU per call: %+.1f%%\n", method, 100.0 * (tls_us / plain_us - 1.0));
-    }
+    const auto& u = cpu_costs[method];
+    std::printf("TLS cost %s in fp8d's CPU per call: %+.1f%% [%+.1f..%+.1f]\n", method, Median(u),
+                *std::min_element(u.begin(), u.end()), *std::max_element(u.begin(), u.end()));
   }
   std::fflush(stdout);
   for (auto& d : daemons) StopDaemon(d);
