@@ -4,6 +4,7 @@
 // see its condition (the job ended otherwise, or --timeout passed); 2 usage error (bad flags,
 // an unknown command, a bad job file, or the server's INVALID_ARGUMENT); 3 server error
 // (unreachable, NOT_FOUND, FAILED_PRECONDITION, ...).
+#include <malloc.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
+#include <absl/synchronization/mutex.h>
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
@@ -220,81 +222,109 @@ static int Fp8ctlMain(int argc, char** argv) {
   app.add_option("--server", server_flag, "fp8d address (else $FP8D_ADDR, config file, 127.0.0.1:50051)");
   app.add_option("-o,--output", output, "table | json | yaml | name")
       ->check(CLI::IsMember({"table", "json", "yaml", "name"}));
+  // Remote access: contexts (client/contexts.h), TLS and tokens.
+  fp8d::client::ConnectionFlags connection_flags;
+  app.add_option("--context", connection_flags.context, "named context of ~/.config/fp8d/config.yaml");
+  app.add_option("--tls-ca", connection_flags.tls_ca, "PEM CA file: connect with TLS ($FP8D_TOKEN sends a token)");
+
+  // The command words, in the order help lists them.
+  const std::vector<std::string> command_names = {"submit", "get",    "list",   "watch",   "wait",
+                                                  "logs",   "cancel", "delete", "describe", "config",
+                                                  "version", "help",  "completion"};
+  const std::string word = FirstCommandWord(app, argc, argv);
+  // Only the command being run gets its CLI11 subcommand and options: building all thirteen
+  // is an eighth of a short `submit`'s instructions. A bare `fp8ctl`, help and completion
+  // describe every command, so they get them all. A command not built stands in as `unused`,
+  // which is never parsed.
+  const bool all_commands = word.empty() || word == "help" || word == "completion";
+  CLI::App unused{"unused"};
+  auto command = [&](const char* name, const char* description) {
+    return all_commands || word == name ? app.add_subcommand(name, description) : &unused;
+  };
+  auto built = [&](CLI::App* sub) { return sub != &unused; };
 
   std::string file, request_id;
   std::vector<std::string> label_flags;
   bool wait_flag = false, parsable = false;
-  auto* submit = app.add_subcommand("submit", "create a job from a YAML or JSON file");
-  submit->add_option("-f,--file", file, "job file (YAML or JSON; - for stdin)")->required();
-  submit->add_option("--request-id", request_id, "idempotency key (same id → same job)");
-  submit->add_option("--label", label_flags, "KEY=VALUE label, repeatable (overrides the file's)");
-  submit->add_flag("--wait", wait_flag, "watch the job until it ends (exit 1 if it fails)");
-  submit->add_flag("--parsable", parsable, "print only the job id (as sbatch --parsable)");
+  auto* submit = command("submit", "create a job from a YAML or JSON file");
+  if (built(submit)) {
+    submit->add_option("-f,--file", file, "job file (YAML or JSON; - for stdin)")->required();
+    submit->add_option("--request-id", request_id, "idempotency key (same id → same job)");
+    submit->add_option("--label", label_flags, "KEY=VALUE label, repeatable (overrides the file's)");
+    submit->add_flag("--wait", wait_flag, "watch the job until it ends (exit 1 if it fails)");
+    submit->add_flag("--parsable", parsable, "print only the job id (as sbatch --parsable)");
+  }
 
   std::string job;
-  auto* get = app.add_subcommand("get", "show a job");
-  get->add_option("JOB", job, "jobs/<id> or <id>")->required();
+  auto* get = command("get", "show a job");
+  if (built(get)) get->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
   std::string state, kind, page_token, selector;
   int page_size = 0;
-  auto* list = app.add_subcommand("list", "list jobs, newest first (all pages unless --page-size)");
-  list->add_option("--state", state, "QUEUED, RUNNING, SUCCEEDED, ... (any case)");
-  list->add_option("--kind", kind, "TRAIN or CALIBRATE");
-  list->add_option("-l,--selector", selector, "label selector: k=v,k2!=v,k3,!k4");
-  list->add_option("--page-size", page_size, "one page of this size (prints the next page token)")
-      ->check(CLI::Range(1, 1000));
-  list->add_option("--page-token", page_token, "continue a paged listing");
+  auto* list = command("list", "list jobs, newest first (all pages unless --page-size)");
+  if (built(list)) {
+    list->add_option("--state", state, "QUEUED, RUNNING, SUCCEEDED, ... (any case)");
+    list->add_option("--kind", kind, "TRAIN or CALIBRATE");
+    list->add_option("-l,--selector", selector, "label selector: k=v,k2!=v,k3,!k4");
+    list->add_option("--page-size", page_size, "one page of this size (prints the next page token)")
+        ->check(CLI::Range(1, 1000));
+    list->add_option("--page-token", page_token, "continue a paged listing");
+  }
 
-  auto* watch = app.add_subcommand("watch", "follow a job's progress until it ends");
-  watch->add_option("JOB", job, "jobs/<id> or <id>")->required();
+  auto* watch = command("watch", "follow a job's progress until it ends");
+  if (built(watch)) watch->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
   std::string for_condition, timeout_text = "0";
-  auto* wait_cmd = app.add_subcommand("wait", "wait until a job reaches a state (as kubectl wait)");
-  wait_cmd->add_option("JOB", job, "jobs/<id> or <id>")->required();
-  wait_cmd->add_option("--for", for_condition, "state=SUCCEEDED (any state, any case)")->required();
-  wait_cmd->add_option("--timeout", timeout_text, "give up after this long: 30s, 10m, 1h (0 = never)");
+  auto* wait_cmd = command("wait", "wait until a job reaches a state (as kubectl wait)");
+  if (built(wait_cmd)) {
+    wait_cmd->add_option("JOB", job, "jobs/<id> or <id>")->required();
+    wait_cmd->add_option("--for", for_condition, "state=SUCCEEDED (any state, any case)")->required();
+    wait_cmd->add_option("--timeout", timeout_text, "give up after this long: 30s, 10m, 1h (0 = never)");
+  }
 
   int rank = 0, attempt = 0;
   bool follow = false;
-  auto* logs = app.add_subcommand("logs", "print a rank's log");
-  logs->add_option("JOB", job, "jobs/<id> or <id>")->required();
-  logs->add_option("--rank", rank, "rank (default 0)");
-  logs->add_option("--attempt", attempt, "attempt (default: the current one)");
-  logs->add_flag("-f,--follow", follow, "keep printing until the job ends");
+  auto* logs = command("logs", "print a rank's log");
+  if (built(logs)) {
+    logs->add_option("JOB", job, "jobs/<id> or <id>")->required();
+    logs->add_option("--rank", rank, "rank (default 0)");
+    logs->add_option("--attempt", attempt, "attempt (default: the current one)");
+    logs->add_flag("-f,--follow", follow, "keep printing until the job ends");
+  }
 
-  auto* cancel = app.add_subcommand("cancel", "cancel a job");
-  cancel->add_option("JOB", job, "jobs/<id> or <id>")->required();
+  auto* cancel = command("cancel", "cancel a job");
+  if (built(cancel)) cancel->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
-  auto* del = app.add_subcommand("delete", "delete a finished job: its record and attempt files, never its output dir");
-  del->add_option("JOB", job, "jobs/<id> or <id>")->required();
+  auto* del = command("delete", "delete a finished job: its record and attempt files, never its output dir");
+  if (built(del)) del->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
-  auto* describe = app.add_subcommand("describe", "show a job with its attempts and events");
-  describe->add_option("JOB", job, "jobs/<id> or <id>")->required();
+  auto* describe = command("describe", "show a job with its attempts and events");
+  if (built(describe)) describe->add_option("JOB", job, "jobs/<id> or <id>")->required();
 
-  // Remote access: contexts (client/contexts.h), TLS and tokens.
-  fp8d::client::ConnectionFlags connection_flags;
   std::string context_name;
-  app.add_option("--context", connection_flags.context, "named context of ~/.config/fp8d/config.yaml");
-  app.add_option("--tls-ca", connection_flags.tls_ca, "PEM CA file: connect with TLS ($FP8D_TOKEN sends a token)");
-  auto* config_cmd = app.add_subcommand("config", "fp8ctl contexts");
-  config_cmd->require_subcommand(1);
-  auto* use_context = config_cmd->add_subcommand("use-context", "make a context the current one");
-  use_context->add_option("NAME", context_name, "context name")->required();
-  auto* get_contexts = config_cmd->add_subcommand("get-contexts", "list the contexts");
+  auto* config_cmd = command("config", "fp8ctl contexts");
+  CLI::App* use_context = &unused;
+  CLI::App* get_contexts = &unused;
+  if (built(config_cmd)) {
+    config_cmd->require_subcommand(1);
+    use_context = config_cmd->add_subcommand("use-context", "make a context the current one");
+    use_context->add_option("NAME", context_name, "context name")->required();
+    get_contexts = config_cmd->add_subcommand("get-contexts", "list the contexts");
+  }
 
-  auto* version_cmd = app.add_subcommand("version", "print fp8ctl's version, git commit and build type");
+  auto* version_cmd = command("version", "print fp8ctl's version, git commit and build type");
 
   std::string help_topic;
-  auto* help_cmd = app.add_subcommand("help", "help for fp8ctl or one command");
-  help_cmd->add_option("COMMAND", help_topic, "the command to explain");
+  auto* help_cmd = command("help", "help for fp8ctl or one command");
+  if (built(help_cmd)) help_cmd->add_option("COMMAND", help_topic, "the command to explain");
 
   std::string shell;
-  auto* completion = app.add_subcommand("completion", "print a shell completion script (bash or zsh)");
-  completion->add_option("SHELL", shell, "bash | zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  auto* completion = command("completion", "print a shell completion script (bash or zsh)");
+  if (built(completion)) {
+    completion->add_option("SHELL", shell, "bash | zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  }
 
-  std::vector<std::string> command_names;
-  for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) command_names.push_back(sub->get_name());
-  if (const std::string word = FirstCommandWord(app, argc, argv); !word.empty()) {
+  if (!word.empty()) {
     if (std::find(command_names.begin(), command_names.end(), word) == command_names.end()) {
       const std::string guess = fp8d::client::SuggestCommand(word, command_names);
       std::cerr << "fp8ctl: unknown command '" << word << "'";
@@ -305,8 +335,9 @@ static int Fp8ctlMain(int argc, char** argv) {
   }
 
   // After parsing, CLI11's help() describes the selected subcommand (`help` itself), so the
-  // overview is taken now.
-  const std::string overview = app.help();
+  // overview is taken now, and only for `help`: formatting every command's help is a
+  // measurable share of a short `submit`.
+  const std::string overview = word == "help" ? app.help() : "";
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -377,9 +408,11 @@ static int Fp8ctlMain(int argc, char** argv) {
   auto connection = fp8d::client::ResolveConnection(connection_flags);
   if (!connection.ok()) return ReportError(connection.status());
   if (connection->address.empty()) connection->address = ServerAddress(server_flag);
-  if (auto creds = fp8d::client::MakeChannelCredentials(*connection); !creds.ok()) {
-    return ReportError(creds.status());
-  }
+  // Checked before any file is read or call made. Kept alive until the channel exists: the
+  // credentials hold gRPC's library reference, and dropping the last one shuts gRPC down (its
+  // threads joined) only for the channel to start it, and them, again.
+  const auto creds = fp8d::client::MakeChannelCredentials(*connection);
+  if (!creds.ok()) return ReportError(creds.status());
   const std::string address = connection->address;
   const std::string name = job.empty() ? "" : fp8d::client::NormalizeJobName(job);
 
@@ -561,6 +594,13 @@ static int Fp8ctlMain(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  // gRPC's threads each make a malloc arena of their own on their first allocation (a 64 MiB
+  // mapping trimmed and protected: three syscalls and page faults per thread); a command this
+  // short has no allocation contention for arenas to relieve.
+  mallopt(M_ARENA_MAX, 1);
+  // Debian's abseil keeps its mutex deadlock detector on: every lock gRPC takes records edges
+  // in a global graph. That is a debugging aid, not something each command should pay for.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const int rc = Fp8ctlMain(argc, argv);
   // Skip the teardown: gRPC's shutdown joins its threads and frees what the OS frees anyway,
   // a measurable share of a short command's time when scripts run thousands of them. Flush

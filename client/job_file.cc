@@ -2,14 +2,19 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/time_util.h>
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -82,89 +87,185 @@ bool IsYamlNull(const YAML::Node& node) {
   return s == "~" || s == "null" || s == "Null" || s == "NULL";
 }
 
-fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const std::string& path, Budget& budget);
+// A free-form value (google.protobuf.Value), converted generically.
+fp8::Status FillValue(const YAML::Node& n, google::protobuf::Value* out, const std::string& at, Budget& budget);
 
-fp8::StatusOr<json> FieldValue(const YAML::Node& node, const FieldDescriptor* field,
-                               const std::string& path, Budget& budget) {
+fp8::Status FillStruct(const YAML::Node& n, google::protobuf::Struct* out, const std::string& at, Budget& budget) {
+  std::set<std::string> seen;
+  for (const auto& kv : n) {
+    FP8_ASSIGN_OR_RETURN(std::string k, KeyOf(kv.first, at, seen));
+    FP8_RETURN_IF_ERROR(FillValue(kv.second, &(*out->mutable_fields())[k], at + "." + k, budget));
+  }
+  return fp8::OkStatus();
+}
+
+fp8::Status FillValue(const YAML::Node& n, google::protobuf::Value* out, const std::string& at, Budget& budget) {
+  FP8_RETURN_IF_ERROR(Enter(budget, at));
+  DepthGuard inner{budget};
+  if (n.IsMap()) return FillStruct(n, out->mutable_struct_value(), at, budget);
+  if (n.IsSequence()) {
+    auto* list = out->mutable_list_value();
+    for (const auto& v : n) {
+      FP8_RETURN_IF_ERROR(FillValue(v, list->add_values(), at + "[" + std::to_string(list->values_size()) + "]", budget));
+    }
+    return fp8::OkStatus();
+  }
+  if (IsYamlNull(n)) {
+    out->set_null_value(google::protobuf::NULL_VALUE);
+    return fp8::OkStatus();
+  }
+  if (n.Tag() != "!") {
+    double d;
+    if (YAML::convert<double>::decode(n, d)) {
+      // JSON has no NaN or infinity, and the proto JSON mapping refuses them in a Value.
+      if (!std::isfinite(d)) return Bad(at, "must be finite");
+      out->set_number_value(d);
+      return fp8::OkStatus();
+    }
+    bool b;
+    if (YAML::convert<bool>::decode(n, b)) {
+      out->set_bool_value(b);
+      return fp8::OkStatus();
+    }
+  }
+  out->set_string_value(n.Scalar());
+  return fp8::OkStatus();
+}
+
+// The message is written in the protobuf wire format straight from the YAML tree and parsed
+// once by the generated code. Filling it through reflection, or through proto JSON, would make
+// protobuf build the descriptors of descriptor.proto (and JSON a type resolver) on every
+// `fp8ctl submit`: a fifth of its CPU.
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+
+void PutTag(int number, WireType type, std::string* out) {
+  PutVarint((static_cast<uint64_t>(number) << 3) | type, out);
+}
+
+void PutBytes(int number, const std::string& bytes, std::string* out) {
+  PutTag(number, kLengthDelimited, out);
+  PutVarint(bytes.size(), out);
+  out->append(bytes);
+}
+
+template <typename T>
+void PutFixed(int number, T value, std::string* out) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+  PutTag(number, sizeof(T) == 4 ? kFixed32 : kFixed64, out);
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));  // x86-64 and aarch64 are little-endian, as the format
+  out->append(bytes, sizeof(T));
+}
+
+fp8::Status EncodeMessage(const YAML::Node& node, const Descriptor* desc, const std::string& path,
+                          Budget& budget, std::string* out);
+
+// Appends one value of `field` (one element, when repeated) read from a YAML node.
+fp8::Status EncodeField(const YAML::Node& node, const FieldDescriptor* field, const std::string& path,
+                        Budget& budget, std::string* out) {
   using FD = FieldDescriptor;
   FP8_RETURN_IF_ERROR(Enter(budget, path));
   DepthGuard guard{budget};
+  const int number = field->number();
   if (field->type() == FD::TYPE_MESSAGE) {
-    const std::string full = field->message_type()->full_name();
+    const std::string& full = field->message_type()->full_name();
     if (full == "google.protobuf.Duration") {
       if (!node.IsScalar()) return Bad(path, "expected a duration like 500ms, 30s, 5m or 2h");
       auto parsed = ParseDuration(Scalar(node));
       if (!parsed.ok()) return Bad(path, parsed.status().message());
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%lld.%09ds", static_cast<long long>(parsed->seconds()),
-                    parsed->nanos());
-      return json(std::string(buf));
+      PutBytes(number, parsed->SerializeAsString(), out);
+      return fp8::OkStatus();
     }
     if (full == "google.protobuf.Timestamp") {
-      if (!node.IsScalar()) return Bad(path, "expected an RFC 3339 timestamp");
-      return json(Scalar(node));
+      google::protobuf::Timestamp ts;
+      if (!node.IsScalar() || !google::protobuf::util::TimeUtil::FromString(Scalar(node), &ts)) {
+        return Bad(path, "expected an RFC 3339 timestamp");
+      }
+      PutBytes(number, ts.SerializeAsString(), out);
+      return fp8::OkStatus();
     }
-    if (full == "google.protobuf.Struct" || full == "google.protobuf.Value") {
-      // Free-form: convert generically.
-      std::function<fp8::StatusOr<json>(const YAML::Node&, const std::string&)> generic =
-          [&](const YAML::Node& n, const std::string& at) -> fp8::StatusOr<json> {
-        FP8_RETURN_IF_ERROR(Enter(budget, at));
-        DepthGuard inner{budget};
-        if (n.IsMap()) {
-          json o = json::object();
-          std::set<std::string> seen;
-          for (const auto& kv : n) {
-            FP8_ASSIGN_OR_RETURN(std::string k, KeyOf(kv.first, at, seen));
-            FP8_ASSIGN_OR_RETURN(o[k], generic(kv.second, at + "." + k));
-          }
-          return o;
-        }
-        if (n.IsSequence()) {
-          json a = json::array();
-          for (const auto& v : n) {
-            FP8_ASSIGN_OR_RETURN(json item, generic(v, at + "[" + std::to_string(a.size()) + "]"));
-            a.push_back(std::move(item));
-          }
-          return a;
-        }
-        if (IsYamlNull(n)) return json(nullptr);
-        if (n.Tag() != "!") {
-          double d;
-          if (YAML::convert<double>::decode(n, d)) return json(d);
-          bool b;
-          if (YAML::convert<bool>::decode(n, b)) return json(b);
-        }
-        return json(n.Scalar());
-      };
-      return generic(node, path);
+    if (full == "google.protobuf.Value" || full == "google.protobuf.Struct") {
+      // Free-form: converted generically first, so a hostile tree meets the budget's limits
+      // whatever its shape.
+      google::protobuf::Value value;
+      FP8_RETURN_IF_ERROR(FillValue(node, &value, path, budget));
+      if (full == "google.protobuf.Value") {
+        PutBytes(number, value.SerializeAsString(), out);
+      } else if (value.has_struct_value()) {
+        PutBytes(number, value.struct_value().SerializeAsString(), out);
+      } else {
+        return Bad(path, "expected a mapping" + Where(node));
+      }
+      return fp8::OkStatus();
     }
     if (!node.IsMap()) return Bad(path, "expected a mapping" + Where(node));
-    return ToJson(node, field->message_type(), path, budget);
+    std::string sub;
+    FP8_RETURN_IF_ERROR(EncodeMessage(node, field->message_type(), path, budget, &sub));
+    PutBytes(number, sub, out);
+    return fp8::OkStatus();
   }
   if (!node.IsScalar()) return Bad(path, "expected a scalar value" + Where(node));
   const std::string s = Scalar(node);
   try {
     switch (field->cpp_type()) {
       case FD::CPPTYPE_STRING:
-        return json(s);
+        if (field->type() == FD::TYPE_BYTES) return Bad(path, "bytes fields cannot be set from a job file");
+        PutBytes(number, s, out);
+        return fp8::OkStatus();
       case FD::CPPTYPE_BOOL:
-        return json(node.as<bool>());
+        PutTag(number, kVarint, out);
+        PutVarint(node.as<bool>() ? 1 : 0, out);
+        return fp8::OkStatus();
       case FD::CPPTYPE_INT32:
       case FD::CPPTYPE_INT64: {
         size_t used = 0;
         long long v = std::stoll(s, &used, 10);
         if (used != s.size()) return Bad(path, "expected an integer, got \"" + s + "\"");
-        if (field->cpp_type() == FD::CPPTYPE_INT32 && (v < INT32_MIN || v > INT32_MAX)) {
-          return Bad(path, "out of range for a 32-bit integer");
+        const bool is32 = field->cpp_type() == FD::CPPTYPE_INT32;
+        if (is32 && (v < INT32_MIN || v > INT32_MAX)) return Bad(path, "out of range for a 32-bit integer");
+        switch (field->type()) {
+          case FD::TYPE_SINT32:
+          case FD::TYPE_SINT64:
+            PutTag(number, kVarint, out);
+            PutVarint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63), out);
+            break;
+          case FD::TYPE_SFIXED32:
+            PutFixed(number, static_cast<int32_t>(v), out);
+            break;
+          case FD::TYPE_SFIXED64:
+            PutFixed(number, static_cast<int64_t>(v), out);
+            break;
+          default:  // int32 and int64: negative values are ten-byte varints of the 64-bit value
+            PutTag(number, kVarint, out);
+            PutVarint(static_cast<uint64_t>(v), out);
         }
-        return json(v);
+        return fp8::OkStatus();
       }
       case FD::CPPTYPE_UINT32:
       case FD::CPPTYPE_UINT64: {
         size_t used = 0;
         unsigned long long v = std::stoull(s, &used, 10);
         if (used != s.size() || s[0] == '-') return Bad(path, "expected a non-negative integer");
-        return json(v);
+        if (field->cpp_type() == FD::CPPTYPE_UINT32 && v > UINT32_MAX) {
+          return Bad(path, "out of range for a 32-bit integer");
+        }
+        if (field->type() == FD::TYPE_FIXED32) {
+          PutFixed(number, static_cast<uint32_t>(v), out);
+        } else if (field->type() == FD::TYPE_FIXED64) {
+          PutFixed(number, static_cast<uint64_t>(v), out);
+        } else {
+          PutTag(number, kVarint, out);
+          PutVarint(v, out);
+        }
+        return fp8::OkStatus();
       }
       case FD::CPPTYPE_DOUBLE:
       case FD::CPPTYPE_FLOAT: {
@@ -172,18 +273,29 @@ fp8::StatusOr<json> FieldValue(const YAML::Node& node, const FieldDescriptor* fi
         double v = std::stod(s, &used);
         if (used != s.size()) return Bad(path, "expected a number, got \"" + s + "\"");
         if (!std::isfinite(v)) return Bad(path, "must be finite");
-        return json(v);
+        if (field->cpp_type() == FD::CPPTYPE_FLOAT) {
+          if (std::fabs(v) > std::numeric_limits<float>::max()) return Bad(path, "out of range for a 32-bit float");
+          PutFixed(number, static_cast<float>(v), out);
+        } else {
+          PutFixed(number, v, out);
+        }
+        return fp8::OkStatus();
       }
       case FD::CPPTYPE_ENUM: {
         // By name, or by number.
-        if (field->enum_type()->FindValueByName(s) != nullptr) return json(s);
-        size_t used = 0;
-        try {
-          int v = std::stoi(s, &used, 10);
-          if (used == s.size() && field->enum_type()->FindValueByNumber(v) != nullptr) return json(v);
-        } catch (...) {
+        const google::protobuf::EnumValueDescriptor* value = field->enum_type()->FindValueByName(s);
+        if (value == nullptr) {
+          size_t used = 0;
+          try {
+            const int v = std::stoi(s, &used, 10);
+            if (used == s.size()) value = field->enum_type()->FindValueByNumber(v);
+          } catch (...) {
+          }
         }
-        return Bad(path, "unknown value \"" + s + "\"");
+        if (value == nullptr) return Bad(path, "unknown value \"" + s + "\"");
+        PutTag(number, kVarint, out);
+        PutVarint(static_cast<uint64_t>(static_cast<int64_t>(value->number())), out);
+        return fp8::OkStatus();
       }
       case FD::CPPTYPE_MESSAGE:
         break;
@@ -194,12 +306,13 @@ fp8::StatusOr<json> FieldValue(const YAML::Node& node, const FieldDescriptor* fi
   return Bad(path, "unsupported field type");
 }
 
-fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const std::string& path,
-                           Budget& budget) {
+fp8::Status EncodeMessage(const YAML::Node& node, const Descriptor* desc, const std::string& path,
+                          Budget& budget, std::string* out) {
   FP8_RETURN_IF_ERROR(Enter(budget, path));
   DepthGuard guard{budget};
-  json out = json::object();
   std::set<std::string> seen;
+  std::set<int> fields_seen;
+  std::map<const google::protobuf::OneofDescriptor*, std::string> oneof_seen;
   for (const auto& kv : node) {
     FP8_ASSIGN_OR_RETURN(const std::string key, KeyOf(kv.first, path, seen));
     const std::string field_path = path + "." + key;
@@ -207,38 +320,42 @@ fp8::StatusOr<json> ToJson(const YAML::Node& node, const Descriptor* desc, const
     if (field == nullptr) field = desc->FindFieldByCamelcaseName(key);
     if (field == nullptr) return Bad(field_path, "unknown field" + Where(kv.first));
     // `name` and `jobs/...` spelled two ways (snake and camel) would be the same field twice.
-    if (out.contains(field->name())) return Bad(field_path, "duplicate key" + Where(kv.first));
+    if (!fields_seen.insert(field->number()).second) return Bad(field_path, "duplicate key" + Where(kv.first));
     if (IsYamlNull(kv.second)) continue;
+    // The wire format keeps the last member of a oneof; a file that sets two is a mistake.
+    if (const auto* oneof = field->real_containing_oneof(); oneof != nullptr) {
+      auto [it, first] = oneof_seen.emplace(oneof, field->name());
+      if (!first) {
+        return Bad(field_path, "only one of " + it->second + " and " + field->name() + " may be set" + Where(kv.first));
+      }
+    }
     if (field->is_map()) {
       if (!kv.second.IsMap()) return Bad(field_path, "expected a mapping" + Where(kv.second));
-      const FieldDescriptor* value_field = field->message_type()->FindFieldByName("value");
-      json m = json::object();
+      const Descriptor* entry_type = field->message_type();
       std::set<std::string> map_keys;
       for (const auto& entry : kv.second) {
         FP8_ASSIGN_OR_RETURN(const std::string k, KeyOf(entry.first, field_path, map_keys));
-        FP8_ASSIGN_OR_RETURN(json v, FieldValue(entry.second, value_field, field_path + "[\"" + k + "\"]", budget));
-        m[k] = std::move(v);
+        const std::string entry_path = field_path + "[\"" + k + "\"]";
+        std::string item;
+        FP8_RETURN_IF_ERROR(EncodeField(entry.first, entry_type->map_key(), entry_path, budget, &item));
+        FP8_RETURN_IF_ERROR(EncodeField(entry.second, entry_type->map_value(), entry_path, budget, &item));
+        PutBytes(field->number(), item, out);
       }
-      out[field->name()] = std::move(m);
     } else if (field->is_repeated()) {
-      json a = json::array();
+      // Unpacked even where the field is packed: parsers accept both.
       if (kv.second.IsSequence()) {
         int i = 0;
         for (const auto& item : kv.second) {
-          FP8_ASSIGN_OR_RETURN(json v, FieldValue(item, field, field_path + "[" + std::to_string(i++) + "]", budget));
-          a.push_back(std::move(v));
+          FP8_RETURN_IF_ERROR(EncodeField(item, field, field_path + "[" + std::to_string(i++) + "]", budget, out));
         }
       } else {
-        FP8_ASSIGN_OR_RETURN(json v, FieldValue(kv.second, field, field_path + "[0]", budget));
-        a.push_back(std::move(v));
+        FP8_RETURN_IF_ERROR(EncodeField(kv.second, field, field_path + "[0]", budget, out));
       }
-      out[field->name()] = std::move(a);
     } else {
-      FP8_ASSIGN_OR_RETURN(json v, FieldValue(kv.second, field, field_path, budget));
-      out[field->name()] = std::move(v);
+      FP8_RETURN_IF_ERROR(EncodeField(kv.second, field, field_path, budget, out));
     }
   }
-  return out;
+  return fp8::OkStatus();
 }
 
 std::string Resolve(const std::string& p, const std::string& base_dir) {
@@ -426,18 +543,92 @@ class DuplicateKeyCheck : public nlohmann::json_sax<json> {
   int depth_ = 0;
 };
 
-// Takes the parser's events without building nodes (documents are counted by the caller).
-class DocumentCounter : public YAML::EventHandler {
+// Builds the first document's tree from the parser's events and counts the documents, so the
+// text is parsed once. Nodes made through yaml-cpp's public API carry no marks (line and
+// column): a conversion that fails is run again on a tree from YAML::Load to name the place.
+// (A YAML::Node is rebound with reset(): its operator= writes through to the node it refers to.)
+class FirstDocumentBuilder : public YAML::EventHandler {
  public:
+  const YAML::Node& root() const { return root_; }
+
   void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
+  void OnDocumentEnd() override { done_ = true; }
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override {
+    Complete(YAML::Node(YAML::NodeType::Null), anchor);
+  }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t anchor) override {
+    // The parser refuses an alias to an unknown anchor before this is called.
+    if (!done_ && anchor >= 1 && anchor <= anchors_.size()) Complete(anchors_[anchor - 1], YAML::NullAnchor);
+  }
+  void OnScalar(const YAML::Mark&, const std::string& tag, YAML::anchor_t anchor, const std::string& value) override {
+    YAML::Node node(value);
+    node.SetTag(tag);
+    Complete(node, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(YAML::NodeType::Sequence, tag, anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(YAML::NodeType::Map, tag, anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct OpenCollection {
+    YAML::Node node;
+    bool have_key = false;
+    YAML::Node key;
+  };
+
+  void Remember(const YAML::Node& node, YAML::anchor_t anchor) {
+    if (anchor == YAML::NullAnchor) return;
+    if (anchors_.size() < anchor) anchors_.resize(anchor);
+    anchors_[anchor - 1].reset(node);
+  }
+  void Open(YAML::NodeType::value type, const std::string& tag, YAML::anchor_t anchor) {
+    if (done_) return;
+    YAML::Node node(type);
+    node.SetTag(tag);
+    // Registered before its children, as yaml-cpp does: an alias inside refers to this node
+    // (a cycle, which the conversion's depth limit refuses).
+    Remember(node, anchor);
+    stack_.push_back({node, false, YAML::Node()});
+  }
+  void Close() {
+    if (done_ || stack_.empty()) return;
+    YAML::Node node = stack_.back().node;
+    stack_.pop_back();
+    Add(node);
+  }
+  void Complete(const YAML::Node& node, YAML::anchor_t anchor) {
+    if (done_) return;
+    Remember(node, anchor);
+    Add(node);
+  }
+  void Add(const YAML::Node& node) {
+    if (stack_.empty()) {
+      root_.reset(node);
+      return;
+    }
+    OpenCollection& parent = stack_.back();
+    if (parent.node.IsSequence()) {
+      parent.node.push_back(node);
+    } else if (!parent.have_key) {
+      parent.key.reset(node);
+      parent.have_key = true;
+    } else {
+      parent.node.force_insert(parent.key, node);
+      parent.have_key = false;
+    }
+  }
+
+  bool done_ = false;
+  YAML::Node root_;
+  std::vector<OpenCollection> stack_;
+  std::vector<YAML::Node> anchors_;
 };
 
 fp8::Status CheckJson(const std::string& text) {
@@ -461,30 +652,34 @@ fp8::StatusOr<fp8d::v1::Job> ParseJobTextUnguarded(const std::string& text, cons
   if (first != std::string::npos && text[first] == '{') FP8_RETURN_IF_ERROR(CheckJson(text));
   YAML::Node root;
   try {
-    // Count the documents from the parser's events first, and stop at the second: yaml-cpp's
+    // The documents are counted from the parser's events, stopping at the second: yaml-cpp's
     // LoadAll never ends on some inputs (" ,a[]" yields empty documents forever).
-    DocumentCounter counter;
+    FirstDocumentBuilder builder;
     std::stringstream in(text);
     YAML::Parser parser(in);
     int documents = 0;
-    while (documents < 2 && parser.HandleNextDocument(counter)) ++documents;
+    while (documents < 2 && parser.HandleNextDocument(builder)) ++documents;
     if (documents > 1) {
       return fp8::InvalidArgumentError("job file: holds more than one YAML document; submit one job per file");
     }
-    root = YAML::Load(text);
+    root = builder.root();
   } catch (const YAML::Exception& e) {
     // e.msg without yaml-cpp's own prefix, with the position people count from 1.
     return fp8::InvalidArgumentError("job file: line " + std::to_string(e.mark.line + 1) + ", column " +
                                      std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (!root.IsMap()) return fp8::InvalidArgumentError("job: the job file must be a mapping");
+  std::string wire;
   Budget budget;
-  FP8_ASSIGN_OR_RETURN(json j, ToJson(root, fp8d::v1::Job::descriptor(), "job", budget));
+  if (fp8::Status st = EncodeMessage(root, fp8d::v1::Job::descriptor(), "job", budget, &wire); !st.ok()) {
+    // The same conversion on a tree with marks fails the same way and says where.
+    Budget again;
+    wire.clear();
+    fp8::Status placed = EncodeMessage(YAML::Load(text), fp8d::v1::Job::descriptor(), "job", again, &wire);
+    return placed.ok() ? st : placed;
+  }
   fp8d::v1::Job job;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  auto st = google::protobuf::util::JsonStringToMessage(j.dump(-1, ' ', false, json::error_handler_t::replace), &job, options);
-  if (!st.ok()) return fp8::InvalidArgumentError("job: " + std::string(st.message()));
+  if (!job.ParseFromString(wire)) return fp8::InvalidArgumentError("job: the file does not make a valid Job");
   ResolveJobPaths(job, base_dir);
   return job;
 }

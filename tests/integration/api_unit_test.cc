@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include "client/cli_habits.h"
@@ -251,6 +253,85 @@ TEST(JobFile, JsonIsAcceptedAndAbsolutePathsAreKept) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->calibrate().input(), "/models/m");
   EXPECT_EQ(job->calibrate().output_dir(), "/b/rel/out");
+}
+
+// fp8ctl writes a job file's message in the wire format itself (client/job_file.cc): the result
+// must be the message the proto JSON mapping gives for the same document, for every kind of
+// field the Job has.
+TEST(JobFile, WireEncodingMatchesTheProtoJsonMapping) {
+  const std::string yaml =
+      "display_name: \"all kinds\"\n"
+      "priority: -7\n"
+      "labels: {team: fp8, \"n\": \"12\"}\n"
+      "env: {A_B: \"x y\"}\n"
+      "train:\n"
+      "  model: {preset: tiny, n_layer: 2, d_model: 64}\n"
+      "  data: {train: /d/train.bin, val: /d/val.bin}\n"
+      "  training: {max_steps: 9000000000, learning_rate: 3.0e-4, adam_beta2: 0.95, seed: -3,"
+      " adam_epsilon: null}\n"
+      "  output_dir: /o\n"
+      "resources: {ranks: 2}\n"
+      "retry: {max_attempts: 4, initial_backoff: 1.5s, max_backoff: 2m, multiplier: 2, jitter: 0.25}\n"
+      "timeouts: {heartbeat_timeout: 1h30m}\n"
+      "state: RUNNING\n"
+      "attempt: 3\n"
+      "progress: {step: 5, loss: -0.5, fp8_amax_max: 0, update_time: \"2026-12-01T10:00:00.5Z\"}\n"
+      "error: {code: 13, failure_class: 2}\n"
+      "result: {tensors: 12, ok: true, none: null, names: [a, \"1\", 2.5], nested: {x: [1, {y: z}]}}\n"
+      "create_time: \"2026-12-01T10:00:00+01:00\"\n"
+      "version: 42\n"
+      "attempts:\n"
+      "  - {number: 1, ranks: [{rank: 0, node: n1, gpu: -1, pid: 123}, {rank: 1}], controller_fault: true}\n"
+      "  - number: 2\n"
+      "events: {version: 1, to_state: QUEUED, message: created}\n"
+      "run_as_uid: 1000\n";
+  const std::string json = R"({
+    "display_name": "all kinds", "priority": -7, "labels": {"team": "fp8", "n": "12"}, "env": {"A_B": "x y"},
+    "train": {"model": {"preset": "tiny", "n_layer": 2, "d_model": 64},
+              "data": {"train": "/d/train.bin", "val": "/d/val.bin"},
+              "training": {"max_steps": "9000000000", "learning_rate": 3.0e-4, "adam_beta2": 0.95, "seed": "-3"},
+              "output_dir": "/o"},
+    "resources": {"ranks": 2},
+    "retry": {"max_attempts": 4, "initial_backoff": "1.5s", "max_backoff": "120s", "multiplier": 2, "jitter": 0.25},
+    "timeouts": {"heartbeat_timeout": "5400s"},
+    "state": "RUNNING", "attempt": 3,
+    "progress": {"step": "5", "loss": -0.5, "fp8_amax_max": 0, "update_time": "2026-12-01T10:00:00.5Z"},
+    "error": {"code": 13, "failure_class": 2},
+    "result": {"tensors": 12, "ok": true, "none": null, "names": ["a", "1", 2.5], "nested": {"x": [1, {"y": "z"}]}},
+    "create_time": "2026-12-01T10:00:00+01:00", "version": "42",
+    "attempts": [{"number": 1, "ranks": [{"rank": 0, "node": "n1", "gpu": -1, "pid": "123"}, {"rank": 1}],
+                  "controller_fault": true}, {"number": 2}],
+    "events": [{"version": "1", "to_state": "QUEUED", "message": "created"}],
+    "run_as_uid": "1000"})";
+  auto job = client::ParseJobText(yaml, "/");  // a null (adam_epsilon) leaves the field unset
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  fp8d::v1::Job expected;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &expected).ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*job, expected))
+      << "wire:\n" << job->DebugString() << "\njson:\n" << expected.DebugString();
+  EXPECT_TRUE(job->progress().has_fp8_amax_max());
+  EXPECT_FALSE(job->progress().has_fp8_saturation_fraction());
+}
+
+TEST(JobFile, AnchorsAndAliasesAreExpandedAndKeysStayApart) {
+  auto job = client::ParseJobText("labels: &l {a: x, b: y, c: z}\nenv: *l\ndisplay_name: &n demo\n"
+                                  "train: {output_dir: *n}\n", "/");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->labels().size(), 3u);
+  EXPECT_EQ(job->labels().at("b"), "y");
+  EXPECT_EQ(job->env().at("c"), "z");
+  EXPECT_EQ(job->train().output_dir(), "/demo");
+}
+
+TEST(JobFile, RefusesWhatTheWireFormatWouldHideOrBreak) {
+  auto two_specs = client::ParseJobText("train: {output_dir: /o}\ncalibrate: {input: /m}\n", "/");
+  EXPECT_EQ(two_specs.status().message(), "job.calibrate: only one of train and calibrate may be set (line 2, column 1)");
+  auto big_int32 = client::ParseJobText("priority: 3000000000\n", "/");
+  EXPECT_EQ(big_int32.status().message(), "job.priority: out of range for a 32-bit integer");
+  auto bad_time = client::ParseJobText("create_time: yesterday\n", "/");
+  EXPECT_EQ(bad_time.status().message(), "job.create_time: expected an RFC 3339 timestamp");
+  auto bad_enum = client::ParseJobText("state: 99\n", "/");
+  EXPECT_EQ(bad_enum.status().message(), "job.state: unknown value \"99\"");
 }
 
 TEST(JobFile, ErrorsNameTheField) {
