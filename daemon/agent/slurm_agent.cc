@@ -638,8 +638,9 @@ void SlurmAgent::ObserveLoop() {
           ev.job_id = w->job_id;
           ev.attempt = w->attempt;
           ev.rank = 0;
-          ev.event = {{"type", "pending"}, {"reason", reason}, {"slurm_job_id", w->slurm_id}};
-          ev.raw = ev.event.dump();
+          ev.event.mutable_pending()->set_reason(reason);
+          ev.event.mutable_pending()->set_slurm_job_id(w->slurm_id);
+          ev.raw = ev.event.ShortDebugString();
           for (const Rank& rk : w->ranks) {
             if (rk.rank == 0) ev.offset_after = rk.reader->consumed_offset();
           }
