@@ -12,7 +12,7 @@
 // the scancels that Signal() queued (Signal is called on the manager's io thread, which must
 // not wait for a command), and once Slurm says a job ended, delivers the ranks' remaining
 // events and then their exits, classified by the Slurm job state. While Slurm keeps a job
-// PENDING it delivers a synthetic {"type":"pending","reason":...} event on rank 0, which keeps
+// PENDING it delivers a synthetic `pending` event (worker_event.proto) on rank 0, which keeps
 // the attempt from looking hung and lets the core show Slurm's reason.
 //
 // Re-adoption: the core stores the Slurm job id as each rank's `pid`. A job Slurm no longer

@@ -340,12 +340,12 @@ TEST_F(AgentTest, PartialLineIsDeliveredOnlyOnceComplete) {
   LaunchRequest req = Request("job-partial", 1, {{"GO_FILE", go}});
   req.worker_argv_prefix = {
       "/bin/sh", "-c",
-      "printf '{\"type\":\"first\"}\\n{\"type\":\"sec'; "
+      "printf '{\"heartbeat\":{}}\\n{\"met'; "
       "while [ ! -e \"$GO_FILE\" ]; do sleep 0.01; done; "
-      "printf 'ond\"}\\n{\"type\":\"tail\"}'",
+      "printf 'ric\":{}}\\n{\"done\":{}}'",
       "sh"};
   ASSERT_TRUE(LaunchTracked(*agent, req).ok());
-  ASSERT_TRUE(listener_.WaitForEventType("job-partial", 0, "first"));
+  ASSERT_TRUE(listener_.WaitForEventType("job-partial", 0, "heartbeat"));
   // Give the observer many polls over the half line (this can only hide a bug, never fail a
   // correct agent).
   std::string path = req.attempt_dir + "/rank-0.events";
@@ -357,10 +357,10 @@ TEST_F(AgentTest, PartialLineIsDeliveredOnlyOnceComplete) {
   ASSERT_TRUE(listener_.WaitForExit("job-partial", 1, 0));
   auto events = listener_.Events("job-partial", 0);
   ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(Type(events[1]), "second");
-  EXPECT_EQ(events[1].offset_after, 17 + 18);
+  EXPECT_EQ(Type(events[1]), "metric");
+  EXPECT_EQ(events[1].offset_after, 17 + 14);
   // The last line had no newline: once the process is gone it is delivered all the same.
-  EXPECT_EQ(Type(events[2]), "tail");
+  EXPECT_EQ(Type(events[2]), "done");
   EXPECT_EQ(events[2].offset_after, static_cast<int64_t>(fs::file_size(path)));
   EXPECT_EQ(listener_.Exit("job-partial", 0)->exit_code, 0);
 }
