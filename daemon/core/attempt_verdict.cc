@@ -223,15 +223,9 @@ Timeouts Timeouts::Of(const fp8d::v1::Timeouts& job, int64_t cancel_grace_ms) {
 
 Verdict DecideAttempt(const AttemptView& attempt, const SupervisorInput& input, int64_t now_ms,
                       const Timeouts& timeouts) {
-  struct Visit {
-    const AttemptView& a;
-    int64_t now;
-    const Timeouts& t;
-    Verdict operator()(const agent::WorkerEvent* ev) const { return OnEvent(a, *ev); }
-    Verdict operator()(const agent::WorkerExit* ex) const { return OnExit(a, *ex); }
-    Verdict operator()(TickInput) const { return OnTick(a, now, t); }
-  };
-  return std::visit(Visit{attempt, now_ms, timeouts}, input);
+  if (const auto* ev = std::get_if<const agent::WorkerEvent*>(&input)) return OnEvent(attempt, **ev);
+  if (const auto* ex = std::get_if<const agent::WorkerExit*>(&input)) return OnExit(attempt, **ex);
+  return OnTick(attempt, now_ms, timeouts);
 }
 
 FailureClass FailureClassOf(WorkerEvent::ErrorClass error_class) {
