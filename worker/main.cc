@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     // second attempt runs out at the same step (the shape does not fit).
     std::fprintf(stderr, "fp8-worker: out of memory\n");
     fp8::worker::EventWriter events;
-    events.Emit("error", {{"class", "RESOURCE_EXHAUSTED"}, {"message", "out of memory (std::bad_alloc)"}});
+    events.Emit(fp8::worker::ErrorEvent(fp8::worker::WorkerEvent::RESOURCE_EXHAUSTED, "out of memory (std::bad_alloc)"));
     return fp8::worker::kExitTemporary;
   }
 }

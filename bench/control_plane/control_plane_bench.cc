@@ -226,8 +226,9 @@ std::map<int64_t, double> ProgressTimes(const std::string& events_path) {
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("type", "") != "progress") continue;
-    if (j.contains("step") && j.contains("time")) out[j["step"].get<int64_t>()] = j["time"].get<double>();
+    // worker_event.proto as JSON: {"time": t, "progress": {"step": "<int64>", ...}}
+    if (j.is_discarded() || !j.is_object() || !j.contains("progress") || !j.contains("time")) continue;
+    out[std::stoll(j["progress"].value("step", "0"))] = j["time"].get<double>();
   }
   return out;
 }

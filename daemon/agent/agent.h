@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "fp8d/v1/worker_event.pb.h"
 
 namespace fp8d::agent {
 
@@ -68,13 +69,13 @@ struct RankProcess {
   int64_t events_offset = 0;  // where to continue reading rank-<r>.events
 };
 
-// One NDJSON line from rank-<r>.events. `garbage` is set (and `event` null) for a line that is
-// not a JSON object with a string "type".
+// One line from rank-<r>.events, parsed (proto/fp8d/v1/worker_event.proto). `garbage` is set
+// (and `event` empty) for a line that is not an event.
 struct WorkerEvent {
   std::string job_id;
   int attempt = 0;
   int rank = 0;
-  nlohmann::json event;
+  fp8d::v1::WorkerEvent event;
   bool garbage = false;
   std::string raw;            // the line, for logs
   int64_t offset_after = 0;   // byte offset just past this line (persist for re-adoption)

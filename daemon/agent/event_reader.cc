@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <google/protobuf/util/json_util.h>
+
 namespace fp8d::agent {
 
 EventFileReader::EventFileReader(std::string path, int64_t offset)
@@ -99,12 +101,19 @@ std::optional<EventLine> EventFileReader::TakeUnterminatedTail() {
   return line;
 }
 
-std::optional<nlohmann::json> ParseEventLine(const std::string& line) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  auto it = j.find("type");
-  if (it == j.end() || !it->is_string()) return std::nullopt;
-  return j;
+std::optional<fp8d::v1::WorkerEvent> ParseEventLine(const std::string& line) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  fp8d::v1::WorkerEvent ev;
+  if (!google::protobuf::util::JsonStringToMessage(line, &ev, options).ok()) return std::nullopt;
+  if (ev.payload_case() == fp8d::v1::WorkerEvent::PAYLOAD_NOT_SET) return std::nullopt;
+  return ev;
+}
+
+std::string EventType(const fp8d::v1::WorkerEvent& event) {
+  const google::protobuf::FieldDescriptor* field = event.GetReflection()->GetOneofFieldDescriptor(
+      event, fp8d::v1::WorkerEvent::descriptor()->FindOneofByName("payload"));
+  return field == nullptr ? "" : field->name();
 }
 
 std::optional<WorkerEvent> ToWorkerEvent(const std::string& job_id, int attempt, int rank,
@@ -116,7 +125,7 @@ std::optional<WorkerEvent> ToWorkerEvent(const std::string& job_id, int attempt,
   ev.rank = rank;
   ev.raw = line.text;
   ev.offset_after = line.offset_after;
-  std::optional<nlohmann::json> parsed;
+  std::optional<fp8d::v1::WorkerEvent> parsed;
   if (!line.oversized) parsed = ParseEventLine(line.text);
   if (parsed) {
     ev.event = std::move(*parsed);

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 #include "daemon/agent/agent.h"
 
@@ -54,8 +52,12 @@ class EventFileReader {
   bool skipping_ = false;
 };
 
-// The event in a line: an object with a string "type", else nullopt (garbage).
-std::optional<nlohmann::json> ParseEventLine(const std::string& line);
+// The event in a line, read with the proto JSON parser (unknown fields ignored, so a newer
+// worker's additions pass); nullopt (garbage) for a line that is not JSON or names no event.
+std::optional<fp8d::v1::WorkerEvent> ParseEventLine(const std::string& line);
+
+// The event's name as the line spells it ("progress"); "" when it has none.
+std::string EventType(const fp8d::v1::WorkerEvent& event);
 
 // What a launcher delivers for one line of rank `rank`'s events file: the parsed event, or the
 // line marked garbage; nullopt for a blank line, which carries nothing (its bytes are covered

@@ -12,7 +12,7 @@
 // the scancels that Signal() queued (Signal is called on the manager's io thread, which must
 // not wait for a command), and once Slurm says a job ended, delivers the ranks' remaining
 // events and then their exits, classified by the Slurm job state. While Slurm keeps a job
-// PENDING it delivers a synthetic {"type":"pending","reason":...} event on rank 0, which keeps
+// PENDING it delivers a synthetic `pending` event (worker_event.proto) on rank 0, which keeps
 // the attempt from looking hung and lets the core show Slurm's reason.
 //
 // Re-adoption: the core stores the Slurm job id as each rank's `pid`. A job Slurm no longer
@@ -638,8 +638,9 @@ void SlurmAgent::ObserveLoop() {
           ev.job_id = w->job_id;
           ev.attempt = w->attempt;
           ev.rank = 0;
-          ev.event = {{"type", "pending"}, {"reason", reason}, {"slurm_job_id", w->slurm_id}};
-          ev.raw = ev.event.dump();
+          ev.event.mutable_pending()->set_reason(reason);
+          ev.event.mutable_pending()->set_slurm_job_id(w->slurm_id);
+          ev.raw = ev.event.ShortDebugString();
           for (const Rank& rk : w->ranks) {
             if (rk.rank == 0) ev.offset_after = rk.reader->consumed_offset();
           }

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <google/protobuf/struct.pb.h>
 
 #include "daemon/agent/agent.h"
 #include "daemon/store/job_store.h"
@@ -31,7 +31,7 @@ struct RankRun {
   int exit_code = -1;
   int signal = 0;
   bool adopted_exit = false;
-  nlohmann::json result;
+  google::protobuf::Struct result;  // its `done` event's result
 };
 
 // The job's current (or last) attempt while it holds slots.

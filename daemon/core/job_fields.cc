@@ -159,13 +159,6 @@ int32_t RpcCodeFor(FailureClass failure) {
   }
 }
 
-FailureClass FailureClassFromName(const std::string& name) {
-  FailureClass out;
-  if (fp8d::v1::FailureClass_Parse(name, &out) && out != fp8d::v1::FAILURE_CLASS_UNSPECIFIED)
-    return out;
-  return fp8d::v1::INTERNAL_ERROR;
-}
-
 google::protobuf::Timestamp TimestampFromMs(int64_t ms) {
   return TimeUtil::MillisecondsToTimestamp(ms);
 }
@@ -178,67 +171,23 @@ google::protobuf::Duration DurationFromMs(int64_t ms) {
   return TimeUtil::MillisecondsToDuration(ms);
 }
 
-double NumberField(const nlohmann::json& event, const char* key, double fallback) {
-  auto it = event.find(key);
-  if (it == event.end() || !it->is_number()) return fallback;
-  return it->get<double>();
-}
-
-int64_t IntField(const nlohmann::json& event, const char* key, int64_t fallback) {
-  auto it = event.find(key);
-  if (it == event.end()) return fallback;
-  if (it->is_number_integer() && !it->is_number_unsigned()) return it->get<int64_t>();
-  if (it->is_number_unsigned()) {
-    const uint64_t v = it->get<uint64_t>();
-    return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v);
-  }
-  if (it->is_number_float()) {
-    const double d = it->get<double>();
-    // NaN and out-of-range values have no int64: the fallback, not undefined behaviour.
-    if (!(d >= -9.2e18 && d <= 9.2e18)) return fallback;
-    return static_cast<int64_t>(d);
-  }
-  return fallback;
-}
-
-std::string StringField(const nlohmann::json& event, const char* key) {
-  auto it = event.find(key);
-  if (it == event.end() || !it->is_string()) return "";
-  return it->get<std::string>();
-}
-
-void ApplyProgressEvent(const nlohmann::json& event, fp8d::v1::Progress* progress) {
-  progress->set_step(IntField(event, "step"));
-  progress->set_total_steps(IntField(event, "total_steps"));
-  // NaN loss is written as null by the worker's JSON (events.cc); keep it visible as NaN.
-  auto loss = event.find("loss");
-  progress->set_loss(loss != event.end() && loss->is_null() ? std::nan("")
-                                                             : NumberField(event, "loss"));
-  progress->set_learning_rate(NumberField(event, "lr"));
-  progress->set_grad_norm(NumberField(event, "grad_norm"));
-  progress->set_tokens_per_second(NumberField(event, "tokens_per_sec"));
-  progress->set_mfu(NumberField(event, "mfu"));
-  progress->set_eta_seconds(NumberField(event, "eta_seconds"));
+void ApplyProgressEvent(const fp8d::v1::WorkerEvent::Progress& event, fp8d::v1::Progress* progress) {
+  progress->set_step(event.step());
+  progress->set_total_steps(event.total_steps());
+  progress->set_loss(event.loss());
+  progress->set_learning_rate(event.lr());
+  progress->set_grad_norm(event.grad_norm());
+  progress->set_tokens_per_second(event.tokens_per_sec());
+  progress->set_mfu(event.mfu());
+  progress->set_eta_seconds(event.eta_seconds());
   // Only FP8 recipes report these; absent otherwise (not 0, which would be a real reading).
-  auto amax = event.find("fp8_amax_max");
-  if (amax != event.end() && amax->is_number()) progress->set_fp8_amax_max(amax->get<double>());
+  if (event.has_fp8_amax_max()) progress->set_fp8_amax_max(event.fp8_amax_max());
   else progress->clear_fp8_amax_max();
-  auto saturation = event.find("fp8_saturation_fraction");
-  if (saturation != event.end() && saturation->is_number()) {
-    progress->set_fp8_saturation_fraction(saturation->get<double>());
+  if (event.has_fp8_saturation_fraction()) {
+    progress->set_fp8_saturation_fraction(event.fp8_saturation_fraction());
   } else {
     progress->clear_fp8_saturation_fraction();
   }
-}
-
-google::protobuf::Struct StructFromJson(const nlohmann::json& value) {
-  google::protobuf::Struct out;
-  if (!value.is_object()) return out;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  const std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (!google::protobuf::util::JsonStringToMessage(text, &out, options).ok()) out.Clear();
-  return out;
 }
 
 }  // namespace fp8d::core

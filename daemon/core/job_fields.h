@@ -9,10 +9,10 @@
 #include <google/protobuf/duration.pb.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/timestamp.pb.h>
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "fp8d/v1/job.pb.h"
+#include "fp8d/v1/worker_event.pb.h"
 
 namespace fp8d::core {
 
@@ -45,25 +45,11 @@ fp8::StatusOr<WorkerSpec> MakeWorkerSpec(const fp8d::v1::Job& job,
 // google.rpc code a job error carries for each failure class (JobError.code).
 int32_t RpcCodeFor(fp8d::v1::FailureClass failure);
 
-// Failure class named in an `error` event ("NUMERIC", ...); INTERNAL_ERROR for a name that is
-// not a FailureClass, so a worker typo still fails the attempt in a retryable way.
-fp8d::v1::FailureClass FailureClassFromName(const std::string& name);
-
 google::protobuf::Timestamp TimestampFromMs(int64_t ms);
 int64_t MsFromDuration(const google::protobuf::Duration& d);
 google::protobuf::Duration DurationFromMs(int64_t ms);
 
-// Copies the fields of a `progress` event into `progress` (missing fields keep 0).
-void ApplyProgressEvent(const nlohmann::json& event, fp8d::v1::Progress* progress);
-
-// A `done` event's "result" object as a protobuf Struct (Job.result). Non-object → empty.
-google::protobuf::Struct StructFromJson(const nlohmann::json& value);
-
-// Number field of an event, or `fallback` when absent or not a number.
-double NumberField(const nlohmann::json& event, const char* key, double fallback = 0);
-// An integer field (steps, totals) read as int64 without a detour through double, which
-// loses exactness above 2^53. A fractional number is truncated; anything else is `fallback`.
-int64_t IntField(const nlohmann::json& event, const char* key, int64_t fallback = 0);
-std::string StringField(const nlohmann::json& event, const char* key);
+// Copies the figures of a worker's `progress` event into the job's Progress.
+void ApplyProgressEvent(const fp8d::v1::WorkerEvent::Progress& event, fp8d::v1::Progress* progress);
 
 }  // namespace fp8d::core

@@ -33,6 +33,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "daemon/core/attempt_verdict.h"
 #include "daemon/core/blocking_worker.h"
 #include "daemon/core/create_batcher.h"
 #include "daemon/core/job_cache.h"
@@ -133,11 +134,11 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void SweepFinishedJobs(int64_t now);
   int64_t next_sweep_ms_ = 0;
   bool sweeping_ = false;
-  void CheckAttempt(JobEntry& e, int64_t now);
+  // DecideAttempt (attempt_verdict.h) on this job's view of its attempt.
+  Verdict Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const;
   // The attempt failed: decide RETRY_WAIT or FAILED, persist, then stop its workers.
   void FailAttempt(JobEntry& e, FailureClass failure, const std::string& message);
   void SucceedAttempt(JobEntry& e);
-  void EvaluateRun(JobEntry& e);
   // SIGTERM now, SIGKILL after cancel_grace_ms (the tick sends it).
   void TerminateWorkers(JobEntry& e);
   // Every rank of the run exited: persist the attempt's end, free its slots, reschedule.

@@ -1,7 +1,8 @@
-// The supervisor: worker events and exits (from the agent, posted to io), and a periodic tick
-// that reads the injected Clock (so tests drive time by hand) to find hung ranks, attempts past
-// their deadline, SIGKILLs due after the cancel grace, backoffs that have elapsed, and progress
-// rows and event offsets due to be written.
+// The supervisor's glue: worker events and exits (from the agent, posted to io), and a periodic
+// tick that reads the injected Clock (so tests drive time by hand). Each input is judged by
+// DecideAttempt (attempt_verdict.h, pure); this file builds its view of the attempt and applies
+// the verdict: transitions, store writes, signals, and the progress rows and event offsets due
+// to be written.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -10,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/core/attempt_verdict.h"
 #include "daemon/core/failpoint.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
@@ -19,39 +21,38 @@ namespace fp8d::core {
 
 namespace {
 
-std::string Seconds(int64_t ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
-  return buf;
-}
-
 std::string Truncated(const std::string& s, size_t n = 200) {
   return s.size() <= n ? s : s.substr(0, n) + "...";
 }
 
-// Slurm's verdicts: a lost or preempted node is NODE_LOST, Slurm's time limit (the attempt
-// deadline plus the grace) is DEADLINE_EXCEEDED, a job Slurm can never start is INVALID_SPEC
-// (permanent); running out of memory is RESOURCE_EXHAUSTED, a cancel by someone else is a
-// crash of the attempt. All are retryable, from the last checkpoint.
-FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
-  switch (cause) {
-    case agent::WorkerExit::Cause::kNodeLost:
-    case agent::WorkerExit::Cause::kPreempted:
-      return fp8d::v1::NODE_LOST;
-    case agent::WorkerExit::Cause::kTimeLimit:
-      return fp8d::v1::DEADLINE_EXCEEDED;
-    case agent::WorkerExit::Cause::kRejected:
-      return fp8d::v1::INVALID_SPEC;  // the same request would wait forever again
-    case agent::WorkerExit::Cause::kOutOfMemory:
-      return fp8d::v1::RESOURCE_EXHAUSTED;  // retried once, as a worker's own out-of-memory
-    case agent::WorkerExit::Cause::kCancelledOutside:
-    case agent::WorkerExit::Cause::kProcess:
-      return fp8d::v1::WORKER_CRASH;
+AttemptView ViewOf(const JobEntry& e) {
+  AttemptView a;
+  a.state = e.job.state();
+  a.retry_at_ms = e.retry_at_ms;
+  a.newest_checkpoint_step = e.checkpoints.empty() ? -1 : e.checkpoints.back().step();
+  a.pending_reason = e.job.pending_reason();
+  if (e.run == nullptr) return a;
+  const AttemptRun& run = *e.run;
+  a.launched = run.launched;
+  a.finished = run.finished;
+  a.start_ms = run.start_ms;
+  a.last_progress_ms = run.last_progress_ms;
+  a.kill_at_ms = run.kill_at_ms;
+  a.sigkill_sent = run.sigkill_sent;
+  a.ranks.reserve(run.ranks.size());
+  for (const RankRun& r : run.ranks) {
+    a.ranks.push_back({.last_seen_ms = r.last_seen_ms, .started = r.started, .done = r.done,
+                       .exited = r.exited, .exit_code = r.exit_code, .signal = r.signal,
+                       .adopted_exit = r.adopted_exit});
   }
-  return fp8d::v1::WORKER_CRASH;
+  return a;
 }
 
 }  // namespace
+
+Verdict JobManagerImpl::Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const {
+  return DecideAttempt(ViewOf(e), input, now, Timeouts::Of(e.job.timeouts(), options_.cancel_grace_ms));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Events
@@ -71,7 +72,7 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
   const int64_t before = rank.offset;
   rank.offset = std::max(rank.offset, ev.offset_after);
   run.runtime_dirty = true;
-  if (ev.garbage || !ev.event.is_object()) {
+  if (ev.garbage) {
     // A stray print on stdout must not kill a training run: log it and read on.
     spdlog::warn("{} attempt {} rank {}: ignoring a line that is not an event: {}", name,
                  ev.attempt, ev.rank, Truncated(ev.raw));
@@ -79,73 +80,41 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
   }
   const int64_t now = NowMs();
   rank.last_seen_ms = now;
-  const std::string type = StringField(ev.event, "type");
-  const JobState state = e->job.state();
-
-  if (type == "heartbeat" || type == "metric") return;
-
-  if (type == "pending") {
-    // From a launcher with its own queue (Slurm), while the attempt waits there: nothing runs
-    // yet, so the heartbeat, start and deadline clocks start over, and the reason is shown.
-    if (state != fp8d::v1::STARTING || run.finished) return;
+  const Verdict v = Decide(*e, &ev, now);
+  if (v.outcome == Verdict::Outcome::kKeepRunning && !v.message.empty()) {
+    spdlog::warn("{} attempt {} rank {}: ignoring {}: {}", name, ev.attempt, ev.rank, v.message,
+                 Truncated(ev.raw));
+  }
+  // Lines whose effect is not durable yet hold the saved offset back (RankRun's pins).
+  if (v.final_line && !rank.final_pin) rank.final_pin = before;
+  if (v.rank_started) {
+    if (e->job.state() == fp8d::v1::STARTING && !rank.started_pin) rank.started_pin = before;
+    rank.started = true;
+  }
+  if (v.rank_done) {
+    rank.done = *v.rank_done;
+    rank.result = ev.event.done().result();
+  }
+  if (v.clear_pending_reason) e->job.clear_pending_reason();
+  if (v.restart_clocks) {
     for (RankRun& r : run.ranks) r.last_seen_ms = now;
     run.start_ms = now;
-    const std::string reason = StringField(ev.event, "reason");
-    if (reason != e->job.pending_reason()) {
-      e->job.set_pending_reason(reason);
-      PublishChange(*e);
-    }
-    return;
   }
-
-  if (type == "started") {
-    if (!e->job.pending_reason().empty()) e->job.clear_pending_reason();
-    if (state == fp8d::v1::STARTING && !rank.started_pin) rank.started_pin = before;
-    rank.started = true;
-    const bool all_started = std::all_of(run.ranks.begin(), run.ranks.end(),
-                                         [](const RankRun& r) { return r.started; });
-    if (all_started && state == fp8d::v1::STARTING && !run.finished) {
-      run.last_progress_ms = now;  // the progress timeout counts from RUNNING
-      const int number = run.number;
-      Transition(*e, fp8d::v1::RUNNING, "every rank started", [this, name, number](Status st) {
-        if (st.ok()) Failpoint("after_running_write");
-        JobEntry* e = Find(name);
-        if (!st.ok() || e == nullptr || e->run == nullptr || e->run->number != number) return;
-        for (RankRun& r : e->run->ranks) r.started_pin.reset();  // RUNNING is durable now
-        e->run->runtime_dirty = true;
-      });
-    }
-    return;
+  if (v.pending_reason) {
+    e->job.set_pending_reason(*v.pending_reason);
+    PublishChange(*e);
   }
-
-  if (type == "progress") {
-    if (run.finished || IsTerminal(state)) return;
-    run.last_progress_ms = now;
-    if (ev.rank != 0) return;  // every rank reports; rank 0 speaks for the job
-    ApplyProgressEvent(ev.event, e->job.mutable_progress());
+  if (v.progress) run.last_progress_ms = now;
+  if (v.publish_progress) {
+    ApplyProgressEvent(ev.event.progress(), e->job.mutable_progress());
     *e->job.mutable_progress()->mutable_update_time() = TimestampFromMs(now);
     PublishChange(*e);
-    return;
   }
-
-  if (type == "checkpoint") {
-    // Accepted even while the attempt is being stopped: a checkpoint written on SIGTERM is
-    // exactly what the next attempt should resume from.
-    if (IsTerminal(state)) return;
-    const std::string path = StringField(ev.event, "path");
-    const int64_t step = IntField(ev.event, "step", -1);
-    if (path.empty() || step < 0) {
-      spdlog::warn("{} rank {}: checkpoint event without path or step: {}", name, ev.rank,
-                   Truncated(ev.raw));
-      return;
-    }
-    // Every rank of a gang reports the same checkpoint, and a re-adopted worker's events are
-    // read again from the saved offset: only a newer step is news.
-    if (!e->checkpoints.empty() && e->checkpoints.back().step() >= step) return;
+  if (v.checkpoint) {
     fp8d::v1::Checkpoint ckpt;
-    ckpt.set_step(step);
-    ckpt.set_path(path);
-    ckpt.set_checksum(StringField(ev.event, "checksum"));
+    ckpt.set_step(v.checkpoint->step());
+    ckpt.set_path(v.checkpoint->path());
+    ckpt.set_checksum(v.checkpoint->checksum());
     ckpt.set_attempt(run.number);
     *ckpt.mutable_create_time() = TimestampFromMs(now);
     e->checkpoints.push_back(ckpt);
@@ -155,33 +124,19 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
                     [name](Status st) {
                       if (!st.ok()) spdlog::error("{}: saving checkpoint: {}", name, st.ToString());
                     });
-    return;
   }
-
-  if (type == "done") {
-    if (!rank.final_pin) rank.final_pin = before;
-    auto it = ev.event.find("result");
-    if (it != ev.event.end()) rank.result = *it;
-    // A worker stopped by SIGTERM checkpoints and reports `done` with interrupted=true, then
-    // exits 75: its work is not finished, so that `done` must not count (it matters for
-    // re-adopted workers, whose exit status is unknowable and whose events are the verdict).
-    const bool interrupted = it != ev.event.end() && it->is_object() &&
-                             it->value("interrupted", false) == true;
-    rank.done = !interrupted;
-    return;  // success is decided when the rank exits 0 (design §2 (3))
+  if (v.to_running) {
+    run.last_progress_ms = now;  // the progress timeout counts from RUNNING
+    const int number = run.number;
+    Transition(*e, fp8d::v1::RUNNING, "every rank started", [this, name, number](Status st) {
+      if (st.ok()) Failpoint("after_running_write");
+      JobEntry* e = Find(name);
+      if (!st.ok() || e == nullptr || e->run == nullptr || e->run->number != number) return;
+      for (RankRun& r : e->run->ranks) r.started_pin.reset();  // RUNNING is durable now
+      e->run->runtime_dirty = true;
+    });
   }
-
-  if (type == "error") {
-    if (!rank.final_pin) rank.final_pin = before;
-    if (run.finished || state == fp8d::v1::CANCELLING || IsTerminal(state)) return;
-    const FailureClass cls = FailureClassFromName(StringField(ev.event, "class"));
-    std::string message = StringField(ev.event, "message");
-    if (message.empty()) message = "worker reported " + fp8d::v1::FailureClass_Name(cls);
-    FailAttempt(*e, cls, "rank " + std::to_string(ev.rank) + ": " + message);
-    return;
-  }
-
-  spdlog::debug("{} rank {}: unknown event type '{}'", name, ev.rank, type);
+  if (v.outcome == Verdict::Outcome::kFail) FailAttempt(*e, v.failure, v.message);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -198,6 +153,7 @@ void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
   AttemptRun& run = *e->run;
   RankRun& rank = run.ranks[ex.rank];
   if (rank.exited) return;
+  const Verdict v = Decide(*e, &ex, NowMs());
   rank.exited = true;
   rank.exit_code = ex.exit_code;
   rank.signal = ex.signal;
@@ -209,49 +165,19 @@ void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
                ex.adopted ? "re-adopted, status unknown"
                : ex.signal != 0 ? std::string("signal ") + strsignal(ex.signal)
                                 : "code " + std::to_string(ex.exit_code));
-
-  if (!run.finished && e->job.state() != fp8d::v1::CANCELLING && !IsTerminal(e->job.state())) {
-    const std::string who = "rank " + std::to_string(ex.rank);
-    if (ex.never_started) {
-      // The controller stopped part-way through launching the attempt: the job did nothing
-      // wrong. Its other ranks are stopped and the attempt is retried without counting.
-      --e->counted_attempts;
-      FailAttempt(*e, fp8d::v1::CONTROLLER_RESTART,
-                  who + " was never started (the controller stopped while launching the "
-                        "attempt); not counted as an attempt");
-    } else if (ex.cause != agent::WorkerExit::Cause::kProcess) {
-      // The launcher knows why the rank ended (Slurm's job state), whatever the ranks said.
-      FailAttempt(*e, ClassifyLauncherExit(ex.cause), ex.cause_message);
-    } else if (ex.adopted) {
-      // Not our child: the exit status is unknowable, the events are the verdict.
-      if (!rank.done) FailAttempt(*e, fp8d::v1::WORKER_CRASH, who + " exited without reporting done");
-    } else if (ex.signal != 0) {
-      FailAttempt(*e, ClassifyExit(ex.exit_code, ex.signal),
-                  who + " was killed by signal " + std::to_string(ex.signal) + " (" +
-                      strsignal(ex.signal) + ")");
-    } else if (ex.exit_code != 0) {
-      FailAttempt(*e, ClassifyExit(ex.exit_code, 0),
-                  who + " exited with code " + std::to_string(ex.exit_code));
-    } else if (!rank.done) {
-      FailAttempt(*e, fp8d::v1::WORKER_CRASH, who + " exited 0 without reporting done");
-    }
-    if (!run.finished) EvaluateRun(*e);
+  if (v.outcome == Verdict::Outcome::kFail) {
+    if (v.uncounted) --e->counted_attempts;
+    FailAttempt(*e, v.failure, v.message);
+  } else if (v.outcome == Verdict::Outcome::kSucceed) {
+    SucceedAttempt(*e);
   }
   if (run.AllExited()) OnRunExited(*e);  // last use of `run`/`e`: it may start a new attempt
-}
-
-void JobManagerImpl::EvaluateRun(JobEntry& e) {
-  AttemptRun& run = *e.run;
-  const bool all_ok = std::all_of(run.ranks.begin(), run.ranks.end(), [](const RankRun& r) {
-    return r.exited && r.done && (r.adopted_exit || (r.exit_code == 0 && r.signal == 0));
-  });
-  if (all_ok) SucceedAttempt(e);
 }
 
 void JobManagerImpl::SucceedAttempt(JobEntry& e) {
   AttemptRun& run = *e.run;
   run.finished = true;
-  *e.job.mutable_result() = StructFromJson(run.ranks.front().result);
+  *e.job.mutable_result() = run.ranks.front().result;
   e.job.clear_error();
   if (e.job.state() == fp8d::v1::STARTING) {
     // Every rank finished before we saw all `started` lines (a very short job): the table
@@ -299,7 +225,7 @@ void JobManagerImpl::FailAttempt(JobEntry& e, FailureClass failure, const std::s
   if (next == fp8d::v1::RETRY_WAIT) {
     const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
     e.retry_at_ms = NowMs() + delay;
-    text += "; retrying in " + Seconds(delay);
+    text += "; retrying in " + SecondsText(delay);
   } else if (!repeat.empty()) {
     text += repeat;
   } else if (IsRetryable(failure)) {
@@ -324,7 +250,7 @@ void JobManagerImpl::TerminateWorkers(JobEntry& e) {
   agent_->Signal(JobIdOf(e.job.name()), run.number, SIGTERM);
   if (run.kill_at_ms == 0) run.kill_at_ms = NowMs() + options_.cancel_grace_ms;
   spdlog::info("{} attempt {}: SIGTERM sent; SIGKILL in {} if still running", e.job.name(),
-               run.number, Seconds(options_.cancel_grace_ms));
+               run.number, SecondsText(options_.cancel_grace_ms));
 }
 
 void JobManagerImpl::OnRunExited(JobEntry& e) {
@@ -399,67 +325,25 @@ void JobManagerImpl::Tick() {
   for (const std::string& name : names) {
     JobEntry* e = Find(name);
     if (e == nullptr) continue;
-    CheckAttempt(*e, now);
+    const Verdict v = Decide(*e, TickInput{}, now);
+    if (v.outcome == Verdict::Outcome::kFail) FailAttempt(*e, v.failure, v.message);
     if (e->run != nullptr) {
       AttemptRun& run = *e->run;
-      if (run.kill_at_ms != 0 && !run.sigkill_sent && now >= run.kill_at_ms && run.launched &&
-          run.AnyLive()) {
-        spdlog::warn("{} attempt {}: still running {} after SIGTERM; SIGKILL", name, run.number,
-                     Seconds(options_.cancel_grace_ms));
+      if (v.sigkill) {
+        spdlog::warn("{} attempt {}: {}", name, run.number, v.message);
         agent_->Signal(JobIdOf(name), run.number, SIGKILL);
         run.sigkill_sent = true;
       }
       if (run.launched && run.runtime_dirty && now - run.runtime_saved_ms >= options_.runtime_flush_ms)
         SaveAttempt(*e);
     }
-    if (e->job.state() == fp8d::v1::RETRY_WAIT && now >= e->retry_at_ms) {
+    if (v.requeue) {
       Transition(*e, fp8d::v1::QUEUED, "backoff elapsed", [this](Status) { Schedule(); });
     }
   }
   FlushDirtyRows(now, /*all=*/false);
   SweepFinishedJobs(now);
   ArmTick();
-}
-
-void JobManagerImpl::CheckAttempt(JobEntry& e, int64_t now) {
-  if (e.run == nullptr) return;
-  AttemptRun& run = *e.run;
-  const JobState state = e.job.state();
-  if (run.finished || !run.launched) return;
-  if (state != fp8d::v1::STARTING && state != fp8d::v1::RUNNING) return;
-  const auto& t = e.job.timeouts();
-
-  const int64_t deadline = MsFromDuration(t.attempt_deadline());
-  if (deadline > 0 && now - run.start_ms > deadline) {
-    FailAttempt(e, fp8d::v1::DEADLINE_EXCEEDED,
-                "attempt ran past its deadline of " + Seconds(deadline));
-    return;
-  }
-  const int64_t heartbeat = MsFromDuration(t.heartbeat_timeout());
-  for (size_t r = 0; r < run.ranks.size(); ++r) {
-    const RankRun& rank = run.ranks[r];
-    if (heartbeat > 0 && !rank.exited && now - rank.last_seen_ms > heartbeat) {
-      FailAttempt(e, fp8d::v1::HUNG,
-                  "rank " + std::to_string(r) + " sent no heartbeat for " +
-                      Seconds(now - rank.last_seen_ms) + " (heartbeat_timeout " +
-                      Seconds(heartbeat) + ")");
-      return;
-    }
-  }
-  const int64_t progress = MsFromDuration(t.progress_timeout());
-  // A rank that heartbeats but never gets to `started` (stuck in rendezvous or loading)
-  // would otherwise hold its gang's slots forever: the progress timeout covers STARTING too.
-  if (state == fp8d::v1::STARTING && progress > 0 && now - run.start_ms > progress) {
-    FailAttempt(e, fp8d::v1::HUNG,
-                "not every rank reported started within " + Seconds(progress) +
-                    " (progress_timeout)");
-    return;
-  }
-  if (state == fp8d::v1::RUNNING && progress > 0 && now - run.last_progress_ms > progress) {
-    FailAttempt(e, fp8d::v1::HUNG,
-                "no progress for " + Seconds(now - run.last_progress_ms) + " (progress_timeout " +
-                    Seconds(progress) + "); a stuck collective looks like this");
-  }
 }
 
 void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {

@@ -5,6 +5,7 @@ find_package(Boost REQUIRED)
 find_package(spdlog REQUIRED)
 
 add_library(fp8d_core
+  attempt_verdict.cc
   blocking_worker.cc
   create_batcher.cc
   failpoint.cc

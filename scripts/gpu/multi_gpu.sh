@@ -50,7 +50,8 @@ JSON
   wait
   python3 - "$1" "$2" $dir/rank0.events <<'PY'
 import json, sys
-ev = [json.loads(l) for l in open(sys.argv[3]) if l.strip()]
+# worker_event.proto as JSON ({"time": t, "<type>": {...}}), flattened to {"type": ..., **fields}
+ev = [{"type": k, **v} for l in open(sys.argv[3]) if l.strip() for k, v in json.loads(l).items() if k != "time"]
 prog = [e for e in ev if e.get("type") == "progress"]
 done = [e for e in ev if e.get("type") == "done"]
 late = prog[len(prog) // 2:]  # past start-up

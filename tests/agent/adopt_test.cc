@@ -15,7 +15,7 @@ namespace {
 std::vector<long> ProgressSteps(const std::vector<WorkerEvent>& events) {
   std::vector<long> steps;
   for (const auto& e : events) {
-    if (!e.garbage && e.event.value("type", "") == "progress") steps.push_back(e.event["step"]);
+    if (!e.garbage && e.event.has_progress()) steps.push_back(e.event.progress().step());
   }
   return steps;
 }
@@ -66,7 +66,7 @@ TEST_F(AgentTest, SecondAgentAdoptsFromTheSavedOffsetsAndSeesTheRest) {
     auto more = ProgressSteps(after);
     steps.insert(steps.end(), more.begin(), more.end());
     for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], static_cast<long>(i + 1));
-    EXPECT_EQ(after.back().event.value("type", ""), "done");
+    EXPECT_TRUE(after.back().event.has_done());
     auto exit = listener_.Exit("job-adopt", r);
     ASSERT_TRUE(exit.has_value());
     EXPECT_TRUE(exit->adopted);

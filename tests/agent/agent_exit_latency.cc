@@ -23,7 +23,7 @@ class ExitWaiter : public AgentListener {
  public:
   void OnWorkerEvent(WorkerEvent e) override {
     std::lock_guard<std::mutex> l(mu_);
-    if (!e.garbage && e.event.value("type", "") == "started") started_ = true;
+    if (!e.garbage && e.event.has_started()) started_ = true;
     cv_.notify_all();
   }
   void OnWorkerExit(WorkerExit) override {

@@ -53,7 +53,7 @@ bool RecordingListener::WaitForEventType(const std::string& job, int rank,
   return WaitUntil([&](const std::vector<Delivery>& log) {
     for (const auto& d : log) {
       if (!d.is_exit && !d.event.garbage && d.event.job_id == job && d.event.rank == rank &&
-          d.event.event.value("type", "") == type) {
+          EventType(d.event.event) == type) {
         return true;
       }
     }

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/agent/agent.h"
+#include "daemon/agent/event_reader.h"
 
 namespace fp8d::agent::testing {
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -118,14 +119,34 @@ TEST_F(EventReaderTest, OversizedLineIsReportedOnceAndSkipped) {
   EXPECT_EQ(lines[0].offset_after, static_cast<int64_t>(big.size() + 4 + 17));
 }
 
-TEST(ParseEventLineTest, NeedsAnObjectWithAStringType) {
-  EXPECT_TRUE(ParseEventLine(R"({"type":"heartbeat","time":1.5})").has_value());
+TEST(ParseEventLineTest, NeedsAJsonObjectNamingAnEvent) {
+  std::optional<fp8d::v1::WorkerEvent> ev = ParseEventLine(R"({"time":1.5,"heartbeat":{}})");
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_TRUE(ev->has_heartbeat());
+  EXPECT_EQ(ev->time(), 1.5);
+  EXPECT_EQ(EventType(*ev), "heartbeat");
+  ev = ParseEventLine(R"({"progress":{"step":"7","loss":"NaN","fp8_amax_max":448}})");
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->progress().step(), 7);
+  EXPECT_TRUE(std::isnan(ev->progress().loss()));
+  EXPECT_TRUE(ev->progress().has_fp8_amax_max());
+  EXPECT_FALSE(ev->progress().has_fp8_saturation_fraction());
   EXPECT_FALSE(ParseEventLine("not json").has_value());
-  EXPECT_FALSE(ParseEventLine(R"({"step": 3})").has_value());
-  EXPECT_FALSE(ParseEventLine(R"({"type": 3})").has_value());
-  EXPECT_FALSE(ParseEventLine(R"(["type"])").has_value());
-  EXPECT_FALSE(ParseEventLine(R"({"type":"x")").has_value());
+  EXPECT_FALSE(ParseEventLine(R"({"step": 3})").has_value());          // no event in it
+  EXPECT_FALSE(ParseEventLine(R"({"type":"heartbeat"})").has_value());  // the NDJSON of old
+  EXPECT_FALSE(ParseEventLine(R"({"progress": 3})").has_value());
+  EXPECT_FALSE(ParseEventLine(R"(["heartbeat"])").has_value());
+  EXPECT_FALSE(ParseEventLine(R"({"heartbeat":{})").has_value());
   EXPECT_FALSE(ParseEventLine("").has_value());
+}
+
+TEST(ParseEventLineTest, SkipsWhatANewerWorkerAdds) {
+  std::optional<fp8d::v1::WorkerEvent> ev =
+      ParseEventLine(R"({"time":2,"host":"n1","error":{"class":"NEW_CLASS","message":"m","code":3}})");
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->error().class_(), fp8d::v1::WorkerEvent::ERROR_CLASS_UNSPECIFIED);
+  EXPECT_EQ(ev->error().message(), "m");
+  EXPECT_FALSE(ParseEventLine(R"({"time":2,"telemetry":{"x":1}})").has_value());  // no event we know
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Type(const WorkerEvent& e) { return e.garbage ? "<garbage>" : e.event.value("type", ""); }
+std::string Type(const WorkerEvent& e) { return e.garbage ? "<garbage>" : EventType(e.event); }
 
 // The events of one rank without heartbeats (their number depends on timing).
 std::vector<WorkerEvent> WithoutHeartbeats(const std::vector<WorkerEvent>& events) {
@@ -90,7 +90,7 @@ TEST_F(AgentTest, ExtraEnvReachesTheWorker) {
   ASSERT_TRUE(listener_.WaitForExit("job-extra", 1, 0));
   auto events = WithoutHeartbeats(listener_.Events("job-extra", 0));
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back().event["final_step"], 2);
+  EXPECT_EQ(events.back().event.done().result().fields().at("final_step").number_value(), 2);
 }
 
 TEST_F(AgentTest, EventsArriveInOrderWithOffsetsAndBeforeTheExit) {
@@ -126,7 +126,7 @@ TEST_F(AgentTest, EventsArriveInOrderWithOffsetsAndBeforeTheExit) {
     if (r == 0) want.push_back("checkpoint");
     want.push_back("done");
     EXPECT_EQ(types, want);
-    EXPECT_EQ(events.front().event["pid"], (*ranks)[r].pid);
+    EXPECT_EQ(events.front().event.started().pid(), (*ranks)[r].pid);
   }
   // The exit of each rank comes after its last event.
   auto log = listener_.All();
@@ -165,7 +165,7 @@ TEST_F(AgentTest, ExitCodesAndSignalsAreReported) {
   auto events = WithoutHeartbeats(listener_.Events("job-65", 0));
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(Type(events.back()), "error");
-  EXPECT_EQ(events.back().event["class"], "DATA_ERROR");
+  EXPECT_EQ(events.back().event.error().class_(), fp8d::v1::WorkerEvent::DATA_ERROR);
 
   auto ekill = listener_.Exit("job-kill", 0);
   EXPECT_EQ(ekill->exit_code, -1);
@@ -238,11 +238,12 @@ TEST_F(AgentTest, SigtermStopsAtAStepBoundaryWithACheckpoint) {
   ASSERT_GE(events.size(), 3u);
   const auto& done = events.back();
   ASSERT_EQ(Type(done), "done");
-  EXPECT_EQ(done.event["result"]["interrupted"], true);
+  EXPECT_TRUE(done.event.done().result().fields().at("interrupted").bool_value());
   const auto& ckpt = events[events.size() - 2];
   ASSERT_EQ(Type(ckpt), "checkpoint");
-  EXPECT_EQ(ckpt.event["step"], done.event["final_step"]);
-  EXPECT_TRUE(fs::exists(ckpt.event["path"].get<std::string>() + "/trainer_state.json"));
+  EXPECT_EQ(static_cast<double>(ckpt.event.checkpoint().step()),
+            done.event.done().result().fields().at("final_step").number_value());
+  EXPECT_TRUE(fs::exists(ckpt.event.checkpoint().path() + "/trainer_state.json"));
 }
 
 TEST_F(AgentTest, IgnoredSigtermNeedsSigkill) {
@@ -262,9 +263,8 @@ TEST_F(AgentTest, IgnoredSigtermNeedsSigkill) {
 // The worker forks a helper into its process group; signalling the rank must reach it.
 int64_t ChildPid(RecordingListener& listener, const std::string& job) {
   for (const auto& e : listener.Events(job, 0)) {
-    if (!e.garbage && e.event.value("type", "") == "metric" &&
-        e.event.value("name", "") == "test_child_pid") {
-      return e.event["value"].get<int64_t>();
+    if (!e.garbage && e.event.has_metric() && e.event.metric().name() == "test_child_pid") {
+      return static_cast<int64_t>(e.event.metric().value());
     }
   }
   return 0;
@@ -321,7 +321,7 @@ TEST_F(AgentTest, GarbageLinesAreFlagged) {
   int progress = 0;
   for (const auto& e : events) {
     if (e.garbage) {
-      EXPECT_TRUE(e.event.is_null());
+      EXPECT_EQ(e.event.payload_case(), fp8d::v1::WorkerEvent::PAYLOAD_NOT_SET);
       raws.push_back(e.raw);
     } else if (Type(e) == "progress") {
       ++progress;
@@ -340,12 +340,12 @@ TEST_F(AgentTest, PartialLineIsDeliveredOnlyOnceComplete) {
   LaunchRequest req = Request("job-partial", 1, {{"GO_FILE", go}});
   req.worker_argv_prefix = {
       "/bin/sh", "-c",
-      "printf '{\"type\":\"first\"}\\n{\"type\":\"sec'; "
+      "printf '{\"heartbeat\":{}}\\n{\"met'; "
       "while [ ! -e \"$GO_FILE\" ]; do sleep 0.01; done; "
-      "printf 'ond\"}\\n{\"type\":\"tail\"}'",
+      "printf 'ric\":{}}\\n{\"done\":{}}'",
       "sh"};
   ASSERT_TRUE(LaunchTracked(*agent, req).ok());
-  ASSERT_TRUE(listener_.WaitForEventType("job-partial", 0, "first"));
+  ASSERT_TRUE(listener_.WaitForEventType("job-partial", 0, "heartbeat"));
   // Give the observer many polls over the half line (this can only hide a bug, never fail a
   // correct agent).
   std::string path = req.attempt_dir + "/rank-0.events";
@@ -357,10 +357,10 @@ TEST_F(AgentTest, PartialLineIsDeliveredOnlyOnceComplete) {
   ASSERT_TRUE(listener_.WaitForExit("job-partial", 1, 0));
   auto events = listener_.Events("job-partial", 0);
   ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(Type(events[1]), "second");
-  EXPECT_EQ(events[1].offset_after, 17 + 18);
+  EXPECT_EQ(Type(events[1]), "metric");
+  EXPECT_EQ(events[1].offset_after, 17 + 14);
   // The last line had no newline: once the process is gone it is delivered all the same.
-  EXPECT_EQ(Type(events[2]), "tail");
+  EXPECT_EQ(Type(events[2]), "done");
   EXPECT_EQ(events[2].offset_after, static_cast<int64_t>(fs::file_size(path)));
   EXPECT_EQ(listener_.Exit("job-partial", 0)->exit_code, 0);
 }

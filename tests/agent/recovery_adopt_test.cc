@@ -66,7 +66,7 @@ TEST_F(AgentTest, RecoveryAdoptReadsAGoneRankToTheEndAndAdoptsTheLiveOne) {
   ASSERT_TRUE(listener_.WaitForExit("job-mixed", 1, 0));
   auto events = listener_.Events("job-mixed", 0);
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back().event.value("type", ""), "done");
+  EXPECT_TRUE(events.back().event.has_done());
   EXPECT_TRUE(listener_.Exit("job-mixed", 0)->adopted);
   EXPECT_FALSE(listener_.Exit("job-mixed", 1).has_value()) << "the live rank was not adopted";
   second->Signal("job-mixed", 1, SIGKILL);

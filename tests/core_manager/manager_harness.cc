@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "daemon/core/job_fields.h"
 
 namespace fp8d::core::testing {
@@ -156,9 +158,17 @@ void ManagerTest::Emit(const std::string& name, int attempt, int rank, nlohmann:
   ev.job_id = JobIdOf(name);
   ev.attempt = attempt;
   ev.rank = rank;
-  if (!event.contains("time")) event["time"] = static_cast<double>(clock_.NowMs()) / 1000.0;
-  ev.raw = event.dump();
-  ev.event = std::move(event);
+  // {"type": t, fields...} as the line the worker writes: {"time": ..., t: {fields...}}.
+  const std::string type = event.value("type", "");
+  event.erase("type");
+  nlohmann::json line = {{"time", event.contains("time") ? event["time"] : nlohmann::json(clock_.NowMs() / 1000.0)}};
+  event.erase("time");
+  line[type] = std::move(event);
+  ev.raw = line.dump();
+  google::protobuf::util::JsonParseOptions strict;  // a field outside the contract is a test bug
+  const auto st = google::protobuf::util::JsonStringToMessage(ev.raw, &ev.event, strict);
+  EXPECT_TRUE(st.ok() && ev.event.payload_case() != fp8d::v1::WorkerEvent::PAYLOAD_NOT_SET)
+      << ev.raw << ": " << st.message();
   int64_t& offset = offsets_[name + "/" + std::to_string(attempt) + "/" + std::to_string(rank)];
   offset += static_cast<int64_t>(ev.raw.size()) + 1;
   ev.offset_after = offset;

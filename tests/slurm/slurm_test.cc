@@ -113,8 +113,9 @@ std::vector<std::pair<int64_t, std::string>> Losses(const std::string& events_fi
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object() || j.value("type", "") != "progress") continue;
-    out.emplace_back(j.value("step", int64_t{-1}), j.contains("loss") ? j["loss"].dump() : "");
+    if (!j.is_object() || !j.contains("progress")) continue;  // worker_event.proto as JSON
+    const nlohmann::json& p = j["progress"];
+    out.emplace_back(std::stoll(p.value("step", "-1")), p.contains("loss") ? p["loss"].dump() : "");
   }
   return out;
 }

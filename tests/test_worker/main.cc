@@ -44,10 +44,10 @@
 //   hang_after_start started and heartbeats, then never any progress (a stuck collective);
 //                    SIGTERM not honoured
 //   ignore_sigterm   like succeed, with SIGTERM ignored
-//   garbage          like succeed, plus a non-JSON line and a JSON line without "type" per step
+//   garbage          like succeed, plus a non-JSON line and a JSON line with no event per step
 //   exit_code        at crash_step: `error` event, then exit FP8_TEST_EXIT_CODE
 //   oom              at crash_step: `error` RESOURCE_EXHAUSTED (out of memory), exit 75
-//   nan              at crash_step: progress with loss NaN (null in JSON), `error` NUMERIC,
+//   nan              at crash_step: progress with loss NaN ("NaN" in JSON), `error` NUMERIC,
 //                    exit 75
 //
 // Contract behaviour (all modes that do not say otherwise):
@@ -59,8 +59,7 @@
 //   - SIGTERM: stops at the step boundary, writes a checkpoint if save_steps > 0 and the
 //     current step is not saved yet, emits `done` with result.interrupted = true, exits 75
 //     (as the real trainer does, docs/architecture.md);
-//   - `done` {final_step, resumed_from_step, result: {final_step, resumed_from_step,
-//     final_loss}} at the end, exit 0.
+//   - `done` {result: {final_step, resumed_from_step, final_loss}} at the end, exit 0.
 //   - stderr (rank-<r>.log) gets the FP8D_* / CUDA_VISIBLE_DEVICES environment and the list
 //     of open fds at start, so tests can check what the agent handed over.
 #include <dirent.h>
@@ -82,8 +81,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/common/events.h"
+
 namespace {
 
+using fp8::worker::WorkerEvent;
 using nlohmann::json;
 
 struct Config {
@@ -125,10 +127,29 @@ void WriteLine(const std::string& line) {
   }
 }
 
-void Emit(const std::string& type, json fields = json::object()) {
-  fields["type"] = type;
-  fields["time"] = UnixSeconds();
-  WriteLine(fields.dump(-1, ' ', false, json::error_handler_t::replace));
+// The real worker's event builders and printer, written with one write(2) (not stdio, which
+// a signal or _Exit could leave half-flushed).
+void Emit(WorkerEvent event) {
+  event.set_time(UnixSeconds());
+  WriteLine(fp8::worker::EventLine(event));
+}
+
+WorkerEvent HeartbeatEvent() {
+  WorkerEvent ev;
+  ev.mutable_heartbeat();
+  return ev;
+}
+
+WorkerEvent ProgressEvent(long step, long total, double loss, double grad_norm) {
+  WorkerEvent ev;
+  WorkerEvent::Progress* p = ev.mutable_progress();
+  p->set_step(step);
+  p->set_total_steps(total);
+  p->set_loss(loss);
+  p->set_lr(1e-3);
+  p->set_grad_norm(grad_norm);
+  p->set_tokens_per_sec(1000.0);
+  return ev;
 }
 
 // ---- configuration ---------------------------------------------------------------------
@@ -215,7 +236,7 @@ void HeartbeatLoop(long period_ms) {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(period_ms));
     if (!g_heartbeat_on.load()) return;
-    if (!g_frozen.load()) Emit("heartbeat");
+    if (!g_frozen.load()) Emit(HeartbeatEvent());
   }
 }
 
@@ -317,7 +338,7 @@ void SaveCheckpoint(const std::string& dir, long step, double loss) {
   char checksum[32];
   std::snprintf(checksum, sizeof(checksum), "fnv1a64:%016llx",
                 static_cast<unsigned long long>(Fnv1a(state_text, Fnv1a(model))));
-  Emit("checkpoint", {{"step", step}, {"path", final_path}, {"checksum", checksum}});
+  Emit(fp8::worker::CheckpointEvent(step, final_path, checksum));
 }
 
 // Step recorded in <resume_from>/trainer_state.json; -1 if unreadable.
@@ -332,9 +353,9 @@ long ResumeStep(const std::string& resume_from) {
 
 // ---- the run -------------------------------------------------------------------------------
 
-[[noreturn]] void Fail(const std::string& cls, const std::string& message, int code) {
-  Emit("error", {{"class", cls}, {"message", message}});
-  std::fprintf(stderr, "error: %s: %s\n", cls.c_str(), message.c_str());
+[[noreturn]] void Fail(WorkerEvent::ErrorClass cls, const std::string& message, int code) {
+  Emit(fp8::worker::ErrorEvent(cls, message));
+  std::fprintf(stderr, "error: %s: %s\n", WorkerEvent::ErrorClass_Name(cls).c_str(), message.c_str());
   std::fflush(stderr);
   std::_Exit(code);
 }
@@ -384,9 +405,9 @@ int Run(const std::string& kind, const std::string& spec_path) {
   json spec;
   if (!spec_path.empty()) {
     std::ifstream in(spec_path);
-    if (!in) Fail("INVALID_SPEC", "spec: cannot open " + spec_path, 64);
+    if (!in) Fail(WorkerEvent::INVALID_SPEC, "spec: cannot open " + spec_path, 64);
     spec = json::parse(in, nullptr, false);
-    if (spec.is_discarded()) Fail("INVALID_SPEC", "spec: " + spec_path + " is not JSON", 64);
+    if (spec.is_discarded()) Fail(WorkerEvent::INVALID_SPEC, "spec: " + spec_path + " is not JSON", 64);
   }
   ApplySpec(spec, &c);
   ApplyEnv(&c);
@@ -438,7 +459,7 @@ int Run(const std::string& kind, const std::string& spec_path) {
       for (int i = 0; i < 1200; ++i) ::usleep(100 * 1000);
       std::_Exit(0);
     }
-    Emit("metric", {{"name", "test_child_pid"}, {"value", child}, {"step", 0}});
+    Emit(fp8::worker::MetricEvent("test_child_pid", child, 0));
   }
 
   auto strike = [&](long step) {
@@ -456,18 +477,17 @@ int Run(const std::string& kind, const std::string& spec_path) {
       SleepForever();
     }
     if (mode == "exit_code") {
-      std::string cls = c.exit_code == 64 ? "INVALID_SPEC"
-                        : c.exit_code == 65 ? "DATA_ERROR"
-                                            : "INTERNAL_ERROR";
+      const WorkerEvent::ErrorClass cls = c.exit_code == 64   ? WorkerEvent::INVALID_SPEC
+                                          : c.exit_code == 65 ? WorkerEvent::DATA_ERROR
+                                                              : WorkerEvent::INTERNAL_ERROR;
       Fail(cls, "test failure at step " + std::to_string(step), c.exit_code);
     }
     if (mode == "oom") {
-      Fail("RESOURCE_EXHAUSTED", "out of memory at step " + std::to_string(step), 75);
+      Fail(WorkerEvent::RESOURCE_EXHAUSTED, "out of memory at step " + std::to_string(step), 75);
     }
     if (mode == "nan") {
-      Emit("progress", {{"step", step}, {"total_steps", c.steps}, {"loss", NAN},
-                        {"lr", 1e-3}, {"grad_norm", NAN}, {"tokens_per_sec", 1000.0}});
-      Fail("NUMERIC", "loss is NaN at step " + std::to_string(step), 75);
+      Emit(ProgressEvent(step, c.steps, NAN, NAN));
+      Fail(WorkerEvent::NUMERIC, "loss is NaN at step " + std::to_string(step), 75);
     }
   };
   const bool step_faults = mode == "crash_at_step" || mode == "hang" || mode == "exit_code" ||
@@ -479,7 +499,7 @@ int Run(const std::string& kind, const std::string& spec_path) {
   if (!resume_from.empty()) {
     resumed_from = ResumeStep(resume_from);
     if (resumed_from < 0) {
-      Fail("DATA_ERROR", "FP8D_RESUME_FROM: no readable trainer_state.json in " + resume_from, 65);
+      Fail(WorkerEvent::DATA_ERROR, "FP8D_RESUME_FROM: no readable trainer_state.json in " + resume_from, 65);
     }
   }
   if (step_faults && c.crash_step == 0) strike(0);
@@ -489,7 +509,7 @@ int Run(const std::string& kind, const std::string& spec_path) {
     g_heartbeat_on.store(true);
     heartbeat = std::thread(HeartbeatLoop, c.heartbeat_ms);
   }
-  Emit("started", {{"rank", rank}, {"world_size", world}, {"pid", ::getpid()}, {"step", resumed_from}});
+  Emit(fp8::worker::StartedEvent(static_cast<int>(rank), static_cast<int>(world), ::getpid(), resumed_from));
 
   if (mode == "hang_after_start") SleepForever();
 
@@ -520,8 +540,9 @@ int Run(const std::string& kind, const std::string& spec_path) {
         ::close(fd);
       }
     }
-    Emit("progress", {{"step", step}, {"total_steps", c.steps}, {"loss", loss}, {"lr", 1e-3},
-                      {"grad_norm", 1.0}, {"tokens_per_sec", 1000.0}, {"eta_seconds", remaining}});
+    WorkerEvent progress = ProgressEvent(step, c.steps, loss, 1.0);
+    progress.mutable_progress()->set_eta_seconds(remaining);
+    Emit(std::move(progress));
     if (mode == "garbage") {
       WriteLine("this is not json, step " + std::to_string(step));
       WriteLine("{\"no_type_here\": " + std::to_string(step) + "}");
@@ -536,7 +557,7 @@ int Run(const std::string& kind, const std::string& spec_path) {
   }
   json result = {{"final_step", step}, {"resumed_from_step", resumed_from}, {"final_loss", loss}};
   if (interrupted) result["interrupted"] = true;
-  Emit("done", {{"final_step", step}, {"resumed_from_step", resumed_from}, {"result", result}});
+  Emit(fp8::worker::DoneEvent(result));
   g_heartbeat_on.store(false);
   if (heartbeat.joinable()) heartbeat.join();
   std::fprintf(stderr, "%s at step %ld\n", interrupted ? "interrupted" : "done", step);
@@ -555,13 +576,13 @@ int main(int argc, char** argv) {
       kind = a;
     } else {
       std::fprintf(stderr, "usage: fp8-test-worker <train|calibrate> --spec <spec.json>\n");
-      Emit("error", {{"class", "INVALID_SPEC"}, {"message", "unexpected argument: " + a}});
+      Emit(fp8::worker::ErrorEvent(WorkerEvent::INVALID_SPEC, "unexpected argument: " + a));
       return 64;
     }
   }
   if (kind.empty()) {
     std::fprintf(stderr, "usage: fp8-test-worker <train|calibrate> --spec <spec.json>\n");
-    Emit("error", {{"class", "INVALID_SPEC"}, {"message", "missing subcommand train|calibrate"}});
+    Emit(fp8::worker::ErrorEvent(WorkerEvent::INVALID_SPEC, "missing subcommand train|calibrate"));
     return 64;
   }
   return Run(kind, spec_path);

@@ -38,6 +38,25 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+// An event line is {"time": t, "<type>": {payload}} (proto/fp8d/v1/worker_event.proto): the
+// key that is not "time" names it.
+std::string TypeOf(const json& e) {
+  for (const auto& [key, value] : e.items()) {
+    if (key != "time") return key;
+  }
+  return "";
+}
+
+// Proto JSON writes int64 fields as strings; the tests compare numbers.
+json Numbers(json payload) {
+  for (auto& [key, value] : payload.items()) {
+    if (!value.is_string()) continue;
+    const std::string s = value.get<std::string>();
+    if (!s.empty() && s.find_first_not_of("-0123456789") == std::string::npos) value = std::stoll(s);
+  }
+  return payload;
+}
+
 struct RunResult {
   int exit_code = -1;  // the shell's view: 128 + signal for a killed worker
   std::vector<json> events;
@@ -45,14 +64,15 @@ struct RunResult {
   std::vector<std::string> types() const {
     std::vector<std::string> t;
     for (const auto& e : events) {
-      if (e.value("type", "") != "heartbeat") t.push_back(e.value("type", ""));
+      if (TypeOf(e) != "heartbeat") t.push_back(TypeOf(e));
     }
     return t;
   }
+  // The payloads of the events of `type`.
   std::vector<json> of(const std::string& type) const {
     std::vector<json> out;
     for (const auto& e : events) {
-      if (e.value("type", "") == type) out.push_back(e);
+      if (TypeOf(e) == type) out.push_back(Numbers(e[type]));
     }
     return out;
   }
@@ -123,10 +143,9 @@ TEST_F(TestWorkerTest, SucceedsWithCheckpointsAndDone) {
     EXPECT_EQ(entry.path().filename().string().rfind("step-", 0), 0u) << entry.path();
   }
   json done = r.of("done").at(0);
-  EXPECT_EQ(done["final_step"], 6);
-  EXPECT_EQ(done["resumed_from_step"], 0);
   EXPECT_EQ(done["result"]["final_step"], 6);
-  EXPECT_EQ(r.of("started").at(0)["step"], 0);
+  EXPECT_EQ(done["result"]["resumed_from_step"], 0);
+  EXPECT_FALSE(r.of("started").at(0).contains("step"));  // proto JSON leaves zeros out
   EXPECT_EQ(r.of("started").at(0)["pid"].is_number(), true);
 }
 
@@ -147,8 +166,8 @@ TEST_F(TestWorkerTest, ResumesFromTheCheckpointItIsGiven) {
   std::vector<long> steps;
   for (const auto& p : second.of("progress")) steps.push_back(p["step"]);
   EXPECT_EQ(steps, (std::vector<long>{5, 6}));
-  EXPECT_EQ(second.of("done").at(0)["final_step"], 6);
-  EXPECT_EQ(second.of("done").at(0)["resumed_from_step"], 4);
+  EXPECT_EQ(second.of("done").at(0)["result"]["final_step"], 6);
+  EXPECT_EQ(second.of("done").at(0)["result"]["resumed_from_step"], 4);
 }
 
 TEST_F(TestWorkerTest, UnreadableResumePointIsADataError) {
@@ -169,7 +188,7 @@ TEST_F(TestWorkerTest, FailsOnlyOnTheNamedAttempt) {
   env["FP8D_ATTEMPT"] = "2";
   RunResult r = Run(env);
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(r.of("done").at(0)["final_step"], 3);
+  EXPECT_EQ(r.of("done").at(0)["result"]["final_step"], 3);
 }
 
 TEST_F(TestWorkerTest, FailsOnlyOnTheNamedRank) {
@@ -201,24 +220,24 @@ TEST_F(TestWorkerTest, NanModeReportsNumericAndExits75) {
   EXPECT_EQ(r.exit_code, 75);
   auto progress = r.of("progress");
   ASSERT_EQ(progress.size(), 3u);
-  EXPECT_TRUE(progress.back()["loss"].is_null());  // NaN is not JSON
+  EXPECT_EQ(progress.back()["loss"], "NaN");  // proto JSON's spelling: NaN is not a JSON number
   EXPECT_EQ(r.of("error").at(0)["class"], "NUMERIC");
 }
 
 TEST_F(TestWorkerTest, SpecAndEnvironmentPrecedence) {
   // TrainSpec's training.max_steps (proto JSON prints int64 as a string)...
   EXPECT_EQ(Run({{"FP8_TEST_STEP_MS", "1"}}, R"({"training": {"max_steps": "4"}})")
-                .of("done").at(0)["final_step"], 4);
+                .of("done").at(0)["result"]["final_step"], 4);
   EXPECT_EQ(Run({{"FP8_TEST_STEP_MS", "1"}}, R"({"training": {"maxSteps": "5"}})")
-                .of("done").at(0)["final_step"], 5);
+                .of("done").at(0)["result"]["final_step"], 5);
   // ...under the "test" object...
   EXPECT_EQ(Run({{"FP8_TEST_STEP_MS", "1"}},
                 R"({"training": {"max_steps": "4"}, "test": {"steps": 3}})")
-                .of("done").at(0)["final_step"], 3);
+                .of("done").at(0)["result"]["final_step"], 3);
   // ...under the environment.
   EXPECT_EQ(Run({{"FP8_TEST_STEP_MS", "1"}, {"FP8_TEST_STEPS", "2"}},
                 R"({"training": {"max_steps": "4"}, "test": {"steps": 3}})")
-                .of("done").at(0)["final_step"], 2);
+                .of("done").at(0)["result"]["final_step"], 2);
   // The test object alone can choose a failure.
   EXPECT_EQ(Run({}, R"({"test": {"mode": "exit_code", "exit_code": 65, "crash_step": 0}})").exit_code,
             65);
@@ -230,6 +249,7 @@ TEST_F(TestWorkerTest, GarbageModeMixesInNonEvents) {
   std::string raw = ReadFile(dir_ + "/events");
   EXPECT_NE(raw.find("this is not json, step 1\n"), std::string::npos);
   EXPECT_NE(raw.find("{\"no_type_here\": 1}\n"), std::string::npos);
+  EXPECT_EQ(r.types(), (std::vector<std::string>{"started", "progress", "no_type_here", "done"}));
 }
 
 TEST_F(TestWorkerTest, BadArgumentsAreAnInvalidSpec) {

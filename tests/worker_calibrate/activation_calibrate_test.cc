@@ -21,6 +21,7 @@
 #include "tests/worker_train/test_util.h"
 #include "worker/calibrate/activation_calib.h"
 #include "worker/calibrate/activation_histogram.h"
+#include "tests/event_lines.h"
 #include "worker/calibrate/calibrate_main.h"
 #include "worker/calibrate/eval_model.h"
 #include "worker/safetensors/safetensors.h"
@@ -242,7 +243,7 @@ class TrainedModelTest : public ::testing::Test {
     error_.clear();
     std::ifstream f(events);
     for (std::string line; std::getline(f, line);) {
-      json e = json::parse(line);
+      json e = fp8::testing::FlatEvent(json::parse(line));
       if (e["type"] == "error") error_ = e["message"];
     }
     return rc;

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/event_lines.h"
 #include "kernels/fp8_format.h"
 #include "kernels/quantize.h"
 #include "kernels/scaling.h"
@@ -67,7 +68,7 @@ class CalibrateTest : public ::testing::Test {
     const int rc = CalibrateMain(static_cast<int>(argv.size()), argv.data());
     events_.clear();
     std::ifstream f(events);
-    for (std::string line; std::getline(f, line);) events_.push_back(json::parse(line));
+    for (std::string line; std::getline(f, line);) events_.push_back(fp8::testing::FlatEvent(json::parse(line)));
     return rc;
   }
   std::vector<json> EventsOfType(const std::string& type) const {

@@ -43,7 +43,17 @@ def dump_json(path, obj):
 
 
 def events(stdout):
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    """The worker's event lines (worker_event.proto as JSON: {"time": t, "<type>": {...}}),
+    flattened to {"type": "<type>", "time": t, **fields}."""
+    out = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        e = json.loads(line)
+        for kind, fields in e.items():
+            if kind != "time":
+                out.append({"type": kind, "time": e.get("time"), **fields})
+    return out
 
 
 # --- an independent GPT-2 --------------------------------------------------------------------
@@ -555,7 +565,7 @@ class HfGpt2Test(unittest.TestCase):
         path = os.path.join(self.dir, "resume.json")
         p = run(["train", "--spec", path, "--resume-from", os.path.join(out, "checkpoints", "step-1")])
         ev2 = events(p.stdout)
-        self.assertEqual([e for e in ev2 if e["type"] == "started"][0]["step"], 1)
+        self.assertEqual([e for e in ev2 if e["type"] == "started"][0]["step"], "1")  # proto JSON: int64 as a string
         self.assertEqual([e["loss"] for e in ev2 if e["type"] == "progress"], losses[1:])
 
 

@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/event_lines.h"
+
 #include "tests/worker_train/test_util.h"
 
 extern char** environ;
@@ -67,7 +69,7 @@ inline std::vector<nlohmann::json> Events(const std::string& path) {
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << "not JSON: " << line;
-    if (!j.is_discarded()) out.push_back(j);
+    if (!j.is_discarded()) out.push_back(fp8::testing::FlatEvent(j));
   }
   return out;
 }

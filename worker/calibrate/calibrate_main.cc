@@ -16,30 +16,31 @@ namespace fp8::calibrate {
 namespace {
 
 using worker::EventWriter;
+using worker::WorkerEvent;
 
 struct ExitClass {
   int code;
-  const char* failure_class;
+  WorkerEvent::ErrorClass failure_class;
 };
 
 // Status code → worker exit code and `error` event class (design §4).
 ExitClass Classify(StatusCode code) {
   switch (code) {
-    case StatusCode::kFailedPrecondition: return {worker::kExitInvalidSpec, "INVALID_SPEC"};
+    case StatusCode::kFailedPrecondition: return {worker::kExitInvalidSpec, WorkerEvent::INVALID_SPEC};
     case StatusCode::kInvalidArgument:
     case StatusCode::kDataLoss:
     case StatusCode::kNotFound:
-    case StatusCode::kOutOfRange: return {worker::kExitBadData, "DATA_ERROR"};
+    case StatusCode::kOutOfRange: return {worker::kExitBadData, WorkerEvent::DATA_ERROR};
     case StatusCode::kAborted:
     case StatusCode::kUnavailable:
-    case StatusCode::kResourceExhausted: return {worker::kExitTemporary, "INTERNAL_ERROR"};
-    default: return {worker::kExitInternal, "INTERNAL_ERROR"};
+    case StatusCode::kResourceExhausted: return {worker::kExitTemporary, WorkerEvent::INTERNAL_ERROR};
+    default: return {worker::kExitInternal, WorkerEvent::INTERNAL_ERROR};
   }
 }
 
-int Fail(EventWriter& events, int code, const char* failure_class, const std::string& message) {
+int Fail(EventWriter& events, int code, WorkerEvent::ErrorClass failure_class, const std::string& message) {
   std::fprintf(stderr, "fp8-worker calibrate: %s\n", message.c_str());
-  events.Emit("error", {{"class", failure_class}, {"message", message}});
+  events.Emit(worker::ErrorEvent(failure_class, message));
   return code;
 }
 
@@ -90,16 +91,13 @@ int CalibrateMain(int argc, char** argv) {
   EventWriter events(events_file ? events_file.get() : stdout);
   if (arg_error.empty() && spec_path.empty()) arg_error = "--spec is required";
   if (!arg_error.empty())
-    return Fail(events, worker::kExitInvalidSpec, "INVALID_SPEC",
+    return Fail(events, worker::kExitInvalidSpec, WorkerEvent::INVALID_SPEC,
                 arg_error + " (usage: fp8-worker calibrate --spec spec.json)");
 
   auto opts = LoadCalibrateSpec(spec_path);
-  if (!opts.ok()) return Fail(events, worker::kExitInvalidSpec, "INVALID_SPEC", opts.status().message());
+  if (!opts.ok()) return Fail(events, worker::kExitInvalidSpec, WorkerEvent::INVALID_SPEC, opts.status().message());
 
-  events.Emit("started", {{"rank", EnvInt("FP8D_RANK", 0)},
-                          {"world_size", EnvInt("FP8D_WORLD_SIZE", 1)},
-                          {"pid", static_cast<int64_t>(::getpid())},
-                          {"step", 0}});
+  events.Emit(worker::StartedEvent(EnvInt("FP8D_RANK", 0), EnvInt("FP8D_WORLD_SIZE", 1), ::getpid(), 0));
   worker::InstallStopSignalHandlers();
   events.StartHeartbeat(2000);
 
@@ -107,12 +105,18 @@ int CalibrateMain(int argc, char** argv) {
   controls.max_shards = max_shards;
   controls.stop_requested = [] { return worker::StopRequested().load(); };
   controls.on_progress = [&](const ProgressUpdate& p) {
-    nlohmann::json f = {{"step", p.step},         {"total_steps", p.total_steps}, {"tensor", p.tensor},
-                        {"shard", p.shard},       {"skipped", p.skipped},         {"bytes_done", p.bytes_done},
-                        {"bytes_total", p.bytes_total}};
+    WorkerEvent ev;
+    WorkerEvent::Progress* f = ev.mutable_progress();
+    f->set_step(p.step);
+    f->set_total_steps(p.total_steps);
+    f->set_tensor(p.tensor);
+    f->set_shard(p.shard);
+    f->set_skipped(p.skipped);
+    f->set_bytes_done(static_cast<int64_t>(p.bytes_done));
+    f->set_bytes_total(static_cast<int64_t>(p.bytes_total));
     if (p.elapsed_seconds > 0 && p.bytes_done > 0)
-      f["eta_seconds"] = p.elapsed_seconds * static_cast<double>(p.bytes_total - p.bytes_done) / p.bytes_done;
-    events.Emit("progress", std::move(f));
+      f->set_eta_seconds(p.elapsed_seconds * static_cast<double>(p.bytes_total - p.bytes_done) / p.bytes_done);
+    events.Emit(std::move(ev));
   };
   auto result = RunCalibration(*opts, controls);
   events.StopHeartbeat();
@@ -121,7 +125,7 @@ int CalibrateMain(int argc, char** argv) {
     return Fail(events, ec.code, ec.failure_class, result.status().message());
   }
   std::fprintf(stderr, "fp8-worker calibrate: done: %s\n", result->dump().c_str());
-  events.Emit("done", {{"result", *result}});
+  events.Emit(worker::DoneEvent(*result));
   return worker::kExitOk;
 }
 

@@ -1,27 +1,125 @@
 #include "worker/common/events.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <csignal>
 #include <chrono>
+#include <cmath>
 
 namespace fp8::worker {
 
 namespace {
+
 double UnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// NaN is not JSON: dump() writes null, and replace keeps odd bytes from breaking the line.
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
-void EventWriter::Emit(const std::string& type, nlohmann::json fields) {
-  if (!fields.is_object()) fields = nlohmann::json::object();
-  fields["type"] = type;
-  fields["time"] = UnixSeconds();
-  // NaN is not JSON: dump() would write null; replace_invalid keeps odd bytes from breaking it.
-  std::string line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+WorkerEvent StartedEvent(int rank, int world_size, int64_t pid, int64_t step) {
+  WorkerEvent ev;
+  WorkerEvent::Started* s = ev.mutable_started();
+  s->set_rank(rank);
+  s->set_world_size(world_size);
+  s->set_pid(pid);
+  s->set_step(step);
+  return ev;
+}
+
+WorkerEvent CheckpointEvent(int64_t step, const std::string& path, const std::string& checksum) {
+  WorkerEvent ev;
+  WorkerEvent::Checkpoint* c = ev.mutable_checkpoint();
+  c->set_step(step);
+  c->set_path(path);
+  c->set_checksum(checksum);
+  return ev;
+}
+
+WorkerEvent MetricEvent(const std::string& name, double value, int64_t step) {
+  WorkerEvent ev;
+  WorkerEvent::Metric* m = ev.mutable_metric();
+  m->set_name(name);
+  m->set_value(value);
+  m->set_step(step);
+  return ev;
+}
+
+WorkerEvent DoneEvent(const nlohmann::json& result) {
+  WorkerEvent ev;
+  google::protobuf::Struct* out = ev.mutable_done()->mutable_result();
+  if (result.is_object()) {
+    // A JSON object always parses into a Struct.
+    (void)google::protobuf::util::JsonStringToMessage(Dump(result), out);
+  }
+  return ev;
+}
+
+WorkerEvent ErrorEvent(WorkerEvent::ErrorClass error_class, const std::string& message) {
+  WorkerEvent ev;
+  ev.mutable_error()->set_class_(error_class);
+  ev.mutable_error()->set_message(message);
+  return ev;
+}
+
+std::string EventLine(const WorkerEvent& event) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string line;
+  const auto st = google::protobuf::util::MessageToJsonString(event, &line, options);
+  if (st.ok()) return line;
+  WorkerEvent err = ErrorEvent(WorkerEvent::INTERNAL_ERROR,
+                               "cannot print a worker event: " + std::string(st.message()));
+  err.set_time(event.time());
+  line.clear();
+  (void)google::protobuf::util::MessageToJsonString(err, &line, options);
+  return line;
+}
+
+StatusOr<WorkerEvent> EventFromJson(const std::string& type, const nlohmann::json& fields) {
+  nlohmann::json payload = fields.is_object() ? fields : nlohmann::json::object();
+  for (auto& [key, value] : payload.items()) {
+    if (!value.is_number_float() || std::isfinite(value.get<double>())) continue;
+    const double v = value.get<double>();
+    value = std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
+  }
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  WorkerEvent ev;
+  const auto st = google::protobuf::util::JsonStringToMessage(
+      Dump(nlohmann::json{{type, std::move(payload)}}), &ev, options);
+  if (!st.ok()) {
+    return InvalidArgumentError("event \"" + type + "\" does not fit worker_event.proto: " +
+                                std::string(st.message()));
+  }
+  if (ev.payload_case() == WorkerEvent::PAYLOAD_NOT_SET) {
+    return InvalidArgumentError("event type \"" + type + "\" is not in worker_event.proto");
+  }
+  return ev;
+}
+
+void EventWriter::Emit(WorkerEvent event) {
+  event.set_time(UnixSeconds());
+  std::string line = EventLine(event);
   line.push_back('\n');
   std::lock_guard<std::mutex> lock(write_mu_);
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
+}
+
+void EventWriter::Emit(const std::string& type, nlohmann::json fields) {
+  StatusOr<WorkerEvent> ev = EventFromJson(type, fields);
+  if (!ev.ok()) {
+    std::fprintf(stderr, "fp8-worker: %s\n", ev.status().message().c_str());
+    Emit(ErrorEvent(WorkerEvent::INTERNAL_ERROR, ev.status().message()));
+    return;
+  }
+  Emit(std::move(ev).value());
 }
 
 void EventWriter::StartHeartbeat(int period_ms) {
@@ -34,7 +132,9 @@ void EventWriter::StartHeartbeat(int period_ms) {
     std::unique_lock<std::mutex> lock(hb_mu_);
     while (!hb_cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return hb_stop_; })) {
       lock.unlock();
-      Emit("heartbeat");
+      WorkerEvent hb;
+      hb.mutable_heartbeat();
+      Emit(std::move(hb));
       lock.lock();
     }
   });

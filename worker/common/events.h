@@ -1,20 +1,13 @@
-// The worker's side of design §4: NDJSON events on stdout, one object per line, each with
-// "type" and "time" (Unix seconds). Thread-safe: the heartbeat thread and the training loop
-// write through the same EventWriter, a line at a time, flushed at once (stdout is a file the
-// agent tails, so a line must never be torn).
-//
-// Event types and their fields (the daemon's contract):
-//   started     {rank, world_size, pid, step}            once the worker is initialised
-//   heartbeat   {}                                       from its own thread, every period
-//   progress    {step, total_steps, loss, lr, grad_norm, tokens_per_sec, mfu?, eta_seconds?}
-//   checkpoint  {step, path, checksum}                   only after it is complete on disk
-//   metric      {name, value, step}
-//   done        {result: {...}}                          final metrics, then exit 0
-//   error       {class, message}  class ∈ INVALID_SPEC, DATA_ERROR, NUMERIC, INTERNAL_ERROR
+// The worker's side of design §4: events on stdout, one JSON object per line, each a
+// fp8d.v1.WorkerEvent (proto/fp8d/v1/worker_event.proto, the contract with the daemon) printed
+// by protobuf's JSON printer. Thread-safe: the heartbeat thread and the training loop write
+// through the same EventWriter, a line at a time, flushed at once (stdout is a file the agent
+// tails, so a line must never be torn).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -22,7 +15,30 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/status.h"
+#include "fp8d/v1/worker_event.pb.h"
+
 namespace fp8::worker {
+
+using fp8d::v1::WorkerEvent;
+
+// Builders for the events whose fields are all given at once (progress is filled in place:
+// its fields depend on the job kind).
+WorkerEvent StartedEvent(int rank, int world_size, int64_t pid, int64_t step);
+WorkerEvent CheckpointEvent(int64_t step, const std::string& path, const std::string& checksum);
+WorkerEvent MetricEvent(const std::string& name, double value, int64_t step);
+// `result` must be a JSON object (it becomes Job.result); NaN values in it become null.
+WorkerEvent DoneEvent(const nlohmann::json& result);
+WorkerEvent ErrorEvent(WorkerEvent::ErrorClass error_class, const std::string& message);
+
+// One line of the events stream (without the '\n'). An event the printer refuses (it cannot
+// fail for these messages) comes out as an INTERNAL_ERROR event that says so.
+std::string EventLine(const WorkerEvent& event);
+
+// `fields` of event `type` (e.g. "progress") read through the proto JSON parser, unknown keys
+// refused: INVALID_ARGUMENT naming the type and the field that does not fit the contract.
+// Non-finite numbers among the payload's own fields are kept (JSON has no NaN).
+StatusOr<WorkerEvent> EventFromJson(const std::string& type, const nlohmann::json& fields);
 
 class EventWriter {
  public:
@@ -30,7 +46,11 @@ class EventWriter {
   explicit EventWriter(std::FILE* out = stdout) : out_(out) {}
   ~EventWriter() { StopHeartbeat(); }
 
-  // Adds "type" and "time" and writes one line.
+  // Stamps `time` and writes one line.
+  void Emit(WorkerEvent event);
+  // The untyped form, for callers not converted to the builders yet: the fields go through
+  // EventFromJson, and a field outside the contract is written as an INTERNAL_ERROR event
+  // (and to stderr) instead of being dropped, so tests fail on it.
   void Emit(const std::string& type, nlohmann::json fields = nlohmann::json::object());
 
   // Starts a thread that emits `heartbeat` every `period_ms` until StopHeartbeat().

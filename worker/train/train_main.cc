@@ -39,7 +39,7 @@ bool ParseIntEnv(const char* name, int* out, std::string* error) {
 
 int InvalidSpec(EventWriter& ev, const std::string& msg) {
   std::fprintf(stderr, "fp8-worker: invalid spec: %s\n", msg.c_str());
-  ev.Emit("error", {{"class", "INVALID_SPEC"}, {"message", msg}});
+  ev.Emit(worker::ErrorEvent(worker::WorkerEvent::INVALID_SPEC, msg));
   return worker::kExitInvalidSpec;
 }
 
@@ -108,7 +108,7 @@ int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
     events.StopHeartbeat();
     if (!g.ok()) {
       std::fprintf(stderr, "fp8-worker: %s\n", g.status().message().c_str());
-      events.Emit("error", {{"class", "INTERNAL_ERROR"}, {"message", g.status().message()}});
+      events.Emit(worker::ErrorEvent(worker::WorkerEvent::INTERNAL_ERROR, g.status().message()));
       return worker::kExitTemporary;
     }
     coll = std::move(g).value();
