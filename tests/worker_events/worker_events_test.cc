@@ -55,46 +55,5 @@ TEST(WorkerEvents, NanLossSurvivesTheLine) {
   EXPECT_TRUE(std::isnan(Parse(line).progress().loss()));
 }
 
-TEST(WorkerEvents, UntypedFieldsAreCheckedAgainstTheProto) {
-  StatusOr<WorkerEvent> ev = EventFromJson(
-      "progress", {{"step", 3}, {"total_steps", 10}, {"loss", NAN}, {"fp8_amax_max", 448.0}});
-  ASSERT_TRUE(ev.ok()) << ev.status().message();
-  EXPECT_EQ(ev->progress().step(), 3);
-  EXPECT_TRUE(std::isnan(ev->progress().loss()));
-  EXPECT_TRUE(ev->progress().has_fp8_amax_max());
-
-  ev = EventFromJson("progress", {{"stepz", 3}});
-  ASSERT_FALSE(ev.ok());
-  EXPECT_EQ(ev.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(ev.status().message().find("stepz"), std::string::npos) << ev.status().message();
-  EXPECT_NE(ev.status().message().find("\"progress\""), std::string::npos) << ev.status().message();
-
-  ev = EventFromJson("error", {{"class", "SOMETHING_ELSE"}, {"message", "m"}});
-  EXPECT_FALSE(ev.ok());  // the worker may only send the classes the proto names
-  ev = EventFromJson("celebration", {});
-  ASSERT_FALSE(ev.ok());
-  EXPECT_NE(ev.status().message().find("celebration"), std::string::npos) << ev.status().message();
-}
-
-TEST(WorkerEvents, AnUntypedEventOutsideTheContractIsWrittenAsAnError) {
-  std::FILE* f = std::tmpfile();
-  ASSERT_NE(f, nullptr);
-  {
-    EventWriter writer(f);
-    writer.Emit("metric", {{"name", "eval_loss"}, {"value", 2.5}, {"step", 4}});
-    writer.Emit("metric", {{"name", "eval_loss"}, {"valu", 2.5}});
-  }
-  const std::string text = Contents(f);
-  std::fclose(f);
-  const size_t nl = text.find('\n');
-  ASSERT_NE(nl, std::string::npos);
-  const WorkerEvent first = Parse(text.substr(0, nl));
-  EXPECT_EQ(first.metric().value(), 2.5);
-  EXPECT_GT(first.time(), 1.7e9);  // stamped at Emit
-  const WorkerEvent second = Parse(text.substr(nl + 1, text.size() - nl - 2));
-  EXPECT_EQ(second.error().class_(), WorkerEvent::INTERNAL_ERROR);
-  EXPECT_NE(second.error().message().find("valu"), std::string::npos) << second.error().message();
-}
-
 }  // namespace
 }  // namespace fp8::worker

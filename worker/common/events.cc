@@ -81,28 +81,6 @@ std::string EventLine(const WorkerEvent& event) {
   return line;
 }
 
-StatusOr<WorkerEvent> EventFromJson(const std::string& type, const nlohmann::json& fields) {
-  nlohmann::json payload = fields.is_object() ? fields : nlohmann::json::object();
-  for (auto& [key, value] : payload.items()) {
-    if (!value.is_number_float() || std::isfinite(value.get<double>())) continue;
-    const double v = value.get<double>();
-    value = std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
-  }
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  WorkerEvent ev;
-  const auto st = google::protobuf::util::JsonStringToMessage(
-      Dump(nlohmann::json{{type, std::move(payload)}}), &ev, options);
-  if (!st.ok()) {
-    return InvalidArgumentError("event \"" + type + "\" does not fit worker_event.proto: " +
-                                std::string(st.message()));
-  }
-  if (ev.payload_case() == WorkerEvent::PAYLOAD_NOT_SET) {
-    return InvalidArgumentError("event type \"" + type + "\" is not in worker_event.proto");
-  }
-  return ev;
-}
-
 void EventWriter::Emit(WorkerEvent event) {
   event.set_time(UnixSeconds());
   std::string line = EventLine(event);
@@ -110,16 +88,6 @@ void EventWriter::Emit(WorkerEvent event) {
   std::lock_guard<std::mutex> lock(write_mu_);
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
-}
-
-void EventWriter::Emit(const std::string& type, nlohmann::json fields) {
-  StatusOr<WorkerEvent> ev = EventFromJson(type, fields);
-  if (!ev.ok()) {
-    std::fprintf(stderr, "fp8-worker: %s\n", ev.status().message().c_str());
-    Emit(ErrorEvent(WorkerEvent::INTERNAL_ERROR, ev.status().message()));
-    return;
-  }
-  Emit(std::move(ev).value());
 }
 
 void EventWriter::StartHeartbeat(int period_ms) {

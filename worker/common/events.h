@@ -35,11 +35,6 @@ WorkerEvent ErrorEvent(WorkerEvent::ErrorClass error_class, const std::string& m
 // fail for these messages) comes out as an INTERNAL_ERROR event that says so.
 std::string EventLine(const WorkerEvent& event);
 
-// `fields` of event `type` (e.g. "progress") read through the proto JSON parser, unknown keys
-// refused: INVALID_ARGUMENT naming the type and the field that does not fit the contract.
-// Non-finite numbers among the payload's own fields are kept (JSON has no NaN).
-StatusOr<WorkerEvent> EventFromJson(const std::string& type, const nlohmann::json& fields);
-
 class EventWriter {
  public:
   // Writes to `out` (stdout by default). Only rank-local: every rank writes its own stream.
@@ -48,11 +43,6 @@ class EventWriter {
 
   // Stamps `time` and writes one line.
   void Emit(WorkerEvent event);
-  // The untyped form, for callers not converted to the builders yet: the fields go through
-  // EventFromJson, and a field outside the contract is written as an INTERNAL_ERROR event
-  // (and to stderr) instead of being dropped, so tests fail on it.
-  void Emit(const std::string& type, nlohmann::json fields = nlohmann::json::object());
-
   // Starts a thread that emits `heartbeat` every `period_ms` until StopHeartbeat().
   void StartHeartbeat(int period_ms);
   void StopHeartbeat();

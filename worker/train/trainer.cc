@@ -16,15 +16,16 @@ namespace fp8::train {
 namespace {
 
 using fp8::worker::EventWriter;
+using fp8::worker::WorkerEvent;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kLossHistoryCap = 100000;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-int Fail(EventWriter& ev, const char* cls, const std::string& msg, int code, TrainResult* r) {
-  std::fprintf(stderr, "fp8-worker: %s: %s\n", cls, msg.c_str());
-  ev.Emit("error", {{"class", cls}, {"message", msg}});
+int Fail(EventWriter& ev, WorkerEvent::ErrorClass cls, const std::string& msg, int code, TrainResult* r) {
+  std::fprintf(stderr, "fp8-worker: %s: %s\n", WorkerEvent::ErrorClass_Name(cls).c_str(), msg.c_str());
+  ev.Emit(worker::ErrorEvent(cls, msg));
   r->exit_code = code;
   return code;
 }
@@ -37,10 +38,10 @@ class Loop {
   TrainResult Run();
 
  private:
-  int Fail(const char* cls, const std::string& msg, int code) { return train::Fail(ev_, cls, msg, code, &result_); }
+  int Fail(WorkerEvent::ErrorClass cls, const std::string& msg, int code) { return train::Fail(ev_, cls, msg, code, &result_); }
   // Unless `s` is ok: an INTERNAL_ERROR event, exit `code`, and true.
   bool Failed(const Status& s, int code = worker::kExitTemporary, const std::string& prefix = "") {
-    if (!s.ok()) Fail("INTERNAL_ERROR", prefix + s.message(), code);
+    if (!s.ok()) Fail(WorkerEvent::INTERNAL_ERROR, prefix + s.message(), code);
     return !s.ok();
   }
   int Setup();
@@ -74,11 +75,11 @@ int Loop::Setup() {
   const std::string vocab_origin =
       init_ ? " (vocab_size " + std::to_string(m.vocab_size) + " is init_from's, " + init_->config_path + ")" : "";
   auto train = data::TokenDataset::Load(spec_.data.train, m.seq_len, m.vocab_size);
-  if (!train.ok()) return Fail("DATA_ERROR", "data.train: " + train.status().message() + vocab_origin, worker::kExitBadData);
+  if (!train.ok()) return Fail(WorkerEvent::DATA_ERROR, "data.train: " + train.status().message() + vocab_origin, worker::kExitBadData);
   train_ = std::move(train).value();
   if (!spec_.data.val.empty()) {
     auto val = data::TokenDataset::Load(spec_.data.val, m.seq_len, m.vocab_size);
-    if (!val.ok()) return Fail("DATA_ERROR", "data.val: " + val.status().message() + vocab_origin, worker::kExitBadData);
+    if (!val.ok()) return Fail(WorkerEvent::DATA_ERROR, "data.val: " + val.status().message() + vocab_origin, worker::kExitBadData);
     val_ = std::move(val).value();
   }
   checkpoint_dir_ = opt_.checkpoint_dir.empty()
@@ -86,7 +87,7 @@ int Loop::Setup() {
                         : opt_.checkpoint_dir;
   if (Status s = be_.Init(); !s.ok()) {
     const bool spec_error = s.code() == StatusCode::kInvalidArgument;
-    return Fail(spec_error ? "INVALID_SPEC" : "INTERNAL_ERROR", s.message(),
+    return Fail(spec_error ? WorkerEvent::INVALID_SPEC : WorkerEvent::INTERNAL_ERROR, s.message(),
                 spec_error ? worker::kExitInvalidSpec : worker::kExitTemporary);
   }
   be_.host().InitWeights(static_cast<uint64_t>(spec_.training.seed));
@@ -101,7 +102,7 @@ int Loop::Setup() {
     } else {
       auto state = LoadCheckpoint(*dir, &be_.host(), &be_.host_adam());
       if (!state.ok())
-        return Fail("DATA_ERROR", "resume from " + *dir + ": " + state.status().message(), worker::kExitBadData);
+        return Fail(WorkerEvent::DATA_ERROR, "resume from " + *dir + ": " + state.status().message(), worker::kExitBadData);
       step_ = (*state)["step"].get<int64_t>();
       if (state->contains("loss_history"))
         for (const auto& e : (*state)["loss_history"]) loss_history_.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
@@ -115,7 +116,7 @@ int Loop::Setup() {
   // weights' own amaxes (the first cast of a delayed scaling).
   if (resumed_dir.empty() && init_) {
     if (Status s = LoadModelWeights(*init_, &be_.host()); !s.ok())
-      return Fail("DATA_ERROR", "init_from: " + s.message(), worker::kExitBadData);
+      return Fail(WorkerEvent::DATA_ERROR, "init_from: " + s.message(), worker::kExitBadData);
     std::fprintf(stderr, "fp8-worker: initialized from %s\n", init_->dir.c_str());
   }
   if (be_.rank() == 0) {
@@ -124,15 +125,15 @@ int Loop::Setup() {
     // checked, so a bad input writes nothing.
     if (Status st = PrepareCheckpointDir(checkpoint_dir_); !st.ok()) {
       const bool permanent = st.code() == StatusCode::kInvalidArgument;
-      return Fail(permanent ? "INVALID_SPEC" : "INTERNAL_ERROR", "output_dir: " + st.message(),
+      return Fail(permanent ? WorkerEvent::INVALID_SPEC : WorkerEvent::INTERNAL_ERROR, "output_dir: " + st.message(),
                   permanent ? worker::kExitInvalidSpec : worker::kExitTemporary);
     }
   }
   if (Status s = be_.Start(!resumed_dir.empty(), fp8_scaling); !s.ok()) {
     // The checkpoint's scaling state did not fit the model; anything else is the device's.
     if (!resumed_dir.empty() && (s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kInvalidArgument))
-      return Fail("DATA_ERROR", "resume from " + resumed_dir + ": " + s.message(), worker::kExitBadData);
-    return Fail("INTERNAL_ERROR", s.message(), worker::kExitTemporary);
+      return Fail(WorkerEvent::DATA_ERROR, "resume from " + resumed_dir + ": " + s.message(), worker::kExitBadData);
+    return Fail(WorkerEvent::INTERNAL_ERROR, s.message(), worker::kExitTemporary);
   }
   result_.start_step = step_;
   return 0;
@@ -211,7 +212,7 @@ Status Loop::Save(int64_t step) {
   FP8_RETURN_IF_ERROR(be_.SyncHost());
   FP8_ASSIGN_OR_RETURN(SavedCheckpoint saved, SaveCheckpoint(checkpoint_dir_, step, be_.host(), be_.host_adam(), State(step),
                                                              spec_.training.save_total_limit));
-  ev_.Emit("checkpoint", {{"step", step}, {"path", saved.path}, {"checksum", saved.checksum}});
+  ev_.Emit(worker::CheckpointEvent(step, saved.path, saved.checksum));
   std::fprintf(stderr, "fp8-worker: checkpoint step %lld → %s\n", static_cast<long long>(step), saved.path.c_str());
   result_.last_checkpoint = saved.path;
   return OkStatus();
@@ -228,19 +229,26 @@ void Loop::ReportProgress(int64_t step, double loss, double lr, double grad_norm
   const double secs = std::max(1e-9, Seconds(t_window_, now));
   const double tps = tokens / secs;
   const double eta = static_cast<double>(t.max_steps - step) * secs / std::max<int64_t>(1, step - window_start_step_);
-  nlohmann::json fields = {{"step", step}, {"total_steps", t.max_steps}, {"loss", loss}, {"lr", lr},
-                           {"grad_norm", grad_norm}, {"tokens_per_sec", tps}, {"eta_seconds", eta}};
+  WorkerEvent event;
+  WorkerEvent::Progress& progress = *event.mutable_progress();
+  progress.set_step(step);
+  progress.set_total_steps(t.max_steps);
+  progress.set_loss(loss);
+  progress.set_lr(lr);
+  progress.set_grad_norm(grad_norm);
+  progress.set_tokens_per_sec(tps);
+  progress.set_eta_seconds(eta);
   if (fp8.elements > 0) {
-    fields["fp8_amax_max"] = fp8.amax_max;
-    fields["fp8_saturation_fraction"] = static_cast<double>(fp8.saturated) / static_cast<double>(fp8.elements);
+    progress.set_fp8_amax_max(fp8.amax_max);
+    progress.set_fp8_saturation_fraction(static_cast<double>(fp8.saturated) / static_cast<double>(fp8.elements));
   }
   char mfu_text[32] = "";
   if (be_.PeakFlops() > 0) {
     const double mfu = tps * TrainFlopsPerToken(spec_.model, be_.host().num_params()) / be_.world_size() / be_.PeakFlops();
-    fields["mfu"] = mfu;
+    progress.set_mfu(mfu);
     std::snprintf(mfu_text, sizeof(mfu_text), "  mfu %.1f%%", 100 * mfu);
   }
-  ev_.Emit("progress", fields);
+  ev_.Emit(std::move(event));
   std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s%s  eta %.0fs%s",
                opt_.tty_progress ? "\r\033[K" : "", static_cast<long long>(step), static_cast<long long>(t.max_steps),
                loss, lr, grad_norm, tps, mfu_text, eta, opt_.tty_progress ? "" : "\n");
@@ -253,10 +261,11 @@ TrainResult Loop::Run() {
   const auto& t = spec_.training;
   const int rank = be_.rank(), world = be_.world_size();
   const int64_t num_params = be_.host().num_params();
-  nlohmann::json started = {{"rank", rank}, {"world_size", world}, {"pid", static_cast<int64_t>(::getpid())}, {"step", step_},
-                            {"recipe", RecipeName(spec_.precision.recipe)}, {"num_params", num_params}};
-  started.update(be_.Labels());
-  ev_.Emit("started", started);
+  WorkerEvent started = worker::StartedEvent(rank, world, ::getpid(), step_);
+  started.mutable_started()->set_recipe(RecipeName(spec_.precision.recipe));
+  started.mutable_started()->set_num_params(num_params);
+  started.mutable_started()->set_backend(be_.Labels().value("backend", ""));
+  ev_.Emit(std::move(started));
   std::fprintf(stderr, "fp8-worker: %s rank %d/%d, %lld parameters, recipe %s, steps %lld..%lld\n",
                be_.Labels().value("backend", "cpu").c_str(), rank, world, static_cast<long long>(num_params),
                RecipeName(spec_.precision.recipe), static_cast<long long>(step_), static_cast<long long>(t.max_steps));
@@ -271,7 +280,7 @@ TrainResult Loop::Run() {
     double loss = NAN;
     if (Failed(Step(&loss, &stop, ReportsAt(step_ + 1)))) return result_;
     if (!std::isfinite(loss)) {
-      Fail("NUMERIC", "loss is " + std::to_string(loss) + " at step " + std::to_string(step_ + 1), worker::kExitTemporary);
+      Fail(WorkerEvent::NUMERIC, "loss is " + std::to_string(loss) + " at step " + std::to_string(step_ + 1), worker::kExitTemporary);
       return result_;
     }
     const double lr = LearningRateAt(t, step_);
@@ -288,7 +297,7 @@ TrainResult Loop::Run() {
       auto ev = Evaluate();
       if (Failed(ev.status())) return result_;
       result_.eval_loss = *ev;
-      ev_.Emit("metric", {{"name", "eval_loss"}, {"value", *ev}, {"step", step_}});
+      ev_.Emit(worker::MetricEvent("eval_loss", *ev, step_));
       std::fprintf(stderr, "%seval_loss %.4f at step %lld\n", opt_.tty_progress ? "\n" : "", *ev,
                    static_cast<long long>(step_));
     }
@@ -315,7 +324,7 @@ TrainResult Loop::Run() {
     std::fprintf(stderr, "fp8-worker: exported the model (Hugging Face GPT-2) to %s\n", hf_dir.c_str());
   }
   ev_.StopHeartbeat();
-  ev_.Emit("done", {{"result", res}});
+  ev_.Emit(worker::DoneEvent(res));
   result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
   std::fprintf(stderr, "fp8-worker: %s at step %lld, loss %.4f, %.1fs\n",
                result_.interrupted ? "interrupted" : "done", static_cast<long long>(step_), last_loss, secs);
@@ -341,7 +350,7 @@ TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, cons
   // init_from decides the model's shape before the model exists; its weights load in Setup.
   TrainResult r;
   auto bad_data = [&](const std::string& msg) {
-    Fail(events, "DATA_ERROR", msg, worker::kExitBadData, &r);
+    Fail(events, WorkerEvent::DATA_ERROR, msg, worker::kExitBadData, &r);
     return r;
   };
   std::optional<ModelSource> init;
