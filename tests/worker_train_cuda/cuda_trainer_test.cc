@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/event_lines.h"
 #include "tests/worker_train/test_util.h"
 #include "tests/worker_train_cuda/cuda_test_util.h"
 #include "worker/common/events.h"
@@ -493,8 +494,8 @@ std::vector<nlohmann::json> ProgressEvents(const std::string& path) {
   if (f == nullptr) return out;
   char line[1 << 14];
   while (std::fgets(line, sizeof(line), f) != nullptr) {
-    auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (e.is_object() && e.value("type", "") == "progress") out.push_back(e);
+    auto e = fp8::testing::FlatEvent(nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false));
+    if (e.value("type", "") == "progress") out.push_back(e);
   }
   std::fclose(f);
   return out;
