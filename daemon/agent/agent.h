@@ -59,13 +59,15 @@ struct LaunchRequest {
 std::map<std::string, std::string> AllowlistedEnvironment(
     char** base, const std::vector<std::string>& extra_allow);
 
-// What the core stores per rank to re-adopt it: opaque to the core, owned by the launcher.
-// Local: pid and /proc start time. Slurm: `pid` holds the Slurm job id, start_time is 0.
+// What the core stores per rank to re-adopt it. `handle` is opaque to the core and the store:
+// the launcher writes it at Launch and reads it back at Adopt (local: "pid:<pid>:start:<proc
+// start time>", see local_handle.h; Slurm: "slurm:<job id>"). Empty: nothing was recorded
+// (the controller stopped before saving it). One line of text, no newline.
 struct RankProcess {
   int rank = 0;
-  int64_t pid = 0;            // also the process group id (each rank is its own group leader)
-  uint64_t start_time = 0;    // /proc/<pid>/stat starttime, to detect pid reuse
-  int64_t events_offset = 0;  // where to continue reading rank-<r>.events
+  std::string handle;
+  int64_t events_offset = 0;  // where to continue reading the rank's events
+  int64_t pid = 0;            // shown as the rank's pid in the API; 0 where it is not a local process
 };
 
 // One NDJSON line from rank-<r>.events. `garbage` is set (and `event` null) for a line that is

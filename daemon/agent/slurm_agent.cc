@@ -15,7 +15,8 @@
 // PENDING it delivers a synthetic {"type":"pending","reason":...} event on rank 0, which keeps
 // the attempt from looking hung and lets the core show Slurm's reason.
 //
-// Re-adoption: the core stores the Slurm job id as each rank's `pid`. A job Slurm no longer
+// Re-adoption: each rank's handle is "slurm:<job id>" (SlurmHandle). Rows stored before
+// handles existed were turned into "pid:<job id>:start:0" by the store; both are read. A job Slurm no longer
 // knows (it ended while fp8d was down and was purged; there is no accounting database to ask)
 // is adopted as ended with an unknown status: its events are the verdict, as for re-adopted
 // local workers, so it is never started a second time.
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -340,7 +342,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   spdlog::info("job {} attempt {}: Slurm job {} submitted ({} node(s) × {} rank(s))", r.job_id,
                r.attempt, slurm_id, nodes, per_node);
   std::vector<RankProcess> out;
-  for (int rank = 0; rank < world; ++rank) out.push_back(RankProcess{rank, slurm_id, 0, 0});
+  for (int rank = 0; rank < world; ++rank) out.push_back(RankProcess{rank, SlurmHandle(slurm_id), 0, 0});
   {
     std::lock_guard<std::mutex> lock(mu_);
     watched_[key] = std::move(watched);
@@ -355,18 +357,23 @@ Status SlurmAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   auto w = std::make_shared<Watched>();
   w->job_id = job_id;
   w->attempt = attempt;
-  w->slurm_id = ranks.front().pid;
+  w->slurm_id = SlurmIdOfHandle(ranks.front().handle);
   w->state.clear();  // unknown until the first squeue
-  if (w->slurm_id <= 0) {
+  if (w->slurm_id < 0) {
+    return fp8::InvalidArgumentError("ranks[0].handle: \"" + ranks.front().handle +
+                                     "\" is not a Slurm job handle");
+  }
+  if (w->slurm_id == 0) {
     // fp8d stopped before it stored the Slurm job id (or before sbatch): nothing to follow. A
     // Slurm job it did submit is cancelled when the next attempt is submitted.
     return fp8::NotFoundError("job " + job_id + " attempt " + std::to_string(attempt) +
                               ": no Slurm job id was recorded");
   }
+  const int64_t slurm_id = w->slurm_id;
   for (const RankProcess& rp : ranks) {
-    if (rp.pid != w->slurm_id) {
+    if (SlurmIdOfHandle(rp.handle) != w->slurm_id) {
       return fp8::InvalidArgumentError("ranks: one Slurm job per attempt expected, got " +
-                                       std::to_string(w->slurm_id) + " and " + std::to_string(rp.pid));
+                                       ranks.front().handle + " and " + rp.handle);
     }
     Rank rk;
     rk.rank = rp.rank;
@@ -384,7 +391,7 @@ Status SlurmAgent::Adopt(const std::string& job_id, int attempt, const std::stri
     }
     watched_[{job_id, attempt}] = std::move(w);
   }
-  spdlog::info("job {} attempt {}: watching Slurm job {} again", job_id, attempt, ranks.front().pid);
+  spdlog::info("job {} attempt {}: watching Slurm job {} again", job_id, attempt, slurm_id);
   cv_.notify_all();
   return fp8::OkStatus();
 }

@@ -45,8 +45,7 @@ using fp8d::v1::JobState;
 // One rank of the current attempt, as the supervisor sees it.
 struct RankRun {
   agent::Slot slot;
-  int64_t pid = 0;
-  uint64_t start_time = 0;
+  std::string handle;                   // the launcher's, saved for re-adoption (opaque here)
   int64_t offset = 0;                   // events consumed so far
   // The offset saved for re-adoption must not pass a line whose effect is not durable yet: a
   // `started` while the job is STARTING, a `done` or `error` before the verdict. After a

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/agent/agent.h"
+#include "daemon/agent/local_handle.h"
 
 namespace fp8d::agent::testing {
 
@@ -53,6 +54,8 @@ std::string ReadFile(const std::string& path);
 bool Alive(int64_t pid);
 // Polls `pred` every 10 ms for up to `timeout`.
 bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout = kWait);
+// True when the local launcher's handle of `rank` names a live process (pid and start time).
+bool HandleAlive(const RankProcess& rank);
 
 class AgentTest : public ::testing::Test {
  protected:
