@@ -104,6 +104,16 @@ struct WorkerExit {
   std::string cause_message;  // e.g. "Slurm job 12 ended NODE_FAIL"
 };
 
+// A rank's human log (its stderr) of one attempt, read through the launcher that keeps it.
+// Blocking I/O: read off the io thread. One reader at a time.
+class RankStream {
+ public:
+  virtual ~RankStream() = default;
+  // The next bytes (at most `max_bytes`) after those already read; empty at the current end,
+  // which grows while the rank runs.
+  virtual StatusOr<std::string> Read(size_t max_bytes) = 0;
+};
+
 class AgentListener {
  public:
   virtual ~AgentListener() = default;
@@ -156,12 +166,14 @@ class Agent {
   // True for a launcher with a queue of its own (Slurm): the core's scheduler then reserves no
   // slots and hands every queued job over at once; Slots() is not consulted.
   virtual bool QueuesJobs() const { return false; }
-  // Where a rank's human log (stderr) of an attempt is, for GetJobLogs: the launcher names its
-  // files, the core does not. Pure; callable from any thread. Both launchers write it into
-  // the attempt directory (for Slurm a shared path), under the same name.
-  virtual std::string RankLogPath(const std::string& attempt_dir, int rank) const {
-    return attempt_dir + "/rank-" + std::to_string(rank) + ".log";
-  }
+  // Opens the human log of `rank` of an attempt (`attempt_dir` as given at launch) for
+  // GetJobLogs: the launcher names and keeps its files, the core and the API do not. NOT_FOUND
+  // while the rank has written none. Blocking I/O: call off the io thread; thread-safe. The
+  // default reads the rank's stderr file in the attempt directory, where both launchers have
+  // it written (for Slurm, by srun onto the shared path).
+  virtual StatusOr<std::unique_ptr<RankStream>> OpenRankLog(const std::string& job_id, int attempt,
+                                                            const std::string& attempt_dir,
+                                                            int rank) const;
 };
 
 struct LocalAgentOptions {
