@@ -40,6 +40,7 @@
 
 #include "daemon/agent/agent.h"
 #include "daemon/agent/event_reader.h"
+#include "daemon/agent/process.h"
 #include "daemon/agent/slurm_command.h"
 
 extern char** environ;
@@ -169,7 +170,7 @@ class SlurmAgent final : public Agent {
  private:
   StatusOr<std::string> BatchScript(const LaunchRequest& r, int nodes, int per_node) const;
   std::vector<std::string> SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
-                                      const std::string& script) const;
+                                      const std::string& script, const RunAs& run_as) const;
   // A Slurm job of an earlier attempt that is still alive was orphaned: fp8d died after its
   // sbatch and before it stored the job id, so nothing watches or stops it. (The core starts
   // attempt N only once attempt N-1's ranks have ended, as far as it knows.)
@@ -220,7 +221,7 @@ StatusOr<std::string> SlurmAgent::BatchScript(const LaunchRequest& r, int nodes,
 }
 
 std::vector<std::string> SlurmAgent::SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
-                                                const std::string& script) const {
+                                                const std::string& script, const RunAs& run_as) const {
   std::vector<std::string> argv = {"sbatch", "--parsable",
                                    "--job-name=fp8d-" + r.job_id + "-" + std::to_string(r.attempt),
                                    "--nodes=" + std::to_string(nodes),
@@ -240,6 +241,11 @@ std::vector<std::string> SlurmAgent::SbatchArgv(const LaunchRequest& r, int node
   if (!r.constraint.empty()) argv.push_back("--constraint=" + r.constraint);
   if (options_.gpus) argv.push_back("--gres=gpu:" + std::to_string(per_node));
   if (r.time_limit_ms > 0) argv.push_back("--time=" + std::to_string(SlurmMinutes(r.time_limit_ms)));
+  // The job's owner, not fp8d's user (Slurm lets root submit for another user).
+  if (run_as.uid > 0) {
+    argv.push_back("--uid=" + std::to_string(run_as.uid));
+    argv.push_back("--gid=" + std::to_string(run_as.gid));
+  }
   for (const auto& a : options_.sbatch_args) argv.push_back(a);
   argv.push_back(script);
   return argv;
@@ -279,6 +285,11 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   fs::create_directories(r.attempt_dir + "/rendezvous", ec);
   if (ec) return fp8::InternalError("creating " + r.attempt_dir + "/rendezvous: " + ec.message());
   FP8_RETURN_IF_ERROR(WriteFile(r.attempt_dir + "/spec.json", r.spec_json));
+  // Ranks of a job with an owner run as that uid, as the local launcher's do: the job folder,
+  // the attempt directory (where Slurm writes slurm.out) and the files srun appends to become
+  // the owner's.
+  StatusOr<RunAs> run_as = PrepareRunAs(r);
+  if (!run_as.ok()) return run_as.status();
   auto watched = std::make_shared<Watched>();
   watched->job_id = r.job_id;
   watched->attempt = r.attempt;
@@ -287,6 +298,8 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
     for (const char* suffix : {".events", ".log"}) {
       FP8_RETURN_IF_ERROR(WriteFile(RankFile(r.attempt_dir, rank, suffix), ""));
     }
+    FP8_RETURN_IF_ERROR(GiveTo(*run_as, {RankFile(r.attempt_dir, rank, ".events"),
+                                         RankFile(r.attempt_dir, rank, ".log")}, 0640));
     Rank rk;
     rk.rank = rank;
     rk.reader = std::make_unique<EventFileReader>(RankFile(r.attempt_dir, rank, ".events"), 0);
@@ -314,7 +327,9 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   // The ranks inherit sbatch's environment: with a clean base (r.env: fp8d's allowlist plus the
   // job's env) that base, plus the Slurm client's own SLURM_* settings (SLURM_CONF, ...) that
   // sbatch and the batch script's srun need; else fp8d's environment.
-  std::optional<std::map<std::string, std::string>> base = r.env;
+  // (PrepareRunAs has put the owner's HOME, USER and LOGNAME into it.)
+  std::optional<std::map<std::string, std::string>> base;
+  if (r.env) base = run_as->env;
   if (base) {
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
@@ -323,7 +338,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
     }
   }
   CancelEarlierAttempts(r.job_id, r.attempt);
-  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path), env, options_.command_timeout_ms,
+  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path, *run_as), env, options_.command_timeout_ms,
                            base ? &*base : nullptr);
   // Not UNAVAILABLE: to the core that means the controller's own disk, retried without counting;
   // an unreachable Slurm counts against max_attempts.
