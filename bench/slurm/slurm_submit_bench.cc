@@ -12,10 +12,12 @@
 // RUNNING. Every path is timed by the same 5 ms poll loop (not a busy loop: on a 2-core machine
 // that would take a core from Slurm's daemons during the very start it times). Prints median,
 // p90 and mean.
-// Usage: slurm_submit_bench [N]   (default 10). Not a test: nothing asserts.
+// Usage: [FP8D_BENCH_SLURM_POLL=1s] slurm_submit_bench [N]   (default 10). Not a test: nothing
+// asserts.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -88,7 +90,10 @@ int main(int argc, char** argv) {
   }
   const std::map<std::string, std::string> env = {{"SLURM_CONF", cluster + "/slurm.conf"}};
   const std::string config = tmp.path() + "/fp8d.yaml";
-  std::ofstream(config) << "launcher: slurm\nslurm: {partition: debug, poll_interval: 1s}\n";
+  // FP8D_BENCH_SLURM_POLL (e.g. "5s"): fp8d's squeue period, to see whether its polls matter.
+  const char* poll = std::getenv("FP8D_BENCH_SLURM_POLL");
+  std::ofstream(config) << "launcher: slurm\nslurm: {partition: debug, poll_interval: "
+                        << (poll != nullptr && *poll != '\0' ? poll : "1s") << "}\n";
   DaemonOptions options;
   options.worker = TestWorkerPath();
   options.env = env;
