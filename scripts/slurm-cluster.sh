@@ -163,7 +163,9 @@ do_start() {
   do_stop  # a cluster left behind in DIR by an earlier run
   rm -rf "$dir/ctld" "$dir/munge" "$dir"/n[0-9]* "$dir/jobcomp.log" "$dir"/*.log
   mkdir -p "$dir/ctld" "$dir/munge"
-  chmod 700 "$dir/munge"
+  # Passable by everyone: jobs that run as other users (sbatch --uid) reach munge's socket from
+  # srun. The key itself stays root's (0400).
+  chmod 755 "$dir/munge"
   local base k
   base=$(pick_port_base)
   write_conf "$base"

@@ -1,5 +1,5 @@
-// Submit → RUNNING on a one-node Slurm cluster (scripts/slurm-cluster.sh), two ways, N times
-// each, alternating:
+// Submit → RUNNING on a one-node Slurm cluster (scripts/slurm-cluster.sh), three ways, N times
+// each, interleaved (the order rotates every round):
 //   sbatch alone: `sbatch --wrap 'srun … sh -c "echo started; sleep …"'`, timed until the task's
 //                 first line is in its output file (the task runs: what RUNNING means to fp8d);
 //   by hand:      fp8d's own batch script and sbatch arguments (copied from its attempt),
@@ -9,13 +9,19 @@
 // Slurm's scheduling cadence (a batch job waits up to a few seconds for a scheduling pass)
 // makes the two totals noisy, so fp8d's own share is also measured directly: CreateJob →
 // the batch script written (sbatch runs next), and the rank's first event line → GetJob says
-// RUNNING. Prints medians and means.
-// Usage: slurm_submit_bench [N]   (default 10). Not a test: nothing asserts.
+// RUNNING. Every path is timed by the same 5 ms poll loop (not a busy loop: on a 2-core machine
+// that would take a core from Slurm's daemons during the very start it times). Prints median,
+// p90 and mean.
+// Usage: [FP8D_BENCH_SLURM_POLL=1s] slurm_submit_bench [N]   (default 10). Not a test: nothing
+// asserts.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <numeric>
 #include <string>
@@ -34,6 +40,25 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Nearest rank.
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+// Every path is timed by the same loop: a check every 5 ms (up to 60 s). Not a busy loop, so
+// the timing does not take a core from Slurm's daemons on a small machine.
+bool Poll(const std::function<bool()>& done) {
+  const auto end = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
 }
 
 double Mean(const std::vector<double>& v) {
@@ -65,7 +90,10 @@ int main(int argc, char** argv) {
   }
   const std::map<std::string, std::string> env = {{"SLURM_CONF", cluster + "/slurm.conf"}};
   const std::string config = tmp.path() + "/fp8d.yaml";
-  std::ofstream(config) << "launcher: slurm\nslurm: {partition: debug, poll_interval: 1s}\n";
+  // FP8D_BENCH_SLURM_POLL (e.g. "5s"): fp8d's squeue period, to see whether its polls matter.
+  const char* poll = std::getenv("FP8D_BENCH_SLURM_POLL");
+  std::ofstream(config) << "launcher: slurm\nslurm: {partition: debug, poll_interval: "
+                        << (poll != nullptr && *poll != '\0' ? poll : "1s") << "}\n";
   DaemonOptions options;
   options.worker = TestWorkerPath();
   options.env = env;
@@ -81,7 +109,9 @@ int main(int argc, char** argv) {
       rc = 1;
     }
     std::vector<double> alone, via_fp8d, before_sbatch, after_start, by_hand;
-    for (int i = 0; rc == 0 && i < n; ++i) {
+    std::string fp8d_dir;  // the attempt dir of fp8d's latest job: the by-hand path copies it
+
+    auto run_alone = [&](int i) {
       WaitIdle(env);
       const std::string out = tmp.path() + "/alone-" + std::to_string(i) + ".out";
       const auto t0 = Clock::now();
@@ -90,55 +120,58 @@ int main(int argc, char** argv) {
                                    env);
       if (s.exit_code != 0) {
         std::fprintf(stderr, "sbatch: %s\n", s.err.c_str());
-        rc = 1;
-        break;
+        return false;
       }
-      PollUntil([&] {
+      Poll([&] {
         std::ifstream in(out);
         std::string line;
         return static_cast<bool>(std::getline(in, line));
-      }, std::chrono::seconds(60));
+      });
       alone.push_back(Ms(Clock::now() - t0));
+      return true;
+    };
 
+    auto run_fp8d = [&](int i) {
       WaitIdle(env);
       fp8d::v1::Job job = TestTrainJob(tmp.path() + "/out-" + std::to_string(i), 1);
       const auto t1 = Clock::now();
       auto created = daemon.client().CreateJob(job);
       if (!created.ok()) {
         std::fprintf(stderr, "CreateJob: %s\n", created.status().ToString().c_str());
-        rc = 1;
-        break;
+        return false;
       }
       // fp8d's own share: before sbatch (create → the batch script is written, just before
       // sbatch runs) and after the rank started (its first event line → GetJob says RUNNING).
       const std::string dir = daemon.data_dir() + "/jobs/" +
                               created->name().substr(created->name().find('/') + 1) + "/attempt-1";
       std::optional<Clock::time_point> t_script, t_event, t_running;
-      const auto end = Clock::now() + std::chrono::seconds(60);
-      while (!t_running && Clock::now() < end) {
+      Poll([&] {
         if (!t_script && std::filesystem::exists(dir + "/slurm.sbatch")) t_script = Clock::now();
-        if (!t_event && std::filesystem::exists(dir + "/rank-0.events") &&
-            std::filesystem::file_size(dir + "/rank-0.events") > 0) {
-          t_event = Clock::now();
-        }
+        std::error_code ec;
+        if (!t_event && std::filesystem::file_size(dir + "/rank-0.events", ec) > 0 && !ec) t_event = Clock::now();
         auto j = daemon.client().GetJob(created->name());
         if (j.ok() && (j->state() == fp8d::v1::RUNNING || j->state() == fp8d::v1::SUCCEEDED)) {
           t_running = Clock::now();
         }
-      }
+        return t_running.has_value();
+      });
       if (!t_running || !t_script || !t_event) {
         std::fprintf(stderr, "job never reached RUNNING\n%s", daemon.Log().c_str());
-        rc = 1;
-        break;
+        return false;
       }
       via_fp8d.push_back(Ms(*t_running - t1));
       before_sbatch.push_back(Ms(*t_script - t1));
       after_start.push_back(Ms(*t_running - *t_event));
       (void)WaitTerminal(daemon.client(), created->name(), std::chrono::seconds(60));
+      fp8d_dir = dir;
+      return true;
+    };
 
-      // fp8d's own batch script and sbatch arguments, submitted by hand into a fresh copy of
-      // the attempt directory: the same Slurm job without fp8d.
+    // fp8d's own batch script and sbatch arguments, submitted by hand into a fresh copy of
+    // the attempt directory: the same Slurm job without fp8d.
+    auto run_by_hand = [&](int i) {
       WaitIdle(env);
+      const std::string& dir = fp8d_dir;
       const std::string copy = tmp.path() + "/by-hand-" + std::to_string(i);
       std::filesystem::create_directories(copy + "/rendezvous");
       std::filesystem::copy_file(dir + "/spec.json", copy + "/spec.json");
@@ -163,26 +196,37 @@ int main(int argc, char** argv) {
                                    job_env);
       if (h.exit_code != 0) {
         std::fprintf(stderr, "sbatch (by hand): %s\n", h.err.c_str());
-        rc = 1;
-        break;
+        return false;
       }
-      PollUntil([&] {
+      Poll([&] {
         std::error_code ec;
         return std::filesystem::file_size(copy + "/rank-0.events", ec) > 0;
-      }, std::chrono::seconds(60));
+      });
       by_hand.push_back(Ms(Clock::now() - t2));
+      return true;
+    };
+
+    // The order rotates (by hand always after at least one fp8d run, whose script it copies),
+    // so no path always follows the same one.
+    for (int i = 0; rc == 0 && i < n; ++i) {
+      bool ok = true;
+      switch (i % 3) {
+        case 0: ok = run_alone(i) && run_fp8d(i) && run_by_hand(i); break;
+        case 1: ok = run_fp8d(i) && run_by_hand(i) && run_alone(i); break;
+        default: ok = run_by_hand(i) && run_alone(i) && run_fp8d(i); break;
+      }
+      if (!ok) rc = 1;
     }
     if (rc == 0) {
-      std::printf("submit->running sbatch alone: median %.1f ms, mean %.1f ms (n=%zu)\n", Median(alone),
-                  Mean(alone), alone.size());
-      std::printf("submit->running sbatch alone, fp8d's script and arguments: median %.1f ms, mean %.1f ms (n=%zu)\n",
-                  Median(by_hand), Mean(by_hand), by_hand.size());
-      std::printf("submit->running via fp8d:     median %.1f ms, mean %.1f ms (n=%zu)\n", Median(via_fp8d),
-                  Mean(via_fp8d), via_fp8d.size());
-      std::printf("fp8d's own share: create -> sbatch median %.1f ms (mean %.1f), first event -> RUNNING "
-                  "median %.1f ms (mean %.1f); sum of medians %.1f ms\n",
-                  Median(before_sbatch), Mean(before_sbatch), Median(after_start), Mean(after_start),
-                  Median(before_sbatch) + Median(after_start));
+      auto line = [](const char* what, const std::vector<double>& v) {
+        std::printf("%-58s median %7.1f ms  p90 %7.1f ms  mean %7.1f ms  (n=%zu)\n", what, Median(v),
+                    Percentile(v, 0.9), Mean(v), v.size());
+      };
+      line("submit->running sbatch --wrap alone:", alone);
+      line("submit->running fp8d's script and arguments by hand:", by_hand);
+      line("submit->running via fp8d:", via_fp8d);
+      line("fp8d's own share, create -> sbatch:", before_sbatch);
+      line("fp8d's own share, first event -> RUNNING:", after_start);
     }
   }
   RunProcess({"/bin/bash", script, "stop", cluster});

@@ -60,13 +60,15 @@ struct LaunchRequest {
 std::map<std::string, std::string> AllowlistedEnvironment(
     char** base, const std::vector<std::string>& extra_allow);
 
-// What the core stores per rank to re-adopt it: opaque to the core, owned by the launcher.
-// Local: pid and /proc start time. Slurm: `pid` holds the Slurm job id, start_time is 0.
+// What the core stores per rank to re-adopt it. `handle` is opaque to the core and the store:
+// the launcher writes it at Launch and reads it back at Adopt (local: "pid:<pid>:start:<proc
+// start time>", see local_handle.h; Slurm: "slurm:<job id>"). Empty: nothing was recorded
+// (the controller stopped before saving it). One line of text, no newline.
 struct RankProcess {
   int rank = 0;
-  int64_t pid = 0;            // also the process group id (each rank is its own group leader)
-  uint64_t start_time = 0;    // /proc/<pid>/stat starttime, to detect pid reuse
-  int64_t events_offset = 0;  // where to continue reading rank-<r>.events
+  std::string handle;
+  int64_t events_offset = 0;  // where to continue reading the rank's events
+  int64_t pid = 0;            // shown as the rank's pid in the API; 0 where it is not a local process
 };
 
 // One line from rank-<r>.events, parsed (proto/fp8d/v1/worker_event.proto). `garbage` is set
@@ -101,6 +103,16 @@ struct WorkerExit {
   enum class Cause { kProcess, kNodeLost, kPreempted, kTimeLimit, kOutOfMemory, kCancelledOutside, kRejected };
   Cause cause = Cause::kProcess;
   std::string cause_message;  // e.g. "Slurm job 12 ended NODE_FAIL"
+};
+
+// A rank's human log (its stderr) of one attempt, read through the launcher that keeps it.
+// Blocking I/O: read off the io thread. One reader at a time.
+class RankStream {
+ public:
+  virtual ~RankStream() = default;
+  // The next bytes (at most `max_bytes`) after those already read; empty at the current end,
+  // which grows while the rank runs.
+  virtual StatusOr<std::string> Read(size_t max_bytes) = 0;
 };
 
 class AgentListener {
@@ -155,12 +167,14 @@ class Agent {
   // True for a launcher with a queue of its own (Slurm): the core's scheduler then reserves no
   // slots and hands every queued job over at once; Slots() is not consulted.
   virtual bool QueuesJobs() const { return false; }
-  // Where a rank's human log (stderr) of an attempt is, for GetJobLogs: the launcher names its
-  // files, the core does not. Pure; callable from any thread. Both launchers write it into
-  // the attempt directory (for Slurm a shared path), under the same name.
-  virtual std::string RankLogPath(const std::string& attempt_dir, int rank) const {
-    return attempt_dir + "/rank-" + std::to_string(rank) + ".log";
-  }
+  // Opens the human log of `rank` of an attempt (`attempt_dir` as given at launch) for
+  // GetJobLogs: the launcher names and keeps its files, the core and the API do not. NOT_FOUND
+  // while the rank has written none. Blocking I/O: call off the io thread; thread-safe. The
+  // default reads the rank's stderr file in the attempt directory, where both launchers have
+  // it written (for Slurm, by srun onto the shared path).
+  virtual StatusOr<std::unique_ptr<RankStream>> OpenRankLog(const std::string& job_id, int attempt,
+                                                            const std::string& attempt_dir,
+                                                            int rank) const;
 };
 
 struct LocalAgentOptions {

@@ -42,6 +42,7 @@
 
 #include "daemon/agent/agent.h"
 #include "daemon/agent/event_reader.h"
+#include "daemon/agent/local_handle.h"
 #include "daemon/agent/process.h"
 #include "daemon/agent/slots.h"
 
@@ -348,7 +349,7 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
       return st;
     }
     WatchEvents(*r);
-    out.push_back(RankProcess{r->rank, r->pid, r->start_time, 0});
+    out.push_back(RankProcess{r->rank, LocalHandle(r->pid, r->start_time), 0, r->pid});
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -365,7 +366,19 @@ Status LocalAgent::AdoptRanks(const std::string& job_id, int attempt,
   const AttemptKey key{job_id, attempt};
   std::vector<std::shared_ptr<RankState>> adopted;
   bool any_alive = false, any_events = false;
-  for (const RankProcess& rp : ranks) {
+  for (const RankProcess& saved : ranks) {
+    // An empty handle (never saved) is a rank without a process; a foreign one is refused.
+    const std::optional<LocalProcessId> id = ParseLocalHandle(saved.handle);
+    if (!id && !saved.handle.empty()) {
+      return fp8::InvalidArgumentError("ranks[" + std::to_string(saved.rank) + "].handle: \"" +
+                                       saved.handle + "\" is not a local process handle");
+    }
+    struct {
+      int rank;
+      int64_t pid;
+      uint64_t start_time;
+      int64_t events_offset;
+    } rp{saved.rank, id ? id->pid : 0, id ? id->start_time : 0, saved.events_offset};
     // Opened before the start-time check: if the check passes, the pidfd names that process
     // and not a later holder of the pid.
     int pidfd = rp.pid > 0 ? OpenPidFd(rp.pid) : -1;
@@ -430,7 +443,11 @@ Status LocalAgent::AdoptRanks(const std::string& job_id, int attempt,
 }
 
 StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
-  std::vector<FoundWorker> found;
+  struct Found {
+    FoundWorker worker;
+    uint64_t start_time = 0;
+  };
+  std::vector<Found> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string pid_text = entry.path().filename().string();
@@ -440,6 +457,8 @@ StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
     ProcStat st = ReadProcStat(pid);
     if (!st.exists || st.zombie || st.pgrp != pid) continue;
     FoundWorker w;
+    w.process.pid = pid;
+    w.process.handle = LocalHandle(pid, st.start_time);
     auto env = ReadProcEnviron(pid);
     auto rendezvous = env.find("FP8D_RENDEZVOUS_DIR");
     auto rank = env.find("FP8D_RANK");
@@ -458,23 +477,24 @@ StatusOr<std::vector<Agent::FoundWorker>> LocalAgent::FindWorkerProcesses() {
     } else {
       continue;
     }
-    w.process.pid = pid;
-    w.process.start_time = st.start_time;
-    found.push_back(std::move(w));
+    found.push_back(Found{std::move(w), st.start_time});
   }
   if (ec) return fp8::InternalError("listing /proc: " + ec.message());
   // A helper that made itself a group leader (setsid) carries the rank's environment too; the
   // rank itself started first.
-  std::sort(found.begin(), found.end(), [](const FoundWorker& a, const FoundWorker& b) {
-    return std::tie(a.attempt_dir, a.process.rank, a.process.start_time) <
-           std::tie(b.attempt_dir, b.process.rank, b.process.start_time);
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.worker.attempt_dir, a.worker.process.rank, a.start_time) <
+           std::tie(b.worker.attempt_dir, b.worker.process.rank, b.start_time);
   });
-  found.erase(std::unique(found.begin(), found.end(),
-                          [](const FoundWorker& a, const FoundWorker& b) {
-                            return a.attempt_dir == b.attempt_dir && a.process.rank == b.process.rank;
-                          }),
-              found.end());
-  return found;
+  std::vector<FoundWorker> out;
+  for (Found& f : found) {
+    if (!out.empty() && out.back().attempt_dir == f.worker.attempt_dir &&
+        out.back().process.rank == f.worker.process.rank) {
+      continue;
+    }
+    out.push_back(std::move(f.worker));
+  }
+  return out;
 }
 
 void LocalAgent::Signal(const std::string& job_id, int attempt, int sig) {

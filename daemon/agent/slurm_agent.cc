@@ -15,7 +15,8 @@
 // PENDING it delivers a synthetic `pending` event (worker_event.proto) on rank 0, which keeps
 // the attempt from looking hung and lets the core show Slurm's reason.
 //
-// Re-adoption: the core stores the Slurm job id as each rank's `pid`. A job Slurm no longer
+// Re-adoption: each rank's handle is "slurm:<job id>" (SlurmHandle). Rows stored before
+// handles existed were turned into "pid:<job id>:start:0" by the store; both are read. A job Slurm no longer
 // knows (it ended while fp8d was down and was purged; there is no accounting database to ask)
 // is adopted as ended with an unknown status: its events are the verdict, as for re-adopted
 // local workers, so it is never started a second time.
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -38,6 +40,7 @@
 
 #include "daemon/agent/agent.h"
 #include "daemon/agent/event_reader.h"
+#include "daemon/agent/process.h"
 #include "daemon/agent/slurm_command.h"
 
 extern char** environ;
@@ -167,7 +170,7 @@ class SlurmAgent final : public Agent {
  private:
   StatusOr<std::string> BatchScript(const LaunchRequest& r, int nodes, int per_node) const;
   std::vector<std::string> SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
-                                      const std::string& script) const;
+                                      const std::string& script, const RunAs& run_as) const;
   // A Slurm job of an earlier attempt that is still alive was orphaned: fp8d died after its
   // sbatch and before it stored the job id, so nothing watches or stops it. (The core starts
   // attempt N only once attempt N-1's ranks have ended, as far as it knows.)
@@ -218,7 +221,7 @@ StatusOr<std::string> SlurmAgent::BatchScript(const LaunchRequest& r, int nodes,
 }
 
 std::vector<std::string> SlurmAgent::SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
-                                                const std::string& script) const {
+                                                const std::string& script, const RunAs& run_as) const {
   std::vector<std::string> argv = {"sbatch", "--parsable",
                                    "--job-name=fp8d-" + r.job_id + "-" + std::to_string(r.attempt),
                                    "--nodes=" + std::to_string(nodes),
@@ -238,6 +241,11 @@ std::vector<std::string> SlurmAgent::SbatchArgv(const LaunchRequest& r, int node
   if (!r.constraint.empty()) argv.push_back("--constraint=" + r.constraint);
   if (options_.gpus) argv.push_back("--gres=gpu:" + std::to_string(per_node));
   if (r.time_limit_ms > 0) argv.push_back("--time=" + std::to_string(SlurmMinutes(r.time_limit_ms)));
+  // The job's owner, not fp8d's user (Slurm lets root submit for another user).
+  if (run_as.uid > 0) {
+    argv.push_back("--uid=" + std::to_string(run_as.uid));
+    argv.push_back("--gid=" + std::to_string(run_as.gid));
+  }
   for (const auto& a : options_.sbatch_args) argv.push_back(a);
   argv.push_back(script);
   return argv;
@@ -277,6 +285,11 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   fs::create_directories(r.attempt_dir + "/rendezvous", ec);
   if (ec) return fp8::InternalError("creating " + r.attempt_dir + "/rendezvous: " + ec.message());
   FP8_RETURN_IF_ERROR(WriteFile(r.attempt_dir + "/spec.json", r.spec_json));
+  // Ranks of a job with an owner run as that uid, as the local launcher's do: the job folder,
+  // the attempt directory (where Slurm writes slurm.out) and the files srun appends to become
+  // the owner's.
+  StatusOr<RunAs> run_as = PrepareRunAs(r);
+  if (!run_as.ok()) return run_as.status();
   auto watched = std::make_shared<Watched>();
   watched->job_id = r.job_id;
   watched->attempt = r.attempt;
@@ -285,6 +298,8 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
     for (const char* suffix : {".events", ".log"}) {
       FP8_RETURN_IF_ERROR(WriteFile(RankFile(r.attempt_dir, rank, suffix), ""));
     }
+    FP8_RETURN_IF_ERROR(GiveTo(*run_as, {RankFile(r.attempt_dir, rank, ".events"),
+                                         RankFile(r.attempt_dir, rank, ".log")}, 0640));
     Rank rk;
     rk.rank = rank;
     rk.reader = std::make_unique<EventFileReader>(RankFile(r.attempt_dir, rank, ".events"), 0);
@@ -312,7 +327,9 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   // The ranks inherit sbatch's environment: with a clean base (r.env: fp8d's allowlist plus the
   // job's env) that base, plus the Slurm client's own SLURM_* settings (SLURM_CONF, ...) that
   // sbatch and the batch script's srun need; else fp8d's environment.
-  std::optional<std::map<std::string, std::string>> base = r.env;
+  // (PrepareRunAs has put the owner's HOME, USER and LOGNAME into it.)
+  std::optional<std::map<std::string, std::string>> base;
+  if (r.env) base = run_as->env;
   if (base) {
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
@@ -321,7 +338,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
     }
   }
   CancelEarlierAttempts(r.job_id, r.attempt);
-  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path), env, options_.command_timeout_ms,
+  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path, *run_as), env, options_.command_timeout_ms,
                            base ? &*base : nullptr);
   // Not UNAVAILABLE: to the core that means the controller's own disk, retried without counting;
   // an unreachable Slurm counts against max_attempts.
@@ -340,7 +357,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   spdlog::info("job {} attempt {}: Slurm job {} submitted ({} node(s) × {} rank(s))", r.job_id,
                r.attempt, slurm_id, nodes, per_node);
   std::vector<RankProcess> out;
-  for (int rank = 0; rank < world; ++rank) out.push_back(RankProcess{rank, slurm_id, 0, 0});
+  for (int rank = 0; rank < world; ++rank) out.push_back(RankProcess{rank, SlurmHandle(slurm_id), 0, 0});
   {
     std::lock_guard<std::mutex> lock(mu_);
     watched_[key] = std::move(watched);
@@ -355,18 +372,23 @@ Status SlurmAgent::Adopt(const std::string& job_id, int attempt, const std::stri
   auto w = std::make_shared<Watched>();
   w->job_id = job_id;
   w->attempt = attempt;
-  w->slurm_id = ranks.front().pid;
+  w->slurm_id = SlurmIdOfHandle(ranks.front().handle);
   w->state.clear();  // unknown until the first squeue
-  if (w->slurm_id <= 0) {
+  if (w->slurm_id < 0) {
+    return fp8::InvalidArgumentError("ranks[0].handle: \"" + ranks.front().handle +
+                                     "\" is not a Slurm job handle");
+  }
+  if (w->slurm_id == 0) {
     // fp8d stopped before it stored the Slurm job id (or before sbatch): nothing to follow. A
     // Slurm job it did submit is cancelled when the next attempt is submitted.
     return fp8::NotFoundError("job " + job_id + " attempt " + std::to_string(attempt) +
                               ": no Slurm job id was recorded");
   }
+  const int64_t slurm_id = w->slurm_id;
   for (const RankProcess& rp : ranks) {
-    if (rp.pid != w->slurm_id) {
+    if (SlurmIdOfHandle(rp.handle) != w->slurm_id) {
       return fp8::InvalidArgumentError("ranks: one Slurm job per attempt expected, got " +
-                                       std::to_string(w->slurm_id) + " and " + std::to_string(rp.pid));
+                                       ranks.front().handle + " and " + rp.handle);
     }
     Rank rk;
     rk.rank = rp.rank;
@@ -384,7 +406,7 @@ Status SlurmAgent::Adopt(const std::string& job_id, int attempt, const std::stri
     }
     watched_[{job_id, attempt}] = std::move(w);
   }
-  spdlog::info("job {} attempt {}: watching Slurm job {} again", job_id, attempt, ranks.front().pid);
+  spdlog::info("job {} attempt {}: watching Slurm job {} again", job_id, attempt, slurm_id);
   cv_.notify_all();
   return fp8::OkStatus();
 }

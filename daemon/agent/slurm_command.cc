@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -179,5 +180,23 @@ std::string LostNodes(const std::string& sinfo) {
 }
 
 int64_t SlurmMinutes(int64_t ms) { return ms <= 0 ? 0 : (ms + 59999) / 60000; }
+
+std::string SlurmHandle(int64_t slurm_id) { return "slurm:" + std::to_string(slurm_id); }
+
+int64_t SlurmIdOfHandle(const std::string& handle) {
+  if (handle.empty()) return 0;
+  long long id = 0;
+  int consumed = 0;
+  if (std::sscanf(handle.c_str(), "slurm:%lld%n", &id, &consumed) == 1 &&
+      consumed == static_cast<int>(handle.size()) && id > 0) {
+    return id;
+  }
+  consumed = 0;
+  if (std::sscanf(handle.c_str(), "pid:%lld:start:0%n", &id, &consumed) == 1 &&
+      consumed == static_cast<int>(handle.size()) && id > 0) {
+    return id;
+  }
+  return -1;
+}
 
 }  // namespace fp8d::agent

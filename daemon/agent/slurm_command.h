@@ -56,4 +56,11 @@ std::string LostNodes(const std::string& sinfo);
 // Slurm's time limit for a limit in ms: whole minutes, rounded up (sbatch --time=M).
 int64_t SlurmMinutes(int64_t ms);
 
+// A rank's launcher handle (RankProcess::handle): "slurm:<job id>".
+std::string SlurmHandle(int64_t slurm_id);
+// The Slurm job id in a handle; 0 for an empty handle (none was recorded), -1 for a handle this
+// launcher did not write. Also reads "pid:<job id>:start:0": the job id was once saved as the
+// rank's pid, and the store turns such rows into that local-style handle.
+int64_t SlurmIdOfHandle(const std::string& handle);
+
 }  // namespace fp8d::agent

@@ -1,12 +1,8 @@
 #include "daemon/api/stream_reactors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -303,10 +299,11 @@ class WatchSession : public std::enable_shared_from_this<WatchSession> {
 
 // --------------------------------------------------------------------------------- GetJobLogs
 
-// Reads the rank's log in chunks on the reader pool. With follow, at EOF it asks the manager
-// (on io) whether the job is terminal and which file is current, waits poll_ms on an io timer
-// and reads on; it ends after a read that reached EOF *following* a check that saw the job
-// terminal, so every byte written before the workers exited is sent.
+// Reads the rank's log in chunks on the reader pool, through the stream the launcher opens
+// (the API knows no file names). With follow, at EOF it asks the manager (on io) whether the
+// job is terminal and which attempt is current, waits poll_ms on an io timer and reads on; it
+// ends after a read that reached EOF *following* a check that saw the job terminal, so every
+// byte written before the workers exited is sent.
 class LogSession : public std::enable_shared_from_this<LogSession> {
  public:
   LogSession(boost::asio::io_context& io, core::JobManager* manager,
@@ -314,10 +311,6 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
              LogStreamOptions options, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor)
       : io_(io), manager_(manager), readers_(std::move(readers)), request_(std::move(request)),
         options_(options), gate_(reactor), timer_(io) {}
-
-  ~LogSession() {
-    if (fd_ >= 0) ::close(fd_);
-  }
 
   void Begin() { Check(); }
 
@@ -331,53 +324,60 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
   void OnDone() { gate_.Detach(); }
 
  private:
-  // On io: where is the log, and is the job over?
+  using RankLogSource = core::JobManager::RankLogSource;
+
+  // On io: which attempt's log, and is the job over?
   void Check() {
     auto self = shared_from_this();
     boost::asio::post(io_, [self] {
       if (self->gate_.Closed()) return;
-      self->manager_->LogPath(
+      self->manager_->RankLog(
           self->request_.name(), self->request_.rank(), self->request_.attempt(),
-          [self](fp8::StatusOr<std::string> path, bool terminal) {
-            self->OnChecked(std::move(path), terminal);
+          [self](fp8::StatusOr<RankLogSource> source, bool terminal) {
+            self->OnChecked(std::move(source), terminal);
           });
     });
   }
 
-  void OnChecked(fp8::StatusOr<std::string> path, bool terminal) {
-    if (!path.ok()) {
-      if (path.status().code() != fp8::StatusCode::kNotFound || !request_.follow() || !path_.empty()) {
-        if (!path_.empty() && path.status().code() == fp8::StatusCode::kNotFound) {
-          gate_.FinishWhenIdle(grpc::Status::OK);  // had a file; nothing newer
-        } else {
-          gate_.FinishWhenIdle(ToGrpcStatus(path.status()));
-        }
-        return;
-      }
-      // follow, no log yet: the job may not have started. Ask whether it exists at all.
-      auto self = shared_from_this();
-      fp8d::v1::GetJobRequest get;
-      get.set_name(request_.name());
-      manager_->GetJob(get, [self](fp8::StatusOr<Job> job) {
-        if (!job.ok()) {
-          self->gate_.FinishWhenIdle(ToGrpcStatus(job.status()));
-        } else if (IsTerminalState(job->state())) {
-          self->gate_.FinishWhenIdle(grpc::Status::OK);
-        } else {
-          self->WaitThenCheck();
-        }
-      });
+  void OnChecked(fp8::StatusOr<RankLogSource> source, bool terminal) {
+    if (!source.ok()) {
+      OnNoLog(source.status());
       return;
     }
     std::lock_guard<std::mutex> lock(read_mu_);
     terminal_seen_ = terminal;
-    if (*path != path_) {
-      // A new attempt started: the old file was read to EOF before this check.
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = -1;
-      path_ = *path;
+    if (source->attempt != attempt_) {
+      // A new attempt started (the old log was read to its end before this check): the next
+      // read step opens the new one.
+      open_ = std::move(source->open);
+      open_attempt_ = source->attempt;
     }
     ScheduleRead();
+  }
+
+  // On io: there is no log to read (no attempt yet, or the rank has written none).
+  void OnNoLog(const fp8::Status& status) {
+    if (status.code() != fp8::StatusCode::kNotFound || !request_.follow() || had_log_) {
+      if (had_log_ && status.code() == fp8::StatusCode::kNotFound) {
+        gate_.FinishWhenIdle(grpc::Status::OK);  // had a log; nothing newer
+      } else {
+        gate_.FinishWhenIdle(ToGrpcStatus(status));
+      }
+      return;
+    }
+    // follow, no log yet: the job may not have started. Ask whether it exists at all.
+    auto self = shared_from_this();
+    fp8d::v1::GetJobRequest get;
+    get.set_name(request_.name());
+    manager_->GetJob(get, [self](fp8::StatusOr<Job> job) {
+      if (!job.ok()) {
+        self->gate_.FinishWhenIdle(ToGrpcStatus(job.status()));
+      } else if (IsTerminalState(job->state())) {
+        self->gate_.FinishWhenIdle(grpc::Status::OK);
+      } else {
+        self->WaitThenCheck();
+      }
+    });
   }
 
   void WaitThenCheck() {
@@ -400,26 +400,25 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
     {
       std::lock_guard<std::mutex> lock(read_mu_);
       terminal = terminal_seen_;
-      if (fd_ < 0) {
-        fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0 && errno != ENOENT) {
-          gate_.FinishWhenIdle(grpc::Status(grpc::StatusCode::INTERNAL,
-                                            "open " + path_ + ": " + std::strerror(errno)));
+      if (open_) {
+        auto opened = open_();
+        open_ = nullptr;
+        if (!opened.ok()) {
+          auto self = shared_from_this();
+          boost::asio::post(io_, [self, st = opened.status()] { self->OnNoLog(st); });
           return;
         }
+        stream_ = std::move(*opened);
+        attempt_ = open_attempt_;
+        had_log_ = true;
       }
-      if (fd_ >= 0) {
-        buf.resize(options_.chunk_bytes);
-        ssize_t n;
-        do {
-          n = ::read(fd_, buf.data(), buf.size());
-        } while (n < 0 && errno == EINTR);
-        if (n < 0) {
-          gate_.FinishWhenIdle(grpc::Status(grpc::StatusCode::INTERNAL,
-                                            "read " + path_ + ": " + std::strerror(errno)));
+      if (stream_ != nullptr) {
+        auto chunk = stream_->Read(options_.chunk_bytes);
+        if (!chunk.ok()) {
+          gate_.FinishWhenIdle(ToGrpcStatus(chunk.status()));
           return;
         }
-        buf.resize(static_cast<size_t>(n));
+        buf = std::move(*chunk);
       }
     }
     if (!buf.empty()) {
@@ -445,8 +444,12 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
   StreamGate<grpc::ByteBuffer> gate_;
   boost::asio::steady_timer timer_;  // io only
   std::mutex read_mu_;
-  std::string path_;
-  int fd_ = -1;
+  std::unique_ptr<agent::RankStream> stream_;  // the log of attempt_, read on from where it stopped
+  int attempt_ = 0;
+  bool had_log_ = false;
+  // Set by a check that saw a newer attempt; the next read step opens it (blocking I/O).
+  std::function<fp8::StatusOr<std::unique_ptr<agent::RankStream>>()> open_;
+  int open_attempt_ = 0;
   bool terminal_seen_ = false;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <google/protobuf/struct.pb.h>
@@ -16,8 +17,7 @@ namespace fp8d::core {
 // One rank of the current attempt, as the supervisor sees it.
 struct RankRun {
   agent::Slot slot;
-  int64_t pid = 0;
-  uint64_t start_time = 0;
+  std::string handle;                   // the launcher's, saved for re-adoption (opaque here)
   int64_t offset = 0;                   // events consumed so far
   // The offset saved for re-adoption must not pass a line whose effect is not durable yet: a
   // `started` while the job is STARTING, a `done` or `error` before the verdict. After a

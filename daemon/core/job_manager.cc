@@ -327,12 +327,12 @@ int64_t JobManagerImpl::Watch(const std::string& name, int64_t since_version,
 
 void JobManagerImpl::Unwatch(int64_t subscription) { watchers_.Unsubscribe(subscription); }
 
-void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
-                             std::function<void(StatusOr<std::string>, bool)> done) {
+void JobManagerImpl::RankLog(const std::string& name, int rank, int attempt,
+                             std::function<void(StatusOr<RankLogSource>, bool)> done) {
   std::optional<Job> cached;
   if (JobEntry* e = Find(name); e != nullptr) cached = e->job;
   struct Answer {
-    StatusOr<std::string> path = fp8::NotFoundError("");
+    StatusOr<RankLogSource> path = fp8::NotFoundError("");
     bool terminal = false;
   };
   const std::string data_dir = options_.data_dir;
@@ -363,14 +363,13 @@ void JobManagerImpl::LogPath(const std::string& name, int rank, int attempt,
                                              std::to_string(job.resources().ranks() - 1));
           return a;
         }
-        std::string path = agent_->RankLogPath(AttemptDir(name, n), rank);
-        std::error_code ec;
-        if (!std::filesystem::exists(path, ec)) {
-          a.path = fp8::NotFoundError("no log yet for rank " + std::to_string(rank) + " of " +
-                                      name + " attempt " + std::to_string(n));
-          return a;
-        }
-        a.path = std::move(path);
+        // The launcher opens it: the core knows neither its file names nor where it keeps them.
+        RankLogSource source;
+        source.attempt = n;
+        source.open = [agent = agent_.get(), job_id = JobIdOf(name), n, dir = AttemptDir(name, n), rank] {
+          return agent->OpenRankLog(job_id, n, dir, rank);
+        };
+        a.path = std::move(source);
         return a;
       },
       [done = std::move(done)](Answer a) { done(std::move(a.path), a.terminal); });

@@ -87,9 +87,16 @@ class JobManager {
                         std::function<void(Status)> on_end) = 0;
   virtual void Unwatch(int64_t subscription) = 0;
 
-  // Path of a rank's log for GetJobLogs (attempt 0 = current), NOT_FOUND if none yet.
-  virtual void LogPath(const std::string& name, int rank, int attempt,
-                       std::function<void(StatusOr<std::string>, bool job_terminal)> done) = 0;
+  // A rank's log of an attempt for GetJobLogs (attempt 0 = current): which attempt it is (a
+  // follower reopens when that changes) and how to open it through the launcher. NOT_FOUND
+  // before the job has an attempt; INVALID_ARGUMENT for a rank the job does not have.
+  struct RankLogSource {
+    int attempt = 0;
+    // Blocking I/O: call off io. NOT_FOUND while the rank has written no log.
+    std::function<StatusOr<std::unique_ptr<agent::RankStream>>()> open;
+  };
+  virtual void RankLog(const std::string& name, int rank, int attempt,
+                       std::function<void(StatusOr<RankLogSource>, bool job_terminal)> done) = 0;
 
   // How many jobs wait for slots (QUEUED) and how many hold them (STARTING, RUNNING,
   // CANCELLING), read from the in-memory view: cheap enough for a status line every second

@@ -68,8 +68,8 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
                 std::function<void(const Job&)> on_update,
                 std::function<void(Status)> on_end) override;
   void Unwatch(int64_t subscription) override;
-  void LogPath(const std::string& name, int rank, int attempt,
-               std::function<void(StatusOr<std::string>, bool job_terminal)> done) override;
+  void RankLog(const std::string& name, int rank, int attempt,
+               std::function<void(StatusOr<RankLogSource>, bool job_terminal)> done) override;
   ActiveCounts CountActive() const override;
 
  private:

@@ -98,8 +98,8 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
     std::string name;
     int attempt = 0;
     std::string attempt_dir;
-    // One per rank of the attempt: the saved pid, start time and offset, or pid 0 where the
-    // daemon died before saving them (the agent's search fills those in).
+    // One per rank of the attempt: the saved launcher handle and offset, or an empty handle
+    // where the daemon died before saving it (the agent's search fills those in).
     std::vector<agent::RankProcess> ranks;
   };
   std::vector<Adoption> adoptions;
@@ -124,7 +124,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
           e.job.update_time());
       e.retry_at_ms = since + BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
     }
-    // The current attempt's record: the launch intent (placements), pids, offsets.
+    // The current attempt's record: the launch intent (placements), handles, offsets.
     const store::AttemptRecord* record = nullptr;
     for (const auto& a : r.attempts) {
       if (a.attempt.number() == e.job.attempt()) record = &a;
@@ -150,15 +150,14 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
         run->ranks[i].last_seen_ms = now;
         // Every rank of a RUNNING (or later) job has started, and those lines were consumed.
         run->ranks[i].started = state != fp8d::v1::STARTING;
-        adoption.ranks.push_back(agent::RankProcess{i, 0, 0, 0});
+        adoption.ranks.push_back(agent::RankProcess{i, "", 0, 0});
       }
       for (const store::RankRuntime& rt : record->runtime) {
         if (rt.rank < 0 || rt.rank >= static_cast<int>(run->ranks.size())) continue;
         RankRun& rank = run->ranks[rt.rank];
-        rank.pid = rt.pid;
-        rank.start_time = rt.start_time;
+        rank.handle = rt.handle;
         rank.offset = rt.events_offset;
-        adoption.ranks[rt.rank] = agent::RankProcess{rt.rank, rt.pid, rt.start_time, rt.events_offset};
+        adoption.ranks[rt.rank] = agent::RankProcess{rt.rank, rt.handle, rt.events_offset, 0};
       }
     }
     e.run = std::move(run);
@@ -201,9 +200,9 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
       if (it != live.end()) {
         for (const agent::RankProcess& p : it->second) {
           if (p.rank < 0 || p.rank >= static_cast<int>(a.ranks.size())) continue;
-          // The events file is the attempt's, whatever the pid: a saved offset stays valid.
+          // The events file is the attempt's, whatever the process: a saved offset stays valid.
+          a.ranks[p.rank].handle = p.handle;
           a.ranks[p.rank].pid = p.pid;
-          a.ranks[p.rank].start_time = p.start_time;
         }
         live.erase(it);
       }
@@ -221,10 +220,9 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
         JobEntry* e = Find(adoptions[i].name);
         if (e != nullptr && e->run != nullptr) {
           for (const agent::RankProcess& p : adoptions[i].ranks) {
-            if (p.rank < 0 || p.rank >= static_cast<int>(e->run->ranks.size()) || p.pid <= 0) continue;
-            e->run->ranks[p.rank].pid = p.pid;
-            e->run->ranks[p.rank].start_time = p.start_time;
-            e->run->record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
+            if (p.rank < 0 || p.rank >= static_cast<int>(e->run->ranks.size()) || p.handle.empty()) continue;
+            e->run->ranks[p.rank].handle = p.handle;
+            if (p.pid > 0) e->run->record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
           }
           RecoverRunning(*e, (*results)[i]);
         }

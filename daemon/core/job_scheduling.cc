@@ -256,13 +256,12 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
   for (const agent::RankProcess& p : *result) {
     if (p.rank < 0 || p.rank >= static_cast<int>(run.ranks.size())) continue;
     RankRun& r = run.ranks[p.rank];
-    r.pid = p.pid;
-    r.start_time = p.start_time;
+    r.handle = p.handle;
     r.offset = std::max(r.offset, p.events_offset);
     r.last_seen_ms = std::max(r.last_seen_ms, now);
     run.record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
   }
-  // Pids and start times: what recovery needs to re-adopt (it can also find the workers
+  // The launcher's handles: what recovery needs to re-adopt (it can also find the workers
   // without them, by their environment).
   SaveAttempt(*e, [](Status st) {
     if (st.ok()) Failpoint("after_pid_save");

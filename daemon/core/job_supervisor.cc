@@ -278,8 +278,7 @@ void JobManagerImpl::SaveAttempt(JobEntry& e, std::function<void(Status)> saved)
     const RankRun& rank = run.ranks[r];
     store::RankRuntime rt;
     rt.rank = static_cast<int32_t>(r);
-    rt.pid = rank.pid;
-    rt.start_time = rank.start_time;
+    rt.handle = rank.handle;
     rt.events_offset = rank.offset;
     if (rank.started_pin) rt.events_offset = std::min(rt.events_offset, *rank.started_pin);
     if (rank.final_pin) rt.events_offset = std::min(rt.events_offset, *rank.final_pin);

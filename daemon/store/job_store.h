@@ -52,9 +52,10 @@ struct ListResult {
 // What the controller must remember about a running rank to re-adopt it after a restart.
 struct RankRuntime {
   int32_t rank = 0;
-  int64_t pid = 0;
-  uint64_t start_time = 0;     // /proc/<pid>/stat field 22, to tell a reused pid apart
-  int64_t events_offset = 0;   // bytes of rank-<r>.events already consumed
+  // The launcher's handle for the rank (agent::RankProcess::handle): stored and returned as
+  // is, never parsed here. One line of text; empty when none was recorded.
+  std::string handle;
+  int64_t events_offset = 0;   // bytes of the rank's events already consumed
 };
 
 struct AttemptRecord {

@@ -1,10 +1,11 @@
 #include "daemon/store/store_util.h"
 
-#include <map>
-
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "jobspec/kind.h"
 
@@ -187,15 +188,36 @@ fp8d::v1::JobEvent CreationEvent(const fp8d::v1::Job& job) {
 }
 
 std::string EncodeRuntime(const std::vector<RankRuntime>& runtime) {
-  std::string out;
+  nlohmann::json out = nlohmann::json::array();
   for (const RankRuntime& r : runtime) {
-    out += std::to_string(r.rank) + " " + std::to_string(r.pid) + " " +
-           std::to_string(r.start_time) + " " + std::to_string(r.events_offset) + "\n";
+    out.push_back({{"rank", r.rank}, {"handle", r.handle}, {"events_offset", r.events_offset}});
+  }
+  return out.dump();
+}
+
+namespace {
+
+StatusOr<std::vector<RankRuntime>> DecodeJsonRuntime(const std::string& text) {
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_array()) return fp8::DataLossError("attempts.runtime: not a JSON array");
+  std::vector<RankRuntime> out;
+  for (const nlohmann::json& item : doc) {
+    if (!item.is_object() || !item.contains("rank") || !item["rank"].is_number_integer() ||
+        !item.contains("handle") || !item["handle"].is_string() ||
+        !item.contains("events_offset") || !item["events_offset"].is_number_integer()) {
+      return fp8::DataLossError("attempts.runtime: malformed rank " + item.dump());
+    }
+    RankRuntime r;
+    r.rank = item["rank"].get<int32_t>();
+    r.handle = item["handle"].get<std::string>();
+    r.events_offset = item["events_offset"].get<int64_t>();
+    out.push_back(std::move(r));
   }
   return out;
 }
 
-StatusOr<std::vector<RankRuntime>> DecodeRuntime(const std::string& text) {
+// The format before launcher handles: "rank pid start_time events_offset" lines.
+StatusOr<std::vector<RankRuntime>> DecodeLegacyRuntime(const std::string& text) {
   std::vector<RankRuntime> out;
   std::istringstream lines(text);
   std::string line;
@@ -209,12 +231,18 @@ StatusOr<std::vector<RankRuntime>> DecodeRuntime(const std::string& text) {
         consumed != static_cast<int>(line.size())) {
       return fp8::DataLossError("attempts.runtime: malformed line \"" + line + "\"");
     }
-    r.pid = pid;
-    r.start_time = start;
+    if (pid > 0) r.handle = "pid:" + std::to_string(pid) + ":start:" + std::to_string(start);
     r.events_offset = offset;
     out.push_back(r);
   }
   return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<RankRuntime>> DecodeRuntime(const std::string& text) {
+  if (!text.empty() && text.front() == '[') return DecodeJsonRuntime(text);
+  return DecodeLegacyRuntime(text);
 }
 
 Status RequestIdConflict(const std::string& request_id, const std::string& existing_name) {

@@ -66,7 +66,10 @@ void PrepareNewJob(fp8d::v1::Job* job, const std::string& id, int64_t now_ms);
 // The event recorded with a new job (version 1, UNSPECIFIED → QUEUED).
 fp8d::v1::JobEvent CreationEvent(const fp8d::v1::Job& job);
 
-// Rank runtimes as text, one "rank pid start_time events_offset" line per rank.
+// Rank runtimes as a JSON array of {"rank", "handle", "events_offset"}. Rows written before
+// launcher handles existed hold one "rank pid start_time events_offset" line per rank; they
+// decode to the local launcher's handle "pid:<pid>:start:<start_time>" (empty for pid 0), which
+// is what those numbers were, so an upgraded controller still re-adopts their workers.
 std::string EncodeRuntime(const std::vector<RankRuntime>& runtime);
 StatusOr<std::vector<RankRuntime>> DecodeRuntime(const std::string& text);
 

@@ -41,7 +41,7 @@ TEST_F(AgentTest, SecondAgentAdoptsFromTheSavedOffsetsAndSeesTheRest) {
   for (int r = 0; r < 2; ++r) {
     before[r] = first_listener.Events("job-adopt", r);
     saved[r].events_offset = before[r].back().offset_after;
-    ASSERT_TRUE(ProcessMatches(saved[r].pid, saved[r].start_time)) << "worker died with the agent";
+    ASSERT_TRUE(HandleAlive(saved[r])) << "worker died with the agent";
   }
 
   auto second = NewAgent(&listener_);
@@ -103,7 +103,9 @@ TEST_F(AgentTest, AdoptRefusesAReusedPidAndAdoptsNothing) {
   auto second = NewAgent(&other);
   // Rank 1's pid is alive, but with another start time it is another process.
   std::vector<RankProcess> wrong = *ranks;
-  wrong[1].start_time += 1;
+  const std::optional<LocalProcessId> id = ParseLocalHandle(wrong[1].handle);
+  ASSERT_TRUE(id.has_value()) << wrong[1].handle;
+  wrong[1].handle = LocalHandle(id->pid, id->start_time + 1);
   fp8::Status st = second->Adopt("job-reused", 1, req.attempt_dir, wrong);
   EXPECT_EQ(st.code(), fp8::StatusCode::kNotFound);
   EXPECT_NE(st.message().find("pid " + std::to_string(wrong[1].pid)), std::string::npos)

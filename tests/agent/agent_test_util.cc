@@ -113,12 +113,17 @@ bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
   return pred();
 }
 
+bool HandleAlive(const RankProcess& rank) {
+  const std::optional<LocalProcessId> id = ParseLocalHandle(rank.handle);
+  return id && ProcessMatches(id->pid, id->start_time);
+}
+
 void AgentTest::SetUp() { dir_ = MakeTempDir(); }
 
 void AgentTest::TearDown() {
   // Never leave a worker behind, whatever the test did.
   for (const auto& rp : launched_) {
-    if (ProcessMatches(rp.pid, rp.start_time)) ::kill(-static_cast<pid_t>(rp.pid), SIGKILL);
+    if (HandleAlive(rp)) ::kill(-static_cast<pid_t>(rp.pid), SIGKILL);
   }
   agents_.clear();  // stops observers (a stopped agent no longer reaps)
   for (const auto& rp : launched_) {

@@ -15,6 +15,7 @@
 
 #include "daemon/agent/agent.h"
 #include "daemon/agent/event_reader.h"
+#include "daemon/agent/local_handle.h"
 
 namespace fp8d::agent::testing {
 
@@ -54,6 +55,8 @@ std::string ReadFile(const std::string& path);
 bool Alive(int64_t pid);
 // Polls `pred` every 10 ms for up to `timeout`.
 bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout = kWait);
+// True when the local launcher's handle of `rank` names a live process (pid and start time).
+bool HandleAlive(const RankProcess& rank);
 
 class AgentTest : public ::testing::Test {
  protected:

@@ -43,7 +43,10 @@ TEST_F(AgentTest, LaunchRunsEveryRankWithItsEnvironmentAndFiles) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ((*ranks)[r].rank, r);
     EXPECT_GT((*ranks)[r].pid, 0);
-    EXPECT_GT((*ranks)[r].start_time, 0u);
+    const std::optional<LocalProcessId> id = ParseLocalHandle((*ranks)[r].handle);
+    ASSERT_TRUE(id.has_value()) << (*ranks)[r].handle;
+    EXPECT_EQ(id->pid, (*ranks)[r].pid);
+    EXPECT_GT(id->start_time, 0u);
     EXPECT_EQ((*ranks)[r].events_offset, 0);
   }
   ASSERT_TRUE(listener_.WaitForExit("job-env", 1, 0));
@@ -427,12 +430,12 @@ TEST_F(AgentTest, StopLeavesWorkersRunning) {
   ASSERT_TRUE(listener_.WaitForEventType("job-stop", 0, "started"));
   agent->Stop();
   agent->Stop();  // idempotent
-  EXPECT_TRUE(ProcessMatches((*ranks)[0].pid, (*ranks)[0].start_time));
+  EXPECT_TRUE(HandleAlive((*ranks)[0]));
   EXPECT_EQ(agent->Launch(Request("job-after-stop", 1)).status().code(),
             fp8::StatusCode::kFailedPrecondition);
   // Signal still works without observation; TearDown reaps.
   agent->Signal("job-stop", 1, SIGKILL);
-  EXPECT_TRUE(PollUntil([&] { return !ProcessMatches((*ranks)[0].pid, (*ranks)[0].start_time); }));
+  EXPECT_TRUE(PollUntil([&] { return !HandleAlive((*ranks)[0]); }));
   EXPECT_FALSE(listener_.Exit("job-stop", 0).has_value());
 }
 

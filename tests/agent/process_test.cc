@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/agent/local_handle.h"
 #include "daemon/agent/slots.h"
 #include "tests/agent/agent_test_util.h"
 
@@ -23,6 +24,18 @@ TEST(ProcessTest, MatchesItselfOnlyWithItsOwnStartTime) {
   EXPECT_FALSE(ProcessMatches(self, start + 1));  // what a reused pid looks like
   EXPECT_FALSE(ProcessMatches(0, start));
   EXPECT_EQ(ProcessStartTime(-1), 0u);
+}
+
+TEST(LocalHandleTest, RoundTripsPidAndStartTimeAndRefusesOtherHandles) {
+  EXPECT_EQ(LocalHandle(1234, 98765), "pid:1234:start:98765");
+  auto id = ParseLocalHandle(LocalHandle(1234, 98765));
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(id->pid, 1234);
+  EXPECT_EQ(id->start_time, 98765u);
+  EXPECT_EQ(LocalHandle(0, 5), "") << "no process, no handle";
+  for (const char* other : {"", "slurm:12", "pid:0:start:5", "pid:12", "pid:12:start:5x", "pid:-4:start:5"}) {
+    EXPECT_FALSE(ParseLocalHandle(other).has_value()) << other;
+  }
 }
 
 TEST(ProcessTest, ZombieDoesNotMatch) {

@@ -36,7 +36,7 @@ TEST_F(AgentTest, FindWorkersFindsEachRankLeaderByItsEnvironment) {
   ASSERT_EQ(mine.size(), 2u);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(mine[r].pid, (*ranks)[r].pid);
-    EXPECT_EQ(mine[r].start_time, (*ranks)[r].start_time);
+    EXPECT_EQ(mine[r].handle, (*ranks)[r].handle);
   }
   agent->Signal("job-find", 1, SIGKILL);
   ASSERT_TRUE(listener_.WaitForExit("job-find", 1, 0));
@@ -56,7 +56,7 @@ TEST_F(AgentTest, RecoveryAdoptReadsAGoneRankToTheEndAndAdoptsTheLiveOne) {
   ASSERT_TRUE(first_listener.WaitForEventType("job-mixed", 1, "started"));
   first->Stop();  // the controller "dies" before reading anything further
   // Rank 0 ends while nobody watches (a zombie of this process: not alive).
-  ASSERT_TRUE(PollUntil([&] { return !ProcessMatches((*ranks)[0].pid, (*ranks)[0].start_time); }));
+  ASSERT_TRUE(PollUntil([&] { return !HandleAlive((*ranks)[0]); }));
 
   auto second = NewAgent(&listener_);
   std::vector<RankProcess> saved = *ranks;
@@ -84,7 +84,7 @@ TEST_F(AgentTest, RecoveryAdoptMarksARankWithoutProcessOrEventsFileAsNeverStarte
   ASSERT_TRUE(first_listener.WaitForEventType("job-half", 0, "started"));
   first->Stop();
   auto second = NewAgent(&listener_);
-  std::vector<RankProcess> saved = {(*ranks)[0], RankProcess{1, 0, 0, 0}};
+  std::vector<RankProcess> saved = {(*ranks)[0], RankProcess{1, "", 0, 0}};
   ASSERT_TRUE(second->AdoptForRecovery("job-half", 1, req.attempt_dir, saved).ok());
   ASSERT_TRUE(listener_.WaitForExit("job-half", 1, 1));
   EXPECT_TRUE(listener_.Exit("job-half", 1)->never_started);
@@ -97,7 +97,7 @@ TEST_F(AgentTest, RecoveryAdoptMarksARankWithoutProcessOrEventsFileAsNeverStarte
 
 TEST_F(AgentTest, RecoveryAdoptOfAnAttemptThatNeverSpawnedIsNotFound) {
   auto agent = NewAgent(&listener_);
-  std::vector<RankProcess> never = {RankProcess{0, 0, 0, 0}, RankProcess{1, 0, 0, 0}};
+  std::vector<RankProcess> never = {RankProcess{0, "", 0, 0}, RankProcess{1, "", 0, 0}};
   fp8::Status st = agent->AdoptForRecovery("job-never", 1, dir_ + "/jobs/job-never/attempt-1", never);
   EXPECT_EQ(st.code(), fp8::StatusCode::kNotFound) << st.ToString();
   EXPECT_TRUE(listener_.All().empty());

@@ -92,7 +92,7 @@ class FakeAgent final : public agent::Agent {
     std::vector<agent::RankProcess> out;
     for (size_t i = 0; i < r.slots.size(); ++i) {
       const int64_t pid = state_->next_pid++;
-      out.push_back(agent::RankProcess{static_cast<int>(i), pid, static_cast<uint64_t>(pid * 10), 0});
+      out.push_back(agent::RankProcess{static_cast<int>(i), "fake:" + std::to_string(pid), 0, pid});
     }
     return out;
   }

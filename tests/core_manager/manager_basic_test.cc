@@ -176,36 +176,45 @@ TEST_F(ManagerTest, UnwatchStopsUpdates) {
   EXPECT_FALSE(rec->ended);
 }
 
-TEST_F(ManagerTest, LogPathNamesTheRankLogOfAnAttempt) {
+TEST_F(ManagerTest, RankLogOpensTheRankLogOfAnAttemptThroughTheLauncher) {
   StartManager();
   const std::string name = CreateRunning(TrainJob(2));
   const std::string dir = data_dir_ + "/jobs/" + JobIdOf(name) + "/attempt-1";
   struct Answer {
-    fp8::StatusOr<std::string> path = fp8::InternalError("unset");
+    fp8::StatusOr<JobManager::RankLogSource> source = fp8::InternalError("unset");
     bool terminal = true;
     bool done = false;
   };
   auto ask = [&](int rank, int attempt) {
     Answer a;
-    manager_->LogPath(name, rank, attempt, [&](fp8::StatusOr<std::string> p, bool terminal) {
-      a.path = std::move(p);
+    manager_->RankLog(name, rank, attempt, [&](fp8::StatusOr<JobManager::RankLogSource> s, bool terminal) {
+      a.source = std::move(s);
       a.terminal = terminal;
       a.done = true;
     });
     EXPECT_TRUE(RunUntil([&] { return a.done; }));
     return a;
   };
-  // The FakeAgent starts no process, so there is no log file yet.
-  EXPECT_EQ(ask(0, 0).path.status().code(), fp8::StatusCode::kNotFound);
+  // The FakeAgent starts no process, so the rank has written no log yet.
+  Answer none = ask(0, 0);
+  ASSERT_TRUE(none.source.ok()) << none.source.status().ToString();
+  EXPECT_EQ(none.source->attempt, 1);
+  EXPECT_EQ(none.source->open().status().code(), fp8::StatusCode::kNotFound);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/rank-1.log") << "hello\n";
   Answer a = ask(1, 0);
-  ASSERT_TRUE(a.path.ok()) << a.path.status().ToString();
-  EXPECT_EQ(*a.path, dir + "/rank-1.log");
+  ASSERT_TRUE(a.source.ok()) << a.source.status().ToString();
   EXPECT_FALSE(a.terminal);
-  EXPECT_EQ(ask(1, 1).path.value(), dir + "/rank-1.log");
-  EXPECT_EQ(ask(2, 0).path.status().code(), fp8::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ask(0, 2).path.status().code(), fp8::StatusCode::kNotFound);
+  auto stream = a.source->open();
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  EXPECT_EQ((*stream)->Read(3).value(), "hel");
+  EXPECT_EQ((*stream)->Read(100).value(), "lo\n");
+  EXPECT_EQ((*stream)->Read(100).value(), "") << "at the end, until the rank writes more";
+  std::ofstream(dir + "/rank-1.log", std::ios::app) << "more\n";
+  EXPECT_EQ((*stream)->Read(100).value(), "more\n") << "a follower reads on from where it stopped";
+  EXPECT_EQ(ask(1, 1).source->attempt, 1);
+  EXPECT_EQ(ask(2, 0).source.status().code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ask(0, 2).source.status().code(), fp8::StatusCode::kNotFound);
 }
 
 TEST_F(ManagerTest, CreateIsIdempotentOnRequestId) {

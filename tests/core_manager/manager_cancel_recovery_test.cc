@@ -146,8 +146,7 @@ TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
     EXPECT_EQ(adopt.attempt, 1);
     EXPECT_EQ(adopt.attempt_dir, data_dir_ + "/jobs/" + JobIdOf(name) + "/attempt-1");
     ASSERT_EQ(adopt.ranks.size(), 1u);
-    EXPECT_EQ(adopt.ranks[0].pid, 4000);
-    EXPECT_EQ(adopt.ranks[0].start_time, 40000u);
+    EXPECT_EQ(adopt.ranks[0].handle, "fake:4000") << "the launcher's handle, passed through as is";
     EXPECT_EQ(adopt.ranks[0].events_offset, offset) << "reads on where the old daemon stopped";
   }
   EXPECT_EQ(StateOf(name), fp8d::v1::RUNNING);

@@ -22,6 +22,8 @@
 #include <mutex>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include "tests/integration/daemon_test.h"
 
@@ -177,6 +179,81 @@ TEST_F(CrashTest, WorkerFinishingDuringAnOutageSucceedsOnAttemptOne) {
   EXPECT_EQ(job->attempts_size(), 1);
   EXPECT_EQ(job->progress().step(), 20);
   EXPECT_EQ(ReadSteps(out + "/steps.log").size(), 20u) << "steps were re-run";
+}
+
+// Rewrites every stored rank runtime of the data dir's DB into what an fp8d before launcher
+// handles wrote ("rank pid start_time events_offset" lines). Returns the rows rewritten.
+int WriteRuntimeAsBeforeHandles(const std::string& db_path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(db_path.c_str(), &db) != SQLITE_OK) return -1;
+  std::vector<std::pair<std::string, std::string>> rows;  // rowid key (job_id|number), runtime
+  sqlite3_stmt* read = nullptr;
+  sqlite3_prepare_v2(db, "SELECT job_id || '|' || number, runtime FROM attempts", -1, &read, nullptr);
+  while (sqlite3_step(read) == SQLITE_ROW) {
+    rows.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(read, 0)),
+                      reinterpret_cast<const char*>(sqlite3_column_text(read, 1)));
+  }
+  sqlite3_finalize(read);
+  int rewritten = 0;
+  for (const auto& [key, runtime] : rows) {
+    auto ranks = nlohmann::json::parse(runtime, nullptr, false);
+    if (!ranks.is_array()) continue;
+    std::string legacy;
+    for (const auto& r : ranks) {
+      long long pid = 0;
+      unsigned long long start = 0;
+      if (std::sscanf(r["handle"].get<std::string>().c_str(), "pid:%lld:start:%llu", &pid, &start) != 2) {
+        pid = 0;
+        start = 0;
+      }
+      legacy += std::to_string(r["rank"].get<int>()) + " " + std::to_string(pid) + " " +
+                std::to_string(start) + " " + std::to_string(r["events_offset"].get<int64_t>()) + "\n";
+    }
+    sqlite3_stmt* write = nullptr;
+    sqlite3_prepare_v2(db, "UPDATE attempts SET runtime = ?1 WHERE job_id || '|' || number = ?2", -1, &write, nullptr);
+    sqlite3_bind_text(write, 1, legacy.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(write, 2, key.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(write) == SQLITE_DONE) ++rewritten;
+    sqlite3_finalize(write);
+  }
+  sqlite3_close(db);
+  return rewritten;
+}
+
+// fp8d is upgraded while a job runs: the new fp8d reads the old fp8d's rank rows (pids, start
+// times and offsets, before launcher handles) and adopts the live workers; the job finishes on
+// attempt 1 with nothing re-run. (Recovery also finds live workers by their environment, so
+// what this pins down end to end is that such rows are read at all; their conversion to local
+// handles is checked by the store's conformance test.)
+TEST_F(CrashTest, AnUpgradedDaemonAdoptsWorkersFromRowsWrittenBeforeHandles) {
+  DaemonOptions options;
+  options.env = {{"FP8_TEST_STEP_MS", "100"}, {"FP8_TEST_STEP_LOG", "1"}};
+  StartDaemon(options);
+  const std::string out = Out("upgrade");
+  Job spec = TestTrainJob(out, 40, 10);
+  spec.mutable_resources()->set_ranks(2);
+  auto created = client().CreateJob(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = client().GetJob(created->name());
+    return j.ok() && j->state() == fp8d::v1::RUNNING && j->progress().step() >= 3;
+  }));
+  auto before = client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
+  ASSERT_TRUE(before.ok());
+  daemon_->Signal(SIGKILL);
+  daemon_->Wait();
+  ASSERT_GE(WriteRuntimeAsBeforeHandles(daemon_->data_dir() + "/fp8d.db"), 1);
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto job = WaitTerminal(client(), created->name());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->DebugString();
+  EXPECT_EQ(job->attempt(), 1) << "the old fp8d's workers were not adopted";
+  EXPECT_EQ(job->progress().step(), 40);
+  const auto steps = ReadSteps(out + "/steps.log");
+  EXPECT_EQ(steps.size(), 80u) << "steps were re-run";
+  for (const StepLine& l : steps) {
+    EXPECT_EQ(l.pid, before->attempts(0).ranks(l.rank).pid()) << "rank " << l.rank << " was restarted";
+  }
 }
 
 // The worker crashes while the controller is down, after its step-5 checkpoint: the next

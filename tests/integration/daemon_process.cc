@@ -183,7 +183,8 @@ fp8::Status Daemon::Start(std::chrono::milliseconds timeout) {
                                    "--log-level", options_.log_level,
                                    // The harness's jobs use temp dirs, run as the test's user
                                    // and read FP8_TEST_* knobs from fp8d's environment.
-                                   "--allowed-root", "/", "--run-jobs-as-owner", "false",
+                                   "--allowed-root", "/",
+                                   "--run-jobs-as-owner", options_.run_jobs_as_owner ? "true" : "false",
                                    "--worker-env-allow", "FP8_TEST_*"};
   for (const auto& a : options_.extra_args) argv.push_back(a);
   pid_ = Spawn(argv, options_.env, data_dir_ + "/fp8d.log", data_dir_ + "/fp8d.log");

@@ -45,6 +45,8 @@ struct DaemonOptions {
   int cpu_slots = 4;
   int cancel_grace_ms = 1500;
   std::string log_level = "debug";
+  // Workers run as the test's user unless set (then, under root, as each job's owner).
+  bool run_jobs_as_owner = false;
 };
 
 class Daemon {

@@ -4,7 +4,10 @@
 //
 // The ranks are the fault-injection worker (fast and scriptable) except in the test that
 // compares the real trainer's losses on Slurm with the local launcher's.
+#include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -48,8 +51,10 @@ class SlurmTest : public ::testing::Test {
   }
 
   // fp8d with the Slurm launcher; `worker_env` reaches the ranks through sbatch --export=ALL.
+  // With `owner`, jobs run as their owner's uid and a loopback caller without a token (this
+  // test's client) is that user.
   void StartSlurmDaemon(std::map<std::string, std::string> worker_env = {},
-                        const std::string& worker = TestWorkerPath()) {
+                        const std::string& worker = TestWorkerPath(), const std::string& owner = "") {
     const std::string config = tmp_.path() + "/fp8d.yaml";
     std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  poll_interval: 200ms\n";
     DaemonOptions options;
@@ -58,6 +63,10 @@ class SlurmTest : public ::testing::Test {
     for (const auto& [k, v] : slurm_env_) options.env[k] = v;
     options.extra_args = {"--config", config};
     options.cancel_grace_ms = 3000;
+    if (!owner.empty()) {
+      options.run_jobs_as_owner = true;
+      options.extra_args.insert(options.extra_args.end(), {"--default-user", owner});
+    }
     daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
     fp8::Status st = daemon_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -196,6 +205,73 @@ TEST_F(SlurmTest, CancelEndsTheSlurmJobWithinTheGrace) {
   EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
 }
 
+// A system user for one test: created when missing, removed again only if the test made it.
+class TestUser {
+ public:
+  explicit TestUser(std::string name) : name_(std::move(name)) {
+    if (::getpwnam(name_.c_str()) == nullptr) {
+      ProcessResult r = RunProcess({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
+                                    "/usr/sbin/nologin", name_});
+      error_ = r.exit_code == 0 ? "" : "useradd " + name_ + ": " + r.err;
+      created_ = r.exit_code == 0;
+    }
+    if (const struct passwd* pw = ::getpwnam(name_.c_str()); pw != nullptr) {
+      uid_ = pw->pw_uid;
+      gid_ = pw->pw_gid;
+    }
+  }
+  ~TestUser() {
+    if (created_) (void)RunProcess({"/usr/sbin/userdel", name_});
+  }
+  bool ok() const { return uid_ > 0; }
+  const std::string& error() const { return error_; }
+  const std::string& name() const { return name_; }
+  uid_t uid() const { return uid_; }
+  gid_t gid() const { return gid_; }
+
+ private:
+  std::string name_, error_;
+  bool created_ = false;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+};
+
+// fp8d runs as root, the job's owner is another user: Slurm runs the ranks as that user
+// (sbatch --uid/--gid), as the local launcher does, never as root.
+TEST_F(SlurmTest, RanksRunAsTheJobOwnersUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root may submit a Slurm job for another user";
+  TestUser user("fp8d-slurm-owner");
+  ASSERT_TRUE(user.ok()) << user.error();
+  // The owner's ranks reach the cluster's slurm.conf and munge socket (srun), the worker, and
+  // write their output under out/.
+  fs::permissions(tmp_.path(), fs::perms(0755));
+  fs::create_directories(tmp_.path() + "/out");
+  ASSERT_EQ(::chown((tmp_.path() + "/out").c_str(), user.uid(), user.gid()), 0);
+  StartSlurmDaemon({{"FP8_TEST_MODE", "hang_after_start"}}, TestWorkerPath(), user.name());
+  auto created = client().CreateJob(TestTrainJob(Out("owner"), 5));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING, std::chrono::seconds(60)).ok());
+  const std::vector<std::string> ids = SlurmJobsOf(created->name());
+  ASSERT_EQ(ids.size(), 1u);
+  // Slurm's record of the job, and the worker process itself (the pid of its started event).
+  EXPECT_EQ(Slurm({"squeue", "-h", "-j", ids[0], "-o", "%U"}).out, std::to_string(user.uid()) + "\n");
+  std::ifstream events(AttemptDir(*daemon_, created->name(), 1) + "/rank-0.events");
+  std::string line;
+  ASSERT_TRUE(std::getline(events, line));
+  const auto started = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_TRUE(started.is_object() && started.contains("pid")) << line;
+  struct stat proc {};
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(started["pid"].get<int64_t>())).c_str(), &proc), 0) << line;
+  EXPECT_EQ(proc.st_uid, user.uid());
+  EXPECT_EQ(proc.st_gid, user.gid());
+  ASSERT_TRUE(client().CancelJob(created->name()).ok());
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::CANCELLED);
+  // Nothing of the user's is left running when the user is removed.
+  EXPECT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(15))) << LiveSlurmJobs();
+}
+
 TEST_F(SlurmTest, BadPlacementFailsAtOnceWithSlurmsMessage) {
   StartSlurmDaemon();
   Job unknown = TestTrainJob(Out("bad1"), 5);
@@ -327,6 +403,41 @@ TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
   EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
   EXPECT_NE(full->attempts(1).resumed_from().find("step-"), std::string::npos);
   EXPECT_EQ(job->progress().step(), 400);
+}
+
+// fp8d is down while a node of its Slurm job fails and Slurm ends the job: on restart the
+// attempt is judged from Slurm's record of the job (scontrol, kept MinJobAge) and the node's
+// state, NODE_LOST, and retried from the checkpoint it wrote before the node went.
+TEST_F(SlurmTest, ANodeLostWhileFp8dWasDownIsClassifiedAndRetried) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("lostdown"), 200, 5));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = client().GetJob(created->name());
+    return j.ok() && j->checkpoint().step() >= 10;
+  }));
+  daemon_->Signal(SIGKILL);
+  daemon_->Wait();
+  ProcessResult kill = RunProcess({"/bin/bash", ClusterScript(), "kill-node", cluster_dir_, "n2"});
+  ASSERT_EQ(kill.exit_code, 0) << kill.err;
+  ASSERT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(90))) << LiveSlurmJobs();
+  ASSERT_TRUE(daemon_->Start().ok());
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = client().GetJob(created->name());
+    return j.ok() && j->attempt() >= 2;
+  }, std::chrono::seconds(60)));
+  ProcessResult start = RunProcess({"/bin/bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+  auto full = client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
+  ASSERT_TRUE(full.ok());
+  ASSERT_EQ(full->attempts_size(), 2);
+  EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
+  EXPECT_NE(full->attempts(1).resumed_from().find("step-"), std::string::npos);
+  EXPECT_EQ(job->progress().step(), 200);
+  EXPECT_EQ(SlurmJobsOf(created->name()).size(), 2u) << "one Slurm job per attempt, none re-run";
 }
 
 // The real fp8-worker: a 2-rank training job on two Slurm nodes (Gloo through the shared

@@ -16,6 +16,16 @@ TEST(SlurmParse, SqueueLines) {
   EXPECT_EQ(jobs[1].state, "RUNNING");
 }
 
+TEST(SlurmHandle, RoundTripsAndReadsRowsFromBeforeHandles) {
+  EXPECT_EQ(SlurmHandle(77), "slurm:77");
+  EXPECT_EQ(SlurmIdOfHandle(SlurmHandle(77)), 77);
+  EXPECT_EQ(SlurmIdOfHandle(""), 0) << "nothing recorded";
+  EXPECT_EQ(SlurmIdOfHandle("pid:77:start:0"), 77) << "the job id saved as a pid, before handles";
+  for (const char* foreign : {"pid:77:start:123", "slurm:", "slurm:x", "slurm:7 ", "slurm:-3", "k8s:abc"}) {
+    EXPECT_EQ(SlurmIdOfHandle(foreign), -1) << foreign;
+  }
+}
+
 TEST(SlurmParse, TerminalStates) {
   for (const char* s : {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "PREEMPTED",
                         "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}) {

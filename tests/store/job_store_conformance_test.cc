@@ -522,7 +522,8 @@ AttemptRecord MakeAttempt(int number, int ranks) {
     p->set_gpu(r);
     p->set_pid(1000 + r);
     p->set_exit_status(-1);
-    rec.runtime.push_back(RankRuntime{r, 1000 + r, 123456789012ull + r, 4096 * r});
+    // Launcher-owned handles: any text, kept byte for byte (spaces and quotes included).
+    rec.runtime.push_back(RankRuntime{r, "launcher:" + std::to_string(1000 + r) + " \"x\"", 4096 * r});
   }
   return rec;
 }
@@ -543,8 +544,7 @@ TEST_P(JobStoreConformance, AttemptsAreKeptPerNumberWithRuntime) {
   EXPECT_EQ(attempts[1].attempt.number(), 2);
   ASSERT_EQ(attempts[0].runtime.size(), 4u);
   EXPECT_EQ(attempts[0].runtime[3].rank, 3);
-  EXPECT_EQ(attempts[0].runtime[3].pid, 1003);
-  EXPECT_EQ(attempts[0].runtime[3].start_time, 123456789015ull);
+  EXPECT_EQ(attempts[0].runtime[3].handle, "launcher:1003 \"x\"");
   EXPECT_EQ(attempts[0].runtime[3].events_offset, 3 * 4096);
 
   Job other = Create();
@@ -751,6 +751,44 @@ TEST_F(SqliteJobStoreTest, MigratesStepByStepFromAnOlderVersion) {
   EXPECT_EQ(raw.Text("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'jobs_by_%'"
                      " ORDER BY name"),
             "jobs_by_kind|jobs_by_state|jobs_by_state_kind");
+}
+
+TEST_F(SqliteJobStoreTest, RuntimeIsJsonAndRowsFromBeforeHandlesReadAsLocalHandles) {
+  std::string name;
+  {
+    auto store = Open();
+    ASSERT_OK_AND_ASSIGN(auto res, store->CreateJobs({Req(MakeJob())}));
+    name = res[0].job.name();
+    ASSERT_OK(store->PutAttempt(name, MakeAttempt(1, 2)));
+    ASSERT_OK(store->PutAttempt(name, MakeAttempt(2, 3)));
+  }
+  {
+    RawDb raw(path_);
+    EXPECT_EQ(raw.Text("SELECT substr(runtime, 1, 1) FROM attempts ORDER BY number"), "[|[");
+    // What an fp8d before launcher handles wrote: "rank pid start_time events_offset" lines
+    // (pid 0: the daemon died before saving that rank's pid).
+    raw.Exec("UPDATE attempts SET runtime = '0 4242 987654321 512' || char(10) || "
+             "'1 0 0 0' || char(10) WHERE number = 1");
+  }
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto attempts, store->ListAttempts(name));
+  ASSERT_EQ(attempts.size(), 2u);
+  ASSERT_EQ(attempts[0].runtime.size(), 2u);
+  EXPECT_EQ(attempts[0].runtime[0].rank, 0);
+  EXPECT_EQ(attempts[0].runtime[0].handle, "pid:4242:start:987654321");
+  EXPECT_EQ(attempts[0].runtime[0].events_offset, 512);
+  EXPECT_EQ(attempts[0].runtime[1].rank, 1);
+  EXPECT_EQ(attempts[0].runtime[1].handle, "") << "no pid saved: no handle";
+  ASSERT_EQ(attempts[1].runtime.size(), 3u);
+  EXPECT_EQ(attempts[1].runtime[2].handle, "launcher:1002 \"x\"");
+  {
+    RawDb raw(path_);
+    raw.Exec("UPDATE attempts SET runtime = '[{\"rank\": 0}]' WHERE number = 2");
+  }
+  auto bad = store->ListAttempts(name);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), fp8::StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("attempts.runtime"), std::string::npos) << bad.status().message();
 }
 
 TEST_F(SqliteJobStoreTest, RefusesAFileFromANewerFp8d) {
