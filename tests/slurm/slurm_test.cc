@@ -13,9 +13,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fp8d/v1/worker_event.pb.h"
 #include "tests/integration/daemon_process.h"
 
 namespace fp8d::itest {
@@ -258,10 +260,11 @@ TEST_F(SlurmTest, RanksRunAsTheJobOwnersUid) {
   std::ifstream events(AttemptDir(*daemon_, created->name(), 1) + "/rank-0.events");
   std::string line;
   ASSERT_TRUE(std::getline(events, line));
-  const auto started = nlohmann::json::parse(line, nullptr, false);
-  ASSERT_TRUE(started.is_object() && started.contains("pid")) << line;
+  fp8d::v1::WorkerEvent started;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &started).ok()) << line;
+  ASSERT_TRUE(started.has_started() && started.started().pid() > 0) << line;
   struct stat proc {};
-  ASSERT_EQ(::stat(("/proc/" + std::to_string(started["pid"].get<int64_t>())).c_str(), &proc), 0) << line;
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(started.started().pid())).c_str(), &proc), 0) << line;
   EXPECT_EQ(proc.st_uid, user.uid());
   EXPECT_EQ(proc.st_gid, user.gid());
   ASSERT_TRUE(client().CancelJob(created->name()).ok());
