@@ -21,8 +21,7 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
     : io_(io),
       options_(std::move(options)),
       store_(std::move(store)),
-      clock_(clock),
-      tick_timer_(io) {
+      clock_(clock) {
   std::error_code ec;
   cwd_ = std::filesystem::current_path(ec).string();
   // Attempt dirs are handed to workers that run in other directories: make them absolute.
@@ -46,11 +45,30 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
   hooks.batch_created = [this] { Schedule(); };
   creates_ = std::make_unique<CreateBatcher>(io, options_.create_batch_max,
                                              options_.create_batch_wait_max_us, std::move(hooks));
+  JobSupervisor::Hooks sup;
+  sup.store_write = [this](JobSupervisor::StoreWork work, std::function<void(Status)> then) {
+    OnStore<Status>(std::move(work), std::move(then));
+  };
+  sup.transition = [this](JobEntry& e, JobState to, const std::string& message,
+                          std::function<void(Status)> after, JobSupervisor::StoreWork extra) {
+    Transition(e, to, message, std::move(after), std::move(extra));
+  };
+  sup.schedule = [this] { Schedule(); };
+  sup.maybe_evict = [this](const std::string& name) { MaybeEvict(name); };
+  sup.uniform01 = [this] { return Uniform01(); };
+  sup.sweep_finished = [this](int64_t now) { SweepFinishedJobs(now); };
+  supervisor_ = std::make_unique<JobSupervisor>(
+      io,
+      JobSupervisor::Options{.tick_ms = options_.tick_ms,
+                             .cancel_grace_ms = options_.cancel_grace_ms,
+                             .progress_flush_ms = options_.progress_flush_ms,
+                             .runtime_flush_ms = options_.runtime_flush_ms},
+      cache_, *agent_, clock_, std::move(sup));
 }
 
 JobManagerImpl::~JobManagerImpl() {
   alive_.reset();  // completions already posted to io become no-ops
-  tick_timer_.cancel();
+  supervisor_.reset();  // cancels the tick
   creates_.reset();
   agent_->Stop();
   // Join the threads while the store and the agent they use still exist.
@@ -62,14 +80,14 @@ JobManagerImpl::~JobManagerImpl() {
 void JobManagerImpl::OnWorkerEvent(agent::WorkerEvent event) {
   std::weak_ptr<int> alive = alive_;
   boost::asio::post(io_, [this, alive, event = std::move(event)] {
-    if (!alive.expired()) HandleEvent(event);
+    if (!alive.expired()) supervisor_->HandleEvent(event);
   });
 }
 
 void JobManagerImpl::OnWorkerExit(agent::WorkerExit exit) {
   std::weak_ptr<int> alive = alive_;
   boost::asio::post(io_, [this, alive, exit = std::move(exit)] {
-    if (!alive.expired()) HandleExit(exit);
+    if (!alive.expired()) supervisor_->HandleExit(exit);
   });
 }
 
@@ -275,9 +293,9 @@ void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
                    // CANCELLING and finish the cancel.
                    if (st.ok() && e != nullptr && e->run != nullptr && e->run->launched) {
                      if (e->run->AnyLive()) {
-                       TerminateWorkers(*e);
+                       supervisor_->TerminateWorkers(*e);
                      } else if (e->job.state() == fp8d::v1::CANCELLING) {
-                       OnRunExited(*e);
+                       supervisor_->OnRunExited(*e);
                      }
                    }
                    reply_after_write(st);

@@ -5,8 +5,9 @@
 //   job_cache.*        the in-memory jobs, their indexes and version publication (its own unit)
 //   job_transitions.cc the one way a job changes state: check, persist, then act and publish
 //   job_scheduling.cc  scheduler rounds, attempt start and worker launch
-//   job_supervisor.cc  worker events and exits, the periodic tick (heartbeat, progress and
+//   job_supervisor.*   worker events and exits, the periodic tick (heartbeat, progress and
 //                      deadline checks, SIGKILL after grace, backoff expiry, batched writes)
+//                      (its own unit)
 //   job_recovery.cc    Start (recovery before SERVING) and Shutdown
 //
 // THREADING: everything here runs on the io_context's thread, one handler at a time, so the
@@ -31,13 +32,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/core/attempt_verdict.h"
 #include "daemon/core/blocking_worker.h"
 #include "daemon/core/create_batcher.h"
 #include "daemon/core/job_cache.h"
 #include "daemon/core/job_manager.h"
+#include "daemon/core/job_supervisor.h"
 #include "daemon/core/watch_hub.h"
 
 namespace fp8d::core {
@@ -112,11 +113,6 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
                   StatusOr<std::vector<agent::RankProcess>> result);
   std::string ChooseResume(const JobEntry& e) const;
 
-  // ---- supervision (job_supervisor.cc) ----
-  void HandleEvent(const agent::WorkerEvent& ev);
-  void HandleExit(const agent::WorkerExit& ex);
-  void ArmTick();
-  void Tick();
   // ---- admission (job_admission.cc) ----
   // FAILED_PRECONDITION for `backend: cuda` without any GPU slot, or an output_dir an active
   // job uses (named). Builds output_dirs_ on first use.
@@ -134,19 +130,6 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void SweepFinishedJobs(int64_t now);
   int64_t next_sweep_ms_ = 0;
   bool sweeping_ = false;
-  // DecideAttempt (attempt_verdict.h) on this job's view of its attempt.
-  Verdict Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const;
-  // The attempt failed: decide RETRY_WAIT or FAILED, persist, then stop its workers.
-  void FailAttempt(JobEntry& e, FailureClass failure, const std::string& message);
-  void SucceedAttempt(JobEntry& e);
-  // SIGTERM now, SIGKILL after cancel_grace_ms (the tick sends it).
-  void TerminateWorkers(JobEntry& e);
-  // Every rank of the run exited: persist the attempt's end, free its slots, reschedule.
-  void OnRunExited(JobEntry& e);
-  // Persists the attempt record with the ranks' pids and event offsets; `saved` gets the
-  // write's status. A failed write marks the runtime dirty, so the tick writes it again.
-  void SaveAttempt(JobEntry& e, std::function<void(Status)> saved = nullptr);
-  void FlushDirtyRows(int64_t now, bool all);
 
   // ---- recovery (job_recovery.cc) ----
   // A cached job that has started an attempt, with what its supervision needs from the store.
@@ -174,7 +157,6 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   std::unique_ptr<BlockingWorker> store_thread_;
   std::unique_ptr<BlockingWorker> launcher_;
 
-  boost::asio::steady_timer tick_timer_;
   bool started_ = false;        // recovery finished: schedule and supervise
   bool shutting_down_ = false;
 
@@ -182,6 +164,8 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   JobCache cache_{[this](const Job& job) { watchers_.Deliver(job); }};
 
   std::unique_ptr<CreateBatcher> creates_;
+  // Worker events and exits, the tick (job_supervisor.h); built once the agent exists.
+  std::unique_ptr<JobSupervisor> supervisor_;
 
   std::mt19937_64 rng_{std::random_device{}()};
 };

@@ -171,7 +171,7 @@ void JobManagerImpl::Recover(std::vector<Recovered> jobs, std::function<void(Sta
                  [this, done](int) {
                    started_ = true;
                    spdlog::info("recovery finished: {} active job(s)", cache_.size());
-                   ArmTick();
+                   supervisor_->ArmTick();
                    // SERVING first: every job is in the cache, so answers are already right,
                    // and the first round (over a deep queue) need not delay the health
                    // check. Calls that reach io run after this handler, i.e. after the round.
@@ -265,10 +265,10 @@ void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {
       spdlog::warn("{}: workers of failed attempt {} are still running; stopping them", name,
                    run.number);
       run.launched = true;
-      TerminateWorkers(e);
+      supervisor_->TerminateWorkers(e);
     } else {
       for (RankRun& r : run.ranks) r.exited = true;
-      OnRunExited(e);  // records the attempt's end
+      supervisor_->OnRunExited(e);  // records the attempt's end
     }
     return;
   }
@@ -281,13 +281,13 @@ void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {
                        : now;
     run.last_progress_ms = now;
     for (RankRun& r : run.ranks) r.last_seen_ms = now;
-    if (e.job.state() == fp8d::v1::CANCELLING) TerminateWorkers(e);  // keep cancelling
+    if (e.job.state() == fp8d::v1::CANCELLING) supervisor_->TerminateWorkers(e);  // keep cancelling
     return;
   }
   spdlog::warn("{}: attempt {} could not be re-adopted: {}", name, run.number, adopted.ToString());
   for (RankRun& r : run.ranks) r.exited = true;
   if (e.job.state() == fp8d::v1::CANCELLING) {
-    OnRunExited(e);  // nothing left to stop: CANCELLED
+    supervisor_->OnRunExited(e);  // nothing left to stop: CANCELLED
     return;
   }
   run.finished = true;
@@ -309,7 +309,7 @@ void JobManagerImpl::RecoverRunning(JobEntry& e, Status adopted) {
 
 void JobManagerImpl::Shutdown(std::function<void()> done) {
   shutting_down_ = true;
-  tick_timer_.cancel();
+  supervisor_->Stop();  // no more events, exits or ticks
   agent_->Stop();  // workers keep running; the next daemon re-adopts them
   creates_->FailQueued(fp8::UnavailableError("fp8d is shutting down"));
   watchers_.EndAll(fp8::UnavailableError("fp8d is shutting down"));
@@ -322,9 +322,9 @@ void JobManagerImpl::Shutdown(std::function<void()> done) {
     boost::asio::post(io_, [this, alive, done = std::move(done)]() mutable {
       if (alive.expired()) return;
       cache_.ForEach([this](JobEntry& e) {
-        if (e.run != nullptr && e.run->launched && !e.run->AllExited()) SaveAttempt(e);
+        if (e.run != nullptr && e.run->launched && !e.run->AllExited()) supervisor_->SaveAttempt(e);
       });
-      FlushDirtyRows(NowMs(), /*all=*/true);
+      supervisor_->FlushDirtyRows(NowMs(), /*all=*/true);
       OnStore<int>([](store::JobStore&) { return 0; }, [done = std::move(done)](int) { done(); });
     });
   });

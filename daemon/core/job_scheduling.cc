@@ -167,15 +167,15 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
   if (e->job.state() != fp8d::v1::STARTING || run.finished) {
     // Cancelled (or failed) before its workers existed: there is nothing to stop.
     for (RankRun& r : run.ranks) r.exited = true;
-    OnRunExited(*e);
+    supervisor_->OnRunExited(*e);
     return;
   }
   const std::string default_output = options_.data_dir + "/jobs/" + JobIdOf(name) + "/output";
   StatusOr<WorkerSpec> spec = MakeWorkerSpec(e->job, default_output);
   if (!spec.ok()) {
     for (RankRun& r : run.ranks) r.exited = true;
-    FailAttempt(*e, fp8d::v1::INVALID_SPEC, spec.status().message());
-    OnRunExited(*e);
+    supervisor_->FailAttempt(*e, fp8d::v1::INVALID_SPEC, spec.status().message());
+    supervisor_->OnRunExited(*e);
     return;
   }
   agent::LaunchRequest request;
@@ -235,18 +235,18 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
         // fault): retried with backoff, not counted against max_attempts.
         run.record.attempt.set_controller_fault(true);
         --e->counted_attempts;
-        FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
+        supervisor_->FailAttempt(*e, fp8d::v1::INTERNAL_ERROR,
                     "the controller could not prepare the attempt (" + result.status().message() +
                         "); retried, not counted as an attempt");
       } else {
         // INVALID_ARGUMENT: the launcher refused the request itself (Slurm rejected the job:
         // unknown partition, an account it does not know); asking again cannot help.
         const bool refused = result.status().code() == fp8::StatusCode::kInvalidArgument;
-        FailAttempt(*e, refused ? fp8d::v1::INVALID_SPEC : fp8d::v1::INTERNAL_ERROR,
+        supervisor_->FailAttempt(*e, refused ? fp8d::v1::INVALID_SPEC : fp8d::v1::INTERNAL_ERROR,
                     "could not start the workers: " + result.status().message());
       }
     }
-    OnRunExited(*e);
+    supervisor_->OnRunExited(*e);
     return;
   }
   const int64_t now = NowMs();
@@ -263,16 +263,16 @@ void JobManagerImpl::OnLaunched(const std::string& name, int number,
   }
   // The launcher's handles: what recovery needs to re-adopt (it can also find the workers
   // without them, by their environment).
-  SaveAttempt(*e, [](Status st) {
+  supervisor_->SaveAttempt(*e, [](Status st) {
     if (st.ok()) Failpoint("after_pid_save");
   });
   spdlog::info("{}: attempt {} launched {} rank(s)", name, number, run.ranks.size());
   // A cancel or a failure verdict that came while the workers were being started.
   if (e->job.state() == fp8d::v1::CANCELLING || run.finished) {
     if (run.AnyLive()) {
-      TerminateWorkers(*e);
+      supervisor_->TerminateWorkers(*e);
     } else {
-      OnRunExited(*e);
+      supervisor_->OnRunExited(*e);
     }
   }
 }

@@ -1,8 +1,4 @@
-// The supervisor's glue: worker events and exits (from the agent, posted to io), and a periodic
-// tick that reads the injected Clock (so tests drive time by hand). Each input is judged by
-// DecideAttempt (attempt_verdict.h, pure); this file builds its view of the attempt and applies
-// the verdict: transitions, store writes, signals, and the progress rows and event offsets due
-// to be written.
+// JobSupervisor (job_supervisor.h): worker events and exits, verdicts applied, the tick.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -15,9 +11,14 @@
 #include "daemon/core/failpoint.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
-#include "daemon/core/job_manager_impl.h"
+#include "daemon/core/job_supervisor.h"
 
 namespace fp8d::core {
+
+using fp8::Status;
+using fp8d::v1::FailureClass;
+using fp8d::v1::Job;
+using fp8d::v1::JobState;
 
 namespace {
 
@@ -50,17 +51,32 @@ AttemptView ViewOf(const JobEntry& e) {
 
 }  // namespace
 
-Verdict JobManagerImpl::Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const {
-  return DecideAttempt(ViewOf(e), input, now, Timeouts::Of(e.job.timeouts(), options_.cancel_grace_ms));
+JobSupervisor::JobSupervisor(boost::asio::io_context& io, Options options, JobCache& cache,
+                             agent::Agent& agent, const Clock* clock, Hooks hooks)
+    : options_(options),
+      cache_(cache),
+      agent_(agent),
+      clock_(clock),
+      hooks_(std::move(hooks)),
+      tick_timer_(io) {}
+
+void JobSupervisor::Stop() {
+  stopped_ = true;
+  tick_timer_.cancel();
+}
+
+Verdict JobSupervisor::Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const {
+  return DecideAttempt(ViewOf(e), input, now,
+                       Timeouts::Of(e.job.timeouts(), options_.cancel_grace_ms));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Events
 
-void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
-  if (shutting_down_) return;
+void JobSupervisor::HandleEvent(const agent::WorkerEvent& ev) {
+  if (stopped_) return;
   const std::string name = "jobs/" + ev.job_id;
-  JobEntry* e = Find(name);
+  JobEntry* e = cache_.Find(name);
   if (e == nullptr || e->run == nullptr || e->run->number != ev.attempt || ev.rank < 0 ||
       ev.rank >= static_cast<int>(e->run->ranks.size())) {
     spdlog::debug("{}: event for attempt {} rank {} that is not current; ignored", name,
@@ -102,13 +118,13 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
   }
   if (v.pending_reason) {
     e->job.set_pending_reason(*v.pending_reason);
-    PublishChange(*e);
+    cache_.PublishChange(*e, NowMs());
   }
   if (v.progress) run.last_progress_ms = now;
   if (v.publish_progress) {
     ApplyProgressEvent(ev.event.progress(), e->job.mutable_progress());
     *e->job.mutable_progress()->mutable_update_time() = TimestampFromMs(now);
-    PublishChange(*e);
+    cache_.PublishChange(*e, NowMs());
   }
   if (v.checkpoint) {
     fp8d::v1::Checkpoint ckpt;
@@ -119,22 +135,27 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
     *ckpt.mutable_create_time() = TimestampFromMs(now);
     e->checkpoints.push_back(ckpt);
     *e->job.mutable_checkpoint() = ckpt;
-    PublishChange(*e);
-    OnStore<Status>([name, ckpt](store::JobStore& s) { return s.PutCheckpoint(name, ckpt); },
-                    [name](Status st) {
-                      if (!st.ok()) spdlog::error("{}: saving checkpoint: {}", name, st.ToString());
-                    });
+    cache_.PublishChange(*e, NowMs());
+    hooks_.store_write([name, ckpt](store::JobStore& s) { return s.PutCheckpoint(name, ckpt); },
+                       [name](Status st) {
+                         if (!st.ok()) {
+                           spdlog::error("{}: saving checkpoint: {}", name, st.ToString());
+                         }
+                       });
   }
   if (v.to_running) {
     run.last_progress_ms = now;  // the progress timeout counts from RUNNING
     const int number = run.number;
-    Transition(*e, fp8d::v1::RUNNING, "every rank started", [this, name, number](Status st) {
-      if (st.ok()) Failpoint("after_running_write");
-      JobEntry* e = Find(name);
-      if (!st.ok() || e == nullptr || e->run == nullptr || e->run->number != number) return;
-      for (RankRun& r : e->run->ranks) r.started_pin.reset();  // RUNNING is durable now
-      e->run->runtime_dirty = true;
-    });
+    hooks_.transition(
+        *e, fp8d::v1::RUNNING, "every rank started",
+        [this, name, number](Status st) {
+          if (st.ok()) Failpoint("after_running_write");
+          JobEntry* e = cache_.Find(name);
+          if (!st.ok() || e == nullptr || e->run == nullptr || e->run->number != number) return;
+          for (RankRun& r : e->run->ranks) r.started_pin.reset();  // RUNNING is durable now
+          e->run->runtime_dirty = true;
+        },
+        nullptr);
   }
   if (v.outcome == Verdict::Outcome::kFail) FailAttempt(*e, v.failure, v.message);
 }
@@ -142,10 +163,10 @@ void JobManagerImpl::HandleEvent(const agent::WorkerEvent& ev) {
 // ---------------------------------------------------------------------------------------------
 // Exits
 
-void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
-  if (shutting_down_) return;
+void JobSupervisor::HandleExit(const agent::WorkerExit& ex) {
+  if (stopped_) return;
   const std::string name = "jobs/" + ex.job_id;
-  JobEntry* e = Find(name);
+  JobEntry* e = cache_.Find(name);
   if (e == nullptr || e->run == nullptr || e->run->number != ex.attempt || ex.rank < 0 ||
       ex.rank >= static_cast<int>(e->run->ranks.size())) {
     return;
@@ -174,7 +195,7 @@ void JobManagerImpl::HandleExit(const agent::WorkerExit& ex) {
   if (run.AllExited()) OnRunExited(*e);  // last use of `run`/`e`: it may start a new attempt
 }
 
-void JobManagerImpl::SucceedAttempt(JobEntry& e) {
+void JobSupervisor::SucceedAttempt(JobEntry& e) {
   AttemptRun& run = *e.run;
   run.finished = true;
   *e.job.mutable_result() = run.ranks.front().result;
@@ -182,16 +203,17 @@ void JobManagerImpl::SucceedAttempt(JobEntry& e) {
   if (e.job.state() == fp8d::v1::STARTING) {
     // Every rank finished before we saw all `started` lines (a very short job): the table
     // has no STARTING → SUCCEEDED edge, so pass through RUNNING.
-    Transition(e, fp8d::v1::RUNNING, "every rank started");
+    hooks_.transition(e, fp8d::v1::RUNNING, "every rank started", nullptr, nullptr);
   }
-  Transition(e, fp8d::v1::SUCCEEDED,
-             "attempt " + std::to_string(run.number) + ": every rank finished");
+  hooks_.transition(e, fp8d::v1::SUCCEEDED,
+                    "attempt " + std::to_string(run.number) + ": every rank finished", nullptr,
+                    nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Failure, termination, end of a run
 
-void JobManagerImpl::FailAttempt(JobEntry& e, FailureClass failure, const std::string& message) {
+void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::string& message) {
   AttemptRun& run = *e.run;
   if (run.finished) return;
   run.finished = true;
@@ -223,7 +245,7 @@ void JobManagerImpl::FailAttempt(JobEntry& e, FailureClass failure, const std::s
   std::string text = "attempt " + std::to_string(run.number) + " failed (" +
                      fp8d::v1::FailureClass_Name(failure) + "): " + message;
   if (next == fp8d::v1::RETRY_WAIT) {
-    const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, Uniform01());
+    const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, hooks_.uniform01());
     e.retry_at_ms = NowMs() + delay;
     text += "; retrying in " + SecondsText(delay);
   } else if (!repeat.empty()) {
@@ -235,25 +257,25 @@ void JobManagerImpl::FailAttempt(JobEntry& e, FailureClass failure, const std::s
   const std::string name = e.job.name();
   const int number = run.number;
   store::AttemptRecord record = run.record;
-  Transition(
+  hooks_.transition(
       e, next, text,
       [this, name, number](Status) {
-        JobEntry* e = Find(name);
+        JobEntry* e = cache_.Find(name);
         if (e != nullptr && e->run != nullptr && e->run->number == number) TerminateWorkers(*e);
       },
       [name, record](store::JobStore& s) { return s.PutAttempt(name, record); });
 }
 
-void JobManagerImpl::TerminateWorkers(JobEntry& e) {
+void JobSupervisor::TerminateWorkers(JobEntry& e) {
   AttemptRun& run = *e.run;
   if (!run.launched || run.AllExited()) return;
-  agent_->Signal(JobIdOf(e.job.name()), run.number, SIGTERM);
+  agent_.Signal(JobIdOf(e.job.name()), run.number, SIGTERM);
   if (run.kill_at_ms == 0) run.kill_at_ms = NowMs() + options_.cancel_grace_ms;
   spdlog::info("{} attempt {}: SIGTERM sent; SIGKILL in {} if still running", e.job.name(),
                run.number, SecondsText(options_.cancel_grace_ms));
 }
 
-void JobManagerImpl::OnRunExited(JobEntry& e) {
+void JobSupervisor::OnRunExited(JobEntry& e) {
   AttemptRun& run = *e.run;
   if (run.exit_handled) return;
   run.exit_handled = true;
@@ -265,13 +287,14 @@ void JobManagerImpl::OnRunExited(JobEntry& e) {
     err->set_code(1);  // google.rpc CANCELLED
     err->set_message("cancelled by request");
     err->set_failure_class(fp8d::v1::FAILURE_CLASS_UNSPECIFIED);
-    Transition(e, fp8d::v1::CANCELLED, "every rank exited after the cancel");
+    hooks_.transition(e, fp8d::v1::CANCELLED, "every rank exited after the cancel", nullptr,
+                      nullptr);
   }
-  Schedule();  // its slots are free; may replace e.run
-  MaybeEvict(name);
+  hooks_.schedule();  // its slots are free; may replace e.run
+  hooks_.maybe_evict(name);
 }
 
-void JobManagerImpl::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) {
+void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) {
   AttemptRun& run = *e.run;
   run.record.runtime.clear();
   for (size_t r = 0; r < run.ranks.size(); ++r) {
@@ -288,25 +311,26 @@ void JobManagerImpl::SaveAttempt(JobEntry& e, std::function<void(Status)> saved)
   run.runtime_saved_ms = NowMs();
   const std::string name = e.job.name();
   const int number = run.number;
-  OnStore<Status>([name, record = run.record](store::JobStore& s) { return s.PutAttempt(name, record); },
-                  [this, name, number, saved = std::move(saved)](Status st) {
-                    if (!st.ok()) {
-                      spdlog::error("{}: saving attempt: {}", name, st.ToString());
-                      // Written again by the next tick that finds it dirty.
-                      JobEntry* e = Find(name);
-                      if (e != nullptr && e->run != nullptr && e->run->number == number) {
-                        e->run->runtime_dirty = true;
-                      }
-                    }
-                    if (saved) saved(st);
-                  });
+  hooks_.store_write(
+      [name, record = run.record](store::JobStore& s) { return s.PutAttempt(name, record); },
+      [this, name, number, saved = std::move(saved)](Status st) {
+        if (!st.ok()) {
+          spdlog::error("{}: saving attempt: {}", name, st.ToString());
+          // Written again by the next tick that finds it dirty.
+          JobEntry* e = cache_.Find(name);
+          if (e != nullptr && e->run != nullptr && e->run->number == number) {
+            e->run->runtime_dirty = true;
+          }
+        }
+        if (saved) saved(st);
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
 // The tick
 
-void JobManagerImpl::ArmTick() {
-  if (shutting_down_) return;
+void JobSupervisor::ArmTick() {
+  if (stopped_) return;
   std::weak_ptr<int> alive = alive_;
   tick_timer_.expires_after(std::chrono::milliseconds(options_.tick_ms));
   tick_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
@@ -315,14 +339,14 @@ void JobManagerImpl::ArmTick() {
   });
 }
 
-void JobManagerImpl::Tick() {
-  if (shutting_down_) return;
+void JobSupervisor::Tick() {
+  if (stopped_) return;
   const int64_t now = NowMs();
   // Only jobs with an attempt have timers (RETRY_WAIT included): a deep queue of QUEUED jobs
   // must not cost every tick. Copied because handling a job may evict it.
   const std::vector<std::string> names(cache_.with_run().begin(), cache_.with_run().end());
   for (const std::string& name : names) {
-    JobEntry* e = Find(name);
+    JobEntry* e = cache_.Find(name);
     if (e == nullptr) continue;
     const Verdict v = Decide(*e, TickInput{}, now);
     if (v.outcome == Verdict::Outcome::kFail) FailAttempt(*e, v.failure, v.message);
@@ -330,25 +354,26 @@ void JobManagerImpl::Tick() {
       AttemptRun& run = *e->run;
       if (v.sigkill) {
         spdlog::warn("{} attempt {}: {}", name, run.number, v.message);
-        agent_->Signal(JobIdOf(name), run.number, SIGKILL);
+        agent_.Signal(JobIdOf(name), run.number, SIGKILL);
         run.sigkill_sent = true;
       }
       if (run.launched && run.runtime_dirty && now - run.runtime_saved_ms >= options_.runtime_flush_ms)
         SaveAttempt(*e);
     }
     if (v.requeue) {
-      Transition(*e, fp8d::v1::QUEUED, "backoff elapsed", [this](Status) { Schedule(); });
+      hooks_.transition(
+          *e, fp8d::v1::QUEUED, "backoff elapsed", [this](Status) { hooks_.schedule(); }, nullptr);
     }
   }
   FlushDirtyRows(now, /*all=*/false);
-  SweepFinishedJobs(now);
+  hooks_.sweep_finished(now);
   ArmTick();
 }
 
-void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
+void JobSupervisor::FlushDirtyRows(int64_t now, bool all) {
   std::vector<Job> rows;
   for (auto it = cache_.dirty_rows().begin(); it != cache_.dirty_rows().end();) {
-    JobEntry* e = Find(*it);
+    JobEntry* e = cache_.Find(*it);
     if (e == nullptr || !e->row_dirty) {  // evicted, or a transition's write carried it
       it = cache_.dirty_rows().erase(it);
       continue;
@@ -367,18 +392,18 @@ void JobManagerImpl::FlushDirtyRows(int64_t now, bool all) {
   if (rows.empty()) return;
   std::vector<std::string> names;
   for (const Job& j : rows) names.push_back(j.name());
-  OnStore<Status>([rows = std::move(rows)](store::JobStore& s) { return s.UpdateJobs(rows); },
-                  [this, names = std::move(names)](Status st) {
-                    if (st.ok()) return;
-                    spdlog::error("saving progress: {}", st.ToString());
-                    // Dirty again: a later tick writes them once the store takes writes.
-                    for (const std::string& name : names) {
-                      if (JobEntry* e = Find(name); e != nullptr) {
-                        e->row_dirty = true;
-                        cache_.dirty_rows().insert(name);
-                      }
-                    }
-                  });
+  hooks_.store_write([rows = std::move(rows)](store::JobStore& s) { return s.UpdateJobs(rows); },
+                     [this, names = std::move(names)](Status st) {
+                       if (st.ok()) return;
+                       spdlog::error("saving progress: {}", st.ToString());
+                       // Dirty again: a later tick writes them once the store takes writes.
+                       for (const std::string& name : names) {
+                         if (JobEntry* e = cache_.Find(name); e != nullptr) {
+                           e->row_dirty = true;
+                           cache_.dirty_rows().insert(name);
+                         }
+                       }
+                     });
 }
 
 }  // namespace fp8d::core
