@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 #include "fp8d/v1/worker_event.pb.h"
 

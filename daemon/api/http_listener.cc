@@ -15,6 +15,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
 #include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <google/protobuf/util/json_util.h>
@@ -101,6 +102,33 @@ class SlurmTest : public ::testing::Test {
     job.mutable_resources()->set_nodes(2);
     job.mutable_resources()->set_ranks_per_node(1);
     return job;
+  }
+
+  // After n2 was lost: once attempt 2 exists, n2 comes back and the job must end SUCCEEDED
+  // at `steps`, its first attempt NODE_LOST and the second resumed from a checkpoint.
+  // Returns the job's full view (empty on a failed assertion).
+  std::optional<Job> ExpectRetriedAfterNodeLoss(const std::string& name, int steps,
+                                                std::chrono::seconds retry_within) {
+    std::optional<Job> full_view;
+    [&] {
+      ASSERT_TRUE(PollUntil([&] {
+        auto j = client().GetJob(name);
+        return j.ok() && j->attempt() >= 2;
+      }, retry_within));
+      ProcessResult start = RunProcess({"/bin/bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
+      ASSERT_EQ(start.exit_code, 0) << start.err;
+      auto job = WaitTerminal(client(), name, std::chrono::seconds(180));
+      ASSERT_TRUE(job.ok()) << job.status().ToString();
+      EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+      auto full = client().GetJob(name, fp8d::v1::JOB_VIEW_FULL);
+      ASSERT_TRUE(full.ok());
+      ASSERT_GE(full->attempts_size(), 2);
+      EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
+      EXPECT_NE(full->attempts(1).resumed_from().find("step-"), std::string::npos);
+      EXPECT_EQ(job->progress().step(), steps);
+      full_view = *full;
+    }();
+    return full_view;
   }
 
   fp8d::client::JobClient& client() { return daemon_->client(); }
@@ -391,21 +419,7 @@ TEST_F(SlurmTest, LosingANodeIsRetriedFromTheCheckpoint) {
   // slurmctld marks it down first (NODE_FAIL); either way the attempt is NODE_LOST.
   ProcessResult kill = RunProcess({"/bin/bash", ClusterScript(), "kill-node", cluster_dir_, "n2"});
   ASSERT_EQ(kill.exit_code, 0) << kill.err;
-  ASSERT_TRUE(PollUntil([&] {
-    auto j = client().GetJob(created->name());
-    return j.ok() && j->attempt() >= 2;
-  }, std::chrono::seconds(90)));
-  ProcessResult start = RunProcess({"/bin/bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
-  ASSERT_EQ(start.exit_code, 0) << start.err;
-  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
-  auto full = client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
-  ASSERT_TRUE(full.ok());
-  ASSERT_GE(full->attempts_size(), 2);
-  EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
-  EXPECT_NE(full->attempts(1).resumed_from().find("step-"), std::string::npos);
-  EXPECT_EQ(job->progress().step(), 400);
+  ExpectRetriedAfterNodeLoss(created->name(), 400, std::chrono::seconds(90));
 }
 
 // fp8d is down while a node of its Slurm job fails and Slurm ends the job: on restart the
@@ -425,21 +439,9 @@ TEST_F(SlurmTest, ANodeLostWhileFp8dWasDownIsClassifiedAndRetried) {
   ASSERT_EQ(kill.exit_code, 0) << kill.err;
   ASSERT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(90))) << LiveSlurmJobs();
   ASSERT_TRUE(daemon_->Start().ok());
-  ASSERT_TRUE(PollUntil([&] {
-    auto j = client().GetJob(created->name());
-    return j.ok() && j->attempt() >= 2;
-  }, std::chrono::seconds(60)));
-  ProcessResult start = RunProcess({"/bin/bash", ClusterScript(), "start-node", cluster_dir_, "n2"});
-  ASSERT_EQ(start.exit_code, 0) << start.err;
-  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(180));
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
-  auto full = client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
-  ASSERT_TRUE(full.ok());
-  ASSERT_EQ(full->attempts_size(), 2);
-  EXPECT_EQ(full->attempts(0).failure_class(), fp8d::v1::NODE_LOST) << full->attempts(0).failure_message();
-  EXPECT_NE(full->attempts(1).resumed_from().find("step-"), std::string::npos);
-  EXPECT_EQ(job->progress().step(), 200);
+  const std::optional<Job> full = ExpectRetriedAfterNodeLoss(created->name(), 200, std::chrono::seconds(60));
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(full->attempts_size(), 2);
   EXPECT_EQ(SlurmJobsOf(created->name()).size(), 2u) << "one Slurm job per attempt, none re-run";
 }
 

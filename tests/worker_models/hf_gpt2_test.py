@@ -97,17 +97,11 @@ def write_safetensors(path, tensors):
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
+    """An all-F32 file as {name: float32 array}."""
     out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
-        b, e = t["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
+    for name, (dtype, a) in read_safetensors_raw(path).items():
+        assert dtype == "F32", (name, dtype)
+        out[name] = a
     return out
 
 
