@@ -6,8 +6,11 @@
 //                 timed until the rank's first event line;
 //   fp8d:         CreateJob (1 rank, the fault-injection worker) timed until GetJob says
 //                 RUNNING (the rank wrote `started` and fp8d read it, made it durable).
-// Slurm's scheduling cadence (a batch job waits up to a few seconds for a scheduling pass)
-// makes the two totals noisy, so fp8d's own share is also measured directly: CreateJob →
+// slurmctld starts batch jobs only at its ~1 s wake-ups, and not within 3 s of its previous
+// scheduler run (slurm_scheduler_clock.h), so when a job is submitted decides whether it waits
+// 0.1 s or 3 s. Every submission here is therefore made the same 250 ms before the wake-up
+// that will schedule it, read from slurmctld's log; each path's "Slurm's wait" line shows how
+// many were started at that wake-up. fp8d's own share is also measured directly: CreateJob →
 // the batch script written (sbatch runs next), and the rank's first event line → GetJob says
 // RUNNING. Every path is timed by the same 5 ms poll loop (not a busy loop: on a 2-core machine
 // that would take a core from Slurm's daemons during the very start it times). Prints median,
@@ -28,12 +31,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench/slurm/slurm_scheduler_clock.h"
 #include "tests/integration/daemon_process.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace fp8d::itest;
+using fp8d::bench::SlurmSchedulerClock;
+using fp8d::bench::WallTime;
+using WallClock = std::chrono::system_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -66,14 +73,53 @@ double Mean(const std::vector<double>& v) {
 }
 
 bool WaitIdle(const std::map<std::string, std::string>& env) {
-  // The previous iteration's job must be gone and its node idle again, and Slurm given a
-  // moment to settle, so each submission meets the same cluster whichever way it comes.
-  const bool idle = PollUntil([&] {
+  // The previous iteration's job must be gone and its node idle again.
+  return PollUntil([&] {
     return RunProcess({"/usr/bin/env", "squeue", "-h"}, env).out.empty() &&
            RunProcess({"/usr/bin/env", "sinfo", "-h", "-t", "idle", "-o", "%D"}, env).out == "1\n";
   }, std::chrono::seconds(60));
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  return idle;
+}
+
+// How long before the scheduling wake-up each submission is made.
+constexpr auto kLead = std::chrono::milliseconds(250);
+
+// One way of submitting: end-to-end times, and Slurm's part of each.
+struct Path {
+  std::vector<double> total;     // submit → running, ms
+  std::vector<double> slurm_wait;  // submit → Slurm allocated the job, ms
+  int at_aimed_wake_up = 0;
+};
+
+// Waits for an idle cluster, then until kLead before the wake-up at which slurmctld will
+// schedule a job submitted now. Returns that wake-up.
+WallTime AlignToScheduler(const SlurmSchedulerClock& clock, const std::map<std::string, std::string>& env) {
+  WaitIdle(env);
+  for (;;) {
+    const auto last_run = clock.LastSchedulerRun();
+    const WallTime wake_up = clock.NextSchedulingWakeUp(WallClock::now() + kLead + std::chrono::milliseconds(50));
+    std::this_thread::sleep_until(wake_up - kLead);
+    if (clock.LastSchedulerRun() == last_run) return wake_up;  // no scheduler run moved the cycle
+  }
+}
+
+// After a run: when Slurm allocated the job, against when it was submitted and the wake-up aimed
+// at. The allocation is also the clock's newest reference.
+void RecordSlurmWait(SlurmSchedulerClock& clock, Path& path, const std::string& slurm_id, WallTime submitted,
+                     WallTime aimed) {
+  std::optional<WallTime> allocated;
+  PollUntil([&] { return (allocated = clock.AllocationOf(slurm_id)).has_value(); }, std::chrono::seconds(5));
+  if (!allocated) {
+    std::fprintf(stderr, "no allocation of Slurm job %s in slurmctld's log\n", slurm_id.c_str());
+    return;
+  }
+  path.slurm_wait.push_back(std::chrono::duration<double, std::milli>(*allocated - submitted).count());
+  if (std::chrono::abs(*allocated - aimed) < std::chrono::milliseconds(100)) ++path.at_aimed_wake_up;
+  clock.Observe(*allocated);
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
 }
 
 }  // namespace
@@ -89,6 +135,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::map<std::string, std::string> env = {{"SLURM_CONF", cluster + "/slurm.conf"}};
+  // Every scheduler run logged, for the clock.
+  RunProcess({"/usr/bin/env", "scontrol", "setdebug", "debug"}, env);
+  SlurmSchedulerClock clock(cluster + "/slurmctld.log");
   const std::string config = tmp.path() + "/fp8d.yaml";
   // FP8D_BENCH_SLURM_POLL (e.g. "5s"): fp8d's squeue period, to see whether its polls matter.
   const char* poll = std::getenv("FP8D_BENCH_SLURM_POLL");
@@ -108,32 +157,60 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fp8d did not start\n%s", daemon.Log().c_str());
       rc = 1;
     }
-    std::vector<double> alone, via_fp8d, before_sbatch, after_start, by_hand;
+    Path alone, by_hand, via_fp8d;
+    std::vector<double> before_sbatch, after_start;
     std::string fp8d_dir;  // the attempt dir of fp8d's latest job: the by-hand path copies it
 
-    auto run_alone = [&](int i) {
-      WaitIdle(env);
-      const std::string out = tmp.path() + "/alone-" + std::to_string(i) + ".out";
-      const auto t0 = Clock::now();
+    // sbatch --wrap of a task that prints one line to `out`; its Slurm job id.
+    auto sbatch_wrap = [&](const std::string& out) -> std::optional<std::string> {
       ProcessResult s = RunProcess({"/usr/bin/env", "sbatch", "--parsable", "-o", "/dev/null", "--wrap",
                                     "srun --output=" + out + " sh -c 'echo started; sleep 0.3'"},
                                    env);
       if (s.exit_code != 0) {
         std::fprintf(stderr, "sbatch: %s\n", s.err.c_str());
-        return false;
+        return std::nullopt;
       }
-      Poll([&] {
-        std::ifstream in(out);
+      return Trim(s.out);
+    };
+    auto first_line_in = [](const std::string& file) {
+      return Poll([&] {
+        std::ifstream in(file);
         std::string line;
         return static_cast<bool>(std::getline(in, line));
       });
-      alone.push_back(Ms(Clock::now() - t0));
+    };
+
+    // One untimed job: its allocation anchors the clock on slurmctld's wake-ups.
+    {
+      const std::string out = tmp.path() + "/warm-up.out";
+      auto id = sbatch_wrap(out);
+      if (!id || !first_line_in(out)) {
+        rc = 1;
+      } else if (auto t = clock.AllocationOf(*id)) {
+        clock.Observe(*t);
+      } else {
+        std::fprintf(stderr, "slurmctld logged no allocation (is the log at %s?)\n", (cluster + "/slurmctld.log").c_str());
+        rc = 1;
+      }
+    }
+
+    auto run_alone = [&](int i) {
+      const std::string out = tmp.path() + "/alone-" + std::to_string(i) + ".out";
+      const WallTime aimed = AlignToScheduler(clock, env);
+      const WallTime wall0 = WallClock::now();
+      const auto t0 = Clock::now();
+      auto id = sbatch_wrap(out);
+      if (!id) return false;
+      first_line_in(out);
+      alone.total.push_back(Ms(Clock::now() - t0));
+      RecordSlurmWait(clock, alone, *id, wall0, aimed);
       return true;
     };
 
     auto run_fp8d = [&](int i) {
-      WaitIdle(env);
       fp8d::v1::Job job = TestTrainJob(tmp.path() + "/out-" + std::to_string(i), 1);
+      const WallTime aimed = AlignToScheduler(clock, env);
+      const WallTime wall1 = WallClock::now();
       const auto t1 = Clock::now();
       auto created = daemon.client().CreateJob(job);
       if (!created.ok()) {
@@ -159,9 +236,16 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "job never reached RUNNING\n%s", daemon.Log().c_str());
         return false;
       }
-      via_fp8d.push_back(Ms(*t_running - t1));
+      // The Slurm job id is every rank's pid in the API (job.proto, RankPlacement).
+      std::string slurm_id;
+      auto full = daemon.client().GetJob(created->name(), fp8d::v1::JOB_VIEW_FULL);
+      if (full.ok() && full->attempts_size() > 0 && full->attempts(0).ranks_size() > 0) {
+        slurm_id = std::to_string(full->attempts(0).ranks(0).pid());
+      }
+      via_fp8d.total.push_back(Ms(*t_running - t1));
       before_sbatch.push_back(Ms(*t_script - t1));
       after_start.push_back(Ms(*t_running - *t_event));
+      RecordSlurmWait(clock, via_fp8d, slurm_id, wall1, aimed);
       (void)WaitTerminal(daemon.client(), created->name(), std::chrono::seconds(60));
       fp8d_dir = dir;
       return true;
@@ -170,7 +254,6 @@ int main(int argc, char** argv) {
     // fp8d's own batch script and sbatch arguments, submitted by hand into a fresh copy of
     // the attempt directory: the same Slurm job without fp8d.
     auto run_by_hand = [&](int i) {
-      WaitIdle(env);
       const std::string& dir = fp8d_dir;
       const std::string copy = tmp.path() + "/by-hand-" + std::to_string(i);
       std::filesystem::create_directories(copy + "/rendezvous");
@@ -188,6 +271,8 @@ int main(int argc, char** argv) {
       job_env["CUDA_VISIBLE_DEVICES"] = "";
       job_env["FP8_TEST_STEPS"] = "1";
       job_env["FP8_TEST_STEP_MS"] = "300";
+      const WallTime aimed = AlignToScheduler(clock, env);
+      const WallTime wall2 = WallClock::now();
       const auto t2 = Clock::now();
       ProcessResult h = RunProcess({"/usr/bin/env", "sbatch", "--parsable", "--job-name=by-hand", "--nodes=1",
                                     "--ntasks=1", "--ntasks-per-node=1", "--no-requeue", "--export=ALL",
@@ -202,7 +287,8 @@ int main(int argc, char** argv) {
         std::error_code ec;
         return std::filesystem::file_size(copy + "/rank-0.events", ec) > 0;
       });
-      by_hand.push_back(Ms(Clock::now() - t2));
+      by_hand.total.push_back(Ms(Clock::now() - t2));
+      RecordSlurmWait(clock, by_hand, Trim(h.out), wall2, aimed);
       return true;
     };
 
@@ -218,15 +304,24 @@ int main(int argc, char** argv) {
       if (!ok) rc = 1;
     }
     if (rc == 0) {
-      auto line = [](const char* what, const std::vector<double>& v) {
-        std::printf("%-58s median %7.1f ms  p90 %7.1f ms  mean %7.1f ms  (n=%zu)\n", what, Median(v),
+      auto line = [](const std::string& what, const std::vector<double>& v) {
+        std::printf("%-58s median %7.1f ms  p90 %7.1f ms  mean %7.1f ms  (n=%zu)\n", what.c_str(), Median(v),
                     Percentile(v, 0.9), Mean(v), v.size());
       };
-      line("submit->running sbatch --wrap alone:", alone);
-      line("submit->running fp8d's script and arguments by hand:", by_hand);
-      line("submit->running via fp8d:", via_fp8d);
+      auto path = [&](const char* what, const Path& p) {
+        line(std::string("submit->running ") + what + ":", p.total);
+        line("  Slurm's wait, submit->allocated:", p.slurm_wait);
+        std::printf("  allocated at the wake-up aimed at: %d of %zu\n", p.at_aimed_wake_up, p.total.size());
+      };
+      std::printf("slurmctld wake-up period %.4f s; every submission %lld ms before its wake-up\n",
+                  clock.period_seconds(), static_cast<long long>(kLead.count()));
+      path("sbatch --wrap alone", alone);
+      path("fp8d's script and arguments by hand", by_hand);
+      path("via fp8d", via_fp8d);
       line("fp8d's own share, create -> sbatch:", before_sbatch);
       line("fp8d's own share, first event -> RUNNING:", after_start);
+      std::printf("via fp8d - sbatch alone (medians): %+.1f ms;  via fp8d - by hand: %+.1f ms\n",
+                  Median(via_fp8d.total) - Median(alone.total), Median(via_fp8d.total) - Median(by_hand.total));
     }
   }
   RunProcess({"/bin/bash", script, "stop", cluster});

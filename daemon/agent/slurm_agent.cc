@@ -357,7 +357,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   spdlog::info("job {} attempt {}: Slurm job {} submitted ({} node(s) × {} rank(s))", r.job_id,
                r.attempt, slurm_id, nodes, per_node);
   std::vector<RankProcess> out;
-  for (int rank = 0; rank < world; ++rank) out.push_back(RankProcess{rank, SlurmHandle(slurm_id), 0, 0});
+  for (int rank = 0; rank < world; ++rank) out.push_back(RankProcess{rank, SlurmHandle(slurm_id), 0, slurm_id});
   {
     std::lock_guard<std::mutex> lock(mu_);
     watched_[key] = std::move(watched);

@@ -96,6 +96,18 @@ class SlurmTest : public ::testing::Test {
     return ids;
   }
 
+  // Every rank of the last attempt shows the node as "slurm" and the Slurm job id as its pid
+  // (job.proto, RankPlacement), so `squeue -j <pid>` finds it.
+  static void ExpectPlacementsShowTheSlurmJob(const Job& job, const std::string& slurm_id) {
+    ASSERT_FALSE(job.attempts().empty());
+    const auto& ranks = job.attempts(job.attempts_size() - 1).ranks();
+    ASSERT_FALSE(ranks.empty());
+    for (const auto& r : ranks) {
+      EXPECT_EQ(r.node(), "slurm") << r.ShortDebugString();
+      EXPECT_EQ(std::to_string(r.pid()), slurm_id) << r.ShortDebugString();
+    }
+  }
+
   Job TwoNodeJob(const std::string& out, int steps, int save_steps) {
     Job job = TestTrainJob(out, steps, save_steps);
     job.mutable_resources()->set_ranks(0);
@@ -174,6 +186,7 @@ TEST_F(SlurmTest, TwoRanksOnTwoNodesSucceedAndReportTheirNodes) {
   const std::vector<std::string> ids = SlurmJobsOf(created->name());
   ASSERT_EQ(ids.size(), 1u);
   EXPECT_EQ(Slurm({"squeue", "-h", "--states=all", "-j", ids[0], "-o", "%N"}).out, "n[1-2]\n");
+  ExpectPlacementsShowTheSlurmJob(*job, ids[0]);
   const std::string dir = AttemptDir(*daemon_, created->name(), 1);
   for (int r = 0; r < 2; ++r) {
     std::ifstream in(dir + "/rank-" + std::to_string(r) + ".log");
@@ -366,7 +379,9 @@ TEST_F(SlurmTest, RestartedFp8dReadoptsTheSlurmJob) {
   EXPECT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
   EXPECT_EQ(job->attempt(), 1);
   EXPECT_EQ(job->progress().step(), 60);
-  EXPECT_EQ(SlurmJobsOf(created->name()).size(), 1u) << "re-adopted, not submitted again";
+  const std::vector<std::string> ids = SlurmJobsOf(created->name());
+  ASSERT_EQ(ids.size(), 1u) << "re-adopted, not submitted again";
+  ExpectPlacementsShowTheSlurmJob(*job, ids[0]);
 }
 
 TEST_F(SlurmTest, AJobThatEndedWhileFp8dWasDownIsJudgedNotRerun) {
