@@ -85,21 +85,24 @@ constexpr auto kLead = std::chrono::milliseconds(250);
 
 // One way of submitting: end-to-end times, and Slurm's part of each.
 struct Path {
-  std::vector<double> total;     // submit → running, ms
+  std::vector<double> total;       // submit → running, ms
   std::vector<double> slurm_wait;  // submit → Slurm allocated the job, ms
   int at_aimed_wake_up = 0;
 };
 
 // Waits for an idle cluster, then until kLead before the wake-up at which slurmctld will
-// schedule a job submitted now. Returns that wake-up.
+// schedule a job submitted now. Returns that wake-up. (A scheduler run in the meantime moves
+// it; after 10 such moves the submission goes ahead and its row shows the miss.)
 WallTime AlignToScheduler(const SlurmSchedulerClock& clock, const std::map<std::string, std::string>& env) {
   WaitIdle(env);
-  for (;;) {
+  WallTime wake_up;
+  for (int moves = 0; moves < 10; ++moves) {
     const auto last_run = clock.LastSchedulerRun();
-    const WallTime wake_up = clock.NextSchedulingWakeUp(WallClock::now() + kLead + std::chrono::milliseconds(50));
+    wake_up = clock.NextSchedulingWakeUp(WallClock::now() + kLead + std::chrono::milliseconds(50));
     std::this_thread::sleep_until(wake_up - kLead);
-    if (clock.LastSchedulerRun() == last_run) return wake_up;  // no scheduler run moved the cycle
+    if (clock.LastSchedulerRun() == last_run) break;
   }
+  return wake_up;
 }
 
 // After a run: when Slurm allocated the job, against when it was submitted and the wake-up aimed
