@@ -18,11 +18,12 @@
 # within 60 s; it prints the reason and the daemons' logs.
 #
 # GPUs without GPU hardware (to test the gres path): SLURM_CLUSTER_GPUS=N gives every node N
-# `gpu` gres (GresTypes=gpu, Gres=gpu:N) backed by N empty files DIR/gpu/nvidia0..N-1 that
-# DIR/gres.conf names as the devices (File=), so Slurm allocates them like real ones and sets
-# CUDA_VISIBLE_DEVICES for each task. Nodes then have N CPUs, so N ranks fit on a node;
+# `gpu` gres (GresTypes=gpu, Gres=gpu:N) whose devices in DIR/gres.conf (File=) are links
+# DIR/gpu/nvidia0..N-1 to /dev/null, so Slurm allocates them like real GPUs and sets
+# CUDA_VISIBLE_DEVICES for each task (a step's tasks see all of the job's GPUs on their node,
+# one each with --gpu-bind=per_task:1). Nodes then have N CPUs, so N ranks fit on a node;
 # SLURM_CLUSTER_CPUS=M sets the CPUs per node instead (default 1, or N with GPUs; at most this
-# machine's cores, or slurmd drains the node). Without these variables the config is as above.
+# machine's cores, or slurmctld marks the nodes INVAL). Unset, the config is as above.
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop|env DIR [NODES] | kill-node|start-node DIR nK" >&2; exit 64; }
@@ -146,8 +147,10 @@ EOF
   if [ "$gpus" -gt 0 ]; then
     gres=" Gres=gpu:$gpus"
     echo "GresTypes=gpu" >>"$dir/slurm.conf"
-    # Each slurmd reads gres.conf next to slurm.conf. The files stand in for /dev/nvidiaK:
-    # Slurm numbers a device by the digits of its file name (CUDA_VISIBLE_DEVICES=K).
+    # Each slurmd reads gres.conf next to slurm.conf. The links stand in for /dev/nvidiaK:
+    # slurmd takes only character or block devices (a regular file "is not a valid character
+    # or block device" and no task gets CUDA_VISIBLE_DEVICES); `Count=N` alone registers no
+    # GPU ("gres/gpu count reported lower than configured", node INVAL).
     mkdir -p "$dir/gpu"
     for k in $(seq 0 $((gpus - 1))); do ln -s /dev/null "$dir/gpu/nvidia$k"; done
     echo "NodeName=n[1-$nodes] Name=gpu File=$dir/gpu/nvidia[0-$((gpus - 1))]" >"$dir/gres.conf"
@@ -179,7 +182,10 @@ do_start() {
   [[ "$nodes" =~ ^[1-9][0-9]?$ ]] || usage
   [[ "$gpus" =~ ^[0-9]{1,2}$ ]] || { echo "slurm-cluster: SLURM_CLUSTER_GPUS=$gpus: expected 0..99" >&2; exit 64; }
   [ -n "$cpus" ] || cpus=$(( gpus > 1 ? gpus : 1 ))
-  [[ "$cpus" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "slurm-cluster: SLURM_CLUSTER_CPUS=$cpus: expected 1..999" >&2; exit 64; }
+  [[ "$cpus" =~ ^[1-9][0-9]{0,2}$ ]] && [ "$cpus" -le "$(nproc)" ] || {
+    echo "slurm-cluster: $cpus CPUs per node: expected 1..$(nproc) (this machine's cores)" >&2
+    exit 64
+  }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd -P)
   do_stop  # a cluster left behind in DIR by an earlier run
