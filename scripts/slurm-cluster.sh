@@ -16,6 +16,14 @@
 # Ports: SLURM_PORT_BASE (slurmctld on it, node K on base+K) or the first free block of 10 in
 # 17100..17990. `start` exits non-zero (and stops what it started) when the nodes are not idle
 # within 60 s; it prints the reason and the daemons' logs.
+#
+# GPUs without GPU hardware (to test the gres path): SLURM_CLUSTER_GPUS=N gives every node N
+# `gpu` gres (GresTypes=gpu, Gres=gpu:N) whose devices in DIR/gres.conf (File=) are links
+# DIR/gpu/nvidia0..N-1 to /dev/null, so Slurm allocates them like real GPUs and sets
+# CUDA_VISIBLE_DEVICES for each task (a step's tasks see all of the job's GPUs on their node,
+# one each with --gpu-bind=per_task:1). Nodes then have N CPUs, so N ranks fit on a node;
+# SLURM_CLUSTER_CPUS=M sets the CPUs per node instead (default 1, or N with GPUs; at most this
+# machine's cores, or slurmctld marks the nodes INVAL). Unset, the config is as above.
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop|env DIR [NODES] | kill-node|start-node DIR nK" >&2; exit 64; }
@@ -23,6 +31,8 @@ usage() { echo "usage: $0 start|stop|env DIR [NODES] | kill-node|start-node DIR 
 cmd=$1
 dir=$2
 nodes=${3:-2}
+gpus=${SLURM_CLUSTER_GPUS:-0}
+cpus=${SLURM_CLUSTER_CPUS:-}
 
 port_in_use() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
@@ -133,8 +143,20 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/jobcomp.log
 EOF
+  local gres=""
+  if [ "$gpus" -gt 0 ]; then
+    gres=" Gres=gpu:$gpus"
+    echo "GresTypes=gpu" >>"$dir/slurm.conf"
+    # Each slurmd reads gres.conf next to slurm.conf. The links stand in for /dev/nvidiaK:
+    # slurmd takes only character or block devices (a regular file "is not a valid character
+    # or block device" and no task gets CUDA_VISIBLE_DEVICES); `Count=N` alone registers no
+    # GPU ("gres/gpu count reported lower than configured", node INVAL).
+    mkdir -p "$dir/gpu"
+    for k in $(seq 0 $((gpus - 1))); do ln -s /dev/null "$dir/gpu/nvidia$k"; done
+    echo "NodeName=n[1-$nodes] Name=gpu File=$dir/gpu/nvidia[0-$((gpus - 1))]" >"$dir/gres.conf"
+  fi
   for k in $(seq 1 "$nodes"); do
-    echo "NodeName=n$k NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + k)) CPUs=1 RealMemory=1000 State=UNKNOWN" >>"$dir/slurm.conf"
+    echo "NodeName=n$k NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + k)) CPUs=$cpus RealMemory=1000$gres State=UNKNOWN" >>"$dir/slurm.conf"
   done
   echo "PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
 }
@@ -158,10 +180,17 @@ do_start() {
   done
   export PATH=$PATH:/usr/sbin
   [[ "$nodes" =~ ^[1-9][0-9]?$ ]] || usage
+  [[ "$gpus" =~ ^[0-9]{1,2}$ ]] || { echo "slurm-cluster: SLURM_CLUSTER_GPUS=$gpus: expected 0..99" >&2; exit 64; }
+  [ -n "$cpus" ] || cpus=$(( gpus > 1 ? gpus : 1 ))
+  [[ "$cpus" =~ ^[1-9][0-9]{0,2}$ ]] && [ "$cpus" -le "$(nproc)" ] || {
+    echo "slurm-cluster: $cpus CPUs per node: expected 1..$(nproc) (this machine's cores)" >&2
+    exit 64
+  }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd -P)
   do_stop  # a cluster left behind in DIR by an earlier run
-  rm -rf "$dir/ctld" "$dir/munge" "$dir"/n[0-9]* "$dir/jobcomp.log" "$dir"/*.log
+  rm -rf "$dir/ctld" "$dir/munge" "$dir"/n[0-9]* "$dir/jobcomp.log" "$dir"/*.log \
+    "$dir/gres.conf" "$dir/gpu"
   mkdir -p "$dir/ctld" "$dir/munge"
   # Passable by everyone: jobs that run as other users (sbatch --uid) reach munge's socket from
   # srun. The key itself stays root's (0400).

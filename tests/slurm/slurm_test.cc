@@ -33,7 +33,7 @@ class SlurmTest : public ::testing::Test {
  protected:
   void SetUp() override {
     cluster_dir_ = tmp_.path() + "/cluster";
-    ProcessResult r = RunProcess({"/bin/bash", ClusterScript(), "start", cluster_dir_, "2"}, {},
+    ProcessResult r = RunProcess({"/bin/bash", ClusterScript(), "start", cluster_dir_, "2"}, cluster_env_,
                                  std::chrono::seconds(90));
     if (r.exit_code != 0) {
       (void)RunProcess({"/bin/bash", ClusterScript(), "stop", cluster_dir_});
@@ -59,7 +59,8 @@ class SlurmTest : public ::testing::Test {
   void StartSlurmDaemon(std::map<std::string, std::string> worker_env = {},
                         const std::string& worker = TestWorkerPath(), const std::string& owner = "") {
     const std::string config = tmp_.path() + "/fp8d.yaml";
-    std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  poll_interval: 200ms\n";
+    std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  poll_interval: 200ms\n"
+                          << slurm_yaml_extra_;
     DaemonOptions options;
     options.worker = worker;
     options.env = worker_env;
@@ -150,6 +151,8 @@ class SlurmTest : public ::testing::Test {
   std::string cluster_dir_;
   bool cluster_up_ = false;
   std::map<std::string, std::string> slurm_env_;
+  std::map<std::string, std::string> cluster_env_;  // for slurm-cluster.sh start (SLURM_CLUSTER_GPUS)
+  std::string slurm_yaml_extra_;                     // more lines of fp8d's `slurm:` config
   std::unique_ptr<Daemon> daemon_;
 };
 
@@ -532,6 +535,98 @@ TEST_F(SlurmTest, RealWorkerOnSlurmMatchesTheLocalLauncher) {
     ++compared;
   }
   EXPECT_GT(compared, 0) << "no .safetensors output to compare";
+}
+
+// GPU ranks on Slurm without GPUs: the test cluster's nodes carry 2 `gpu` gres each, backed by
+// device files (scripts/slurm-cluster.sh, SLURM_CLUSTER_GPUS), and fp8d runs with `gpus: true`.
+class SlurmGpuTest : public SlurmTest {
+ protected:
+  SlurmGpuTest() {
+    cluster_env_ = {{"SLURM_CLUSTER_GPUS", "2"}};  // and 2 CPUs per node
+    slurm_yaml_extra_ = "  gpus: true\n";
+  }
+
+  // Runs a 2 nodes × 2 ranks job to SUCCEEDED; checks that its Slurm job asked gpu:2 per node
+  // and returns, per node, each rank's CUDA_VISIBLE_DEVICES as its log shows it.
+  std::map<std::string, std::vector<std::string>> DevicesOfATwoByTwoJob() {
+    std::map<std::string, std::vector<std::string>> by_node;
+    [&] {
+      Job spec = TwoNodeJob(Out("gpu"), 5, 0);
+      spec.mutable_resources()->set_ranks_per_node(2);
+      auto created = client().CreateJob(spec);
+      ASSERT_TRUE(created.ok()) << created.status().ToString();
+      EXPECT_EQ(created->resources().ranks(), 4);
+      auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(120));
+      ASSERT_TRUE(job.ok()) << job.status().ToString();
+      ASSERT_EQ(job->state(), fp8d::v1::SUCCEEDED) << job->error().message();
+      const std::vector<std::string> ids = SlurmJobsOf(created->name());
+      ASSERT_EQ(ids.size(), 1u);
+      EXPECT_EQ(Slurm({"squeue", "-h", "--states=all", "-j", ids[0], "-o", "%b"}).out, "gres:gpu:2\n");
+      const std::string dir = AttemptDir(*daemon_, created->name(), 1);
+      for (int r = 0; r < 4; ++r) {
+        std::ifstream in(dir + "/rank-" + std::to_string(r) + ".log");
+        const std::string log(std::istreambuf_iterator<char>(in), {});
+        ASSERT_EQ(LoggedEnv(log, "FP8D_RANK"), std::to_string(r)) << log;
+        by_node[LoggedEnv(log, "FP8D_SLURM_NODE")].push_back(LoggedEnv(log, "CUDA_VISIBLE_DEVICES"));
+      }
+    }();
+    return by_node;
+  }
+
+  // The value of `env KEY=` in a rank's log, as the test worker prints it ("" if absent).
+  static std::string LoggedEnv(const std::string& log, const std::string& key) {
+    const std::string tag = "env " + key + "=";
+    const size_t at = log.find(tag);
+    if (at == std::string::npos) return "";
+    const size_t from = at + tag.size();
+    return log.substr(from, log.find('\n', from) - from);
+  }
+};
+
+// fp8d leaves CUDA_VISIBLE_DEVICES to Slurm: every rank sees the two devices Slurm gave the
+// job on its node (srun binds no task to one GPU unless asked; the worker picks one by rank).
+TEST_F(SlurmGpuTest, RanksAskForGresAndSeeTheirNodesDevices) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
+  const auto by_node = DevicesOfATwoByTwoJob();
+  using Devices = std::map<std::string, std::vector<std::string>>;
+  EXPECT_EQ(by_node, (Devices{{"n1", {"0,1", "0,1"}}, {"n2", {"0,1", "0,1"}}}));
+}
+
+// With `sbatch_args: [--gpu-bind=per_task:1]` (srun in the batch script inherits it) each rank
+// of a node gets a device of its own, as on the local launcher.
+TEST_F(SlurmGpuTest, GpuBindPerTaskGivesEachRankItsOwnDevice) {
+  slurm_yaml_extra_ += "  sbatch_args: [--gpu-bind=per_task:1]\n";
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
+  const auto by_node = DevicesOfATwoByTwoJob();
+  using Devices = std::map<std::string, std::vector<std::string>>;
+  EXPECT_EQ(by_node, (Devices{{"n1", {"0", "1"}}, {"n2", {"0", "1"}}}));
+}
+
+// Nodes of one GPU and two CPUs: 2 ranks per node ask gpu:2, which no node has (their CPUs
+// would do); Slurm refuses the job and fp8d fails it at once with Slurm's message.
+class SlurmOneGpuTest : public SlurmTest {
+ protected:
+  SlurmOneGpuTest() {
+    cluster_env_ = {{"SLURM_CLUSTER_GPUS", "1"}, {"SLURM_CLUSTER_CPUS", "2"}};
+    slurm_yaml_extra_ = "  gpus: true\n";
+  }
+};
+
+TEST_F(SlurmOneGpuTest, MoreGpusPerNodeThanTheNodesHaveFailsAtOnce) {
+  StartSlurmDaemon();
+  Job spec = TestTrainJob(Out("toomany"), 5);
+  spec.mutable_resources()->set_ranks(0);
+  spec.mutable_resources()->set_nodes(1);
+  spec.mutable_resources()->set_ranks_per_node(2);
+  auto created = client().CreateJob(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::FAILED);
+  EXPECT_EQ(job->attempt(), 1) << "a rejected job must not be retried";
+  EXPECT_EQ(job->error().failure_class(), fp8d::v1::INVALID_SPEC);
+  EXPECT_NE(job->error().message().find("Requested node configuration is not available"), std::string::npos)
+      << job->error().message();
 }
 
 }  // namespace

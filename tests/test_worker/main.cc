@@ -363,7 +363,7 @@ long ResumeStep(const std::string& resume_from) {
 void LogEnvironmentAndFds() {
   const char* keys[] = {"FP8D_JOB", "FP8D_ATTEMPT", "FP8D_RANK", "FP8D_WORLD_SIZE",
                         "FP8D_LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "FP8D_RENDEZVOUS_DIR",
-                        "FP8D_CHECKPOINT_DIR", "FP8D_RESUME_FROM"};
+                        "FP8D_CHECKPOINT_DIR", "FP8D_RESUME_FROM", "FP8D_SLURM_NODE"};
   for (const char* k : keys) {
     const char* v = std::getenv(k);
     std::fprintf(stderr, "env %s=%s\n", k, v ? v : "<unset>");
