@@ -210,8 +210,11 @@ StatusOr<std::string> SlurmAgent::BatchScript(const LaunchRequest& r, int nodes,
       "FP8D_RANK=$SLURM_PROCID FP8D_LOCAL_RANK=$SLURM_LOCALID FP8D_LOCAL_WORLD_SIZE=" +
       std::to_string(per_node) + " FP8D_SLURM_NODE=$SLURMD_NODENAME; export FP8D_RANK "
       "FP8D_LOCAL_RANK FP8D_LOCAL_WORLD_SIZE FP8D_SLURM_NODE; exec \"$@\"";
+  // With GPUs each task gets one of its node's devices, as a local rank does; a plain srun
+  // would show every task all of them.
+  const std::string gpu_bind = options_.gpus ? " --gpu-bind=per_task:1" : "";
   s += "srun --ntasks=" + std::to_string(world) + " --nodes=" + std::to_string(nodes) +
-       " --ntasks-per-node=" + std::to_string(per_node) +
+       " --ntasks-per-node=" + std::to_string(per_node) + gpu_bind +
        " --kill-on-bad-exit=1 --open-mode=append --output=" +
        ShellQuote(r.attempt_dir + "/rank-%t.events") + " --error=" +
        ShellQuote(r.attempt_dir + "/rank-%t.log") + " /bin/sh -c " + ShellQuote(rank_env) +
