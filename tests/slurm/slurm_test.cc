@@ -248,6 +248,32 @@ TEST_F(SlurmTest, CancelEndsTheSlurmJobWithinTheGrace) {
   EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
 }
 
+// The Slurm time limit is the attempt deadline plus the cancel grace in whole minutes, rounded
+// up (README "Running on a Slurm cluster"): 58 s + the fixture's 3 s grace = 61 s → 2 minutes,
+// a limit that neither the deadline alone nor rounding down gives. A job without a deadline
+// asks for no --time and gets the partition's limit (MaxTime=INFINITE on the test cluster).
+TEST_F(SlurmTest, TheTimeLimitIsTheAttemptDeadlinePlusTheGrace) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  Job limited = TestTrainJob(Out("limited"), 100000);
+  limited.mutable_timeouts()->mutable_attempt_deadline()->set_seconds(58);
+  auto a = client().CreateJob(limited);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = client().CreateJob(TestTrainJob(Out("unlimited"), 100000));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [name, limit] : {std::pair{a->name(), std::string("2:00\n")},
+                                    std::pair{b->name(), std::string("UNLIMITED\n")}}) {
+    ASSERT_TRUE(PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) << name;
+    const std::string id = SlurmJobsOf(name)[0];
+    EXPECT_EQ(Slurm({"squeue", "-h", "-j", id, "-o", "%l"}).out, limit) << name << " (Slurm job " << id << ")";
+  }
+  for (const std::string& name : {a->name(), b->name()}) {
+    ASSERT_TRUE(client().CancelJob(name).ok());
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
+  }
+}
+
 // A system user for one test: created when missing, removed again only if the test made it.
 class TestUser {
  public:
