@@ -442,11 +442,18 @@ void SlurmAgent::RunSignals() {
   }
   for (const auto& [id, sig] : queued_signals) {
     const std::string sid = std::to_string(id);
+    std::string state = states[id];
+    if (sig != SIGKILL && (state == "PENDING" || state.empty())) {
+      // The last poll may predate the start: ranks begin within a poll interval, and a cancel
+      // right after they did must still reach them as `sig`, not as Slurm's own cancel.
+      auto now = RunCommand({"squeue", "-h", "--states=all", "-j", sid, "-o", "%T"}, {}, options_.command_timeout_ms);
+      if (now.ok() && now->exit_code == 0) state = OneLine(now->out);
+    }
     std::vector<std::vector<std::string>> commands;
     if (sig == SIGKILL) {
       // The tasks at once, then the allocation (the batch script waiting on srun).
       commands = {{"scancel", "--signal=KILL", sid}, {"scancel", sid}};
-    } else if (states[id] == "PENDING" || states[id].empty()) {
+    } else if (state == "PENDING" || state.empty()) {
       // Nothing runs yet that could stop gracefully: take it out of the queue.
       commands = {{"scancel", sid}};
     } else {

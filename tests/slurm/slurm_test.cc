@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
@@ -272,6 +273,37 @@ TEST_F(SlurmTest, TheTimeLimitIsTheAttemptDeadlinePlusTheGrace) {
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
   }
+}
+
+// Ranks that ignore SIGTERM: fp8ctl cancel's `scancel --signal=TERM` leaves them running, and
+// only the SIGKILL fp8d sends once the 3 s grace is over ends the Slurm job: not before the grace
+// (the ranks did outlive SIGTERM), within the grace plus Slurm's kill time, no worker left. The
+// cancel comes right after the ranks started, as a user's might: before fp8d's next squeue poll.
+TEST_F(SlurmTest, CancelOfRanksIgnoringSigtermEndsWithSigkillAfterTheGrace) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}, {"FP8_TEST_MODE", "ignore_sigterm"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("stubborn"), 100000, 0));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING, std::chrono::seconds(60)).ok());
+  const std::vector<std::string> ids = SlurmJobsOf(created->name());
+  ASSERT_EQ(ids.size(), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  ProcessResult r = RunProcess({Fp8ctlPath(), "--server", daemon_->address(), "cancel", created->name()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Halfway through the grace: fp8d's SIGTERM went to the ranks alone, so the job still runs
+  // (Slurm's own cancel would have it COMPLETING, its grace Slurm's KillWait instead of fp8d's).
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(1500));
+  EXPECT_EQ(Slurm({"squeue", "-h", "-j", ids[0], "-o", "%T"}).out, "RUNNING\n");
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::CANCELLED);
+  EXPECT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(10))) << LiveSlurmJobs();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::seconds(3)) << "the ranks ended before the grace: SIGTERM was not ignored";
+  // Then Slurm's own end of a killed job: srun waits up to KillWait + 2 = 7 s for the step.
+  EXPECT_LT(took, std::chrono::seconds(3 + 7 + 5));
+  EXPECT_NE(daemon_->Log().find("after SIGTERM; SIGKILL"), std::string::npos) << "fp8d sent no SIGKILL";
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "fp8-test-worker train --spec " + tmp_.path()});
+  EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
 }
 
 // A system user for one test: created when missing, removed again only if the test made it.
