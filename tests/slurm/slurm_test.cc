@@ -306,6 +306,42 @@ TEST_F(SlurmTest, CancelOfRanksIgnoringSigtermEndsWithSigkillAfterTheGrace) {
   EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
 }
 
+// fp8d's config file: its `slurm:` section reaches every sbatch (sbatch_args: the comment;
+// account, which Slurm records as given with no accounting database to check it; partition,
+// though `debug` is the cluster's only one), and a job's resources.slurm fields override it
+// (account). The test cluster has no QOS or node features, so qos and constraint stay unset.
+TEST_F(SlurmTest, TheConfigsSlurmSectionAndAJobsOverridesReachSbatch) {
+  const std::string config = tmp_.path() + "/fp8d-slurm.yaml";
+  std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  account: fp8d-config-account\n"
+                           "  sbatch_args: [\"--comment=fp8d-config-test\"]\n  poll_interval: 200ms\n";
+  DaemonOptions options;
+  options.env = {{"FP8_TEST_STEP_MS", "100"}};
+  for (const auto& [k, v] : slurm_env_) options.env[k] = v;
+  options.extra_args = {"--config", config};
+  options.cancel_grace_ms = 3000;
+  daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto a = client().CreateJob(TestTrainJob(Out("config"), 100000));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Job override = TestTrainJob(Out("override"), 100000);
+  override.mutable_resources()->mutable_slurm()->set_account("fp8d-job-account");
+  auto b = client().CreateJob(override);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [name, account] : {std::pair{a->name(), std::string("fp8d-config-account")},
+                                      std::pair{b->name(), std::string("fp8d-job-account")}}) {
+    ASSERT_TRUE(PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) << name;
+    const std::string id = SlurmJobsOf(name)[0];
+    EXPECT_EQ(Slurm({"squeue", "-h", "-j", id, "-o", "%k|%P|%a"}).out,
+              "fp8d-config-test|debug|" + account + "\n") << name << " (Slurm job " << id << ")";
+  }
+  for (const std::string& name : {a->name(), b->name()}) {
+    ASSERT_TRUE(client().CancelJob(name).ok());
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
+  }
+}
+
 // A system user for one test: created when missing, removed again only if the test made it.
 class TestUser {
  public:
