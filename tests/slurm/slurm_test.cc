@@ -172,6 +172,47 @@ std::vector<std::pair<int64_t, std::string>> Losses(const std::string& events_fi
   return out;
 }
 
+// Every regular file under `dir`, by its path relative to `dir`, with its bytes.
+std::map<std::string, std::string> ReadTree(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    files[fs::relative(entry.path(), dir).string()].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+// A calibration output file as two runs of the same calibration can be compared: the reports
+// record the run as well as its result, so report.json loses its summary's output_dir, seconds
+// and input_gb_per_sec and its fingerprint's spec.output_dir (two jobs cannot share an output
+// dir; the time is the machine's), and report.txt's "summary: {...}" line the same summary
+// fields. Everything else, in every file, stays as written.
+std::string ComparableCalibrationFile(const std::string& path, const std::string& bytes) {
+  auto erase_run_fields = [](nlohmann::json& summary) {
+    for (const char* k : {"output_dir", "seconds", "input_gb_per_sec"}) summary.erase(k);
+  };
+  if (path == "report.json") {
+    nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
+    if (!j.is_object() || !j.contains("summary")) return bytes;
+    erase_run_fields(j["summary"]);
+    if (j.contains("fingerprint") && j["fingerprint"].contains("spec")) j["fingerprint"]["spec"].erase("output_dir");
+    return j.dump(2);
+  }
+  if (path == "report.txt") {
+    const std::string key = "\nsummary: ";
+    const size_t at = bytes.find(key);
+    if (at == std::string::npos) return bytes;
+    const size_t from = at + key.size();
+    const size_t end = std::min(bytes.find('\n', from), bytes.size());
+    nlohmann::json j = nlohmann::json::parse(bytes.substr(from, end - from), nullptr, false);
+    if (!j.is_object()) return bytes;
+    erase_run_fields(j);
+    return bytes.substr(0, from) + j.dump() + bytes.substr(end);
+  }
+  return bytes;
+}
+
 TEST_F(SlurmTest, TwoRanksOnTwoNodesSucceedAndReportTheirNodes) {
   StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
   auto created = client().CreateJob(TwoNodeJob(Out("two"), 10, 5));
@@ -616,16 +657,25 @@ TEST_F(SlurmTest, RealWorkerOnSlurmMatchesTheLocalLauncher) {
   EXPECT_EQ(Losses(AttemptDir(*daemon_, name, 1) + "/rank-0.events"), local_losses);
   ASSERT_FALSE(run(*daemon_, calibrate(model, Out("calib-slurm"))).first.empty());
 
-  int compared = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(Out("calib-local"))) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
-    const fs::path other = Out("calib-slurm") / fs::relative(entry.path(), Out("calib-local"));
-    std::ifstream a(entry.path(), std::ios::binary), b(other, std::ios::binary);
-    const std::string da(std::istreambuf_iterator<char>(a), {}), db(std::istreambuf_iterator<char>(b), {});
-    EXPECT_TRUE(!da.empty() && da == db) << entry.path() << " differs from " << other;
-    ++compared;
+  // Every file either run wrote (weights, index, config.json, reports, copied files), byte for
+  // byte but for the run's own fields in the reports (ComparableCalibrationFile).
+  const std::map<std::string, std::string> local_out = ReadTree(Out("calib-local"));
+  const std::map<std::string, std::string> slurm_out = ReadTree(Out("calib-slurm"));
+  std::string local_names, slurm_names;
+  for (const auto& [path, bytes] : local_out) local_names += path + " ";
+  for (const auto& [path, bytes] : slurm_out) slurm_names += path + " ";
+  EXPECT_EQ(slurm_names, local_names);
+  for (const char* expected : {"model.safetensors", "model.safetensors.index.json", "config.json", "report.json",
+                               "report.txt"}) {
+    EXPECT_TRUE(local_out.count(expected)) << expected << " missing from " << local_names;
   }
-  EXPECT_GT(compared, 0) << "no .safetensors output to compare";
+  for (const auto& [path, bytes] : local_out) {
+    auto other = slurm_out.find(path);
+    if (other == slurm_out.end()) continue;
+    EXPECT_FALSE(bytes.empty()) << path;
+    EXPECT_TRUE(ComparableCalibrationFile(path, bytes) == ComparableCalibrationFile(path, other->second))
+        << path << " differs between the launchers";
+  }
 }
 
 }  // namespace
