@@ -445,11 +445,18 @@ void SlurmAgent::RunSignals() {
   }
   for (const auto& [id, sig] : queued_signals) {
     const std::string sid = std::to_string(id);
+    std::string state = states[id];
+    if (sig != SIGKILL && (state == "PENDING" || state.empty())) {
+      // The last poll may predate the start: ranks begin within a poll interval, and a cancel
+      // right after they did must still reach them as `sig`, not as Slurm's own cancel.
+      auto now = RunCommand({"squeue", "-h", "--states=all", "-j", sid, "-o", "%T"}, {}, options_.command_timeout_ms);
+      if (now.ok() && now->exit_code == 0) state = OneLine(now->out);
+    }
     std::vector<std::vector<std::string>> commands;
     if (sig == SIGKILL) {
       // The tasks at once, then the allocation (the batch script waiting on srun).
       commands = {{"scancel", "--signal=KILL", sid}, {"scancel", sid}};
-    } else if (states[id] == "PENDING" || states[id].empty()) {
+    } else if (state == "PENDING" || state.empty()) {
       // Nothing runs yet that could stop gracefully: take it out of the queue.
       commands = {{"scancel", sid}};
     } else {
@@ -533,65 +540,17 @@ void SlurmAgent::ReadEvents(Watched& w, bool final) {
 
 WorkerExit SlurmAgent::ExitFor(const Watched& w, int rank,
                                const std::map<std::string, std::string>& info) const {
-  WorkerExit ex;
-  ex.job_id = w.job_id;
-  ex.attempt = w.attempt;
-  ex.rank = rank;
-  const std::string where = "Slurm job " + std::to_string(w.slurm_id);
-  if (w.rejected) {
-    ex.cause = WorkerExit::Cause::kRejected;
-    ex.cause_message = where + " can never start: Slurm keeps it pending for " + w.reason +
-                       " (the request exceeds what the partition, account or QOS allows); "
-                       "cancelled";
-    return ex;
-  }
-  if (!w.known) {
-    // Purged from slurmctld's memory and no accounting to ask: the events decide.
-    ex.adopted = true;
-    return ex;
-  }
-  const std::string& st = w.state;
-  std::string reason = w.reason;
-  if (auto it = info.find("Reason"); it != info.end() && it->second != "None") reason = it->second;
-  const std::string why = where + " ended " + st + (reason.empty() || reason == "None" ? "" : " (" + reason + ")");
-  if (st == "NODE_FAIL" || st == "BOOT_FAIL") {
-    ex.cause = WorkerExit::Cause::kNodeLost;
-  } else if (st == "PREEMPTED") {
-    ex.cause = WorkerExit::Cause::kPreempted;
-  } else if (st == "TIMEOUT" || st == "DEADLINE") {
-    ex.cause = WorkerExit::Cause::kTimeLimit;
-  } else if (st == "OUT_OF_MEMORY") {
-    ex.cause = WorkerExit::Cause::kOutOfMemory;
-  } else if (st == "CANCELLED") {
-    ex.cause = WorkerExit::Cause::kCancelledOutside;  // ours too; the core ignores it then
-  }
-  if (auto it = info.find("fp8d.lost_nodes");
-      it != info.end() && !it->second.empty() && st != "CANCELLED") {
-    ex.cause = WorkerExit::Cause::kNodeLost;
-    ex.cause_message = why + "; node(s) not responding: " + it->second;
-    return ex;
-  }
-  ex.cause_message = why;
-  if (ex.cause != WorkerExit::Cause::kProcess) return ex;
-  // COMPLETED or FAILED: the batch script exits with srun's status, the highest of the ranks'.
-  int code = st == "COMPLETED" ? 0 : -1;
-  if (auto it = info.find("ExitCode"); it != info.end() && st != "COMPLETED") {
-    const std::string& v = it->second;  // "code:signal"
-    const size_t colon = v.find(':');
-    const int c = std::atoi(v.substr(0, colon).c_str());
-    const int s = colon == std::string::npos ? 0 : std::atoi(v.substr(colon + 1).c_str());
-    if (s != 0) {
-      ex.signal = s;
-    } else {
-      code = c;
-    }
-  }
-  if (code < 0 && ex.signal == 0) {
-    ex.adopted = true;  // no status to be had: the events decide
-  } else {
-    ex.exit_code = code;
-  }
-  return ex;
+  SlurmEnd end;
+  end.job_id = w.job_id;
+  end.attempt = w.attempt;
+  end.rank = rank;
+  end.slurm_id = w.slurm_id;
+  end.known = w.known;
+  end.rejected = w.rejected;
+  end.state = w.state;
+  end.reason = w.reason;
+  end.fields = info;
+  return SlurmJobExit(end);
 }
 
 void SlurmAgent::Finish(Watched& w) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -177,6 +178,69 @@ std::string LostNodes(const std::string& sinfo) {
     if (lost) out += (out.empty() ? "" : ", ") + node + " (" + state + ")";
   }
   return out;
+}
+
+WorkerExit SlurmJobExit(const SlurmEnd& end) {
+  WorkerExit ex;
+  ex.job_id = end.job_id;
+  ex.attempt = end.attempt;
+  ex.rank = end.rank;
+  const std::string where = "Slurm job " + std::to_string(end.slurm_id);
+  if (end.rejected) {
+    ex.cause = WorkerExit::Cause::kRejected;
+    ex.cause_message = where + " can never start: Slurm keeps it pending for " + end.reason +
+                       " (the request exceeds what the partition, account or QOS allows); "
+                       "cancelled";
+    return ex;
+  }
+  if (!end.known) {
+    // Purged from slurmctld's memory and no accounting to ask: the events decide.
+    ex.adopted = true;
+    return ex;
+  }
+  const std::map<std::string, std::string>& info = end.fields;
+  const std::string& st = end.state;
+  std::string reason = end.reason;
+  if (auto it = info.find("Reason"); it != info.end() && it->second != "None") reason = it->second;
+  const std::string why = where + " ended " + st + (reason.empty() || reason == "None" ? "" : " (" + reason + ")");
+  if (st == "NODE_FAIL" || st == "BOOT_FAIL") {
+    ex.cause = WorkerExit::Cause::kNodeLost;
+  } else if (st == "PREEMPTED") {
+    ex.cause = WorkerExit::Cause::kPreempted;
+  } else if (st == "TIMEOUT" || st == "DEADLINE") {
+    ex.cause = WorkerExit::Cause::kTimeLimit;
+  } else if (st == "OUT_OF_MEMORY") {
+    ex.cause = WorkerExit::Cause::kOutOfMemory;
+  } else if (st == "CANCELLED") {
+    ex.cause = WorkerExit::Cause::kCancelledOutside;  // ours too; the core ignores it then
+  }
+  if (auto it = info.find("fp8d.lost_nodes");
+      it != info.end() && !it->second.empty() && st != "CANCELLED") {
+    ex.cause = WorkerExit::Cause::kNodeLost;
+    ex.cause_message = why + "; node(s) not responding: " + it->second;
+    return ex;
+  }
+  ex.cause_message = why;
+  if (ex.cause != WorkerExit::Cause::kProcess) return ex;
+  // COMPLETED or FAILED: the batch script exits with srun's status, the highest of the ranks'.
+  int code = st == "COMPLETED" ? 0 : -1;
+  if (auto it = info.find("ExitCode"); it != info.end() && st != "COMPLETED") {
+    const std::string& v = it->second;  // "code:signal"
+    const size_t colon = v.find(':');
+    const int c = std::atoi(v.substr(0, colon).c_str());
+    const int s = colon == std::string::npos ? 0 : std::atoi(v.substr(colon + 1).c_str());
+    if (s != 0) {
+      ex.signal = s;
+    } else {
+      code = c;
+    }
+  }
+  if (code < 0 && ex.signal == 0) {
+    ex.adopted = true;  // no status to be had: the events decide
+  } else {
+    ex.exit_code = code;
+  }
+  return ex;
 }
 
 int64_t SlurmMinutes(int64_t ms) { return ms <= 0 ? 0 : (ms + 59999) / 60000; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/agent/agent.h"
 
 namespace fp8d::agent {
 
@@ -55,6 +56,28 @@ std::string LostNodes(const std::string& sinfo);
 
 // Slurm's time limit for a limit in ms: whole minutes, rounded up (sbatch --time=M).
 int64_t SlurmMinutes(int64_t ms);
+
+// What the launcher knows about an attempt's Slurm job once it ended, for one rank's exit.
+struct SlurmEnd {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int64_t slurm_id = 0;
+  bool known = true;      // false: squeue no longer lists the job (purged, no accounting to ask)
+  bool rejected = false;  // pending for a reason no wait resolves (NeverStartsReason): cancelled
+  std::string state;      // squeue's last state: COMPLETED, FAILED, NODE_FAIL, ...
+  std::string reason;     // squeue's last reason
+  // `scontrol show job -o` fields (Reason, ExitCode "code:signal", NodeList, ...), plus
+  // "fp8d.lost_nodes": LostNodes() of the job's nodes, non-empty when one of them is lost.
+  std::map<std::string, std::string> fields;
+};
+
+// The rank's exit as the core sees it: Slurm's end state mapped to a failure cause (NODE_FAIL,
+// BOOT_FAIL or a lost node → kNodeLost, PREEMPTED, TIMEOUT/DEADLINE → kTimeLimit,
+// OUT_OF_MEMORY, CANCELLED → kCancelledOutside, rejected → kRejected); COMPLETED and FAILED
+// keep kProcess with the exit code or signal of ExitCode, or `adopted` (the events decide) when
+// there is no status to be had, as for a job Slurm no longer knows.
+WorkerExit SlurmJobExit(const SlurmEnd& end);
 
 // A rank's launcher handle (RankProcess::handle): "slurm:<job id>".
 std::string SlurmHandle(int64_t slurm_id);

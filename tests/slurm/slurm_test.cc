@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
@@ -174,6 +175,47 @@ std::vector<std::pair<int64_t, std::string>> Losses(const std::string& events_fi
   return out;
 }
 
+// Every regular file under `dir`, by its path relative to `dir`, with its bytes.
+std::map<std::string, std::string> ReadTree(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    files[fs::relative(entry.path(), dir).string()].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+// A calibration output file as two runs of the same calibration can be compared: the reports
+// record the run as well as its result, so report.json loses its summary's output_dir, seconds
+// and input_gb_per_sec and its fingerprint's spec.output_dir (two jobs cannot share an output
+// dir; the time is the machine's), and report.txt's "summary: {...}" line the same summary
+// fields. Everything else, in every file, stays as written.
+std::string ComparableCalibrationFile(const std::string& path, const std::string& bytes) {
+  auto erase_run_fields = [](nlohmann::json& summary) {
+    for (const char* k : {"output_dir", "seconds", "input_gb_per_sec"}) summary.erase(k);
+  };
+  if (path == "report.json") {
+    nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
+    if (!j.is_object() || !j.contains("summary")) return bytes;
+    erase_run_fields(j["summary"]);
+    if (j.contains("fingerprint") && j["fingerprint"].contains("spec")) j["fingerprint"]["spec"].erase("output_dir");
+    return j.dump(2);
+  }
+  if (path == "report.txt") {
+    const std::string key = "\nsummary: ";
+    const size_t at = bytes.find(key);
+    if (at == std::string::npos) return bytes;
+    const size_t from = at + key.size();
+    const size_t end = std::min(bytes.find('\n', from), bytes.size());
+    nlohmann::json j = nlohmann::json::parse(bytes.substr(from, end - from), nullptr, false);
+    if (!j.is_object()) return bytes;
+    erase_run_fields(j);
+    return bytes.substr(0, from) + j.dump() + bytes.substr(end);
+  }
+  return bytes;
+}
+
 TEST_F(SlurmTest, TwoRanksOnTwoNodesSucceedAndReportTheirNodes) {
   StartSlurmDaemon({{"FP8_TEST_STEP_MS", "20"}});
   auto created = client().CreateJob(TwoNodeJob(Out("two"), 10, 5));
@@ -249,6 +291,99 @@ TEST_F(SlurmTest, CancelEndsTheSlurmJobWithinTheGrace) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(13));
   ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "fp8-test-worker train --spec " + tmp_.path()});
   EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
+}
+
+// The Slurm time limit is the attempt deadline plus the cancel grace in whole minutes, rounded
+// up (README "Running on a Slurm cluster"): 58 s + the fixture's 3 s grace = 61 s → 2 minutes,
+// a limit that neither the deadline alone nor rounding down gives. A job without a deadline
+// asks for no --time and gets the partition's limit (MaxTime=INFINITE on the test cluster).
+TEST_F(SlurmTest, TheTimeLimitIsTheAttemptDeadlinePlusTheGrace) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
+  Job limited = TestTrainJob(Out("limited"), 100000);
+  limited.mutable_timeouts()->mutable_attempt_deadline()->set_seconds(58);
+  auto a = client().CreateJob(limited);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = client().CreateJob(TestTrainJob(Out("unlimited"), 100000));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [name, limit] : {std::pair{a->name(), std::string("2:00\n")},
+                                    std::pair{b->name(), std::string("UNLIMITED\n")}}) {
+    ASSERT_TRUE(PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) << name;
+    const std::string id = SlurmJobsOf(name)[0];
+    EXPECT_EQ(Slurm({"squeue", "-h", "-j", id, "-o", "%l"}).out, limit) << name << " (Slurm job " << id << ")";
+  }
+  for (const std::string& name : {a->name(), b->name()}) {
+    ASSERT_TRUE(client().CancelJob(name).ok());
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
+  }
+}
+
+// Ranks that ignore SIGTERM: fp8ctl cancel's `scancel --signal=TERM` leaves them running, and
+// only the SIGKILL fp8d sends once the 3 s grace is over ends the Slurm job: not before the grace
+// (the ranks did outlive SIGTERM), within the grace plus Slurm's kill time, no worker left. The
+// cancel comes right after the ranks started, as a user's might: before fp8d's next squeue poll.
+TEST_F(SlurmTest, CancelOfRanksIgnoringSigtermEndsWithSigkillAfterTheGrace) {
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}, {"FP8_TEST_MODE", "ignore_sigterm"}});
+  auto created = client().CreateJob(TwoNodeJob(Out("stubborn"), 100000, 0));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING, std::chrono::seconds(60)).ok());
+  const std::vector<std::string> ids = SlurmJobsOf(created->name());
+  ASSERT_EQ(ids.size(), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  ProcessResult r = RunProcess({Fp8ctlPath(), "--server", daemon_->address(), "cancel", created->name()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Halfway through the grace: fp8d's SIGTERM went to the ranks alone, so the job still runs
+  // (Slurm's own cancel would have it COMPLETING, its grace Slurm's KillWait instead of fp8d's).
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(1500));
+  EXPECT_EQ(Slurm({"squeue", "-h", "-j", ids[0], "-o", "%T"}).out, "RUNNING\n");
+  auto job = WaitTerminal(client(), created->name(), std::chrono::seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), fp8d::v1::CANCELLED);
+  EXPECT_TRUE(PollUntil([&] { return LiveSlurmJobs().empty(); }, std::chrono::seconds(10))) << LiveSlurmJobs();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::seconds(3)) << "the ranks ended before the grace: SIGTERM was not ignored";
+  // Then Slurm's own end of a killed job: srun waits up to KillWait + 2 = 7 s for the step.
+  EXPECT_LT(took, std::chrono::seconds(3 + 7 + 5));
+  EXPECT_NE(daemon_->Log().find("after SIGTERM; SIGKILL"), std::string::npos) << "fp8d sent no SIGKILL";
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "fp8-test-worker train --spec " + tmp_.path()});
+  EXPECT_NE(ps.exit_code, 0) << "workers left: " << ps.out;
+}
+
+// fp8d's config file: its `slurm:` section reaches every sbatch (sbatch_args: the comment;
+// account, which Slurm records as given with no accounting database to check it; partition,
+// though `debug` is the cluster's only one), and a job's resources.slurm fields override it
+// (account). The test cluster has no QOS or node features, so qos and constraint stay unset.
+TEST_F(SlurmTest, TheConfigsSlurmSectionAndAJobsOverridesReachSbatch) {
+  const std::string config = tmp_.path() + "/fp8d-slurm.yaml";
+  std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  account: fp8d-config-account\n"
+                           "  sbatch_args: [\"--comment=fp8d-config-test\"]\n  poll_interval: 200ms\n";
+  DaemonOptions options;
+  options.env = {{"FP8_TEST_STEP_MS", "100"}};
+  for (const auto& [k, v] : slurm_env_) options.env[k] = v;
+  options.extra_args = {"--config", config};
+  options.cancel_grace_ms = 3000;
+  daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto a = client().CreateJob(TestTrainJob(Out("config"), 100000));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Job override = TestTrainJob(Out("override"), 100000);
+  override.mutable_resources()->mutable_slurm()->set_account("fp8d-job-account");
+  auto b = client().CreateJob(override);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [name, account] : {std::pair{a->name(), std::string("fp8d-config-account")},
+                                      std::pair{b->name(), std::string("fp8d-job-account")}}) {
+    ASSERT_TRUE(PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) << name;
+    const std::string id = SlurmJobsOf(name)[0];
+    EXPECT_EQ(Slurm({"squeue", "-h", "-j", id, "-o", "%k|%P|%a"}).out,
+              "fp8d-config-test|debug|" + account + "\n") << name << " (Slurm job " << id << ")";
+  }
+  for (const std::string& name : {a->name(), b->name()}) {
+    ASSERT_TRUE(client().CancelJob(name).ok());
+    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
+  }
 }
 
 // A system user for one test: created when missing, removed again only if the test made it.
@@ -525,16 +660,25 @@ TEST_F(SlurmTest, RealWorkerOnSlurmMatchesTheLocalLauncher) {
   EXPECT_EQ(Losses(AttemptDir(*daemon_, name, 1) + "/rank-0.events"), local_losses);
   ASSERT_FALSE(run(*daemon_, calibrate(model, Out("calib-slurm"))).first.empty());
 
-  int compared = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(Out("calib-local"))) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
-    const fs::path other = Out("calib-slurm") / fs::relative(entry.path(), Out("calib-local"));
-    std::ifstream a(entry.path(), std::ios::binary), b(other, std::ios::binary);
-    const std::string da(std::istreambuf_iterator<char>(a), {}), db(std::istreambuf_iterator<char>(b), {});
-    EXPECT_TRUE(!da.empty() && da == db) << entry.path() << " differs from " << other;
-    ++compared;
+  // Every file either run wrote (weights, index, config.json, reports, copied files), byte for
+  // byte but for the run's own fields in the reports (ComparableCalibrationFile).
+  const std::map<std::string, std::string> local_out = ReadTree(Out("calib-local"));
+  const std::map<std::string, std::string> slurm_out = ReadTree(Out("calib-slurm"));
+  std::string local_names, slurm_names;
+  for (const auto& [path, bytes] : local_out) local_names += path + " ";
+  for (const auto& [path, bytes] : slurm_out) slurm_names += path + " ";
+  EXPECT_EQ(slurm_names, local_names);
+  for (const char* expected : {"model.safetensors", "model.safetensors.index.json", "config.json", "report.json",
+                               "report.txt"}) {
+    EXPECT_TRUE(local_out.count(expected)) << expected << " missing from " << local_names;
   }
-  EXPECT_GT(compared, 0) << "no .safetensors output to compare";
+  for (const auto& [path, bytes] : local_out) {
+    auto other = slurm_out.find(path);
+    if (other == slurm_out.end()) continue;
+    EXPECT_FALSE(bytes.empty()) << path;
+    EXPECT_TRUE(ComparableCalibrationFile(path, bytes) == ComparableCalibrationFile(path, other->second))
+        << path << " differs between the launchers";
+  }
 }
 
 // GPU ranks on Slurm without GPUs: the test cluster's nodes carry 2 `gpu` gres each, backed by
