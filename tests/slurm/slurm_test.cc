@@ -98,6 +98,25 @@ class SlurmTest : public ::testing::Test {
     return ids;
   }
 
+  // The Slurm job of `name`'s first attempt once fp8d has submitted it, as squeue prints it with
+  // `format` (`-o`).
+  std::string SqueueFieldsOf(const std::string& name, const std::string& format) {
+    if (!PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) {
+      return "no Slurm job for " + name;
+    }
+    return Slurm({"squeue", "-h", "-j", SlurmJobsOf(name)[0], "-o", format}).out;
+  }
+
+  // Cancels each job and checks that it ends CANCELLED.
+  void CancelAndExpectCancelled(const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      ASSERT_TRUE(client().CancelJob(name).ok());
+      auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
+      ASSERT_TRUE(job.ok()) << job.status().ToString();
+      EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
+    }
+  }
+
   // Every rank of the last attempt shows the node as "slurm" and the Slurm job id as its pid
   // (job.proto, RankPlacement), so `squeue -j <pid>` finds it.
   static void ExpectPlacementsShowTheSlurmJob(const Job& job, const std::string& slurm_id) {
@@ -305,18 +324,9 @@ TEST_F(SlurmTest, TheTimeLimitIsTheAttemptDeadlinePlusTheGrace) {
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   auto b = client().CreateJob(TestTrainJob(Out("unlimited"), 100000));
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  for (const auto& [name, limit] : {std::pair{a->name(), std::string("2:00\n")},
-                                    std::pair{b->name(), std::string("UNLIMITED\n")}}) {
-    ASSERT_TRUE(PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) << name;
-    const std::string id = SlurmJobsOf(name)[0];
-    EXPECT_EQ(Slurm({"squeue", "-h", "-j", id, "-o", "%l"}).out, limit) << name << " (Slurm job " << id << ")";
-  }
-  for (const std::string& name : {a->name(), b->name()}) {
-    ASSERT_TRUE(client().CancelJob(name).ok());
-    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
-    EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
-  }
+  EXPECT_EQ(SqueueFieldsOf(a->name(), "%l"), "2:00\n");
+  EXPECT_EQ(SqueueFieldsOf(b->name(), "%l"), "UNLIMITED\n");
+  CancelAndExpectCancelled({a->name(), b->name()});
 }
 
 // Ranks that ignore SIGTERM: fp8ctl cancel's `scancel --signal=TERM` leaves them running, and
@@ -355,35 +365,17 @@ TEST_F(SlurmTest, CancelOfRanksIgnoringSigtermEndsWithSigkillAfterTheGrace) {
 // though `debug` is the cluster's only one), and a job's resources.slurm fields override it
 // (account). The test cluster has no QOS or node features, so qos and constraint stay unset.
 TEST_F(SlurmTest, TheConfigsSlurmSectionAndAJobsOverridesReachSbatch) {
-  const std::string config = tmp_.path() + "/fp8d-slurm.yaml";
-  std::ofstream(config) << "launcher: slurm\nslurm:\n  partition: debug\n  account: fp8d-config-account\n"
-                           "  sbatch_args: [\"--comment=fp8d-config-test\"]\n  poll_interval: 200ms\n";
-  DaemonOptions options;
-  options.env = {{"FP8_TEST_STEP_MS", "100"}};
-  for (const auto& [k, v] : slurm_env_) options.env[k] = v;
-  options.extra_args = {"--config", config};
-  options.cancel_grace_ms = 3000;
-  daemon_ = std::make_unique<Daemon>(tmp_.path() + "/data", options);
-  ASSERT_TRUE(daemon_->Start().ok());
+  slurm_yaml_extra_ = "  account: fp8d-config-account\n  sbatch_args: [\"--comment=fp8d-config-test\"]\n";
+  StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}});
   auto a = client().CreateJob(TestTrainJob(Out("config"), 100000));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   Job override = TestTrainJob(Out("override"), 100000);
   override.mutable_resources()->mutable_slurm()->set_account("fp8d-job-account");
   auto b = client().CreateJob(override);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  for (const auto& [name, account] : {std::pair{a->name(), std::string("fp8d-config-account")},
-                                      std::pair{b->name(), std::string("fp8d-job-account")}}) {
-    ASSERT_TRUE(PollUntil([&] { return SlurmJobsOf(name).size() == 1; }, std::chrono::seconds(30))) << name;
-    const std::string id = SlurmJobsOf(name)[0];
-    EXPECT_EQ(Slurm({"squeue", "-h", "-j", id, "-o", "%k|%P|%a"}).out,
-              "fp8d-config-test|debug|" + account + "\n") << name << " (Slurm job " << id << ")";
-  }
-  for (const std::string& name : {a->name(), b->name()}) {
-    ASSERT_TRUE(client().CancelJob(name).ok());
-    auto job = WaitTerminal(client(), name, std::chrono::seconds(60));
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
-    EXPECT_EQ(job->state(), fp8d::v1::CANCELLED) << job->error().message();
-  }
+  EXPECT_EQ(SqueueFieldsOf(a->name(), "%k|%P|%a"), "fp8d-config-test|debug|fp8d-config-account\n");
+  EXPECT_EQ(SqueueFieldsOf(b->name(), "%k|%P|%a"), "fp8d-config-test|debug|fp8d-job-account\n");
+  CancelAndExpectCancelled({a->name(), b->name()});
 }
 
 // A system user for one test: created when missing, removed again only if the test made it.
