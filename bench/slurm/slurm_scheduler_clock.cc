@@ -16,18 +16,6 @@ constexpr double kWholeSecondMargin = 0.05;
 
 std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
 
-// The last line of the log that contains `needle`, by its time.
-std::optional<WallTime> LastLineWith(const std::string& log, const std::string& needle) {
-  std::ifstream in(log);
-  std::string line;
-  std::optional<WallTime> last;
-  while (std::getline(in, line)) {
-    if (line.find(needle) == std::string::npos) continue;
-    if (auto t = ParseSlurmLogTime(line)) last = t;
-  }
-  return last;
-}
-
 }  // namespace
 
 std::optional<WallTime> ParseSlurmLogTime(const std::string& line) {
@@ -43,12 +31,31 @@ std::optional<WallTime> ParseSlurmLogTime(const std::string& line) {
   return std::chrono::system_clock::from_time_t(secs) + std::chrono::milliseconds(ms);
 }
 
-std::optional<WallTime> SlurmSchedulerClock::AllocationOf(const std::string& slurm_job_id) const {
-  return LastLineWith(log_, "sched: Allocate JobId=" + slurm_job_id + " ");
+void SlurmSchedulerClock::ReadNewLines() {
+  std::ifstream in(log_);
+  in.seekg(read_);
+  std::string line;
+  const std::string allocate = "sched: Allocate JobId=";
+  while (std::getline(in, line) && !in.eof()) {  // a last line without '\n' is still being written
+    read_ += static_cast<std::streamoff>(line.size()) + 1;
+    if (line.find("sched: Running job scheduler") != std::string::npos) {
+      if (auto t = ParseSlurmLogTime(line)) last_run_ = t;
+    } else if (const size_t at = line.find(allocate); at != std::string::npos) {
+      const size_t from = at + allocate.size();
+      if (auto t = ParseSlurmLogTime(line)) allocations_[line.substr(from, line.find(' ', from) - from)] = *t;
+    }
+  }
 }
 
-std::optional<WallTime> SlurmSchedulerClock::LastSchedulerRun() const {
-  return LastLineWith(log_, "sched: Running job scheduler");
+std::optional<WallTime> SlurmSchedulerClock::AllocationOf(const std::string& slurm_job_id) {
+  ReadNewLines();
+  auto it = allocations_.find(slurm_job_id);
+  return it == allocations_.end() ? std::nullopt : std::optional<WallTime>(it->second);
+}
+
+std::optional<WallTime> SlurmSchedulerClock::LastSchedulerRun() {
+  ReadNewLines();
+  return last_run_;
 }
 
 void SlurmSchedulerClock::Observe(WallTime wake_up) {
@@ -67,7 +74,7 @@ WallTime SlurmSchedulerClock::NextWakeUpAfter(WallTime t) const {
   return *anchor_ + std::chrono::duration_cast<WallTime::duration>(Seconds(k * period_));
 }
 
-WallTime SlurmSchedulerClock::NextSchedulingWakeUp(WallTime not_before) const {
+WallTime SlurmSchedulerClock::NextSchedulingWakeUp(WallTime not_before) {
   WallTime earliest = not_before;
   if (auto last = LastSchedulerRun()) {
     const WallTime allowed =

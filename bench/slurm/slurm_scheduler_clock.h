@@ -15,6 +15,8 @@
 #pragma once
 
 #include <chrono>
+#include <map>
+#include <ios>
 #include <optional>
 #include <string>
 
@@ -27,9 +29,9 @@ class SlurmSchedulerClock {
   explicit SlurmSchedulerClock(std::string slurmctld_log) : log_(std::move(slurmctld_log)) {}
 
   // The time slurmctld logged "sched: Allocate JobId=<id>", if it has.
-  std::optional<WallTime> AllocationOf(const std::string& slurm_job_id) const;
+  std::optional<WallTime> AllocationOf(const std::string& slurm_job_id);
   // The time of the latest "sched: Running job scheduler" line.
-  std::optional<WallTime> LastSchedulerRun() const;
+  std::optional<WallTime> LastSchedulerRun();
 
   // Adds an observed wake-up (an allocation's time): the latest one anchors the cycle, and the
   // one before it, a whole number of wake-ups earlier, sets its period.
@@ -39,11 +41,17 @@ class SlurmSchedulerClock {
   WallTime NextWakeUpAfter(WallTime t) const;
   // The first wake-up at which a counted request is run: after `not_before`, and at least
   // `batch_sched_delay` after the last scheduler run (with margin for time()'s whole seconds).
-  WallTime NextSchedulingWakeUp(WallTime not_before) const;
+  WallTime NextSchedulingWakeUp(WallTime not_before);
   double period_seconds() const { return period_; }
 
  private:
+  // Reads the lines logged since the last call (the log only grows).
+  void ReadNewLines();
+
   std::string log_;
+  std::streamoff read_ = 0;  // bytes of the log already read, up to the last whole line
+  std::map<std::string, WallTime> allocations_;  // by Slurm job id
+  std::optional<WallTime> last_run_;
   std::optional<WallTime> anchor_;
   double period_ = 1.0015;  // seconds; measured as soon as two wake-ups are seen
 };

@@ -93,7 +93,7 @@ struct Path {
 // Waits for an idle cluster, then until kLead before the wake-up at which slurmctld will
 // schedule a job submitted now. Returns that wake-up. (A scheduler run in the meantime moves
 // it; after 10 such moves the submission goes ahead and its row shows the miss.)
-WallTime AlignToScheduler(const SlurmSchedulerClock& clock, const std::map<std::string, std::string>& env) {
+WallTime AlignToScheduler(SlurmSchedulerClock& clock, const std::map<std::string, std::string>& env) {
   WaitIdle(env);
   WallTime wake_up;
   for (int moves = 0; moves < 10; ++moves) {

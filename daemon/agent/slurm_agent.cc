@@ -445,13 +445,7 @@ void SlurmAgent::RunSignals() {
   }
   for (const auto& [id, sig] : queued_signals) {
     const std::string sid = std::to_string(id);
-    std::string state = states[id];
-    if (sig != SIGKILL && (state == "PENDING" || state.empty())) {
-      // The last poll may predate the start: ranks begin within a poll interval, and a cancel
-      // right after they did must still reach them as `sig`, not as Slurm's own cancel.
-      auto now = RunCommand({"squeue", "-h", "--states=all", "-j", sid, "-o", "%T"}, {}, options_.command_timeout_ms);
-      if (now.ok() && now->exit_code == 0) state = OneLine(now->out);
-    }
+    const std::string& state = states[id];
     std::vector<std::vector<std::string>> commands;
     if (sig == SIGKILL) {
       // The tasks at once, then the allocation (the batch script waiting on srun).
@@ -579,18 +573,23 @@ void SlurmAgent::Finish(Watched& w) {
 void SlurmAgent::ObserveLoop() {
   Clock::time_point next_squeue = Clock::now();
   for (;;) {
+    bool signals_queued;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(options_.event_poll_ms),
                    [this] { return stopping_ || !signals_.empty(); });
       if (stopping_) return;
+      signals_queued = !signals_.empty();
     }
-    RunSignals();
-    const bool poll = Clock::now() >= next_squeue;
+    // How a signal is sent depends on the job's state (pending: out of the queue; running: to
+    // the ranks), and ranks start within a poll interval: a cancel right after they did must
+    // reach them, not become Slurm's own cancel. So signals go out on a fresh squeue.
+    const bool poll = signals_queued || Clock::now() >= next_squeue;
     if (poll) {
       PollSqueue();
       next_squeue = Clock::now() + std::chrono::milliseconds(options_.poll_interval_ms);
     }
+    RunSignals();
     std::vector<std::shared_ptr<Watched>> all;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -335,7 +335,7 @@ TEST_F(SlurmTest, TheTimeLimitIsTheAttemptDeadlinePlusTheGrace) {
 // cancel comes right after the ranks started, as a user's might: before fp8d's next squeue poll.
 TEST_F(SlurmTest, CancelOfRanksIgnoringSigtermEndsWithSigkillAfterTheGrace) {
   StartSlurmDaemon({{"FP8_TEST_STEP_MS", "100"}, {"FP8_TEST_MODE", "ignore_sigterm"}});
-  auto created = client().CreateJob(TwoNodeJob(Out("stubborn"), 100000, 0));
+  auto created = client().CreateJob(TwoNodeJob(Out("ignores-sigterm"), 100000, 0));
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   ASSERT_TRUE(WaitState(client(), created->name(), fp8d::v1::RUNNING, std::chrono::seconds(60)).ok());
   const std::vector<std::string> ids = SlurmJobsOf(created->name());
