@@ -89,7 +89,7 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
       OnModel("model.n_head", [](const M& m) { return Ints(m.n_head(), 1, 1024); }),
       OnModel("model.d_model", [](const M& m) { return Ints(m.d_model(), 1, 65536); }),
       OnModel("model.seq_len", [](const M& m) { return Ints(m.seq_len(), 1, 1 << 20); }),
-      OnModel("model.vocab_size", [](const M& m) { return Ints(m.vocab_size(), 1, 65536); }),  // uint16 tokens
+      OnModel("model.vocab_size", [](const M& m) { return Ints(m.vocab_size(), 1, 262144); }),  // Llama-3, Qwen fit
       OnModel("model.d_model.multiple", "model.d_model",
               [](const M& m) {
                 return m.d_model() % m.n_head() == 0

@@ -6,9 +6,10 @@
 //
 // Each check is a named rule; the error is INVALID_ARGUMENT whose message starts with the full
 // field path: "job.train.training.learning_rate: must be in (0, 10]". Checks that need the
-// filesystem are not here: the API checks that init_from names a model directory
-// (daemon/api/validation.cc) and that paths lie under the owner's roots (job_isolation.cc); the
-// worker checks that data globs match shards and that the input/checkpoint can be read.
+// filesystem are not here: the path rule is paths.h's (run by fp8d at create with the owner's
+// rights, and by the worker before it opens anything), fp8d checks that init_from names a model
+// directory (daemon/api/job_isolation.cc); the worker checks that data globs match shards and
+// that the input/checkpoint can be read.
 #pragma once
 
 #include <string>

@@ -30,8 +30,8 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            int64_t ldc);
 
 // Sgemm's micro-kernel is chosen at run time: AVX2+FMA where the CPU has it, else a portable
-// SSE-width one (FP8_SGEMM_KERNEL=generic|avx2 overrides). Results are independent of the
-// thread count but not of the kernel (FMA rounds once). Tests and benches pin one here.
+// SSE-width one. Results are independent of the thread count but not of the kernel (FMA
+// rounds once). Tests and benches pin one here; nothing outside the code picks it.
 enum class SgemmKernel : uint8_t { kAuto, kGeneric, kAvx2 };
 void SetSgemmKernel(SgemmKernel kernel);  // kAvx2 falls back to generic without AVX2+FMA
 const char* SgemmKernelName();            // the kernel Sgemm uses now

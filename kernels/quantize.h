@@ -1,4 +1,4 @@
-// Quantize / dequantize, CPU reference (design §6). All matrices are row-major [rows, cols].
+// Quantize/dequantize, CPU reference (docs/design.md §6). All matrices are row-major [rows, cols].
 // Tile shapes and the layout of their scale_inv arrays:
 //   1x128   (activations, gradients):     scale_inv [rows, ceil(cols/128)]
 //   128x1   (transposed operands):         scale_inv [ceil(rows/128), cols]

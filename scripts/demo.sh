@@ -24,9 +24,10 @@ mkdir -p "$RUN_DIR"
 "$WORKER" prepare-data --text data/corpus.txt --out "$RUN_DIR/data"
 
 # The job's paths live under demo-run/ (outside the default allowed roots, the data dir and
-# the owner's home), and the demo's worker runs as whoever runs the demo, root included.
+# the owner's home), and the demo's worker runs as whoever runs the demo, root included. The
+# demo's fp8ctl submits over loopback TCP without a token: a submitter only when fp8d says so.
 "$FP8D" --listen "$ADDR" --data-dir "$RUN_DIR/fp8d-data" --worker "$WORKER" \
-  --allowed-root "$RUN_DIR" --run-jobs-as-owner=false \
+  --allowed-root "$RUN_DIR" --run-jobs-as-owner=false --loopback-role submitter \
   >"$RUN_DIR/fp8d.log" 2>&1 &
 DAEMON=$!
 trap 'kill -TERM $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT

@@ -6,7 +6,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev sqlite3 libboost-dev libasio-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgloo-dev libsystemd-dev python3 python3-numpy ccache
+  libgloo-dev libsystemd-dev libre2-dev python3 python3-numpy ccache
   libssl-dev openssl curl python3-grpcio python3-protobuf prometheus-cpp-dev
   python3-prometheus-client util-linux passwd prometheus
   tmux clang libclang-rt-14-dev
@@ -33,11 +33,12 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# The npm packages of tests/deploy (Kubernetes schema check, Dockerfile lint), pinned by its
-# package-lock.json.
+# The npm packages of tests/deploy (Kubernetes schema check, Dockerfile lint) and
+# tests/worker_tokenizer (the Hugging Face tokenizers library), pinned by its package-lock.json;
+# installed again when the lock file is newer than what npm last installed.
 if [ "${FP8D_DEPS_BUILD_ONLY:-0}" != 1 ]; then
   deploy_npm="$(cd "$(dirname "$0")/.." && pwd)/tests/deploy/npm"
-  if [ ! -d "$deploy_npm/node_modules" ]; then
+  if [ ! -d "$deploy_npm/node_modules" ] || [ "$deploy_npm/package-lock.json" -nt "$deploy_npm/node_modules/.package-lock.json" ]; then
     echo "install-deps: npm ci in tests/deploy/npm"
     npm ci --prefix "$deploy_npm" --no-audit --no-fund --loglevel=error
   fi

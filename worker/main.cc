@@ -1,4 +1,4 @@
-// fp8-worker: the compute program (design §4). One process per rank; NDJSON events on stdout,
+// fp8-worker: compute program (docs/design.md §4). One process per rank; NDJSON events on stdout,
 // the human log on stderr.
 #include <cstdio>
 #include <cstring>
@@ -8,6 +8,7 @@
 #include "worker/common/events.h"
 #include "worker/common/slurm_env.h"
 #include "worker/calibrate/calibrate_main.h"
+#include "worker/data/prepare_data_main.h"
 #include "worker/train/model_tools_main.h"
 #include "worker/train/train_main.h"
 #ifdef FP8_HAVE_CUDA_TRAINER
@@ -16,8 +17,8 @@
 
 namespace {
 
-fp8::train::CudaBackend CudaTrainer() {
-  fp8::train::CudaBackend b;
+fp8::train::CudaTrainerEntryPoints CudaTrainer() {
+  fp8::train::CudaTrainerEntryPoints b;
 #ifdef FP8_HAVE_CUDA_TRAINER
   b.available = &fp8::train::cuda::CudaDeviceAvailable;
   b.run = &fp8::train::cuda::RunCudaTraining;
@@ -28,7 +29,7 @@ fp8::train::CudaBackend CudaTrainer() {
 void Usage() {
   std::fprintf(stderr,
                "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
-               "       fp8-worker prepare-data --text FILE --out DIR\n"
+               "       fp8-worker prepare-data --text FILE --out DIR [--tokenizer DIR|tokenizer.json [--doc-separator STR]]\n"
                "       fp8-worker calibrate --spec SPEC\n"
                "       fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N]\n"
                "       fp8-worker evaluate --model DIR [--recipe R] (--tokens 1,2,3 | --data GLOB [--seed S] [--first-batch B])\n");
@@ -58,7 +59,7 @@ int Dispatch(int argc, char** argv) {
   const std::string cmd = argv[1];
   fp8::worker::AdoptSlurmRankEnvironment();  // ranks started by srun (fp8d's Slurm launcher)
   if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
-  if (cmd == "prepare-data") return fp8::train::PrepareDataMain(argc - 2, argv + 2);
+  if (cmd == "prepare-data") return fp8::data::PrepareDataMain(argc - 2, argv + 2);
   if (cmd == "export") return fp8::train::ExportMain(argc - 2, argv + 2);
   if (cmd == "evaluate") return fp8::train::EvaluateMain(argc - 2, argv + 2);
   if (cmd == "calibrate") return fp8::calibrate::CalibrateMain(argc - 2, argv + 2);

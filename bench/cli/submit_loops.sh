@@ -29,7 +29,7 @@ trap cleanup EXIT
 # workers take no CPU from the loops being measured.
 FP8_TEST_STEP_MS=10000 "$FP8D" --data-dir "$TMP/data" --listen 127.0.0.1:0 --addr-file "$TMP/addr" \
   --worker "$WORKER" --gpus none --cpu-slots 1 --log-level warn --allowed-root "$TMP" \
-  --run-jobs-as-owner false --worker-env-allow "FP8_TEST_*" 2>"$TMP/fp8d.log" &
+  --run-jobs-as-owner false --worker-env-allow "FP8_TEST_*" --loopback-role submitter 2>"$TMP/fp8d.log" &
 DAEMON_PID=$!
 for _ in $(seq 1 300); do [ -s "$TMP/addr" ] && break; sleep 0.1; done
 ADDR=$(cat "$TMP/addr")

@@ -308,7 +308,7 @@ void BenchGemms() {
   struct Shape { int64_t n, k; };
   const Shape shapes[] = {{7168, 16384}, {4096, 7168}, {7168, 2048}, {24576, 1536}};
   // Every tile kAuto chooses from, each measured alone beside the headline columns.
-  constexpr int kVariants = 7;
+  constexpr int kVariants = 8;
   struct Row {
     int64_t m, n, k;
     std::string cublas, own, bf16, ratio_cublas, ratio_bf16, diff;
@@ -325,7 +325,8 @@ void BenchGemms() {
       {Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, "128x128 split-K 2 L2 hints"},
       {Sm90BlockwiseGemmTile::kN128SplitK4, "128x128 split-K 4"},
       {Sm90BlockwiseGemmTile::kN128SplitK8, "128x128 split-K 8"},
-      {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, "128x64 split-K 2"}};
+      {Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma, "128x64 split-K 2"},
+      {Sm90BlockwiseGemmTile::kM256N128MulticastA, "256x128 multicast A"}};
   for (int64_t m : {128, 4096}) {
     for (const Shape& sh : shapes) {
       const int64_t n = sh.n, k = sh.k;
@@ -499,7 +500,7 @@ void ProfileGemm(int64_t m, int64_t n, int64_t k) {
   FP8_CHECK_OK(Sm90GemmFp8BlockwiseCublasLt(**ctx_or, qa, Fp8Format::kE4M3, sa, qb, Fp8Format::kE4M3, sb, m, n, k, d,
                                             Sm90GemmOut::kBf16, nullptr));
   for (auto tile : {Sm90BlockwiseGemmTile::kAuto, Sm90BlockwiseGemmTile::kN128ScalesTma6Stages,
-                    Sm90BlockwiseGemmTile::kN64ScalesTma}) {
+                    Sm90BlockwiseGemmTile::kN64ScalesTma, Sm90BlockwiseGemmTile::kM256N128MulticastA}) {
     FP8_CHECK_OK(Sm90GemmFp8Blockwise(qa, sa, qb, sb, m, n, k, d, nullptr, tile));
   }
   FP8_CHECK_CUDA(cudaDeviceSynchronize());

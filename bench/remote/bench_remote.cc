@@ -248,8 +248,8 @@ int main(int argc, char** argv) {
       args.insert(args.end(), {"--listen", "0.0.0.0:0", "--tls-cert", base + "/srv.crt", "--tls-key",
                                base + "/srv.key", "--auth-tokens", base + "/tokens"});
     } else {
-      args.push_back("--listen");
-      args.push_back("127.0.0.1:0");
+      // Submits over loopback without a token, which fp8d allows only when told to.
+      args.insert(args.end(), {"--listen", "127.0.0.1:0", "--loopback-role", "submitter"});
     }
     d.pid = Start(args, dir + "/fp8d.log", pin ? &server_cpus : nullptr);
     std::string addr;

@@ -126,7 +126,7 @@ class Agent {
   virtual ~Agent() = default;
   virtual std::vector<Slot> Slots() const = 0;
   // Starts one process per slot, each in its own process group, stdout → rank-<r>.events,
-  // stderr → rank-<r>.log, with the environment of design §4. Returns once all are started.
+  // stderr → rank-<r>.log, environment as in docs/design.md §4. Returns once all are started.
   virtual StatusOr<std::vector<RankProcess>> Launch(const LaunchRequest& request) = 0;
   // Re-adopts ranks that survived a controller restart. NOT_FOUND if any pid is gone or its
   // start time differs (pid reused); then nothing is adopted.

@@ -1,5 +1,7 @@
 #include "daemon/agent/event_reader.h"
 
+#include "daemon/agent/attempt_files.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,26 +16,24 @@ namespace fp8d::agent {
 EventFileReader::EventFileReader(std::string path, int64_t offset)
     : path_(std::move(path)), read_offset_(offset) {}
 
-EventFileReader::~EventFileReader() {
-  if (fd_ >= 0) ::close(fd_);
-}
+EventFileReader::EventFileReader(std::string path, int64_t offset, UniqueFd fd)
+    : path_(std::move(path)), fd_(std::move(fd)), read_offset_(offset) {}
 
 fp8::Status EventFileReader::Open() {
-  if (fd_ >= 0) return fp8::OkStatus();
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    std::string msg = "events file " + path_ + ": " + std::strerror(err);
-    return err == ENOENT ? fp8::NotFoundError(msg) : fp8::InternalError(msg);
+  if (checked_) return fp8::OkStatus();
+  if (fd_.get() < 0) {
+    fp8::StatusOr<UniqueFd> fd = OpenAttemptFile(path_);
+    if (!fd.ok()) return fp8::Status(fd.status().code(), "events file " + path_ + ": " + fd.status().message());
+    fd_ = std::move(*fd);
   }
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size < read_offset_) {
-    ::close(fd);
+  if (::fstat(fd_.get(), &st) == 0 && st.st_size < read_offset_) {
+    fd_.reset();
     return fp8::DataLossError("events file " + path_ + " has " + std::to_string(st.st_size) +
                               " bytes, fewer than the saved offset " +
                               std::to_string(read_offset_));
   }
-  fd_ = fd;
+  checked_ = true;
   return fp8::OkStatus();
 }
 
@@ -42,7 +42,7 @@ fp8::StatusOr<std::vector<EventLine>> EventFileReader::ReadAvailable() {
   std::vector<EventLine> lines;
   char buf[64 * 1024];
   for (;;) {
-    ssize_t n = ::pread(fd_, buf, sizeof(buf), read_offset_);
+    ssize_t n = ::pread(fd_.get(), buf, sizeof(buf), read_offset_);
     if (n < 0) {
       if (errno == EINTR) continue;
       return fp8::InternalError("reading events file " + path_ + ": " + std::strerror(errno));

@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "daemon/agent/agent.h"
+#include "daemon/agent/beneath_dir.h"
 
 namespace fp8d::agent {
 
@@ -27,12 +28,16 @@ class EventFileReader {
   // reported as garbage with its head only, instead of growing the buffer without bound.
   static constexpr size_t kMaxLineBytes = 1 << 20;
 
+  // `path` is <attempt dir>/rank-<r>.events; Open() reaches it through the attempt folder,
+  // following no link (attempt_files.h).
   EventFileReader(std::string path, int64_t offset);
-  ~EventFileReader();
+  // The same, for a file the launcher already holds open for reading (`fd`).
+  EventFileReader(std::string path, int64_t offset, UniqueFd fd);
   EventFileReader(const EventFileReader&) = delete;
   EventFileReader& operator=(const EventFileReader&) = delete;
 
-  // Opens the file (NOT_FOUND naming it if missing; DATA_LOSS if shorter than the offset).
+  // Opens the file (NOT_FOUND naming it if missing; DATA_LOSS if shorter than the offset;
+  // PERMISSION_DENIED if it is a link or not a regular file).
   fp8::Status Open();
   // Complete lines appended since the last call, in file order.
   fp8::StatusOr<std::vector<EventLine>> ReadAvailable();
@@ -42,10 +47,13 @@ class EventFileReader {
   // Offset just past the last complete line handed out.
   int64_t consumed_offset() const { return read_offset_ - static_cast<int64_t>(partial_.size()) - skipped_; }
   const std::string& path() const { return path_; }
+  // The open file (-1 before Open succeeded).
+  int fd() const { return fd_.get(); }
 
  private:
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
+  bool checked_ = false;  // Open() succeeded
   int64_t read_offset_;  // bytes of the file read so far
   std::string partial_;  // bytes read after the last '\n'
   int64_t skipped_ = 0;  // bytes of an oversized line dropped after its head was reported

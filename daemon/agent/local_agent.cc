@@ -41,6 +41,7 @@
 #include <utility>
 
 #include "daemon/agent/agent.h"
+#include "daemon/agent/attempt_files.h"
 #include "daemon/agent/event_reader.h"
 #include "daemon/agent/local_handle.h"
 #include "daemon/agent/process.h"
@@ -63,57 +64,6 @@ std::string AbsolutePath(const std::string& path) {
   std::error_code ec;
   fs::path abs = fs::absolute(path, ec);
   return ec ? path : abs.lexically_normal().string();
-}
-
-// The attempt's own files (attempt dir, spec.json, rank files) are the controller's: failing
-// to write them (a full disk, say) is not the job's fault. UNAVAILABLE tells the manager to
-// retry without counting an attempt.
-Status ErrnoStatus(const std::string& what, int err) {
-  return fp8::UnavailableError(what + ": " + std::strerror(err));
-}
-
-// Creates (or empties) a file the child will open for appending.
-Status CreateEmptyFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("creating " + path, errno);
-  ::close(fd);
-  return fp8::OkStatus();
-}
-
-Status FsyncPath(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("opening " + path, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return ErrnoStatus("fsync " + path, err);
-  return fp8::OkStatus();
-}
-
-// spec.json appears whole or not at all: a worker (or an operator) never reads half of it.
-Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("creating " + tmp, errno);
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoStatus("writing " + tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoStatus("fsync " + tmp, err);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("renaming " + tmp, errno);
-  return FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
 }
 
 // A pidfd for `pid`, or -1 where the kernel (or a seccomp filter) does not offer them.
@@ -286,13 +236,15 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
                                      std::to_string(request.attempt) + " is already running");
     }
   }
-  std::error_code ec;
-  fs::create_directories(request.attempt_dir + "/rendezvous", ec);
-  if (ec) return fp8::UnavailableError("creating " + request.attempt_dir + "/rendezvous: " + ec.message());
-  const std::string spec_path = request.attempt_dir + "/spec.json";
-  FP8_RETURN_IF_ERROR(WriteFileAtomically(spec_path, request.spec_json));
-  StatusOr<RunAs> run_as = PrepareRunAs(request);
+  StatusOr<RunAs> run_as = ResolveRunAs(request);
   if (!run_as.ok()) return run_as.status();
+  // The attempt's own files (attempt dir, spec.json, rank files) are the controller's: failing
+  // to write them (a full disk, say) is not the job's fault, and UNAVAILABLE tells the manager
+  // to retry without counting an attempt. A link the job's owner planted there is the job's
+  // fault (AsLaunchError).
+  StatusOr<AttemptFolder> folder = PrepareAttemptFolder(request, *run_as);
+  if (!folder.ok()) return AsLaunchError(folder.status());
+  const std::string spec_path = request.attempt_dir + "/spec.json";
 
   std::vector<std::shared_ptr<RankState>> started;
   auto kill_started = [&started] {
@@ -313,20 +265,30 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
     spawn.argv.push_back(spec_path);
     spawn.env = request.env ? MergeEnvironment(run_as->env, RankEnvironment(request, rank))
                             : MergeEnvironment(environ, RankEnvironment(request, rank));
-    spawn.stdout_path = RankFile(request.attempt_dir, rank, ".events");
-    spawn.stderr_path = RankFile(request.attempt_dir, rank, ".log");
     spawn.uid = run_as->uid;
     spawn.gid = run_as->gid;
     spawn.groups = run_as->groups;
-    if (spawn.uid > 0) spawn.pid_file = RankFile(request.attempt_dir, rank, ".pid");
-    Status st = CreateEmptyFile(spawn.stdout_path);
-    if (st.ok()) st = CreateEmptyFile(spawn.stderr_path);
-    if (st.ok()) st = GiveTo(*run_as, {spawn.stdout_path, spawn.stderr_path}, 0640);
-    StatusOr<int64_t> pid = st.ok() ? SpawnInOwnSession(spawn) : StatusOr<int64_t>(st);
+    // Made here, beneath the attempt folder, and handed to the child as fds. The events file is
+    // opened for reading too: the reader's fd is a copy of the child's stdout, never the name
+    // again. The pid file stays root's (0644).
+    UniqueFd events, log, pid_file, reader_fd;
+    const Status files = [&]() -> Status {
+      FP8_ASSIGN_OR_RETURN(events, CreateRankFile(folder->attempt, rank, ".events", O_RDWR | O_APPEND, *run_as));
+      FP8_ASSIGN_OR_RETURN(log, CreateRankFile(folder->attempt, rank, ".log", O_WRONLY | O_APPEND, *run_as));
+      if (spawn.uid > 0) {
+        FP8_ASSIGN_OR_RETURN(pid_file, folder->attempt.CreateFile(RankFileName(rank, ".pid"), O_WRONLY));
+      }
+      FP8_ASSIGN_OR_RETURN(reader_fd, events.Dup());
+      return fp8::OkStatus();
+    }();
+    spawn.stdout_fd = events.get();
+    spawn.stderr_fd = log.get();
+    spawn.pid_fd = pid_file.get();
+    StatusOr<int64_t> pid = files.ok() ? SpawnInOwnSession(spawn) : StatusOr<int64_t>(files);
     if (!pid.ok()) {
       kill_started();
-      return fp8::Status(pid.status().code(),
-                         "rank " + std::to_string(rank) + ": " + pid.status().message());
+      const Status st = AsLaunchError(pid.status());
+      return fp8::Status(st.code(), "rank " + std::to_string(rank) + ": " + st.message());
     }
     auto state = std::make_shared<RankState>();
     state->job_id = request.job_id;
@@ -338,7 +300,8 @@ StatusOr<std::vector<RankProcess>> LocalAgent::Launch(const LaunchRequest& origi
     state->start_time = ProcessStartTime(*pid);
     state->our_child = true;
     state->pidfd = OpenPidFd(*pid);  // an unreaped child: the pid is surely still this process
-    state->reader = std::make_unique<EventFileReader>(spawn.stdout_path, 0);
+    state->reader = std::make_unique<EventFileReader>(RankFile(request.attempt_dir, rank, ".events"), 0,
+                                                      std::move(reader_fd));
     started.push_back(std::move(state));
   }
   std::vector<RankProcess> out;
@@ -532,8 +495,10 @@ void LocalAgent::Wake() {
 }
 
 void LocalAgent::WatchEvents(RankState& rank) {
-  if (inotify_fd_ < 0) return;
-  rank.watch = ::inotify_add_watch(inotify_fd_, rank.reader->path().c_str(), IN_MODIFY);
+  if (inotify_fd_ < 0 || rank.reader->fd() < 0) return;
+  // The file the reader holds, through its fd: the name may have been replaced since.
+  const std::string opened = "/proc/self/fd/" + std::to_string(rank.reader->fd());
+  rank.watch = ::inotify_add_watch(inotify_fd_, opened.c_str(), IN_MODIFY);
 }
 
 void LocalAgent::UnwatchEvents(RankState& rank) {

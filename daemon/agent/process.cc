@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "daemon/agent/agent.h"
+#include "daemon/agent/attempt_files.h"
 
 namespace fp8d::agent {
 
@@ -47,16 +48,17 @@ fp8::StatusOr<int64_t> SpawnInOwnSession(const SpawnRequest& request) {
   if (request.argv.empty() || request.argv[0].empty()) {
     return fp8::InvalidArgumentError("worker_argv_prefix: empty program");
   }
+  if (request.stdout_fd < 0 || request.stderr_fd < 0) {
+    return fp8::InvalidArgumentError("spawn: the worker's stdout and stderr must be open files");
+  }
   if (request.uid > 0) return SpawnAsUser(request);
   SpawnAttrs s;
   int rc = 0;
-  // The child opens its own stdio, so the parent never holds fds that another thread's
-  // fork could leak.
+  // stdout and stderr are fds the parent opened beneath the attempt folder (close-on-exec, so
+  // another thread's fork and exec cannot leak them); dup2 gives the child its own copies.
   rc |= posix_spawn_file_actions_addopen(&s.actions, 0, "/dev/null", O_RDONLY, 0);
-  rc |= posix_spawn_file_actions_addopen(&s.actions, 1, request.stdout_path.c_str(),
-                                         O_WRONLY | O_APPEND, 0);
-  rc |= posix_spawn_file_actions_addopen(&s.actions, 2, request.stderr_path.c_str(),
-                                         O_WRONLY | O_APPEND, 0);
+  rc |= posix_spawn_file_actions_adddup2(&s.actions, request.stdout_fd, 1);
+  rc |= posix_spawn_file_actions_adddup2(&s.actions, request.stderr_fd, 2);
   // Belt and braces on top of O_CLOEXEC: libraries in the daemon (gRPC, SQLite) may open fds
   // without it, and a worker holding the daemon's listening socket or database would be a bug.
   rc |= posix_spawn_file_actions_addclosefrom_np(&s.actions, 3);
@@ -136,15 +138,22 @@ int FindRankByPidFile(int64_t pid, std::string* attempt_dir) {
     return -1;
   }
   const std::string dir = spec.substr(0, spec.size() - suffix.size());
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  // Any process may name any folder after --spec: it is opened like an attempt folder, and
+  // only regular rank-<r>.pid files in it are read.
+  fp8::StatusOr<AttemptFolder> folder = OpenAttemptFolder(dir, false);
+  if (!folder.ok()) return -1;
+  fp8::StatusOr<std::vector<std::string>> names = folder->attempt.List();
+  if (!names.ok()) return -1;
+  for (const std::string& name : *names) {
     if (name.rfind("rank-", 0) != 0 || name.size() <= 9 || name.compare(name.size() - 4, 4, ".pid") != 0) continue;
     const std::string number = name.substr(5, name.size() - 9);
-    if (number.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path());
-    int64_t written = 0;
-    if (in >> written && written == pid) {
+    if (number.find_first_not_of("0123456789") != std::string::npos || number.size() > 6) continue;
+    fp8::StatusOr<UniqueFd> fd = folder->attempt.OpenFile(name, O_RDONLY);
+    if (!fd.ok()) continue;
+    char text[32] = {};
+    const ssize_t n = ::pread(fd->get(), text, sizeof(text) - 1, 0);
+    if (n <= 0) continue;
+    if (std::strtoll(text, nullptr, 10) == pid) {
       *attempt_dir = dir;
       return std::stoi(number);
     }

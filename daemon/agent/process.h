@@ -14,16 +14,19 @@ namespace fp8d::agent {
 struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
   std::vector<std::string> env;   // "KEY=VALUE", the whole environment of the child
-  std::string stdout_path;        // opened O_WRONLY|O_APPEND in the child (must exist)
-  std::string stderr_path;        // likewise
+  // The child's stdout and stderr: files the parent opened (beneath the attempt folder, see
+  // attempt_files.h), so the child, root until it drops to uid, opens nothing by name.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
   // When uid > 0 the child drops to uid/gid/groups before exec (fp8d must be root).
   int64_t uid = 0;
   int64_t gid = 0;
   std::vector<unsigned int> groups;  // supplementary groups of the uid (getgrouplist)
-  // uid > 0 only: the child writes its pid here (as root, before it drops to uid). fp8d cannot
-  // read another uid's /proc/<pid>/environ without CAP_SYS_PTRACE, which the hardened unit does
-  // not grant, so after a restart this file names the rank (FindRankByPidFile).
-  std::string pid_file;
+  // uid > 0 only: an empty file (rank-<r>.pid) the child writes its pid into before it drops to
+  // uid. fp8d cannot read another uid's /proc/<pid>/environ without CAP_SYS_PTRACE, which the
+  // hardened unit does not grant, so after a restart this file names the rank
+  // (FindRankByPidFile). -1: none.
+  int pid_fd = -1;
 };
 
 // The NULL-terminated char* array execve and posix_spawn take; points into `strings`.
@@ -55,12 +58,10 @@ struct RunAs {
   std::vector<unsigned int> groups;
   std::map<std::string, std::string> env;  // the base environment (LaunchRequest.env)
 };
-// Resolves the request's uid (its primary group and supplementary groups, HOME/USER/LOGNAME
-// in the environment) and hands the job and attempt folders and spec.json to it: a worker
-// must be able to write its rendezvous, output and checkpoints there.
-fp8::StatusOr<RunAs> PrepareRunAs(const struct LaunchRequest& request);
-// chown (when run_as.uid > 0) and chmod `paths`.
-fp8::Status GiveTo(const RunAs& run_as, const std::vector<std::string>& paths, unsigned int mode);
+// Resolves the request's uid: its primary group and supplementary groups, and HOME/USER/LOGNAME
+// in the environment. Touches no file: the attempt folder is handed over by
+// PrepareAttemptFolder (attempt_files.h).
+fp8::StatusOr<RunAs> ResolveRunAs(const struct LaunchRequest& request);
 
 struct ProcStat {
   bool exists = false;
@@ -72,7 +73,8 @@ ProcStat ReadProcStat(int64_t pid);
 
 // The rank of `pid` when it is a worker started with `--spec <attempt dir>/spec.json` (read
 // from /proc/<pid>/cmdline, which any uid may read) and `<attempt dir>/rank-<r>.pid` holds its
-// pid. Sets `attempt_dir` and returns the rank, or -1.
+// pid. Sets `attempt_dir` and returns the rank, or -1. The folder and the pid files are read
+// beneath the jobs root (attempt_files.h): the job's owner may have put links there.
 int FindRankByPidFile(int64_t pid, std::string* attempt_dir);
 
 // The environment a process was started with (/proc/<pid>/environ; needs the same uid or

@@ -9,7 +9,7 @@
 namespace fp8d::agent {
 
 // GPU indices from `nvidia-smi -L` ("GPU 0: ..." lines), or empty when it is missing or
-// fails. Run-time discovery only: the daemon never links NVML or CUDA (design §1).
+// fails. Run-time discovery only: the daemon never links NVML or CUDA (docs/design.md §1).
 std::vector<int> DetectGpusWithNvidiaSmi();
 
 // Counts the "GPU <n>:" lines of `nvidia-smi -L` output.

@@ -22,6 +22,7 @@
 // local workers, so it is never started a second time.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/agent/agent.h"
+#include "daemon/agent/attempt_files.h"
 #include "daemon/agent/event_reader.h"
 #include "daemon/agent/process.h"
 #include "daemon/agent/slurm_command.h"
@@ -62,28 +64,18 @@ std::string AbsolutePath(const std::string& path) {
   return ec ? path : abs.lexically_normal().string();
 }
 
-Status WriteFile(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fp8::InternalError("creating " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+// The batch script in an anonymous memory file, at offset 0: sbatch's stdin.
+StatusOr<UniqueFd> ScriptFd(const std::string& script) {
+  UniqueFd fd(::memfd_create("slurm.sbatch", MFD_CLOEXEC));
+  if (fd.get() < 0) return fp8::InternalError(std::string("memfd_create: ") + std::strerror(errno));
+  for (size_t done = 0; done < script.size();) {
+    const ssize_t n = ::write(fd.get(), script.data() + done, script.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return fp8::InternalError("writing " + tmp + ": " + std::strerror(err));
-    }
+    if (n < 0) return fp8::InternalError(std::string("writing the batch script: ") + std::strerror(errno));
     done += static_cast<size_t>(n);
   }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) return fp8::InternalError("fsync " + tmp + ": " + std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return fp8::InternalError("renaming " + tmp + ": " + std::strerror(errno));
-  }
-  return fp8::OkStatus();
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return fp8::InternalError(std::string("lseek: ") + std::strerror(errno));
+  return fd;
 }
 
 // Single quotes for /bin/sh: the batch script's only variable parts are paths and argv.
@@ -169,8 +161,9 @@ class SlurmAgent final : public Agent {
 
  private:
   StatusOr<std::string> BatchScript(const LaunchRequest& r, int nodes, int per_node) const;
+  // The script itself goes to sbatch's stdin.
   std::vector<std::string> SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
-                                      const std::string& script, const RunAs& run_as) const;
+                                      const RunAs& run_as) const;
   // A Slurm job of an earlier attempt that is still alive was orphaned: fp8d died after its
   // sbatch and before it stored the job id, so nothing watches or stops it. (The core starts
   // attempt N only once attempt N-1's ranks have ended, as far as it knows.)
@@ -224,7 +217,7 @@ StatusOr<std::string> SlurmAgent::BatchScript(const LaunchRequest& r, int nodes,
 }
 
 std::vector<std::string> SlurmAgent::SbatchArgv(const LaunchRequest& r, int nodes, int per_node,
-                                                const std::string& script, const RunAs& run_as) const {
+                                                const RunAs& run_as) const {
   std::vector<std::string> argv = {"sbatch", "--parsable",
                                    "--job-name=fp8d-" + r.job_id + "-" + std::to_string(r.attempt),
                                    "--nodes=" + std::to_string(nodes),
@@ -250,7 +243,6 @@ std::vector<std::string> SlurmAgent::SbatchArgv(const LaunchRequest& r, int node
     argv.push_back("--gid=" + std::to_string(run_as.gid));
   }
   for (const auto& a : options_.sbatch_args) argv.push_back(a);
-  argv.push_back(script);
   return argv;
 }
 
@@ -284,35 +276,36 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
                                      " is already submitted");
     }
   }
-  std::error_code ec;
-  fs::create_directories(r.attempt_dir + "/rendezvous", ec);
-  if (ec) return fp8::InternalError("creating " + r.attempt_dir + "/rendezvous: " + ec.message());
-  FP8_RETURN_IF_ERROR(WriteFile(r.attempt_dir + "/spec.json", r.spec_json));
   // Ranks of a job with an owner run as that uid, as the local launcher's do: the job folder,
   // the attempt directory (where Slurm writes slurm.out) and the files srun appends to become
-  // the owner's.
-  StatusOr<RunAs> run_as = PrepareRunAs(r);
+  // the owner's. Nothing in them is opened by name as root (attempt_files.h).
+  StatusOr<RunAs> run_as = ResolveRunAs(r);
   if (!run_as.ok()) return run_as.status();
+  StatusOr<AttemptFolder> folder = PrepareAttemptFolder(r, *run_as);
+  if (!folder.ok()) return AsLaunchError(folder.status());
   auto watched = std::make_shared<Watched>();
   watched->job_id = r.job_id;
   watched->attempt = r.attempt;
   for (int rank = 0; rank < world; ++rank) {
     // Created empty here so they can be opened (and streamed) before Slurm starts the ranks.
-    for (const char* suffix : {".events", ".log"}) {
-      FP8_RETURN_IF_ERROR(WriteFile(RankFile(r.attempt_dir, rank, suffix), ""));
+    StatusOr<UniqueFd> events = CreateRankFile(folder->attempt, rank, ".events", O_RDONLY, *run_as);
+    if (!events.ok()) return AsLaunchError(events.status());
+    if (StatusOr<UniqueFd> log = CreateRankFile(folder->attempt, rank, ".log", O_WRONLY, *run_as); !log.ok()) {
+      return AsLaunchError(log.status());
     }
-    FP8_RETURN_IF_ERROR(GiveTo(*run_as, {RankFile(r.attempt_dir, rank, ".events"),
-                                         RankFile(r.attempt_dir, rank, ".log")}, 0640));
     Rank rk;
     rk.rank = rank;
-    rk.reader = std::make_unique<EventFileReader>(RankFile(r.attempt_dir, rank, ".events"), 0);
+    rk.reader = std::make_unique<EventFileReader>(RankFile(r.attempt_dir, rank, ".events"), 0, std::move(*events));
     FP8_RETURN_IF_ERROR(rk.reader->Open());
     watched->ranks.push_back(std::move(rk));
   }
   StatusOr<std::string> script = BatchScript(r, nodes, per_node);
   if (!script.ok()) return script.status();
-  const std::string script_path = r.attempt_dir + "/slurm.sbatch";
-  FP8_RETURN_IF_ERROR(WriteFile(script_path, *script));
+  // Kept in the attempt folder for operators; sbatch (root) reads the script from a memfd on
+  // its stdin, not from the owner's folder, where the name could lead anywhere by then.
+  if (Status st = folder->attempt.WriteAtomically("slurm.sbatch", *script); !st.ok()) return AsLaunchError(st);
+  StatusOr<UniqueFd> script_fd = ScriptFd(*script);
+  if (!script_fd.ok()) return script_fd.status();
 
   // The batch script and srun inherit sbatch's environment (--export=ALL): the part of design
   // §4 that is the same for every rank. srun adds each rank's numbers (SLURM_PROCID, ...).
@@ -330,7 +323,7 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
   // The ranks inherit sbatch's environment: with a clean base (r.env: fp8d's allowlist plus the
   // job's env) that base, plus the Slurm client's own SLURM_* settings (SLURM_CONF, ...) that
   // sbatch and the batch script's srun need; else fp8d's environment.
-  // (PrepareRunAs has put the owner's HOME, USER and LOGNAME into it.)
+  // (ResolveRunAs has put the owner's HOME, USER and LOGNAME into it.)
   std::optional<std::map<std::string, std::string>> base;
   if (r.env) base = run_as->env;
   if (base) {
@@ -341,8 +334,8 @@ StatusOr<std::vector<RankProcess>> SlurmAgent::Launch(const LaunchRequest& origi
     }
   }
   CancelEarlierAttempts(r.job_id, r.attempt);
-  auto result = RunCommand(SbatchArgv(r, nodes, per_node, script_path, *run_as), env, options_.command_timeout_ms,
-                           base ? &*base : nullptr);
+  auto result = RunCommand(SbatchArgv(r, nodes, per_node, *run_as), env, options_.command_timeout_ms,
+                           base ? &*base : nullptr, script_fd->get());
   // Not UNAVAILABLE: to the core that means the controller's own disk, retried without counting;
   // an unreachable Slurm counts against max_attempts.
   if (!result.ok()) return fp8::FailedPreconditionError("Slurm is not reachable: sbatch: " + result.status().message());

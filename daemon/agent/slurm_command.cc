@@ -23,7 +23,8 @@ namespace fp8d::agent {
 fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                         const std::map<std::string, std::string>& env_overrides,
                                         int timeout_ms,
-                                        const std::map<std::string, std::string>* base) {
+                                        const std::map<std::string, std::string>* base,
+                                        int stdin_fd) {
   if (argv.empty()) return fp8::InvalidArgumentError("argv: empty");
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return fp8::InternalError(std::string("pipe: ") + std::strerror(errno));
@@ -34,7 +35,11 @@ fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (stdin_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, stdin_fd, 0);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   posix_spawnattr_t attr;

@@ -22,11 +22,13 @@ struct CommandResult {
 // stdin from /dev/null, and collects stdout and stderr. A command still running after
 // `timeout_ms` is killed; the error then says so. Errors only when it could not be started
 // or timed out; a non-zero exit is in the result.
-// With `base`, the command's environment is `base` plus the overrides instead.
+// With `base`, the command's environment is `base` plus the overrides instead. With
+// `stdin_fd` >= 0, that file is its stdin instead of /dev/null.
 fp8::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                         const std::map<std::string, std::string>& env_overrides,
                                         int timeout_ms,
-                                        const std::map<std::string, std::string>* base = nullptr);
+                                        const std::map<std::string, std::string>* base = nullptr,
+                                        int stdin_fd = -1);
 
 // One line of `squeue -h -o '%i|%T|%r'`.
 struct SlurmJobState {

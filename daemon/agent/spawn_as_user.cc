@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
 
 #include "daemon/agent/agent.h"
@@ -39,16 +38,15 @@ std::string ResolveProgram(const std::string& program, const std::vector<std::st
   return program;
 }
 
-// The child's pid as decimal text into `path`, with async-signal-safe calls only.
-bool WritePidFile(const char* path) {
+// The child's pid as decimal text into `fd` (an empty file the parent made), with
+// async-signal-safe calls only.
+bool WritePid(int fd) {
   char digits[24];
   int n = 0;
   for (long v = static_cast<long>(getpid()); v > 0; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
   char text[25];
   for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
   text[n++] = '\n';
-  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
   const bool ok = write(fd, text, n) == n;
   return close(fd) == 0 && ok;
 }
@@ -75,6 +73,11 @@ fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
   std::vector<gid_t> groups(request.groups.begin(), request.groups.end());
   const uid_t uid = static_cast<uid_t>(request.uid);
   const gid_t gid = static_cast<gid_t>(request.gid);
+  // The child dup2s over 0-2 before it closes the rest: fds it needs must not be among them.
+  const int stdout_fd = request.stdout_fd, stderr_fd = request.stderr_fd, pid_fd = request.pid_fd;
+  if (stdout_fd <= 2 || stderr_fd <= 2 || (pid_fd >= 0 && pid_fd <= 2)) {
+    return fp8::InvalidArgumentError("spawn: the worker's files must be fds above 2");
+  }
 
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) return fp8::InternalError(std::string("pipe: ") + std::strerror(errno));
@@ -88,11 +91,12 @@ fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
   if (pid == 0) {
     close(report[0]);
     if (setsid() < 0) ChildFail(report[1]);
+    // Still root here: nothing is opened by a name the job's owner controls. stdout, stderr
+    // and the pid file are fds the parent opened beneath the attempt folder.
     const int in = open("/dev/null", O_RDONLY);
-    const int out = open(request.stdout_path.c_str(), O_WRONLY | O_APPEND);
-    const int err = open(request.stderr_path.c_str(), O_WRONLY | O_APPEND);
-    if (in < 0 || out < 0 || err < 0) ChildFail(report[1]);
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) ChildFail(report[1]);
+    if (in < 0) ChildFail(report[1]);
+    if (dup2(in, 0) < 0 || dup2(stdout_fd, 1) < 0 || dup2(stderr_fd, 2) < 0) ChildFail(report[1]);
+    if (pid_fd >= 0 && !WritePid(pid_fd)) ChildFail(report[1]);
     // Every other fd except the report pipe (close-on-exec) goes: the daemon's sockets and
     // database must not leak into a worker.
     for (int fd = 3; fd < 65536; ++fd) {
@@ -104,7 +108,6 @@ fp8::StatusOr<int64_t> SpawnAsUser(const SpawnRequest& request) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!request.pid_file.empty() && !WritePidFile(request.pid_file.c_str())) ChildFail(report[1]);
     // Groups first, the uid last: after setuid the child could no longer change the others.
     if (setgroups(groups.size(), groups.data()) != 0) ChildFail(report[1]);
     if (setgid(gid) != 0 || setuid(uid) != 0) ChildFail(report[1]);
@@ -179,21 +182,7 @@ std::vector<std::string> MergeEnvironment(std::map<std::string, std::string> bas
   return out;
 }
 
-fp8::Status GiveTo(const RunAs& run_as, const std::vector<std::string>& paths, unsigned int mode) {
-  for (const std::string& path : paths) {
-    if (run_as.uid > 0 &&
-        chown(path.c_str(), static_cast<uid_t>(run_as.uid), static_cast<gid_t>(run_as.gid)) != 0) {
-      return fp8::InternalError("chown " + path + " to uid " + std::to_string(run_as.uid) + ": " +
-                                std::strerror(errno));
-    }
-    if (chmod(path.c_str(), mode) != 0) {
-      return fp8::InternalError("chmod " + path + ": " + std::strerror(errno));
-    }
-  }
-  return fp8::OkStatus();
-}
-
-fp8::StatusOr<RunAs> PrepareRunAs(const LaunchRequest& request) {
+fp8::StatusOr<RunAs> ResolveRunAs(const LaunchRequest& request) {
   RunAs run_as;
   if (request.env) run_as.env = *request.env;
   if (request.uid <= 0) return run_as;
@@ -216,14 +205,6 @@ fp8::StatusOr<RunAs> PrepareRunAs(const LaunchRequest& request) {
     run_as.env["USER"] = pw->pw_name;
     run_as.env["LOGNAME"] = pw->pw_name;
   }
-  namespace fs = std::filesystem;
-  const fs::path attempt(request.attempt_dir);
-  const fs::path job = attempt.parent_path();
-  // jobs/ is passable (not listable) by the owners of the folders inside it.
-  chmod(job.parent_path().c_str(), 0711);
-  FP8_RETURN_IF_ERROR(GiveTo(run_as, {job.string()}, 0700));
-  FP8_RETURN_IF_ERROR(GiveTo(run_as, {attempt.string(), (attempt / "rendezvous").string()}, 0750));
-  FP8_RETURN_IF_ERROR(GiveTo(run_as, {(attempt / "spec.json").string()}, 0640));
   return run_as;
 }
 

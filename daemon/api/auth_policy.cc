@@ -167,6 +167,10 @@ fp8::StatusOr<Principal> TokenAuthPolicy::Authenticate(const CallerInfo& caller)
     std::lock_guard<std::mutex> lock(mu_);
     table = by_hash_;
   }
+  if (table->empty()) {
+    return Unauthenticated("authorization: a bearer token was sent, but no tokens are configured "
+                           "(--auth-tokens); send none to be known as the local peer");
+  }
   // Looked up by hash: the time taken does not depend on how much of a token matched.
   auto it = table->find(Sha256Hex(*caller.bearer_token));
   if (it == table->end()) return Unauthenticated("authorization: unknown token");
@@ -291,7 +295,8 @@ void AuditLog(const Principal& principal, std::string_view method, std::string_v
                          {"job", std::string(job)},
                          {"result", fp8::StatusCodeName(result.code())}};
   if (!result.ok()) line["message"] = result.message();
-  const std::string json = line.dump();
+  // The message may quote a caller's bytes; ones that are not UTF-8 must not make dump() throw.
+  const std::string json = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   audit->info("{}", std::string_view(json).substr(1));  // the pattern supplies the '{'
 
 }

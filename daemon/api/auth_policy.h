@@ -67,7 +67,9 @@ struct AuthEntry {
 fp8::StatusOr<std::vector<AuthEntry>> LoadAuthEntries(const std::string& path);
 std::string Sha256Hex(std::string_view data);
 
-// Bearer tokens, compared by their SHA-256 (the file never holds a token).
+// Bearer tokens, compared by their SHA-256 (the file never holds a token). fp8d asks it first
+// even with no tokens configured: a presented token (or a malformed authorization header) is
+// then UNAUTHENTICATED ("no tokens are configured"), never ignored in favour of who the peer is.
 class TokenAuthPolicy final : public AuthPolicy {
  public:
   explicit TokenAuthPolicy(const std::vector<AuthEntry>& entries);
@@ -115,8 +117,10 @@ class UnixPeerTable {
 
 // Callers on this machine without a credential: a unix-socket peer is its SO_PEERCRED uid
 // (root is admin, any other user a submitter named after its login); a loopback TCP peer is
-// the configured default user (a submitter, never root) when `loopback_default` is set (fp8d
-// listens on loopback only: a port open to other machines demands credentials of everyone).
+// `default_user` (never root; its role is --loopback-role, viewer unless the operator says
+// otherwise: any local user or process can open a loopback port, so it is no identity) when
+// `loopback_default` is set (fp8d listens on loopback only: a port open to other machines
+// demands credentials of everyone).
 class LocalPeerAuthPolicy final : public AuthPolicy {
  public:
   LocalPeerAuthPolicy(std::shared_ptr<const UnixPeerTable> unix_peers, Principal default_user,

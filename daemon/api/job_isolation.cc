@@ -1,11 +1,15 @@
 #include "daemon/api/job_isolation.h"
 
+#include <grp.h>
 #include <pwd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <climits>
-#include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "jobspec/paths.h"
 
 namespace fp8d::api {
 
@@ -17,58 +21,80 @@ fp8::Status Bad(const std::string& field, const std::string& why) {
   return fp8::InvalidArgumentError(field + ": " + why);
 }
 
-// realpath of the nearest existing ancestor, with the rest appended; the rest may not hold
-// ".." (it could climb out once created).
-fp8::StatusOr<std::string> Resolve(const std::string& field, const std::string& path) {
-  fs::path p(path);
-  fs::path rest;
-  while (!p.empty()) {
-    char buf[PATH_MAX];
-    if (realpath(p.c_str(), buf) != nullptr) {
-      for (const auto& part : rest) {
-        if (part == "..") return Bad(field, "must not contain '..' below an existing directory");
-      }
-      return rest.empty() ? std::string(buf) : (fs::path(buf) / rest).lexically_normal().string();
+// The filesystem half of init_from's checks (jobspec holds the rest): it must name a model
+// directory. The worker validates the tensors themselves (exit 65).
+fp8::Status InitFromIsModelDir(const fp8d::v1::Job& job) {
+  if (job.spec_case() != fp8d::v1::Job::kTrain || job.train().init_from().empty()) return fp8::OkStatus();
+  const std::string& value = job.train().init_from();
+  const std::string field = "job.train.init_from";
+  std::error_code ec;
+  const fs::path dir(value);
+  if (!fs::is_directory(dir, ec)) return Bad(field, "no such directory: " + value);
+  if (fs::exists(dir / "config.json", ec) || fs::exists(dir / "trainer_state.json", ec)) return fp8::OkStatus();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().starts_with("step-") && fs::exists(e.path() / "trainer_state.json", ec)) {
+      return fp8::OkStatus();
     }
-    if (p == p.root_path()) break;
-    rest = rest.empty() ? p.filename() : p.filename() / rest;
-    p = p.parent_path();
   }
-  return Bad(field, "cannot be resolved");
+  return Bad(field, value + " has neither config.json (Hugging Face GPT-2) nor trainer_state.json (fp8d checkpoint)");
 }
 
-bool Under(const std::string& path, const std::string& root) {
-  if (root == "/") return true;
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p == root || p.rfind(root + "/", 0) == 0;
+fp8::Status CheckPathsAndModelDir(const fp8d::v1::Job& job, const std::vector<std::string>& roots) {
+  FP8_RETURN_IF_ERROR(fp8::jobspec::CheckSpecPaths(job, "job", roots, fp8::jobspec::PathCheck::kAtCreate));
+  return InitFromIsModelDir(job);
 }
 
-fp8::Status CheckPath(const std::string& field, const std::string& value,
-                      const std::vector<std::string>& roots) {
-  if (value.empty()) return fp8::OkStatus();
-  if (value[0] != '/') return Bad(field, "must be an absolute path");
-  std::string literal = value;
-  if (const size_t glob = value.find_first_of("*?["); glob != std::string::npos) {
-    literal = value.substr(0, value.rfind('/', glob) + 1);
+// Runs `check` on a thread of its own whose filesystem uid, gid and groups are `uid`'s, so the
+// answer is what that user would see (root would see every path). Raw syscalls: glibc's
+// setgroups changes every thread of the process; the kernel's changes this thread's
+// credentials only, and they end with it. A filesystem uid other than 0 also drops the
+// thread's CAP_DAC_* capabilities.
+fp8::Status AsFilesystemUser(int64_t uid, const std::function<fp8::Status()>& check) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(static_cast<uid_t>(uid), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return fp8::FailedPreconditionError("CreateJob: uid " + std::to_string(uid) + " has no passwd entry");
   }
-  auto resolved = Resolve(field, literal);
-  if (!resolved.ok()) return resolved.status();
-  for (const std::string& root : roots) {
-    if (Under(*resolved, root)) return fp8::OkStatus();
+  int count = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(count));
+  if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &count) < 0) {
+    groups.resize(static_cast<size_t>(count));
+    getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &count);
   }
-  std::string list;
-  for (const std::string& root : roots) list += (list.empty() ? "" : ", ") + root;
-  return Bad(field, value + " resolves to " + *resolved + ", outside the allowed roots (" + list +
-                        ")");
+  groups.resize(static_cast<size_t>(count));
+  const gid_t gid = pw.pw_gid;
+  fp8::Status result;
+  std::thread thread([&] {
+    if (syscall(SYS_setgroups, groups.size(), groups.data()) != 0) {
+      result = fp8::InternalError("CreateJob: setgroups for uid " + std::to_string(uid) + " failed");
+      return;
+    }
+    syscall(SYS_setfsgid, gid);
+    syscall(SYS_setfsuid, static_cast<uid_t>(uid));
+    // setfsuid/setfsgid report the previous id, not failure: read them back.
+    if (syscall(SYS_setfsuid, static_cast<uid_t>(-1)) != uid || syscall(SYS_setfsgid, static_cast<gid_t>(-1)) != gid) {
+      result = fp8::InternalError("CreateJob: could not take uid " + std::to_string(uid) + "'s filesystem rights");
+      return;
+    }
+    result = check();
+  });
+  thread.join();
+  return result;
 }
 
 }  // namespace
 
-int64_t RunAsUid(const IsolationOptions& options, const Principal& principal) {
-  if (!options.run_as_owner) return 0;
-  const int64_t uid = principal.uid > 0 ? principal.uid : options.default_uid;
-  return uid > 0 ? uid : options.default_uid;
+fp8::StatusOr<int64_t> RunAsUid(const IsolationOptions& options, const Principal& principal) {
+  if (!options.run_as_owner) return int64_t{0};
+  if (principal.uid == 0) {
+    if (options.allow_root_jobs) return int64_t{0};  // fp8d's own uid: root
+    return fp8::FailedPreconditionError(
+        "CreateJob: principal " + principal.name +
+        " is uid 0, and fp8d runs no job as root unless started with --allow-root-jobs (submit "
+        "as an unprivileged user instead)");
+  }
+  return principal.uid > 0 ? principal.uid : options.default_uid;
 }
 
 std::vector<std::string> AllowedRoots(const IsolationOptions& options, int64_t run_as_uid) {
@@ -80,46 +106,14 @@ std::vector<std::string> AllowedRoots(const IsolationOptions& options, int64_t r
       roots.push_back(pw->pw_dir);
     }
   }
-  std::vector<std::string> resolved;
-  for (const std::string& root : roots) {
-    char buf[PATH_MAX];
-    if (realpath(root.c_str(), buf) != nullptr) resolved.push_back(buf);
-  }
-  return resolved;
+  return fp8::jobspec::ResolveRoots(roots);
 }
 
-fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots) {
-  switch (job.spec_case()) {  // exhaustive: a new kind's paths must be listed here
-    case fp8d::v1::Job::kTrain: {
-      const auto& t = job.train();
-      FP8_RETURN_IF_ERROR(CheckPath("job.train.data.train", t.data().train(), roots));
-      FP8_RETURN_IF_ERROR(CheckPath("job.train.data.val", t.data().val(), roots));
-      return CheckPath("job.train.output_dir", t.output_dir(), roots);
-    }
-    case fp8d::v1::Job::kCalibrate: {
-      const auto& c = job.calibrate();
-      FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.input", c.input(), roots));
-      FP8_RETURN_IF_ERROR(CheckPath("job.calibrate.output_dir", c.output_dir(), roots));
-      return CheckPath("job.calibrate.activations.data", c.activations().data(), roots);
-    }
-    case fp8d::v1::Job::SPEC_NOT_SET:
-      break;
-  }
-  return fp8::OkStatus();
-}
-
-fp8::Status ValidateJobEnv(const fp8d::v1::Job& job) {
-  if (job.env_size() > 64) return Bad("job.env", "at most 64 variables");
-  for (const auto& [key, value] : job.env()) {
-    const std::string field = "job.env[" + key + "]";
-    bool ok = !key.empty() && key.size() <= 128 && !std::isdigit(static_cast<unsigned char>(key[0]));
-    for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-    if (!ok) return Bad(field, "key must match [A-Za-z_][A-Za-z0-9_]* (at most 128 characters)");
-    if (key.rfind("FP8D_", 0) == 0) return Bad(field, "FP8D_* variables are set by the launcher");
-    if (value.size() > 4096) return Bad(field, "value must be at most 4096 bytes");
-    if (value.find('\0') != std::string::npos) return Bad(field, "value must not contain NUL");
-  }
-  return fp8::OkStatus();
+fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots, int64_t run_as_uid) {
+  const auto check = [&] { return CheckPathsAndModelDir(job, roots); };
+  // Workers that run as fp8d's own uid see what fp8d sees.
+  if (run_as_uid <= 0 || geteuid() != 0) return check();
+  return AsFilesystemUser(run_as_uid, check);
 }
 
 }  // namespace fp8d::api

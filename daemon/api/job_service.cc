@@ -8,9 +8,11 @@
 #include <google/protobuf/empty.pb.h>
 
 #include "daemon/api/http_metrics.h"
+#include "daemon/api/job_env.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/stream_reactors.h"
 #include "daemon/api/validation.h"
+#include "jobspec/paths.h"
 
 namespace fp8d::api {
 
@@ -104,11 +106,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   auto admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(*request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted.status(), "CreateJob");
   const Principal principal = *admitted;
-  const int64_t run_as_uid = RunAsUid(options_.isolation, principal);
-  fp8::Status isolated = ValidateJobEnv(request->job());
-  if (isolated.ok()) {
-    isolated = CheckJobPaths(request->job(), AllowedRoots(options_.isolation, run_as_uid));
-  }
+  const fp8::StatusOr<int64_t> run_as = RunAsUid(options_.isolation, principal);
+  const int64_t run_as_uid = run_as.ok() ? *run_as : -1;
+  fp8::Status isolated = run_as.status();
+  if (isolated.ok()) isolated = ValidateJobEnv(request->job(), options_.isolation.job_env_allow);
+  const std::vector<std::string> roots = AllowedRoots(options_.isolation, run_as_uid);
+  if (isolated.ok()) isolated = CheckJobPaths(request->job(), roots, run_as_uid);
   if (!isolated.ok()) {
     AuditLog(principal, "CreateJob", "", isolated);
     return Refuse(context, isolated, "CreateJob");
@@ -118,6 +121,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   NormalizeCreateJobRequest(normalized);
   normalized.mutable_job()->set_owner(principal.name);
   normalized.mutable_job()->set_run_as_uid(run_as_uid);
+  normalized.mutable_job()->set_request_id(request->request_id());
+  // The worker checks its paths again, against the same roots, before it opens them.
+  fp8::jobspec::SetAllowedRoots(normalized.mutable_job(), roots);
   auto respond = Responder<Job>(reactor, response, "CreateJob");
   boost::asio::post(io_, [this, respond, principal, req = std::move(normalized)]() mutable {
     manager_->CreateJob(std::move(req), [respond, principal](fp8::StatusOr<Job> job) {

@@ -1,9 +1,9 @@
-// Request validation for the public JobService (design §3). Every check names the offending
+// Request validation for JobService (docs/design.md §3). Every check names the offending
 // field with its full path ("job.train.training.learning_rate: must be in (0, 10]") so a client
 // can point at the line of its job file. The spec's own checks and defaults are fp8_jobspec's
-// (jobspec/), the ones the worker runs. Validation touches no state (init_from's directory is
-// only looked at), callable from any thread, so the gRPC reactors run it before posting
-// anything to the manager.
+// (jobspec/), the ones the worker runs; the filesystem checks of paths are jobspec/paths.h's,
+// run by the caller as the job's owner. Validation touches no state and no file, callable from
+// any thread, so the gRPC reactors run it before posting anything to the manager.
 #pragma once
 
 #include <string>

@@ -108,7 +108,7 @@ Verdict OnEvent(const AttemptView& a, const agent::WorkerEvent& ev) {
       const bool interrupted = it != fields.end() && it->second.bool_value();
       v.final_line = true;
       v.rank_done = !interrupted;
-      return v;  // success is decided when the rank exits 0 (design §2 (3))
+      return v;  // success is decided when the rank exits 0 (docs/design.md §2 (3))
     }
 
     case WorkerEvent::kError: {

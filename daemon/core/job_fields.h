@@ -26,7 +26,7 @@ fp8::Status PrepareNewJob(fp8d::v1::Job* job, const std::string& cwd);
 std::string OutputDirKey(const fp8d::v1::Job& job);
 
 // Hash of the deterministic serialization of the job exactly as the client sent it: the
-// same request_id with a different body must be told apart (design §3).
+// same request_id with a different body must be told apart (docs/design.md §3).
 std::string RequestHash(const fp8d::v1::Job& job);
 
 // "jobs/<id>" → "<id>"; a string without the prefix is returned unchanged.

@@ -1,4 +1,4 @@
-// The job state machine (design §2): the ONE place that says which state changes are legal,
+// The job state machine (docs/design.md §2): the ONE place that says which state changes are legal,
 // which failures are retried, how a worker's exit maps to a failure class, and how long to
 // back off before the next attempt. Pure functions, no I/O.
 //
@@ -58,7 +58,7 @@ bool IsTerminal(JobState state);
 // UNSPECIFIED is not retryable (it is not a failure).
 bool IsRetryable(FailureClass failure);
 
-// Worker exit → failure class (design §4, sysexits). `signal` is the terminating signal, 0 if
+// Worker exit → failure class (docs/design.md §4). `signal` is the terminating signal, 0 if
 // the worker exited normally. exit 0 without a signal → FAILURE_CLASS_UNSPECIFIED (success);
 // 64 → INVALID_SPEC; 65 → DATA_ERROR; 70 or 75 → INTERNAL_ERROR; any signal or other
 // non-zero code → WORKER_CRASH.

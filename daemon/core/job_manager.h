@@ -38,6 +38,9 @@ struct ManagerOptions {
   bool clean_worker_env = false;
   std::vector<std::string> worker_env_allow;
   std::map<std::string, std::string> worker_env;
+  // --job-env-allow: a stored job's env is checked against api::ValidateJobEnv again at
+  // launch (it may predate the allowlist, or the operator may have narrowed it since).
+  std::vector<std::string> job_env_allow;
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
@@ -56,7 +59,7 @@ class JobManager {
  public:
   virtual ~JobManager() = default;
 
-  // Start-up recovery (design §3, issue: before SERVING): loads active jobs, re-adopts live
+  // Start-up recovery (before SERVING, docs/design.md §3): loads active jobs, re-adopts live
   // workers (found by their environment if their pids were never saved), judges workers that
   // ended while the daemon was down by the rest of their events, kills workers no active
   // attempt owns, requeues attempts that never spawned (not counted against max_attempts),

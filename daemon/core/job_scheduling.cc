@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/api/job_env.h"
 #include "daemon/core/failpoint.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
@@ -102,10 +103,10 @@ void JobManagerImpl::Schedule() {
 }
 
 std::string JobManagerImpl::ChooseResume(const JobEntry& e) const {
-  // Checkpoints are only reported once complete on disk (design §4), oldest first here.
+  // Checkpoints are only reported once complete on disk (docs/design.md §4), oldest first here.
   size_t usable = e.checkpoints.size();
   // NaN/Inf loss: the newest checkpoint may already carry the divergence, so go one back
-  // (design §2: "retry from an earlier checkpoint"); with only one, start fresh.
+  // (docs/design.md §2, NUMERIC); with only one, start fresh.
   if (e.skip_newest_checkpoint && usable > 0) --usable;
   return usable == 0 ? std::string() : e.checkpoints[usable - 1].path();
 }
@@ -172,6 +173,11 @@ void JobManagerImpl::Launch(const std::string& name, int number) {
   }
   const std::string default_output = options_.data_dir + "/jobs/" + JobIdOf(name) + "/output";
   StatusOr<WorkerSpec> spec = MakeWorkerSpec(e->job, default_output);
+  // A job stored before the allowlist (or before the operator narrowed it) is not launched
+  // with an environment CreateJob would refuse now; INVALID_SPEC is final, not retried.
+  if (spec.ok()) {
+    if (Status env = api::ValidateJobEnv(e->job, options_.job_env_allow); !env.ok()) spec = env;
+  }
   if (!spec.ok()) {
     for (RankRun& r : run.ranks) r.exited = true;
     supervisor_->FailAttempt(*e, fp8d::v1::INVALID_SPEC, spec.status().message());

@@ -1,4 +1,4 @@
-// The one way a job changes state (design §2): check the transition against the table,
+// The one way a job changes state (docs/design.md §2): check the transition against the table,
 // apply it in memory (so later handlers see it), write job row + event in one transaction,
 // and only when that write is done publish the new version to watchers and run the action
 // that depends on it (launch, signal, acknowledge). Progress is the exception the design

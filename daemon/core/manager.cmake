@@ -20,5 +20,5 @@ add_library(fp8d_core
   job_transitions.cc
   watch_hub.cc)
 target_link_libraries(fp8d_core
-  PUBLIC fp8d_store fp8d_agent fp8d_lifecycle fp8d_scheduler fp8_proto fp8_common
+  PUBLIC fp8d_store fp8d_agent fp8d_lifecycle fp8d_scheduler fp8d_job_env fp8_proto fp8_common
          Boost::headers spdlog::spdlog nlohmann_json::nlohmann_json Threads::Threads)

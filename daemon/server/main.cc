@@ -1,4 +1,4 @@
-// fp8d: the controller daemon (design §1, §7). Wires the SQLite store, the local agent and the
+// fp8d, the controller (docs/design.md §1, §7). Wires the SQLite store, the local agent and the
 // job manager (one io_context thread) to the gRPC JobService (gRPC's own threads), with the
 // health service reporting SERVING only once recovery has finished, and server reflection.
 //
@@ -38,6 +38,7 @@
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/http_listener.h"
 #include "daemon/api/http_metrics.h"
+#include "daemon/api/job_env.h"
 #include "daemon/api/job_service.h"
 #include "daemon/api/reflection_v1.h"
 #include "daemon/core/job_manager.h"
@@ -111,7 +112,7 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerConfig& c
 
 struct AuthSetup {
   std::shared_ptr<const fp8d::api::AuthPolicy> policy;
-  // The sources SIGHUP reloads from --auth-tokens (null when not configured).
+  // The sources SIGHUP reloads from --auth-tokens (tokens: empty, mtls: null when not configured).
   std::shared_ptr<fp8d::api::TokenAuthPolicy> tokens;
   std::shared_ptr<fp8d::api::MtlsAuthPolicy> mtls;
   std::shared_ptr<fp8d::api::UnixPeerTable> unix_peers;
@@ -119,24 +120,26 @@ struct AuthSetup {
 };
 
 // The sources, in order: bearer tokens, the client certificate, then the local peer (unix
-// socket uids; loopback TCP as the default user only when fp8d listens on this machine alone).
+// socket uids; loopback TCP as the default user with --loopback-role, only when fp8d listens on
+// this machine alone).
 fp8::StatusOr<AuthSetup> MakeAuth(const ServerConfig& config) {
   AuthSetup setup;
   struct passwd* pw = getpwnam(config.default_user.c_str());
   if (pw == nullptr) return fp8::InvalidArgumentError("--default-user " + config.default_user + ": no such user");
   if (pw->pw_uid == 0) return fp8::InvalidArgumentError("--default-user " + config.default_user + ": must not be root");
-  setup.default_user = {config.default_user, fp8d::api::Role::kSubmitter, static_cast<int64_t>(pw->pw_uid)};
+  auto loopback_role = fp8d::api::ParseRole(config.loopback_role);
+  if (!loopback_role.ok()) return fp8::InvalidArgumentError("--loopback-role: " + loopback_role.status().message());
+  setup.default_user = {config.default_user, *loopback_role, static_cast<int64_t>(pw->pw_uid)};
   std::vector<fp8d::api::AuthEntry> entries;
   if (!config.auth_tokens.empty()) {
     auto loaded = fp8d::api::LoadAuthEntries(config.auth_tokens);
     if (!loaded.ok()) return loaded.status();
     entries = std::move(loaded).value();
   }
-  std::vector<std::shared_ptr<const fp8d::api::AuthPolicy>> sources;
-  if (!config.auth_tokens.empty()) {
-    setup.tokens = std::make_shared<fp8d::api::TokenAuthPolicy>(entries);
-    sources.push_back(setup.tokens);
-  }
+  // Asked first even without --auth-tokens: a token that is presented is always checked (with
+  // none configured it is refused), never ignored in favour of the local peer's identity.
+  setup.tokens = std::make_shared<fp8d::api::TokenAuthPolicy>(entries);
+  std::vector<std::shared_ptr<const fp8d::api::AuthPolicy>> sources = {setup.tokens};
   if (!config.tls_client_ca.empty()) {
     setup.mtls = std::make_shared<fp8d::api::MtlsAuthPolicy>(entries);
     sources.push_back(setup.mtls);
@@ -171,6 +174,10 @@ int Run(const ServerConfig& config) {
     spdlog::error("{}", auth.status().message());
     return 2;
   }
+  if (fp8::Status s = fp8d::api::CheckJobEnvAllow(config.job_env_allow); !s.ok()) {
+    spdlog::error("{}", s.message());
+    return 2;
+  }
   std::error_code ec;
   fs::create_directories(config.data_dir, ec);
   if (ec) {
@@ -188,7 +195,7 @@ int Run(const ServerConfig& config) {
   chmod(data_dir.c_str(), 0711);
   umask(027);
 
-  // Workers inherit fp8d's environment (design §4), so worker_env goes there.
+  // Workers inherit fp8d's environment (docs/design.md §4), so worker_env goes there.
   for (const auto& [key, value] : config.worker_env) setenv(key.c_str(), value.c_str(), 1);
 
   fp8d::store::SetCommitObserver(&fp8d::api::RecordStoreCommit);
@@ -209,6 +216,7 @@ int Run(const ServerConfig& config) {
   options.clean_worker_env = true;
   options.worker_env = config.worker_env;
   options.worker_env_allow = config.worker_env_allow;
+  options.job_env_allow = config.job_env_allow;
   spdlog::info("worker: {}", fmt::join(options.worker_argv_prefix, " "));
   spdlog::info("launcher: {}", config.launcher);
 
@@ -247,6 +255,8 @@ int Run(const ServerConfig& config) {
   fp8d::api::JobServiceOptions service_options;
   service_options.isolation.run_as_owner = config.run_jobs_as_owner && geteuid() == 0;
   service_options.isolation.default_uid = auth->default_user.uid;
+  service_options.isolation.allow_root_jobs = config.allow_root_jobs;
+  service_options.isolation.job_env_allow = config.job_env_allow;
   service_options.isolation.allowed_roots = config.allowed_roots;
   service_options.isolation.data_dir = data_dir;
   fp8d::api::JobServiceImpl service(io, manager.get(), auth->policy, service_options);

@@ -93,7 +93,8 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
                                 "addr_file", "worker_env",     "log_level",
                                 "tls_cert", "tls_key", "tls_client_ca", "auth_tokens",
                                 "default_user", "allowed_roots", "http_listen", "job_ttl_after_finished",
-                                "launcher", "slurm"};
+                                "launcher", "slurm", "job_env_allow", "loopback_role",
+                                "allow_root_jobs"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
@@ -127,6 +128,9 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
     FP8_RETURN_IF_ERROR(FromYaml(root, key, flag(key), target));
   }
   FP8_RETURN_IF_ERROR(FromYaml(root, "allowed_roots", flag("allowed_roots"), &config->allowed_roots));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "job_env_allow", flag("job_env_allow"), &config->job_env_allow));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "loopback_role", flag("loopback_role"), &config->loopback_role));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "allow_root_jobs", flag("allow_root_jobs"), &config->allow_root_jobs));
   FP8_RETURN_IF_ERROR(FromYaml(root, "launcher", flag("launcher"), &config->launcher));
   if (root["slurm"]) FP8_RETURN_IF_ERROR(LoadSlurmSection(root["slurm"], &config->slurm));
   if (root["worker"] && flag("worker")->count() == 0) {
@@ -219,6 +223,13 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
                  "when root, start workers as the job owner's uid (default true)");
   app.add_option("--worker-env-allow", config.worker_env_allow,
                  "environment name (or PREFIX*) workers inherit beyond the built-in allowlist");
+  flags["job_env_allow"] = app.add_option(
+      "--job-env-allow", config.job_env_allow,
+      "name (or PREFIX*) a job's env: may set beyond the built-in allowlist; repeatable");
+  flags["loopback_role"] = app.add_option("--loopback-role", config.loopback_role,
+                                          "role of loopback TCP callers without a token: viewer | submitter");
+  flags["allow_root_jobs"] = app.add_flag("--allow-root-jobs", config.allow_root_jobs,
+                                          "run uid 0's own jobs as root (default: CreateJob refuses them)");
   flags["http_listen"] = app.add_option("--http-listen", config.http_listen,
                                         "HOST:PORT of the HTTP listener (metrics, health, JSON jobs)");
   flags["launcher"] = app.add_option("--launcher", config.launcher,
@@ -270,6 +281,10 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
     return fp8::InvalidArgumentError("--tls-client-ca: needs --tls-cert and --tls-key");
   }
   if (config.tls_reload_s <= 0) return fp8::InvalidArgumentError("--tls-reload-s: must be > 0");
+  // Never admin: a loopback port is open to every local user and process.
+  if (config.loopback_role != "viewer" && config.loopback_role != "submitter") {
+    return fp8::InvalidArgumentError("--loopback-role " + config.loopback_role + ": expected viewer or submitter");
+  }
   if (config.launcher != "local" && config.launcher != "slurm") {
     return fp8::InvalidArgumentError("--launcher " + config.launcher + ": expected local or slurm");
   }

@@ -1,5 +1,5 @@
 // fp8d's configuration: command-line flags, an optional YAML file with the same keys, and the
-// defaults of design §7. Precedence: flag > config file > default.
+// defaults of docs/design.md §7. Precedence: flag > config file > default.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,10 @@ struct ServerConfig {
   std::vector<std::string> allowed_roots;      // job paths must resolve under these (see api)
   bool run_jobs_as_owner = true;        // when root: workers run as the owner's uid
   std::vector<std::string> worker_env_allow;   // extra names (or PREFIX*) workers inherit
+  std::vector<std::string> job_env_allow;      // extra names (or PREFIX*) a job's env: may set
+  // Role of loopback TCP callers without a credential: viewer (read-only) or submitter.
+  std::string loopback_role = "viewer";
+  bool allow_root_jobs = false;         // uid 0's own jobs run as root (else CreateJob refuses them)
   std::string http_listen;              // HOST:PORT of the HTTP listener; empty: none
   std::string launcher = "local";       // local | slurm
   struct Slurm {

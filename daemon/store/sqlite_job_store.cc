@@ -1,4 +1,4 @@
-// The SQLite JobStore (design §5): WAL, synchronous=FULL (a write is on disk when the call
+// The SQLite JobStore (docs/design.md §5): WAL, synchronous=FULL (a write is on disk when the call
 // returns OK), a busy timeout, BEGIN IMMEDIATE for every write, cached prepared statements,
 // schema migrations on user_version (sqlite_schema.cc). Start-up cost does not grow with the
 // number of finished jobs: opening reads only the greatest id, and ListActiveJobs reads the

@@ -1,4 +1,4 @@
-// Dequantize kernels and FakeQuantize, CPU reference (design §6). Dequantization is
+// Dequantize kernels and FakeQuantize, CPU reference (docs/design.md §6). Dequantization is
 // x = decode(q) · scale_inv; FakeQuantize walks the same tiles as the quantizers and rounds on
 // the FP32 grid directly, bit-identical to Quantize* followed by Dequantize*.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Scalar conversions (design §6). FP8 encoding shares its code with the quantize loops
+// Scalar conversions (docs/design.md §6). FP8 encoding shares its code with the quantize loops
 // (fp8_encode_inl.h); BF16/FP16 follow cuda_bf16.h / cuda_fp16.h host code so every format
 // behaves the same on the CPU reference and the GPU.
 #include "kernels/fp8_format.h"

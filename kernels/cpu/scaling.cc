@@ -1,4 +1,4 @@
-// Scale computation and Transformer-Engine-style delayed scaling (design §6).
+// Scale computation and Transformer-Engine-style delayed scaling (docs/design.md §6).
 #include "kernels/scaling.h"
 
 #include <algorithm>

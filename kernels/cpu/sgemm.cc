@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <string>
 
 #include "kernels/cpu/sgemm_microkernels_inl.h"
 #include "kernels/gemm.h"
@@ -43,14 +42,10 @@ bool CpuHasAvx2Fma() {
 #endif
 }
 
+// kAuto: the AVX2+FMA kernel wherever the CPU has it, the portable one elsewhere.
 SgemmKernel Resolve(SgemmKernel requested) {
-  if (requested == SgemmKernel::kAuto) {
-    requested = SgemmKernel::kAvx2;
-    if (const char* env = std::getenv("FP8_SGEMM_KERNEL"); env != nullptr && std::string(env) == "generic") {
-      requested = SgemmKernel::kGeneric;
-    }
-  }
-  return requested == SgemmKernel::kAvx2 && CpuHasAvx2Fma() ? SgemmKernel::kAvx2 : SgemmKernel::kGeneric;
+  const bool wants_avx2 = requested == SgemmKernel::kAuto || requested == SgemmKernel::kAvx2;
+  return wants_avx2 && CpuHasAvx2Fma() ? SgemmKernel::kAvx2 : SgemmKernel::kGeneric;
 }
 
 std::atomic<int> g_requested{static_cast<int>(SgemmKernel::kAuto)};

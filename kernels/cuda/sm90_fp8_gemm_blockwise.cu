@@ -134,10 +134,10 @@ struct GemmCall {
 template <class Cfg>
 Status Launch(const GemmCall& call) {
   using blockwise_gemm::kBlockK;
-  using blockwise_gemm::kBlockM;
+  constexpr int kBlockM = Cfg::kBlockM;
   const auto [a, a_scale_inv, b, b_scale_inv, m, n, k, d, device, sms, stream] = call;
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_a,
-                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, kBlockM, kBlockK, "A"));
+                       MakeTensorMap(a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, Cfg::kTmaARows, kBlockK, "A"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap map_b,
                        MakeTensorMap(b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, Cfg::kBlockN, kBlockK, "B"));
   // D is stored in 64x64 boxes: 128 bytes a row, the widest the 128B swizzle allows.
@@ -198,6 +198,10 @@ using ConfigN128SplitK8 = Config<128, 7, 8>;
 // 128x64 split 2: 24 KB stages, no staging tile, 9 fit beside the scale copies. Its __ldg twin
 // is the 128x128 split 2, which computes the same bits.
 using ConfigN64SplitK2ScalesTma = Config<64, 9, 2, true>;
+// 256x128 (two 64-row waves per consumer warpgroup) with A multicast: 48 KB stages, 3 beside
+// the whole 64 KB staging tile (one epilogue pass). Its __ldg twin is the 128x128 tile (the same
+// promotion order per row: the same bits).
+using ConfigM256MulticastA = Config<128, 3, 1, true, false, false, 256, true>;
 
 template <class WithScalesTma, class WithLdgScales>
 Status LaunchEither(bool scales_tma, const GemmCall& call) {
@@ -265,6 +269,10 @@ Status Sm90GemmFp8Blockwise(const uint8_t* a, const float* a_scale_inv, const ui
     case Sm90BlockwiseGemmTile::kN128SplitK8: return Launch<ConfigN128SplitK8>(call);
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma:
       return LaunchEither<ConfigN64SplitK2ScalesTma, ConfigN128SplitK2>(scales_tma, call);
+    // A multicast pairs column blocks: with an odd number of them, the 128x128 tile.
+    case Sm90BlockwiseGemmTile::kM256N128MulticastA:
+      if (n / 128 % 2 == 0) return LaunchEither<ConfigM256MulticastA, ConfigN128>(scales_tma, call);
+      break;
     case Sm90BlockwiseGemmTile::kAuto:
     case Sm90BlockwiseGemmTile::kN128ScalesTma6Stages: break;
   }

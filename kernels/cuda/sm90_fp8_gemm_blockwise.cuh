@@ -11,6 +11,10 @@
 // it with TMA while the producer already loads the next tile. Tiles are walked persistently
 // (grid = #SMs) in groups of kGroupM row blocks, so concurrent CTAs share A and B tiles in L2.
 //
+// 256-row tiles (large M): each consumer warpgroup owns 128 rows as two 64-row waves with one
+// FP32 partial (wave: 4 wgmma, wait, promote), and CTA pairs on neighbouring column blocks share
+// the A tile by TMA multicast (Config's comments).
+//
 // Split-K (kSplitK = S > 1, for small M where the tiles alone leave SMs idle): a thread-block
 // cluster of S CTAs computes one tile, CTA r over the r-th of S equal K ranges. Each CTA parks
 // its FP32 total in its own (now idle) stage memory, and after a cluster barrier CTA r sums
@@ -27,7 +31,6 @@
 
 namespace fp8::kernels::cuda::blockwise_gemm {
 
-constexpr int kBlockM = 128;
 constexpr int kBlockK = 128;  // = one scale block of K, and one 128-byte swizzle row of FP8
 constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
@@ -51,26 +54,48 @@ constexpr int kGroupM = 8;
 // kL2Hints (small M): the TMA loads tell L2 to keep A (read by every CTA, evict_last) and to
 // drop B first (each B tile is read by one CTA once, evict_first), so the streamed B does not
 // push A out.
+// kBlockM = 256 (large M): each consumer warpgroup owns 128 rows of the tile as two 64-row
+// wgmma waves with one FP32 partial accumulator (wave, wait, promote; the other warpgroup's
+// wgmma keeps the tensor cores busy meanwhile): half the B bytes per FLOP of 128-row tiles.
+// kMulticastA: clusters of 2 CTAs take tiles (m, 2q) and (m, 2q + 1) together; each loads half
+// of the shared A tile and multicasts it to both, so A crosses L2 once per pair. A stage is
+// refilled once both CTAs' consumers released it (each consumer warp arrives on both CTAs'
+// empty barriers). Needs an even number of column blocks.
+// 256-row tiles build their wgmma descriptors once per warpgroup (uniform across the warp, as
+// __shfl_sync makes them) and step them by the stage offset: rebuilt from the shared-memory base
+// in every K block (ptxas rematerialized the base there) they ran 5-7% slower (kUniformDescs).
 template <int kBlockN_, int kStages_, int kSplitK_ = 1, bool kScalesTma_ = false, bool kOneStagingBox_ = false,
-          bool kL2Hints_ = false>
+          bool kL2Hints_ = false, int kBlockM_ = 128, bool kMulticastA_ = false>
 struct Config {
+  static constexpr int kBlockM = kBlockM_;
+  static_assert(kBlockM == 128 || kBlockM == 256, "BLOCK_M: 128 or 256");
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N: 64 or 128 (one 128-column B-scale block per tile)");
   static constexpr int kStages = kStages_;
   static constexpr int kSplitK = kSplitK_;
-  static constexpr int kClusterDim = kSplitK;  // CTAs per thread-block cluster
+  static constexpr bool kMulticastA = kMulticastA_;
+  static_assert(!kMulticastA || kSplitK == 1, "multicast or split-K clusters, not both");
+  static constexpr int kClusterDim = kMulticastA ? 2 : kSplitK;  // CTAs per thread-block cluster
   static constexpr bool kScalesTma = kScalesTma_;
   static constexpr bool kOneStagingBox = kOneStagingBox_;
   static constexpr bool kL2Hints = kL2Hints_;
-  static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads
+  static constexpr int kWaves = kBlockM / 128;   // 64-row wgmma waves per consumer warpgroup
+  static constexpr int kWgRows = kBlockM / 2;    // tile rows per consumer warpgroup
+  static_assert(kWaves == 1 || (kSplitK == 1 && kScalesTma), "256-row tiles: scales through the pipeline, no split");
+  static constexpr bool kUniformDescs = kWaves == 2;
+  static constexpr int kTmaARows = kMulticastA ? kBlockM / 2 : kBlockM;  // rows of one A load
+  static constexpr int kAccRegs = kBlockN / 2;  // 64 x BLOCK_N floats over 128 threads (one wave)
+  static constexpr int kTotalRegs = kWaves * kAccRegs;
   static constexpr int kStageABytes = kBlockM * kBlockK;
   static constexpr int kStageBBytes = kBlockN * kBlockK;
   static constexpr int kStageBytes = kStageABytes + kStageBBytes;
-  // Per consumer warpgroup: 64 rows x BLOCK_N bf16 as BLOCK_N/64 boxes of 64x64 (128 bytes a
-  // row, the widest box the 128B swizzle allows).
+  // Per consumer warpgroup and wave: 64 rows x BLOCK_N bf16 as BLOCK_N/64 boxes of 64x64 (128
+  // bytes a row, the widest box the 128B swizzle allows).
   static constexpr int kEpilogueBoxBytes = 64 * 64 * 2;
   static constexpr int kEpilogueBoxes = kBlockN / 64;
-  static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * (kOneStagingBox ? 1 : kEpilogueBoxes);
+  static constexpr int kWgBoxes = kWaves * kEpilogueBoxes;
+  static constexpr int kStagedBoxes = kOneStagingBox ? 1 : kWgBoxes;
+  static constexpr int kEpilogueWgBytes = kEpilogueBoxBytes * kStagedBoxes;
   // Split-K writes D from registers (no staging tile), which leaves room for one more stage.
   static constexpr int kStagingBytes = kSplitK > 1 ? 0 : 2 * kEpilogueWgBytes;
   // kScalesTma: per stage the A scales of the tile's 128 rows, then the 4 B scales (16 bytes,
@@ -145,7 +170,8 @@ __device__ __forceinline__ void WgmmaM64K32(float (&d)[kN / 2], uint64_t desc_a,
 // ---- tile scheduler --------------------------------------------------------------------------
 // Tile t -> (m block, n block): groups of kGroupM row blocks, row block fastest inside a group,
 // so the CTAs running at one time read few distinct A and B tiles (L2 reuse). Producer and
-// consumers call it with the same t and get the same tile.
+// consumers call it with the same t and get the same tile. With A multicast, t numbers pairs of
+// column blocks and the cluster's CTA r takes column block 2q + r.
 struct TileCoord {
   uint32_t m_block, n_block;
 };
@@ -183,9 +209,18 @@ __device__ __forceinline__ KRange CtaKRange(const KernelArgs& args) {
   return {r * nk / Cfg::kSplitK, (r + 1) * nk / Cfg::kSplitK};
 }
 
-__device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) { return args.num_m_blocks * args.num_n_blocks; }
+template <class Cfg>
+__device__ __forceinline__ uint32_t NumTiles(const KernelArgs& args) {
+  return args.num_m_blocks * (Cfg::kMulticastA ? args.num_n_blocks / 2 : args.num_n_blocks);
+}
+template <class Cfg>
 __device__ __forceinline__ TileCoord CtaTile(uint32_t t, const KernelArgs& args) {
-  return TileOf(t, args.num_m_blocks, args.num_n_blocks);
+  if constexpr (Cfg::kMulticastA) {
+    const TileCoord pair = TileOf(t, args.num_m_blocks, args.num_n_blocks / 2);
+    return {pair.m_block, 2 * pair.n_block + blockIdx.x % 2};
+  } else {
+    return TileOf(t, args.num_m_blocks, args.num_n_blocks);
+  }
 }
 
 // Shared-memory addresses of the pipeline (all 1024-byte aligned except the scales (16-byte
@@ -204,19 +239,27 @@ struct Scales {
 // constants, so they stay in registers.
 template <class Cfg>
 struct Consumer {
-  static constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages, kAcc = Cfg::kAccRegs;
+  static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages, kAcc = Cfg::kAccRegs;
   const KernelArgs& args;
   const CUtensorMap* tmap_d;
   SmemLayout smem;
   uint32_t warpgroup, lane, row_in_wg;
+  uint32_t desc_a_lo, desc_b_lo;  // kUniformDescs: stage 0's descriptors (low words)
   uint32_t s = 0, phase = 0;
-  float total[kAcc];
+  float total[Cfg::kTotalRegs];  // wave w: total[w * kAcc, (w + 1) * kAcc)
 
-  // wgmma's accumulator layout: this thread holds rows r and r + 8 of the warpgroup's 64,
+  // wgmma's accumulator layout: this thread holds rows r and r + 8 of the wave's 64,
   // columns 8i + 2(lane % 4) + {0, 1} for i < BLOCK_N / 8.
   __device__ __forceinline__ Consumer(const KernelArgs& a, const CUtensorMap* d, SmemLayout l)
       : args(a), tmap_d(d), smem(l), warpgroup(threadIdx.x / 128), lane(threadIdx.x % 32),
-        row_in_wg((threadIdx.x / 32) % 4 * 16 + threadIdx.x % 32 / 4) {}
+        row_in_wg((threadIdx.x / 32) % 4 * 16 + threadIdx.x % 32 / 4) {
+    if constexpr (Cfg::kUniformDescs) {
+      warpgroup = __shfl_sync(0xffffffffu, warpgroup, 0);
+      desc_a_lo = __shfl_sync(0xffffffffu,
+                              static_cast<uint32_t>(MakeSmemDescSw128(smem.a + warpgroup * Cfg::kWgRows * kBlockK)), 0);
+      desc_b_lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(MakeSmemDescSw128(smem.b)), 0);
+    }
+  }
 
   __device__ __forceinline__ void WaitFull() const { MbarWait(smem.full_bar + 8 * s, phase); }
 
@@ -226,12 +269,18 @@ struct Consumer {
       phase ^= 1;
     }
   }
-  // The stage's tiles may be overwritten once every consumer warp has arrived.
+  // The stage's tiles may be overwritten once every consumer warp has arrived (with A
+  // multicast: every consumer warp of both CTAs, lane r arriving on CTA r's barrier).
   __device__ __forceinline__ void Release(uint32_t stage) const {
-    if (lane == 0) MbarArrive(smem.empty_bar + 8 * stage);
+    if constexpr (Cfg::kMulticastA) {
+      if (lane < 2) MbarArriveRemote(smem.empty_bar + 8 * stage, lane);
+    } else {
+      if (lane == 0) MbarArrive(smem.empty_bar + 8 * stage);
+    }
   }
 
   __device__ __forceinline__ Scales LoadScales(TileCoord tile, uint32_t kb) const {
+    static_assert(Cfg::kWaves == 1, "__ldg scales: 128-row tiles");
     const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
     const float* a_scale_kb = args.a_scale + static_cast<size_t>(kb) * args.m;
     const float* b_scale_row = args.b_scale + (tile.n_block * kBlockN / 128) * args.b_scale_ld;
@@ -243,18 +292,26 @@ struct Consumer {
   // same floats as LoadScales (rows past M: 0, as there), so the promotion is bitwise the same.
   // ld.shared with a memory clobber: stays after the barrier wait. Rows past M read a slot the
   // copy did not fill (inside the array) and select 0: no branch in the K loop.
-  __device__ __forceinline__ Scales StageScales(TileCoord tile, uint32_t kb) const {
-    const uint32_t row = warpgroup * 64 + row_in_wg, r0 = tile.m_block * kBlockM + row;
+  __device__ __forceinline__ Scales StageScales(TileCoord tile, uint32_t kb, uint32_t wave = 0) const {
+    const uint32_t row = warpgroup * Cfg::kWgRows + wave * 64 + row_in_wg, r0 = tile.m_block * kBlockM + row;
     const uint32_t sa = smem.scale_a + s * Cfg::kScaleAStageBytes + row * 4;
     const float a0 = LdSharedF32(sa), a1 = LdSharedF32(sa + 8 * 4);
     const uint32_t sb = smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4;
     return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f, LdSharedF32(sb)};
   }
 
-  // part = this stage's A rows · B tile, 4 wgmma of K = 32 (the first overwrites part).
-  __device__ __forceinline__ void Issue(float (&part)[kAcc]) const {
-    const uint64_t desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + warpgroup * 64 * kBlockK);
-    const uint64_t desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes);
+  // part = this stage's A rows of `wave` · B tile, 4 wgmma of K = 32 (the first overwrites part).
+  __device__ __forceinline__ void Issue(float (&part)[kAcc], uint32_t wave = 0) const {
+    uint64_t desc_a, desc_b;
+    if constexpr (Cfg::kUniformDescs) {
+      // The address field counts 16-byte units; the high word (stride, swizzle) is constant.
+      constexpr uint64_t kHi = (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);  // as MakeSmemDescSw128
+      desc_a = kHi | (desc_a_lo + (s * Cfg::kStageABytes + wave * 64 * kBlockK) / 16);
+      desc_b = kHi | (desc_b_lo + s * Cfg::kStageBBytes / 16);
+    } else {
+      desc_a = MakeSmemDescSw128(smem.a + s * Cfg::kStageABytes + (warpgroup * Cfg::kWgRows + wave * 64) * kBlockK);
+      desc_b = MakeSmemDescSw128(smem.b + s * Cfg::kStageBBytes);
+    }
     FenceOperands(part);
     WgmmaFence();
 #pragma unroll
@@ -267,32 +324,34 @@ struct Consumer {
   // wgmma.wait, and were loaded a K block earlier: a multiply right after the loads made the
   // warp wait out their latency between two wgmma issues (seen in the SASS: ptxas sinks the
   // loads past the barrier wait, next to the wgmma).
+  template <int kWave = 0>
   __device__ __forceinline__ void Promote(float (&part)[kAcc], const Scales& sc) {
     FenceOperands(part);
     const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
+    float* t = total + kWave * kAcc;
 #pragma unroll
     for (int i = 0; i < kAcc; i += 4) {
-      total[i] = fmaf(s0, part[i], total[i]);
-      total[i + 1] = fmaf(s0, part[i + 1], total[i + 1]);
-      total[i + 2] = fmaf(s1, part[i + 2], total[i + 2]);
-      total[i + 3] = fmaf(s1, part[i + 3], total[i + 3]);
+      t[i] = fmaf(s0, part[i], t[i]);
+      t[i + 1] = fmaf(s0, part[i + 1], t[i + 1]);
+      t[i + 2] = fmaf(s1, part[i + 2], t[i + 2]);
+      t[i + 3] = fmaf(s1, part[i + 3], t[i + 3]);
     }
   }
 
   __device__ __forceinline__ void ZeroTotal() {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
+    for (int i = 0; i < Cfg::kTotalRegs; ++i) total[i] = 0.0f;
   }
 
-  // bf16 into the 128B-swizzled staging tile, then one TMA store per 64-column box
-  // (kOneStagingBox: box by box through one staging box, each store read out before the next
-  // box is written).
+  // bf16 into the 128B-swizzled staging tile, then one TMA store per 64x64 box (box b of the
+  // warpgroup: wave b / kEpilogueBoxes, columns 64 (b % kEpilogueBoxes)); with kOneStagingBox box
+  // by box through one staging box, each store read out before the next box is written.
   __device__ __forceinline__ void Epilogue(TileCoord tile) {
-    constexpr int kPasses = Cfg::kOneStagingBox ? Cfg::kEpilogueBoxes : 1;
-    constexpr int kBoxesPerPass = Cfg::kEpilogueBoxes / kPasses;
+    constexpr int kStaged = Cfg::kStagedBoxes;
+    constexpr int kPasses = Cfg::kWgBoxes / kStaged;
     const uint32_t staging = smem.epilogue + warpgroup * Cfg::kEpilogueWgBytes;
     const bool leader = threadIdx.x % 128 == 0;
-    const uint32_t out_row = tile.m_block * kBlockM + warpgroup * 64;
+    const uint32_t out_row = tile.m_block * kBlockM + warpgroup * Cfg::kWgRows;
     // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows a warp writes per
     // instruction land in 8 different chunks, so the stores are free of bank conflicts.
     const uint32_t swz = lane / 4;  // == row_in_wg % 8 == (row_in_wg + 8) % 8
@@ -301,12 +360,14 @@ struct Consumer {
       if (leader) BulkWaitRead();  // the previous store has read the staging memory
       NamedBarrierSync(1 + warpgroup, 128);
 #pragma unroll
-      for (int j = 0; j < kBoxesPerPass * 8; ++j) {
-        const int i = pass * kBoxesPerPass * 8 + j;  // 8-column group of the tile
+      for (int j = 0; j < kStaged * 8; ++j) {
+        const int b = pass * kStaged + j / 8;  // box of the warpgroup
+        const int i = (b % Cfg::kEpilogueBoxes) * 8 + j % 8;  // 8-column group of the wave
+        const float* t = total + (b / Cfg::kEpilogueBoxes) * kAcc;
         const uint32_t box = staging + (j / 8) * Cfg::kEpilogueBoxBytes;
         const uint32_t col = ((j % 8) ^ swz) * 16 + 4 * (lane % 4);
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(total[4 * i], total[4 * i + 1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(total[4 * i + 2], total[4 * i + 3]);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(t[4 * i], t[4 * i + 1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(t[4 * i + 2], t[4 * i + 3]);
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
                      "r"(*reinterpret_cast<const uint32_t*>(&lo))
                      : "memory");
@@ -316,12 +377,16 @@ struct Consumer {
       }
       FenceProxyAsyncShared();
       NamedBarrierSync(1 + warpgroup, 128);
-      if (leader && out_row < args.m) {  // rows past M: the TMA store clips partial boxes
+      if (leader) {
 #pragma unroll
-        for (int b = 0; b < kBoxesPerPass; ++b) {
-          TmaStore2d(tmap_d, staging + b * Cfg::kEpilogueBoxBytes,
-                     static_cast<int32_t>(tile.n_block * kBlockN + (pass * kBoxesPerPass + b) * 64),
-                     static_cast<int32_t>(out_row));
+        for (int jb = 0; jb < kStaged; ++jb) {
+          const int b = pass * kStaged + jb;
+          const uint32_t row = out_row + (b / Cfg::kEpilogueBoxes) * 64;
+          if (row < args.m) {  // rows past M: the TMA store clips partial boxes
+            TmaStore2d(tmap_d, staging + jb * Cfg::kEpilogueBoxBytes,
+                       static_cast<int32_t>(tile.n_block * kBlockN + (b % Cfg::kEpilogueBoxes) * 64),
+                       static_cast<int32_t>(row));
+          }
         }
         BulkCommit();
       }
@@ -439,16 +504,42 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
   }
 }
 
+// 256-row tiles: per K block, wave by wave, 4 wgmma into the one partial, wait, promote into
+// the wave's total (the other consumer warpgroup's wgmma run meanwhile). The stage is released
+// as soon as the last wave's wgmma has read it, before that wave's promotion.
+template <class Cfg>
+__device__ __forceinline__ void TileMainLoopWaves(Consumer<Cfg>& c, TileCoord tile, uint32_t num_k_blocks,
+                                                  float (&part)[Cfg::kAccRegs]) {
+  static_assert(Cfg::kWaves == 2 && Cfg::kScalesTma, "two waves, scales in the stage");
+  c.ZeroTotal();
+  for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+    c.WaitFull();
+    const Scales sc0 = c.StageScales(tile, kb, 0), sc1 = c.StageScales(tile, kb, 1);
+    c.Issue(part, 0);
+    WgmmaWait<0>();
+    c.template Promote<0>(part, sc0);
+    c.Issue(part, 1);
+    WgmmaWait<0>();
+    c.Release(c.s);
+    c.template Promote<1>(part, sc1);
+    c.NextStage();
+  }
+}
+
 // Tile by tile: K loop, then the epilogue (tensor cores idle during it unless the other
 // warpgroup is still busy).
 template <class Cfg>
 __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                               float (&part1)[Cfg::kAccRegs]) {
   const KernelArgs& args = c.args;
-  const uint32_t num_tiles = NumTiles(args);
+  const uint32_t num_tiles = NumTiles<Cfg>(args);
   for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
-    const TileCoord tile = CtaTile(t, args);
-    TileMainLoop(c, tile, KRange{0, args.num_k_blocks}, part0, part1);
+    const TileCoord tile = CtaTile<Cfg>(t, args);
+    if constexpr (Cfg::kWaves == 2) {
+      TileMainLoopWaves(c, tile, args.num_k_blocks, part0);
+    } else {
+      TileMainLoop(c, tile, KRange{0, args.num_k_blocks}, part0, part1);
+    }
     c.Epilogue(tile);
   }
 }
@@ -458,7 +549,7 @@ __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[C
 template <class Cfg>
 __device__ __forceinline__ void RunSplitK(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                           float (&part1)[Cfg::kAccRegs]) {
-  const TileCoord tile = CtaTile(FirstTile<Cfg>(), c.args);
+  const TileCoord tile = CtaTile<Cfg>(FirstTile<Cfg>(), c.args);
   TileMainLoop(c, tile, CtaKRange<Cfg>(c.args), part0, part1);
   c.StorePartial();
   ClusterSync();  // every CTA's partial is in its shared memory
@@ -477,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Sm90Fp8BlockwiseGemmKernel(const __grid_constant__ CUtensorMap tmap_a,
                                const __grid_constant__ CUtensorMap tmap_b,
                                const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
-  constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   extern __shared__ uint8_t smem_raw[];
   // 128B-swizzled tiles must start on a 1024-byte boundary (the swizzle atom).
   const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
@@ -489,12 +580,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   smem.scale_b = base + Cfg::kScaleBOffset;
   smem.full_bar = base + Cfg::kBarrierOffset;
   smem.empty_bar = smem.full_bar + kStages * 8;
-  const uint32_t num_tiles = NumTiles(args);
+  const uint32_t num_tiles = NumTiles<Cfg>(args);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       MbarInit(smem.full_bar + 8 * s, 1);  // the producer's arrive + the TMA bytes
-      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps);  // one arrive per consumer warp
+      // One arrive per consumer warp (with A multicast, of both CTAs).
+      MbarInit(smem.empty_bar + 8 * s, kConsumerWarps * (Cfg::kMulticastA ? 2 : 1));
     }
     FenceBarrierInit();
     FenceProxyAsyncShared();  // the initialized barriers, as the TMA unit (async proxy) sees them
@@ -504,7 +596,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     PrefetchTensorMap(&tmap_b);
     PrefetchTensorMap(&tmap_d);
   }
-  __syncthreads();
+  // With A multicast the peer CTA's barriers must be initialized before our copies signal them.
+  if constexpr (Cfg::kMulticastA) {
+    ClusterSync();
+  } else {
+    __syncthreads();
+  }
 
   if (threadIdx.x >= 256) {
     // ---- producer warpgroup: one thread issues every TMA load ----
@@ -514,7 +611,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t keep_a = Cfg::kL2Hints ? CreatePolicyEvictLast() : 0;
       const uint64_t drop_b = Cfg::kL2Hints ? CreatePolicyEvictFirst() : 0;
       for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
-        const TileCoord tile = CtaTile(t, args);
+        const TileCoord tile = CtaTile<Cfg>(t, args);
         const int32_t m0 = static_cast<int32_t>(tile.m_block * kBlockM);
         const int32_t n0 = static_cast<int32_t>(tile.n_block * kBlockN);
         const KRange kr = CtaKRange<Cfg>(args);
@@ -536,6 +633,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (Cfg::kL2Hints) {
             TmaLoad2dHint(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0, keep_a);
             TmaLoad2dHint(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0, drop_b);
+          } else if constexpr (Cfg::kMulticastA) {
+            // This CTA's half of the pair's A tile, into both CTAs (same offsets, each its own
+            // full barrier); the full barrier expects the whole tile: the peer sends the rest.
+            const uint32_t rank = blockIdx.x % 2;
+            TmaLoad2dMulticast(smem.a + s * Cfg::kStageABytes + rank * (Cfg::kStageABytes / 2), &tmap_a,
+                               smem.full_bar + 8 * s, k0, m0 + static_cast<int32_t>(rank * Cfg::kTmaARows), 0x3);
+            TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
           } else {
             TmaLoad2d(smem.a + s * Cfg::kStageABytes, &tmap_a, smem.full_bar + 8 * s, k0, m0);
             TmaLoad2d(smem.b + s * Cfg::kStageBBytes, &tmap_b, smem.full_bar + 8 * s, k0, n0);
@@ -561,6 +665,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (threadIdx.x % 128 == 0) BulkWaitAll();  // shared memory must outlive the last store
   }
+  // A multicast: no CTA exits while its peer may still write its shared memory or arrive on its
+  // barriers.
+  if constexpr (Cfg::kMulticastA) ClusterSync();
 }
 
 }  // namespace fp8::kernels::cuda::blockwise_gemm

@@ -9,8 +9,8 @@
 //   blocks per CTA (7168, 2048) it lost 20% to 128x64.
 // - L2 hints (keep A, drop B first) on the small-M choices: +1-3% where they apply, in two runs;
 //   on 128x64 with more tiles than SMs -1% once and +1% once, so not there.
-// - Many tiles (>= 4 waves of 128x128): 128x128 with 6 stages (5 stages measured 2-10% slower at
-//   M = 4096, K = 16384 and level elsewhere).
+// - Many tiles (>= 4 waves of 128x128): 256x128 tiles with A multicast (below); before them 128x128 with 6 stages
+//   (5 stages measured 2-10% slower at M = 4096, K = 16384 and level elsewhere).
 // - Otherwise whichever of 128x128 / 128x64 fills the SMs' waves better.
 #include "kernels/cuda/sm90_fp8_gemm_tile_heuristics.h"
 
@@ -25,7 +25,8 @@ int BlockwiseGemmSplitK(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kAuto:
     case Sm90BlockwiseGemmTile::kN128ScalesTma6Stages:
     case Sm90BlockwiseGemmTile::kN64ScalesTma:
-    case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints: return 1;
+    case Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints:
+    case Sm90BlockwiseGemmTile::kM256N128MulticastA: return 1;
   }
   return 1;
 }
@@ -45,7 +46,12 @@ Sm90BlockwiseGemmTile ChooseBlockwiseGemmTile(int64_t m, int64_t n, int64_t k, c
       if (tiles_128 * split <= resident && k_blocks >= 16 * split) return tile;
     }
   }
-  if (tiles_128 >= 4 * sms) return Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
+  // Many tiles: 256x128 with A multicast (half of 128x128's L2->SM bytes per FLOP). M = 4096,
+  // DeepGEMM's timer, one run: 1398 / 1373 / 1270 / 1279 TFLOPS against 1277 / 1277 / 1198 / 1197
+  // for 128x128 at (N, K) = (7168, 16384), (4096, 7168), (7168, 2048), (24576, 1536); our
+  // bench's back-to-back timing, same run: 1243 / 1380 / 1263 / 1287 against 1230 / 1275 /
+  // 1194 / 1178.
+  if (tiles_128 >= 4 * sms) return Sm90BlockwiseGemmTile::kM256N128MulticastA;
   auto wave_fill = [sms](int64_t tiles) { return double(tiles) / double((tiles + sms - 1) / sms * sms); };
   if (wave_fill(2 * tiles_128) <= wave_fill(tiles_128)) return Sm90BlockwiseGemmTile::kN128ScalesTma6Stages;
   return tiles_128 < sms ? Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints : Sm90BlockwiseGemmTile::kN64ScalesTma;

@@ -22,6 +22,10 @@ namespace fp8::kernels::cuda {
 //          L2 hints. Fall back to kN128ScalesTma6Stages when K has fewer 128-blocks than the split
 //   kN64SplitK2ScalesTma: 128x64 tiles, K split over clusters of 2 CTAs, 9 stages (twice the
 //          CTAs of the 128x128 split for small M); bitwise the same as the 128x128 split 2
+//   kM256N128MulticastA: 256x128 tiles, each consumer warpgroup 128 rows as two 64-row wgmma
+//          waves (half the B traffic per FLOP of 128x128), in clusters of 2 CTAs on neighbouring
+//          column blocks, each loading half of the shared A tile for both (TMA multicast); 3
+//          stages beside the whole 64 KB output staging tile. N / 128 odd: kN128ScalesTma6Stages
 // "ScalesTma": the producer copies each stage's A scales and B-scale group into shared memory on
 // the stage's full barrier, so the consumers' K loop has no global loads. That needs M % 4 == 0
 // and 16-byte aligned scale arrays; otherwise the same tile reads its scales with __ldg, with
@@ -36,6 +40,7 @@ enum class Sm90BlockwiseGemmTile : uint8_t {
   kN128SplitK4,
   kN128SplitK8,
   kN64SplitK2ScalesTma,
+  kM256N128MulticastA,
 };
 
 // CTAs of each split-K kernel that run at once (whole clusters: cudaOccupancyMaxActiveClusters

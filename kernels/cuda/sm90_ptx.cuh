@@ -95,6 +95,25 @@ __device__ __forceinline__ void TmaLoad2dHint(uint32_t dst, const CUtensorMap* m
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
       : "memory");
 }
+// As TmaLoad2d, into the same shared-memory offset of every CTA of the cluster in `cta_mask`, each
+// copy completing its bytes on that CTA's mbarrier at the offset `bar` (TMA multicast).
+__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0,
+                                                   int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+// Arrive on the mbarrier at the shared-memory offset `bar` of CTA `cta` of the cluster (default
+// .release.cta semantics: the .cluster scope made ptxas put a MEMBAR.ALL.GPU before it).
+__device__ __forceinline__ void MbarArriveRemote(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(cta)
+      : "memory");
+}
 __device__ __forceinline__ uint64_t CreatePolicyEvictFirst() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));

@@ -73,7 +73,7 @@ echo "== fp8d: a 2-rank CUDA job through the daemon" >> "$S"
 R=/tmp/fp8d-mg-run; rm -rf $R; mkdir -p $R
 export FP8D_ADDR=127.0.0.1:50161
 $C/bin/fp8d --listen $FP8D_ADDR --data-dir $R/fp8d-data --worker $C/bin/fp8-worker --gpus auto \
-  --allowed-root / --run-jobs-as-owner=false > $R/fp8d.log 2>&1 &
+  --allowed-root / --run-jobs-as-owner=false --loopback-role submitter > $R/fp8d.log 2>&1 &
 DAEMON=$!
 for _ in $(seq 1 100); do $C/bin/fp8ctl list > /dev/null 2>&1 && break; sleep 0.1; done
 cat > $R/job.yaml <<YAML

@@ -1,6 +1,7 @@
 // Process identity through /proc, environment merging and slot inventory.
 #include "daemon/agent/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/agent/beneath_dir.h"
 #include "daemon/agent/local_handle.h"
 #include "daemon/agent/slots.h"
 #include "tests/agent/agent_test_util.h"
@@ -61,8 +63,10 @@ TEST(ProcessTest, MergeEnvironmentOverridesAndAdds) {
 TEST(ProcessTest, SpawnOfAMissingProgramFails) {
   SpawnRequest req;
   req.argv = {"/nonexistent/fp8-worker-xyz", "train"};
-  req.stdout_path = "/dev/null";
-  req.stderr_path = "/dev/null";
+  UniqueFd devnull(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  ASSERT_GE(devnull.get(), 0);
+  req.stdout_fd = devnull.get();
+  req.stderr_fd = devnull.get();
   auto pid = SpawnInOwnSession(req);
   ASSERT_FALSE(pid.ok());
   EXPECT_NE(pid.status().message().find("/nonexistent/fp8-worker-xyz"), std::string::npos);
@@ -110,23 +114,25 @@ TEST(ProcessTest, WorkerOfAnotherUidIsFoundByItsPidFile) {
   SpawnRequest spawn;
   spawn.argv = {"/bin/sh", "-c", "sleep 30", "sh", "--spec", dir + "/spec.json"};
   spawn.env = {"PATH=/usr/bin:/bin"};
-  spawn.stdout_path = dir + "/rank-2.events";
-  spawn.stderr_path = dir + "/rank-2.log";
-  for (const auto& path : {spawn.stdout_path, spawn.stderr_path}) {
-    FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fclose(f);
-  }
+  fp8::StatusOr<BeneathDir> folder = BeneathDir::OpenTrusted(dir, false);
+  ASSERT_TRUE(folder.ok()) << folder.status().ToString();
+  fp8::StatusOr<UniqueFd> events = folder->CreateFile("rank-2.events", O_WRONLY | O_APPEND);
+  fp8::StatusOr<UniqueFd> log = folder->CreateFile("rank-2.log", O_WRONLY | O_APPEND);
+  fp8::StatusOr<UniqueFd> pid_file = folder->CreateFile("rank-2.pid", O_WRONLY);
+  ASSERT_TRUE(events.ok() && log.ok() && pid_file.ok());
+  spawn.stdout_fd = events->get();
+  spawn.stderr_fd = log->get();
   spawn.uid = 65534;  // nobody
   spawn.gid = 65534;
-  spawn.pid_file = dir + "/rank-2.pid";
+  spawn.pid_fd = pid_file->get();
+  const std::string pid_path = dir + "/rank-2.pid";
   fp8::StatusOr<int64_t> pid = SpawnAsUser(spawn);
   ASSERT_TRUE(pid.ok()) << pid.status().ToString();
   std::string found_dir;
   EXPECT_EQ(FindRankByPidFile(*pid, &found_dir), 2);
   EXPECT_EQ(found_dir, dir);
   // A pid file naming another process does not make this one a rank.
-  FILE* f = std::fopen(spawn.pid_file.c_str(), "w");
+  FILE* f = std::fopen(pid_path.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
   std::fclose(f);

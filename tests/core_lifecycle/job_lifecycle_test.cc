@@ -1,4 +1,4 @@
-// The state machine of design §2, checked pair by pair: the expected edges are written here a
+// docs/design.md §2's state machine, checked pair by pair: the expected edges are written here a
 // second time, independently of the table in job_lifecycle.cc, so a wrong edit to either shows.
 #include "daemon/core/job_lifecycle.h"
 

@@ -15,6 +15,7 @@
 #include "client/output.h"
 #include "common/label_selector.h"
 #include "daemon/api/status_mapping.h"
+#include "daemon/api/job_isolation.h"
 #include "daemon/api/validation.h"
 
 namespace fp8d {
@@ -68,13 +69,17 @@ TEST(Validation, InitFromIsCheckedAtCreate) {
   fp8::Status st = api::ValidateCreateJobRequest(r);
   EXPECT_EQ(st.message(), "job.train.model: must be left out with init_from (the shape comes from the model it names)");
   t->clear_model();
-  st = api::ValidateCreateJobRequest(r);
+  // The filesystem is looked at with the paths, with the owner's rights (CheckJobPaths), not
+  // by validation, which runs as fp8d.
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
+  const std::vector<std::string> roots = {"/"};
+  st = api::CheckJobPaths(r.job(), roots, 0);
   EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message().rfind("job.train.init_from: no such directory", 0), 0u) << st.message();
   t->set_init_from(dir);
-  EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.init_from: ", 0), 0u);
+  EXPECT_EQ(api::CheckJobPaths(r.job(), roots, 0).message().rfind("job.train.init_from: ", 0), 0u);
   std::ofstream(dir + "/config.json") << "{}";
-  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
+  EXPECT_TRUE(api::CheckJobPaths(r.job(), roots, 0).ok()) << api::CheckJobPaths(r.job(), roots, 0).message();
   t->mutable_training()->set_export_("onnx");
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.training.export: ", 0), 0u);
   std::filesystem::remove_all(dir);

@@ -1,6 +1,7 @@
 #include "tests/integration/daemon_process.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -173,7 +174,7 @@ fp8::Status Daemon::Start(std::chrono::milliseconds timeout) {
   fs::create_directories(data_dir_, ec);
   fs::remove(addr_file, ec);
   std::vector<std::string> argv = {Fp8dPath(),
-                                   "--listen", "127.0.0.1:0",
+                                   "--listen", options_.listen,
                                    "--addr-file", addr_file,
                                    "--data-dir", data_dir_,
                                    "--worker", options_.worker,
@@ -186,6 +187,9 @@ fp8::Status Daemon::Start(std::chrono::milliseconds timeout) {
                                    "--allowed-root", "/",
                                    "--run-jobs-as-owner", options_.run_jobs_as_owner ? "true" : "false",
                                    "--worker-env-allow", "FP8_TEST_*"};
+  if (!options_.loopback_role.empty()) {
+    argv.insert(argv.end(), {"--loopback-role", options_.loopback_role});
+  }
   for (const auto& a : options_.extra_args) argv.push_back(a);
   pid_ = Spawn(argv, options_.env, data_dir_ + "/fp8d.log", data_dir_ + "/fp8d.log");
   if (pid_ <= 0) return fp8::InternalError("fork failed");
@@ -328,6 +332,23 @@ bool ProcessAlive(int64_t pid) {
   const size_t close = stat.rfind(')');
   if (close == std::string::npos || close + 2 >= stat.size()) return false;
   return stat[close + 2] != 'Z';
+}
+
+TestUser::TestUser(std::string name) : name_(std::move(name)) {
+  if (::getpwnam(name_.c_str()) == nullptr) {
+    ProcessResult r = RunProcess({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
+                                  "/usr/sbin/nologin", name_});
+    error_ = r.exit_code == 0 ? "" : "useradd " + name_ + ": " + r.err;
+    created_ = r.exit_code == 0;
+  }
+  if (const struct passwd* pw = ::getpwnam(name_.c_str()); pw != nullptr) {
+    uid_ = pw->pw_uid;
+    gid_ = pw->pw_gid;
+  }
+}
+
+TestUser::~TestUser() {
+  if (created_) (void)RunProcess({"/usr/sbin/userdel", name_});
 }
 
 }  // namespace fp8d::itest

@@ -47,6 +47,11 @@ struct DaemonOptions {
   std::string log_level = "debug";
   // Workers run as the test's user unless set (then, under root, as each job's owner).
   bool run_jobs_as_owner = false;
+  // --listen; "unix:PATH" makes client() connect over the socket (as the test's uid).
+  std::string listen = "127.0.0.1:0";
+  // --loopback-role: the harness's client submits over loopback TCP without a token, so it
+  // asks for submitter; empty leaves fp8d's default (viewer).
+  std::string loopback_role = "submitter";
 };
 
 class Daemon {
@@ -102,5 +107,26 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
                          std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
 bool ProcessAlive(int64_t pid);
+
+// A system user for one test: created when missing, removed again only if the test made it.
+// Needs root (useradd); ok() is false otherwise and error() says why.
+class TestUser {
+ public:
+  explicit TestUser(std::string name);
+  ~TestUser();
+  TestUser(const TestUser&) = delete;
+  TestUser& operator=(const TestUser&) = delete;
+  bool ok() const { return uid_ > 0; }
+  const std::string& error() const { return error_; }
+  const std::string& name() const { return name_; }
+  uid_t uid() const { return uid_; }
+  gid_t gid() const { return gid_; }
+
+ private:
+  std::string name_, error_;
+  bool created_ = false;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+};
 
 }  // namespace fp8d::itest

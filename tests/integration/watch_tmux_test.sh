@@ -26,7 +26,8 @@ start_daemon() {  # $1: listen address
   rm -f "$TMP/addr"
   FP8_TEST_STEP_MS=200 "$FP8D" --data-dir "$TMP/data" --listen "$1" --addr-file "$TMP/addr" \
     --worker "$WORKER" --gpus none --cpu-slots 2 --cancel-grace-ms 1000 --allowed-root "$TMP" \
-    --run-jobs-as-owner false --worker-env-allow "FP8_TEST_*" 2>>"$TMP/fp8d.log" &
+    --run-jobs-as-owner false --worker-env-allow "FP8_TEST_*" --loopback-role submitter \
+    2>>"$TMP/fp8d.log" &
   DAEMON_PID=$!
   for _ in $(seq 1 300); do
     [ -s "$TMP/addr" ] && "$FP8CTL" --server "$(cat "$TMP/addr")" list >/dev/null 2>&1 && break

@@ -28,9 +28,14 @@ TEST(Sm90GemmBlockwiseTileHeuristics, TooFewKBlocksToSplitTakeTheTileThatFillsTh
   EXPECT_EQ(ChooseBlockwiseGemmTile(1024, 7168, 7168, kH200), Sm90BlockwiseGemmTile::kN64ScalesTma);
 }
 
-TEST(Sm90GemmBlockwiseTileHeuristics, ManyTilesTake128x128) {
-  EXPECT_EQ(ChooseBlockwiseGemmTile(4096, 4096, 7168, kH200), Sm90BlockwiseGemmTile::kN128ScalesTma6Stages);
-  EXPECT_EQ(ChooseBlockwiseGemmTile(4096, 24576, 1536, kH200), Sm90BlockwiseGemmTile::kN128ScalesTma6Stages);
+TEST(Sm90GemmBlockwiseTileHeuristics, ManyTilesTake256x128) {
+  // >= 4 waves of 128x128 tiles: 256x128 with A multicast.
+  EXPECT_EQ(ChooseBlockwiseGemmTile(4096, 7168, 16384, kH200), Sm90BlockwiseGemmTile::kM256N128MulticastA);
+  EXPECT_EQ(ChooseBlockwiseGemmTile(4096, 4096, 7168, kH200), Sm90BlockwiseGemmTile::kM256N128MulticastA);
+  EXPECT_EQ(ChooseBlockwiseGemmTile(4096, 7168, 2048, kH200), Sm90BlockwiseGemmTile::kM256N128MulticastA);
+  EXPECT_EQ(ChooseBlockwiseGemmTile(4096, 24576, 1536, kH200), Sm90BlockwiseGemmTile::kM256N128MulticastA);
+  // Just under 4 waves: whichever of 128x128 / 128x64 fills the waves better.
+  EXPECT_EQ(ChooseBlockwiseGemmTile(2048, 4096, 7168, kH200), Sm90BlockwiseGemmTile::kN128ScalesTma6Stages);
 }
 
 TEST(Sm90GemmBlockwiseTileHeuristics, SplitOfEachTile) {

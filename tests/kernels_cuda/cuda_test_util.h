@@ -1,5 +1,5 @@
 // Helpers for the CUDA kernel tests: GPU presence, device buffers, fresh random inputs, and the
-// comparisons against the CPU reference (the ground truth, design §6).
+// comparisons against the CPU reference (the ground truth, docs/design.md §6).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -24,7 +24,8 @@ constexpr Sm90BlockwiseGemmTile kAllTiles[] = {
     Sm90BlockwiseGemmTile::kAuto,          Sm90BlockwiseGemmTile::kN128ScalesTma6Stages,
     Sm90BlockwiseGemmTile::kN64ScalesTma,  Sm90BlockwiseGemmTile::kN64ScalesTmaL2Hints,
     Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN128SplitK4,
-    Sm90BlockwiseGemmTile::kN128SplitK8,   Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma};
+    Sm90BlockwiseGemmTile::kN128SplitK8,   Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma,
+    Sm90BlockwiseGemmTile::kM256N128MulticastA};
 constexpr Sm90BlockwiseGemmTile kSplitKTiles[] = {
     Sm90BlockwiseGemmTile::kN128SplitK2ScalesTmaL2Hints, Sm90BlockwiseGemmTile::kN128SplitK4,
     Sm90BlockwiseGemmTile::kN128SplitK8, Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma};
@@ -39,6 +40,7 @@ std::string TileName(Sm90BlockwiseGemmTile tile) {
     case Sm90BlockwiseGemmTile::kN128SplitK4: return "N128-split-K-4";
     case Sm90BlockwiseGemmTile::kN128SplitK8: return "N128-split-K-8";
     case Sm90BlockwiseGemmTile::kN64SplitK2ScalesTma: return "N64-split-K-2-scales-TMA";
+    case Sm90BlockwiseGemmTile::kM256N128MulticastA: return "M256-N128-multicast-A";
   }
   return "?";
 }

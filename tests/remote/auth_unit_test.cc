@@ -1,6 +1,6 @@
 // The pure parts of the remote API and isolation, in-process: the tokens file, each auth
-// source and their chain, role and owner checks, run-as uids, path roots, job env, the worker
-// environment allowlist, and fp8ctl contexts.
+// source and their chain, role and owner checks, run-as uids, path roots, the worker
+// environment allowlist, and fp8ctl contexts. Job.env's allowlist: tests/security_principals.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -73,6 +73,9 @@ TEST(AuthSources, TokenMtlsLocalAndTheirChain) {
   c.tls_common_name.clear();
   c.peer = "ipv4:127.0.0.1:5";
   EXPECT_EQ(chain.Authenticate(c)->name, "nobody");
+  c.bearer_token = "wrong";  // checked on loopback too, not ignored for the local identity
+  EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated);
+  c.bearer_token.reset();
   c.peer = "fd:17";
   EXPECT_EQ(chain.Authenticate(c)->role, Role::kAdmin);
   c.peer = "fd:18";  // not accepted by fp8d's unix listener
@@ -85,6 +88,34 @@ TEST(AuthSources, TokenMtlsLocalAndTheirChain) {
   CallerInfo basic;
   ParseAuthorizationHeader("Basic abc", &basic);
   EXPECT_EQ(TokenAuthPolicy(entries).Authenticate(basic).status().code(), fp8::StatusCode::kUnauthenticated);
+}
+
+// fp8d without --auth-tokens still asks an (empty) token source first: a presented token is
+// refused, and loopback callers without one get the configured loopback role.
+TEST(AuthSources, NoTokensConfiguredRefusesEveryPresentedToken) {
+  auto peers = std::make_shared<UnixPeerTable>();
+  peers->Set(17, 1001);
+  ChainAuthPolicy chain({std::make_shared<TokenAuthPolicy>(std::vector<AuthEntry>{}),
+                         std::make_shared<LocalPeerAuthPolicy>(peers, Principal{"nobody", Role::kViewer, 65534})});
+  for (const char* peer : {"ipv4:127.0.0.1:5", "ipv6:[::1]:5", "fd:17"}) {
+    CallerInfo c;
+    c.peer = peer;
+    c.bearer_token = "anything";
+    const auto refused = chain.Authenticate(c);
+    EXPECT_EQ(refused.status().code(), fp8::StatusCode::kUnauthenticated) << peer;
+    EXPECT_NE(refused.status().message().find("no tokens are configured"), std::string::npos)
+        << refused.status().message();
+    c.bearer_token.reset();
+    ParseAuthorizationHeader("Basic abc", &c);
+    EXPECT_EQ(chain.Authenticate(c).status().code(), fp8::StatusCode::kUnauthenticated) << peer;
+  }
+  CallerInfo loopback;
+  loopback.peer = "ipv4:127.0.0.1:5";
+  EXPECT_EQ(chain.Authenticate(loopback)->role, Role::kViewer);
+  EXPECT_EQ(AuthorizeMethod(*chain.Authenticate(loopback), "CreateJob").code(), fp8::StatusCode::kPermissionDenied);
+  CallerInfo unix_peer;
+  unix_peer.peer = "fd:17";
+  EXPECT_EQ(chain.Authenticate(unix_peer)->uid, 1001);
 }
 
 TEST(AuthSources, ReloadSwapsTheWholeFileOrNothing) {
@@ -140,14 +171,19 @@ TEST(AuthRoles, MethodsAndOwners) {
   EXPECT_TRUE(AuthorizeOwner(admin, "bob", "CancelJob", "jobs/x").ok());
 }
 
-TEST(Isolation, RunAsUidIsNeverRoot) {
+TEST(Isolation, RunAsUidIsRootOnlyWhenAllowed) {
   IsolationOptions o;
   o.default_uid = 65534;
-  EXPECT_EQ(RunAsUid(o, {"x", Role::kAdmin, 0}), 0);  // isolation off: fp8d's own uid
+  EXPECT_EQ(*RunAsUid(o, {"x", Role::kAdmin, 0}), 0);  // isolation off: fp8d's own uid
   o.run_as_owner = true;
-  EXPECT_EQ(RunAsUid(o, {"root", Role::kAdmin, 0}), 65534);
-  EXPECT_EQ(RunAsUid(o, {"alice", Role::kSubmitter, 1001}), 1001);
-  EXPECT_EQ(RunAsUid(o, {"token", Role::kSubmitter, -1}), 65534);
+  const auto refused = RunAsUid(o, {"root", Role::kAdmin, 0});
+  EXPECT_EQ(refused.status().code(), fp8::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--allow-root-jobs"), std::string::npos) << refused.status().message();
+  EXPECT_EQ(*RunAsUid(o, {"alice", Role::kSubmitter, 1001}), 1001);
+  EXPECT_EQ(*RunAsUid(o, {"token", Role::kSubmitter, -1}), 65534);
+  o.allow_root_jobs = true;
+  EXPECT_EQ(*RunAsUid(o, {"root", Role::kAdmin, 0}), 0);
+  EXPECT_EQ(*RunAsUid(o, {"alice", Role::kSubmitter, 1001}), 1001);
 }
 
 TEST(Isolation, PathsResolveUnderRoots) {
@@ -158,29 +194,18 @@ TEST(Isolation, PathsResolveUnderRoots) {
   fp8d::v1::Job job;
   job.mutable_train()->mutable_data()->set_train(dir.path() + "/root/data/*.bin");
   job.mutable_train()->set_output_dir(dir.path() + "/root/out/new");
-  EXPECT_TRUE(CheckJobPaths(job, roots).ok()) << CheckJobPaths(job, roots).ToString();
+  EXPECT_TRUE(CheckJobPaths(job, roots, 0).ok()) << CheckJobPaths(job, roots, 0).ToString();
   job.mutable_train()->set_output_dir(dir.path() + "/root/escape/x");
-  auto s = CheckJobPaths(job, roots);
+  auto s = CheckJobPaths(job, roots, 0);
   EXPECT_EQ(s.code(), fp8::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("job.train.output_dir"), std::string::npos) << s.message();
   job.mutable_train()->set_output_dir("relative/out");
-  EXPECT_NE(CheckJobPaths(job, roots).message().find("absolute"), std::string::npos);
+  EXPECT_NE(CheckJobPaths(job, roots, 0).message().find("absolute"), std::string::npos);
   job.mutable_train()->set_output_dir(dir.path() + "/root/out/../../x");
-  EXPECT_EQ(CheckJobPaths(job, roots).code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckJobPaths(job, roots, 0).code(), fp8::StatusCode::kInvalidArgument);
   fp8d::v1::Job cal;
   cal.mutable_calibrate()->set_input("/etc/shadow");
-  EXPECT_NE(CheckJobPaths(cal, roots).message().find("job.calibrate.input"), std::string::npos);
-}
-
-TEST(Isolation, JobEnvKeys) {
-  fp8d::v1::Job job;
-  (*job.mutable_env())["OK_1"] = "v";
-  EXPECT_TRUE(ValidateJobEnv(job).ok());
-  (*job.mutable_env())["FP8D_RANK"] = "3";
-  EXPECT_NE(ValidateJobEnv(job).message().find("job.env[FP8D_RANK]"), std::string::npos);
-  job.mutable_env()->clear();
-  (*job.mutable_env())["A-B"] = "v";
-  EXPECT_EQ(ValidateJobEnv(job).code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_NE(CheckJobPaths(cal, roots, 0).message().find("job.calibrate.input"), std::string::npos);
 }
 
 TEST(Isolation, WorkerEnvironmentAllowlist) {

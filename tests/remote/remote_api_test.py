@@ -457,7 +457,10 @@ def isolation_as(base, user):
     shared = shared_dir(base)
     sock = f"{base}/fp8d.sock"
     secret = "AWS_SECRET_ACCESS_KEY"
-    d = Daemon(base, ["--listen", f"unix:{sock}", "--allowed-root", shared],
+    # Root submits here too: its job runs as root only with --allow-root-jobs. JOB_OWN_VAR is no
+    # built-in job env name: the operator admits it.
+    d = Daemon(base, ["--listen", f"unix:{sock}", "--allowed-root", shared, "--allow-root-jobs",
+                      "--job-env-allow", "JOB_OWN_VAR"],
                env={secret: "hunter2", "FP8_TEST_STEPS": "600"})
     try:
         d.wait_address()
@@ -467,7 +470,8 @@ def isolation_as(base, user):
         root_job = s.CreateJob(PB.svc.CreateJobRequest(job=train_job(f"{shared}/out-root", f"{shared}/data/*.bin",
                                                                      {"FP8_TEST_STEP_MS": "100", "FP8_TEST_STEPS": "600"})),
                                timeout=30)
-        expect(root_job.owner == "root", f"root over the unix socket owns {root_job.name}")
+        expect(root_job.owner == "root" and root_job.run_as_uid == 0,
+               f"root over the unix socket owns {root_job.name}, which runs as uid {root_job.run_as_uid}")
         p = subprocess.run([ARGS.fp8d, "--listen", f"unix:{sock}", "--data-dir", f"{base}/other"],
                            capture_output=True, text=True, timeout=30)
         expect(p.returncode == 1 and "another process is serving" in p.stderr and os.path.exists(sock),
@@ -658,7 +662,8 @@ def case_fp8_metrics(base):
     shared = shared_dir(base)
     sh(ARGS.real_worker, "prepare-data", "--text", ARGS.corpus, "--out", f"{shared}/data")
     hport = free_port()
-    d = Daemon(base, ["--listen", "127.0.0.1:0", "--allowed-root", shared, "--http-listen", f"127.0.0.1:{hport}"],
+    d = Daemon(base, ["--listen", "127.0.0.1:0", "--loopback-role", "submitter", "--allowed-root", shared,
+                      "--http-listen", f"127.0.0.1:{hport}"],
                env={"FP8_NUM_THREADS": "1"}, worker=ARGS.real_worker)
     try:
         d.wait_address()

@@ -378,37 +378,6 @@ TEST_F(SlurmTest, TheConfigsSlurmSectionAndAJobsOverridesReachSbatch) {
   CancelAndExpectCancelled({a->name(), b->name()});
 }
 
-// A system user for one test: created when missing, removed again only if the test made it.
-class TestUser {
- public:
-  explicit TestUser(std::string name) : name_(std::move(name)) {
-    if (::getpwnam(name_.c_str()) == nullptr) {
-      ProcessResult r = RunProcess({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
-                                    "/usr/sbin/nologin", name_});
-      error_ = r.exit_code == 0 ? "" : "useradd " + name_ + ": " + r.err;
-      created_ = r.exit_code == 0;
-    }
-    if (const struct passwd* pw = ::getpwnam(name_.c_str()); pw != nullptr) {
-      uid_ = pw->pw_uid;
-      gid_ = pw->pw_gid;
-    }
-  }
-  ~TestUser() {
-    if (created_) (void)RunProcess({"/usr/sbin/userdel", name_});
-  }
-  bool ok() const { return uid_ > 0; }
-  const std::string& error() const { return error_; }
-  const std::string& name() const { return name_; }
-  uid_t uid() const { return uid_; }
-  gid_t gid() const { return gid_; }
-
- private:
-  std::string name_, error_;
-  bool created_ = false;
-  uid_t uid_ = 0;
-  gid_t gid_ = 0;
-};
-
 // fp8d runs as root, the job's owner is another user: Slurm runs the ranks as that user
 // (sbatch --uid/--gid), as the local launcher does, never as root.
 TEST_F(SlurmTest, RanksRunAsTheJobOwnersUid) {

@@ -1,4 +1,4 @@
-// fp8-test-worker: a stand-in for fp8-worker that speaks the worker contract (design §4,
+// fp8-test-worker: a stand-in for fp8-worker that speaks the worker contract (docs/design.md §4,
 // event schema in worker/common/events.h) and misbehaves on request, so the agent, the
 // manager and the integration tests can exercise every failure path with real processes and
 // no FP8 math.

@@ -1,4 +1,4 @@
-// The calibration job (design §6, issue 5): converts a checkpoint's linear weights to FP8 E4M3
+// The calibration job (docs/design.md §6): converts a checkpoint's linear weights to FP8 E4M3
 // with 128x128 block (or channel / tensor) scales, or back to BF16, one tensor at a time.
 //
 // Output protocol — the output directory appears complete or not at all:

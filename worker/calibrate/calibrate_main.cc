@@ -23,7 +23,7 @@ struct ExitClass {
   WorkerEvent::ErrorClass failure_class;
 };
 
-// Status code → worker exit code and `error` event class (design §4).
+// Status code → worker exit code and `error` event class (docs/design.md §4).
 ExitClass Classify(StatusCode code) {
   switch (code) {
     case StatusCode::kFailedPrecondition: return {worker::kExitInvalidSpec, WorkerEvent::INVALID_SPEC};

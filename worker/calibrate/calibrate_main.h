@@ -1,4 +1,4 @@
-// `fp8-worker calibrate --spec spec.json` (design §4 worker contract, issue 5). The worker's
+// `fp8-worker calibrate --spec spec.json` (docs/design.md §4). The worker's
 // main dispatches here with argv starting after the subcommand, e.g. {"--spec", "spec.json"}.
 //
 // Options:

@@ -1,6 +1,7 @@
 #include "worker/calibrate/spec.h"
 
 #include "jobspec/defaults.h"
+#include "jobspec/paths.h"
 #include "jobspec/validate.h"
 #include "worker/common/spec_file.h"
 
@@ -59,6 +60,7 @@ const char* GranularityName(WeightGranularity g) {
 StatusOr<CalibrateOptions> ParseCalibrateSpec(fp8d::v1::CalibrateSpec spec) {
   jobspec::ApplyCalibrateDefaults(&spec);
   FP8_RETURN_IF_ERROR(jobspec::ValidateCalibrateSpec(spec, ""));
+  FP8_RETURN_IF_ERROR(jobspec::CheckPathsBeforeOpen(spec, spec.allowed_roots()));
   CalibrateOptions o;
   o.input = spec.input();
   o.output_dir = spec.output_dir();

@@ -1,4 +1,4 @@
-// The worker's side of design §4: events on stdout, one JSON object per line, each a
+// The worker's side of docs/design.md §4: events on stdout, one JSON object per line, each a
 // fp8d.v1.WorkerEvent (proto/fp8d/v1/worker_event.proto, the contract with the daemon) printed
 // by protobuf's JSON printer. Thread-safe: the heartbeat thread and the training loop write
 // through the same EventWriter, a line at a time, flushed at once (stdout is a file the agent
@@ -63,7 +63,7 @@ constexpr int kExitBadData = 65;      // EX_DATAERR: permanent
 constexpr int kExitInternal = 70;     // EX_SOFTWARE: retryable
 constexpr int kExitTemporary = 75;    // EX_TEMPFAIL: retryable (NaN/Inf loss too)
 
-// Set by SIGTERM/SIGINT: stop at the next step boundary (design §4).
+// Set by SIGTERM/SIGINT: stop at the next step boundary (docs/design.md §4).
 std::atomic<bool>& StopRequested();
 void InstallStopSignalHandlers();
 

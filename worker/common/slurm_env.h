@@ -1,6 +1,6 @@
 // Rank numbers under Slurm. fp8d's Slurm launcher starts the ranks with srun, which gives each
 // task its numbers in SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID; the worker reads FP8D_RANK
-// and friends (design §4). This fills each FP8D_ variable that is unset from its Slurm
+// and friends (docs/design.md §4). This fills each FP8D_ variable that is unset from its Slurm
 // counterpart, so the rest of the worker sees one contract whichever launcher started it.
 #pragma once
 

@@ -1,7 +1,8 @@
 // llm.c token shards (the format fp8d trains on) and deterministic batch sampling.
 //
-// Shard layout: a header of 256 little-endian int32 — [0] magic 20240520, [1] version 1,
-// [2] number of tokens — then that many uint16 tokens.
+// Shard layout: a header of 256 little-endian int32 — [0] magic, [1] version, [2] number of
+// tokens — then that many tokens: uint16 for magic 20240520 / version 1 (vocabularies up to
+// 65,536), uint32 for magic 20240801 / version 7 (llm.c's Llama-3 shards).
 #pragma once
 
 #include <cstdint>
@@ -14,11 +15,18 @@ namespace fp8::data {
 
 constexpr int32_t kShardMagic = 20240520;
 constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShard32Magic = 20240801;
+constexpr int32_t kShard32Version = 7;
 constexpr int kShardHeaderInts = 256;
 
+// The token type picks the format. Both write under a temporary name and rename, so a failed
+// write leaves no file at `path`.
 Status WriteShard(const std::string& path, const std::vector<uint16_t>& tokens);
-// Reads a whole shard; DataLoss for a bad header or a truncated file.
+Status WriteShard(const std::string& path, const std::vector<uint32_t>& tokens);
+// Reads a whole uint16 shard; DataLoss for a bad header (a uint32 shard too) or a truncated file.
 StatusOr<std::vector<uint16_t>> ReadShard(const std::string& path);
+// Reads a shard of either kind.
+StatusOr<std::vector<uint32_t>> ReadAnyShard(const std::string& path);
 
 // Sorted list of files matching a shell glob; NotFound when nothing matches.
 StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern);
@@ -41,7 +49,7 @@ class TokenDataset {
 
  private:
   int seq_len_ = 0;
-  std::vector<std::vector<uint16_t>> shards_;
+  std::vector<std::vector<uint32_t>> shards_;
   std::vector<int64_t> start_cumsum_;  // prefix sums of the number of valid start positions
   int64_t total_tokens_ = 0;
 };
@@ -49,12 +57,17 @@ class TokenDataset {
 // splitmix64: the stateless hash every sampling decision is derived from.
 uint64_t Mix64(uint64_t x);
 
-// `prepare-data`: byte-level tokens (vocab 256) of a text file, split into train and val
-// shards in `out_dir` (train_000.bin, val_000.bin). The last `val_fraction` of the text is val.
+// `prepare-data`: a token stream split into train and val shards in `out_dir` (train_000.bin,
+// val_000.bin): the last `val_fraction` of the tokens (at least 512) is val. uint16 shards when
+// every id fits (vocab_size <= 65,536), else uint32. DataLoss for fewer than 1024 tokens; on any
+// failure neither shard is left behind.
 struct PrepareDataResult {
   std::string train_path, val_path;
   int64_t train_tokens = 0, val_tokens = 0;
 };
+StatusOr<PrepareDataResult> WriteTrainValShards(const std::vector<uint32_t>& tokens, int64_t vocab_size,
+                                                const std::string& out_dir, double val_fraction = 0.1);
+// Byte-level tokens (vocab 256) of a text file.
 StatusOr<PrepareDataResult> PrepareByteData(const std::string& text_path, const std::string& out_dir,
                                              double val_fraction = 0.1);
 

@@ -45,7 +45,7 @@ std::vector<std::pair<int64_t, fs::path>> ListSteps(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const int64_t n = StepOf(e.path());
-    if (n >= 0 && fs::exists(e.path() / "trainer_state.json")) out.emplace_back(n, e.path());
+    if (n >= 0 && fs::exists(e.path() / "trainer_state.json", ec)) out.emplace_back(n, e.path());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -199,7 +199,7 @@ StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int6
 StatusOr<std::string> FindCheckpoint(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return NotFoundError("no checkpoint directory " + path);
-  if (fs::exists(fs::path(path) / "trainer_state.json")) return fs::absolute(path).string();
+  if (fs::exists(fs::path(path) / "trainer_state.json", ec)) return fs::absolute(path).string();
   auto steps = ListSteps(path);
   if (steps.empty()) return NotFoundError("no complete checkpoint (step-N/trainer_state.json) in " + path);
   return fs::absolute(steps.back().second).string();

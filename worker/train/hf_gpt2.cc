@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -294,8 +296,11 @@ StatusOr<ModelSource> OpenModelSource(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
   if (!fs::is_directory(p, ec)) return NotFoundError(path + ": no such directory");
-  if (fs::exists(p / kTrainerState)) return OpenFp8dCheckpoint(path);
-  if (fs::exists(p / kHfConfigFile)) return OpenHuggingFace(p);
+  // A directory this user may not list or enter is bad input (DATA_ERROR), not a crash of the
+  // filesystem calls below.
+  if (::access(p.c_str(), R_OK | X_OK) != 0) return DataLossError(path + ": cannot be read (" + std::strerror(errno) + ")");
+  if (fs::exists(p / kTrainerState, ec)) return OpenFp8dCheckpoint(path);
+  if (fs::exists(p / kHfConfigFile, ec)) return OpenHuggingFace(p);
   if (FindCheckpoint(path).ok()) return OpenFp8dCheckpoint(path);
   return DataLossError(path + ": neither a Hugging Face model (" + kHfConfigFile + ") nor an fp8d checkpoint (" +
                        kTrainerState + ")");

@@ -1,6 +1,6 @@
 // How a recipe turns the operands of one linear layer's three GEMMs into what the GEMM sees
-// (design §6). On the CPU an FP8 GEMM is FakeQuantize (FP8 cast, scales) + FP32 Sgemm: the same
-// numbers an FP8 tensor-core GEMM with FP32 accumulation produces, up to summation order.
+// (docs/design.md §6). On the CPU an FP8 GEMM is FakeQuantize (FP8 cast, scales) + FP32 Sgemm:
+// the same numbers an FP8 tensor-core GEMM with FP32 accumulation produces, up to summation order.
 //
 //   forward   y  = x·Wᵀ      x: E4M3 (tensor | 1x128)   W: E4M3 (tensor | 128x128)
 //   backward  dx = dy·W      dy: E5M2 tensor | E4M3 1x128 along N;  W as forward

@@ -1,5 +1,6 @@
 #include "worker/train/spec.h"
 
+#include "jobspec/paths.h"
 #include "jobspec/validate.h"
 #include "worker/common/spec_file.h"
 
@@ -54,6 +55,7 @@ TrainSpec FromProto(const fp8d::v1::TrainSpec& p) {
 StatusOr<TrainSpec> ParseTrainSpec(fp8d::v1::TrainSpec proto) {
   jobspec::ApplyTrainDefaults(&proto);
   FP8_RETURN_IF_ERROR(jobspec::ValidateTrainSpec(proto, ""));
+  FP8_RETURN_IF_ERROR(jobspec::CheckPathsBeforeOpen(proto, proto.allowed_roots()));
   return FromProto(proto);
 }
 

@@ -45,7 +45,7 @@ int InvalidSpec(EventWriter& ev, const std::string& msg) {
 
 }  // namespace
 
-int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
+int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
   EventWriter events;
   std::string spec_path, resume_from = Env("FP8D_RESUME_FROM");
   for (int i = 0; i < argc; ++i) {
@@ -116,36 +116,6 @@ int TrainMain(int argc, char** argv, const CudaBackend& cuda) {
 
   TrainResult r = RunTraining(*spec, opts, *coll, events);
   return r.exit_code;
-}
-
-int PrepareDataMain(int argc, char** argv) {
-  std::string text, out;
-  double val_fraction = 0.1;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--text" && i + 1 < argc) text = argv[++i];
-    else if (a == "--out" && i + 1 < argc) out = argv[++i];
-    else if (a == "--val-fraction" && i + 1 < argc) val_fraction = std::atof(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: fp8-worker prepare-data --text FILE --out DIR [--val-fraction 0.1]\n");
-      return worker::kExitInvalidSpec;
-    }
-  }
-  if (text.empty() || out.empty() || !(val_fraction > 0 && val_fraction < 0.9)) {
-    std::fprintf(stderr, "usage: fp8-worker prepare-data --text FILE --out DIR [--val-fraction 0.1]\n");
-    return worker::kExitInvalidSpec;
-  }
-  auto r = data::PrepareByteData(text, out, val_fraction);
-  if (!r.ok()) {
-    std::fprintf(stderr, "fp8-worker prepare-data: %s\n", r.status().message().c_str());
-    return r.status().code() == StatusCode::kDataLoss || r.status().code() == StatusCode::kNotFound
-               ? worker::kExitBadData
-               : worker::kExitInternal;
-  }
-  std::fprintf(stderr, "fp8-worker prepare-data: %lld train tokens → %s, %lld val tokens → %s (vocab 256)\n",
-               static_cast<long long>(r->train_tokens), r->train_path.c_str(), static_cast<long long>(r->val_tokens),
-               r->val_path.c_str());
-  return 0;
 }
 
 }  // namespace fp8::train

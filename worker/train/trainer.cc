@@ -361,9 +361,9 @@ TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, cons
     auto src = OpenModelSource(resuming ? options.resume_from : spec.init_from);
     if (!src.ok()) return bad_data((resuming ? "resume from: " : "init_from: ") + src.status().message());
     resolved.model = src->config;
-    if (resolved.model.vocab_size > 65536)
+    if (resolved.model.vocab_size > 262144)
       return bad_data("init_from: " + src->config_path + ": vocab_size " + std::to_string(resolved.model.vocab_size) +
-                      " is more than llm.c shards' uint16 tokens hold");
+                      " is more than 262144, the largest model.vocab_size a job may name");
     if (!resuming) init = std::move(src).value();
   }
   // The backend (a device, its memory) is released at the end of this statement.

@@ -1,4 +1,4 @@
-// The training loop (design §4), once for every backend (train_backend.h): data-parallel,
+// The training loop (docs/design.md §4), once for every backend (train_backend.h): data-parallel,
 // events on an EventWriter, checkpoints on rank 0, SIGTERM handled at step boundaries. A run is
 // a pure function of the spec (and the checkpoint it resumed from): batches come from (seed,
 // global sample index), reductions run in a fixed order, so a resumed run repeats the

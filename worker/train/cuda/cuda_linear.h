@@ -1,4 +1,4 @@
-// One linear layer y = x·Wᵀ + b on the GPU under a recipe (design §6), the device twin of
+// One linear layer y = x·Wᵀ + b on the GPU (docs/design.md §6), the device twin of
 // LinearPrecision + LinearForward/LinearBackward:
 //   bf16            x, W, dy in BF16, cuBLAS GEMMs, FP32 accumulation; dW accumulated in FP32
 //   fp8-tensorwise  x, W: E4M3 / dy: E5M2, per-tensor scales from delayed scaling (amax history

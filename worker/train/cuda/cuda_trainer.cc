@@ -16,12 +16,12 @@ namespace {
 // gradient, amax and scalar reductions. Checkpoints go through the host GptModel/AdamW of the
 // same layout (SyncHost downloads into them), so a CUDA checkpoint resumes on the CPU backend
 // and vice versa.
-class CudaBackend final : public TrainBackend {
+class CudaTrainBackend final : public TrainBackend {
  public:
-  CudaBackend(const TrainSpec& spec, const Distributed& dist)
+  CudaTrainBackend(const TrainSpec& spec, const Distributed& dist)
       : spec_(spec), dist_(dist), host_(spec.model, spec.precision),
         host_adam_(spec.training, spec.precision.bf16_moments, host_.tensors(), host_.num_params()) {}
-  ~CudaBackend() override {
+  ~CudaTrainBackend() override {
     model_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -70,7 +70,7 @@ class CudaBackend final : public TrainBackend {
   DeviceBuffer<double> norm_partial_, norm_, host_sums_;
 };
 
-Status CudaBackend::Init() {
+Status CudaTrainBackend::Init() {
   int count = 0;
   FP8_RETURN_IF_CUDA_ERROR(cudaGetDeviceCount(&count));
   if (count < 1) return UnavailableError("no CUDA device");
@@ -92,7 +92,7 @@ Status CudaBackend::Init() {
   return OkStatus();
 }
 
-Status CudaBackend::Start(bool resumed, const nlohmann::json& fp8_scaling) {
+Status CudaTrainBackend::Start(bool resumed, const nlohmann::json& fp8_scaling) {
   if (resumed) {
     if (!fp8_scaling.is_null()) FP8_RETURN_IF_ERROR(model_->RestorePrecisionState(fp8_scaling));
     const std::vector<float> mm = host_adam_.m(), vv = host_adam_.v();
@@ -102,7 +102,7 @@ Status CudaBackend::Start(bool resumed, const nlohmann::json& fp8_scaling) {
   return model_->UploadParams(host_.params().data());
 }
 
-Status CudaBackend::ReduceStep(double* loss, bool* stop) {
+Status CudaTrainBackend::ReduceStep(double* loss, bool* stop) {
   if (dist_.world_size == 1) return OkStatus();
   FP8_RETURN_IF_ERROR(comm_->AllReduceSum(model_->grads(), static_cast<size_t>(model_->num_params()), stream_));
   double sc[2] = {*loss, *stop ? 1.0 : 0.0};
@@ -112,7 +112,7 @@ Status CudaBackend::ReduceStep(double* loss, bool* stop) {
   return OkStatus();
 }
 
-StatusOr<double> CudaBackend::Update(double lr, int64_t step) {
+StatusOr<double> CudaTrainBackend::Update(double lr, int64_t step) {
   const auto& t = spec_.training;
   FP8_RETURN_IF_ERROR(SumSquares(model_->grads(), model_->num_params(), norm_partial_.get(), norm_.get(), stream_));
   double sq = 0;
@@ -129,7 +129,7 @@ StatusOr<double> CudaBackend::Update(double lr, int64_t step) {
   return grad_norm;
 }
 
-Status CudaBackend::AllReduceSum(double* v, int n) {
+Status CudaTrainBackend::AllReduceSum(double* v, int n) {
   if (dist_.world_size == 1) return OkStatus();
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_sums_.get(), v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
   FP8_RETURN_IF_ERROR(comm_->AllReduceSum(host_sums_.get(), static_cast<size_t>(n), stream_));
@@ -138,7 +138,7 @@ Status CudaBackend::AllReduceSum(double* v, int n) {
   return OkStatus();
 }
 
-Status CudaBackend::SyncHost() {
+Status CudaTrainBackend::SyncHost() {
   FP8_RETURN_IF_ERROR(model_->DownloadParams(host_.params().data()));
   const size_t n = static_cast<size_t>(host_.num_params());
   std::vector<float> mm(n), vv(n);
@@ -157,7 +157,7 @@ bool CudaDeviceAvailable() {
 
 TrainResult RunCudaTraining(const TrainSpec& spec, const TrainOptions& options, const Distributed& dist,
                             worker::EventWriter& events) {
-  return RunTraining(spec, options, [&](const TrainSpec& resolved) { return std::make_unique<CudaBackend>(resolved, dist); },
+  return RunTraining(spec, options, [&](const TrainSpec& resolved) { return std::make_unique<CudaTrainBackend>(resolved, dist); },
                      events);
 }
 
