@@ -55,7 +55,7 @@ TEST(Validation, ModelWithoutPresetIsTheDefaultPresetOverridden) {
   m->set_d_model(65);
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message(), "job.train.model.d_model: must be a multiple of n_head (2)");
   m->set_d_model(64);
-  m->set_vocab_size(70000);
+  m->set_vocab_size(300000);
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.train.model.vocab_size: ", 0), 0u);
 }
 
