@@ -11,25 +11,76 @@ void DefaultString(const char* value, std::string* field) {
 
 struct Preset {
   const char* name;
+  const char* architecture;
   int n_layer, n_head, d_model, seq_len, vocab_size;
+  // The Llama family's (0 / false for GPT-2's presets).
+  int num_key_value_heads = 0, intermediate_size = 0, head_dim = 0;
+  double rms_norm_eps = 0, rope_theta = 0;
+  bool tie_word_embeddings = false, qk_norm = false;
+  double llama3_rope_factor = 0;  // > 0: Llama-3's rope scaling (low 1, high 4, original 8192)
 };
+// The Llama presets are the Hugging Face models' shapes (their config.json), trained at
+// seq_len 2048; llama-tiny is CI-sized.
 constexpr Preset kPresets[] = {
-    {"tiny", 2, 4, 128, 64, 256},
-    {"gpt2-124m", 12, 12, 768, 1024, 50257},
-    {"gpt-1b", 24, 16, 2048, 2048, 50304},
-    {"gpt-2b", 24, 20, 2560, 2048, 50304},
+    {"tiny", "gpt2", 2, 4, 128, 64, 256},
+    {"gpt2-124m", "gpt2", 12, 12, 768, 1024, 50257},
+    {"gpt-1b", "gpt2", 24, 16, 2048, 2048, 50304},
+    {"gpt-2b", "gpt2", 24, 20, 2560, 2048, 50304},
+    {"llama-tiny", "llama", 2, 4, 128, 64, 256, 2, 256, 32, 1e-5, 10000, false, false, 0},
+    {"llama-1b", "llama", 16, 32, 2048, 2048, 128256, 8, 8192, 64, 1e-5, 500000, true, false, 32},  // Llama-3.2-1B
+    {"llama-3b", "llama", 28, 24, 3072, 2048, 128256, 8, 8192, 128, 1e-5, 500000, true, false, 32},  // Llama-3.2-3B
+    {"qwen3-0.6b", "llama", 28, 16, 1024, 2048, 151936, 8, 3072, 128, 1e-6, 1000000, true, true, 0},  // Qwen3-0.6B
 };
 
+const Preset* FindPreset(const std::string& name) {
+  for (const Preset& p : kPresets)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
 void ApplyModelDefaults(fp8d::v1::ModelSpec* m) {
-  DefaultString(kDefaultPreset, m->mutable_preset());
-  for (const Preset& p : kPresets) {
-    if (m->preset() != p.name) continue;
-    if (m->n_layer() == 0) m->set_n_layer(p.n_layer);
-    if (m->n_head() == 0) m->set_n_head(p.n_head);
-    if (m->d_model() == 0) m->set_d_model(p.d_model);
-    if (m->seq_len() == 0) m->set_seq_len(p.seq_len);
-    if (m->vocab_size() == 0) m->set_vocab_size(p.vocab_size);
+  // The family follows the preset; a preset left out follows the family.
+  if (m->architecture().empty()) {
+    const Preset* named = FindPreset(m->preset());
+    m->set_architecture(named ? named->architecture : "gpt2");
   }
+  DefaultString(m->architecture() == "llama" ? kDefaultLlamaPreset : kDefaultPreset, m->mutable_preset());
+  const Preset* p = FindPreset(m->preset());
+  if (p) {
+    if (m->n_layer() == 0) m->set_n_layer(p->n_layer);
+    if (m->n_head() == 0) m->set_n_head(p->n_head);
+    if (m->d_model() == 0) m->set_d_model(p->d_model);
+    if (m->seq_len() == 0) m->set_seq_len(p->seq_len);
+    if (m->vocab_size() == 0) m->set_vocab_size(p->vocab_size);
+  }
+  // A GPT-2 model has none of the fields below (the validator refuses them), and a preset of
+  // the other family is refused too: nothing to fill in.
+  if (m->architecture() != "llama" || (p && std::string(p->architecture) != "llama")) return;
+  if (p) {
+    if (m->num_key_value_heads() == 0) m->set_num_key_value_heads(p->num_key_value_heads);
+    if (m->intermediate_size() == 0) m->set_intermediate_size(p->intermediate_size);
+    if (m->head_dim() == 0) m->set_head_dim(p->head_dim);
+    if (m->rms_norm_eps() == 0) m->set_rms_norm_eps(p->rms_norm_eps);
+    if (m->rope_theta() == 0) m->set_rope_theta(p->rope_theta);
+    if (!m->has_tie_word_embeddings()) m->set_tie_word_embeddings(p->tie_word_embeddings);
+    if (!m->has_qk_norm()) m->set_qk_norm(p->qk_norm);
+    if (!m->has_rope_scaling() && p->llama3_rope_factor > 0) {
+      fp8d::v1::RopeScalingSpec* r = m->mutable_rope_scaling();
+      r->set_rope_type("llama3");
+      r->set_factor(p->llama3_rope_factor);
+      r->set_low_freq_factor(1);
+      r->set_high_freq_factor(4);
+      r->set_original_max_position_embeddings(8192);
+    }
+  }
+  if (m->num_key_value_heads() == 0) m->set_num_key_value_heads(m->n_head());
+  // A d_model that n_head does not divide needs head_dim given (the validator says so).
+  if (m->head_dim() == 0 && m->n_head() > 0 && m->d_model() % m->n_head() == 0) m->set_head_dim(m->d_model() / m->n_head());
+  if (m->rms_norm_eps() == 0) m->set_rms_norm_eps(1e-5);
+  if (m->rope_theta() == 0) m->set_rope_theta(10000);
+  if (!m->has_tie_word_embeddings()) m->set_tie_word_embeddings(false);
+  if (!m->has_attention_bias()) m->set_attention_bias(false);
+  if (!m->has_qk_norm()) m->set_qk_norm(false);
 }
 
 }  // namespace

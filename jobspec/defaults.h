@@ -12,10 +12,12 @@ namespace fp8::jobspec {
 // Model-level defaults that the worker's model code also uses on its own (worker/train/spec.h).
 inline constexpr int kDefaultAmaxHistoryLen = 16;
 inline constexpr const char* kDefaultPreset = "tiny";
+inline constexpr const char* kDefaultLlamaPreset = "llama-tiny";  // with model.architecture llama
 inline constexpr const char* kDefaultRecipe = "bf16";
 
 // Fills training defaults. `model` is left alone with init_from (the shape comes from the
-// model it names); otherwise the preset (default tiny) fills the dimensions left 0.
+// model it names); otherwise the preset (default tiny, or llama-tiny with architecture llama)
+// fills the fields left unset, and the architecture follows the preset's family.
 void ApplyTrainDefaults(fp8d::v1::TrainSpec* spec);
 void ApplyCalibrateDefaults(fp8d::v1::CalibrateSpec* spec);
 // Whichever spec the job has.

@@ -70,8 +70,46 @@ Rule<TrainSpec> OnModel(const char* field, std::function<std::string(const fp8d:
   return OnModel(field, field, std::move(f));
 }
 
+// The fields only the Llama family has, by name, that `m` sets.
+std::string LlamaFieldsSet(const fp8d::v1::ModelSpec& m) {
+  std::string set;
+  auto add = [&](bool on, const char* name) {
+    if (on) set += std::string(set.empty() ? "" : ", ") + name;
+  };
+  add(m.num_key_value_heads() != 0, "num_key_value_heads");
+  add(m.intermediate_size() != 0, "intermediate_size");
+  add(m.head_dim() != 0, "head_dim");
+  add(m.rms_norm_eps() != 0, "rms_norm_eps");
+  add(m.rope_theta() != 0, "rope_theta");
+  add(m.has_rope_scaling(), "rope_scaling");
+  add(m.has_tie_word_embeddings(), "tie_word_embeddings");
+  add(m.has_attention_bias(), "attention_bias");
+  add(m.has_qk_norm(), "qk_norm");
+  return set;
+}
+
 bool ModelIsSet(const fp8d::v1::ModelSpec& m) {
-  return !m.preset().empty() || m.n_layer() || m.n_head() || m.d_model() || m.seq_len() || m.vocab_size();
+  return !m.preset().empty() || m.n_layer() || m.n_head() || m.d_model() || m.seq_len() || m.vocab_size() ||
+         !m.architecture().empty() || !LlamaFieldsSet(m).empty();
+}
+
+// The family of a preset ("" for a name that is none).
+std::string PresetFamily(const std::string& preset) {
+  if (preset == "tiny" || preset == "gpt2-124m" || preset == "gpt-1b" || preset == "gpt-2b") return "gpt2";
+  if (preset == "llama-tiny" || preset == "llama-1b" || preset == "llama-3b" || preset == "qwen3-0.6b") return "llama";
+  return "";
+}
+
+// A Llama-family rule: checked only for a llama model.
+Rule<TrainSpec> OnLlama(const char* id, const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return OnModel(id, field, [f](const fp8d::v1::ModelSpec& m) { return m.architecture() == "llama" ? f(m) : std::string(); });
+}
+Rule<TrainSpec> OnLlama(const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return OnLlama(field, field, std::move(f));
+}
+// A rope_scaling rule: checked only when the message is set.
+Rule<TrainSpec> OnRopeScaling(const char* field, std::function<std::string(const fp8d::v1::RopeScalingSpec&)> f) {
+  return OnLlama(field, [f](const fp8d::v1::ModelSpec& m) { return m.has_rope_scaling() ? f(m.rope_scaling()) : std::string(); });
 }
 
 const std::vector<Rule<TrainSpec>>& TrainRules() {
@@ -84,7 +122,29 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
                     ? "must be left out with init_from (the shape comes from the model it names)"
                     : "";
        }},
-      OnModel("model.preset", [](const M& m) { return OneOf(m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b"}); }),
+      OnModel("model.architecture", [](const M& m) { return OneOf(m.architecture(), {"gpt2", "llama"}); }),
+      OnModel("model.preset", [](const M& m) {
+        return OneOf(m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b", "llama-tiny", "llama-1b", "llama-3b", "qwen3-0.6b"});
+      }),
+      OnModel("model.preset.family", "model.preset",
+              [](const M& m) {
+                const std::string family = PresetFamily(m.preset());
+                return family == m.architecture() ? ""
+                                                  : "is a " + family + " preset, but model.architecture is " + m.architecture();
+              }),
+      OnModel("model.architecture.fields", "model.architecture",
+              [](const M& m) {
+                const std::string set = LlamaFieldsSet(m);
+                return m.architecture() == "gpt2" && !set.empty()
+                           ? "gpt2 has none of the Llama family's fields (set: " + set + ")"
+                           : "";
+              }),
+      {"model.architecture.backend", "model.architecture",
+       [](const T& s) {
+         return s.init_from().empty() && s.model().architecture() == "llama" && s.backend() == "cuda"
+                    ? "llama runs on backend cpu (or auto) only for now; backend cuda trains gpt2"
+                    : "";
+       }},
       OnModel("model.n_layer", [](const M& m) { return Ints(m.n_layer(), 1, 1024); }),
       OnModel("model.n_head", [](const M& m) { return Ints(m.n_head(), 1, 1024); }),
       OnModel("model.d_model", [](const M& m) { return Ints(m.d_model(), 1, 65536); }),
@@ -92,10 +152,42 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
       OnModel("model.vocab_size", [](const M& m) { return Ints(m.vocab_size(), 1, 262144); }),  // Llama-3, Qwen fit
       OnModel("model.d_model.multiple", "model.d_model",
               [](const M& m) {
-                return m.d_model() % m.n_head() == 0
+                // A llama model with head_dim given needs no such relation (Qwen3-0.6B).
+                return m.d_model() % m.n_head() == 0 || (m.architecture() == "llama" && m.head_dim() != 0)
                            ? ""
                            : "must be a multiple of n_head (" + std::to_string(m.n_head()) + ")";
               }),
+      OnLlama("model.num_key_value_heads", [](const M& m) { return Ints(m.num_key_value_heads(), 1, 1024); }),
+      OnLlama("model.num_key_value_heads.divides", "model.num_key_value_heads",
+              [](const M& m) {
+                return m.num_key_value_heads() <= 0 || m.n_head() % m.num_key_value_heads() == 0
+                           ? ""
+                           : "must divide model.n_head (" + std::to_string(m.n_head()) + ")";
+              }),
+      OnLlama("model.intermediate_size", [](const M& m) { return Ints(m.intermediate_size(), 1, 1 << 20); }),
+      OnLlama("model.head_dim", [](const M& m) { return Ints(m.head_dim(), 2, 1024); }),
+      OnLlama("model.head_dim.even", "model.head_dim",
+              [](const M& m) { return m.head_dim() % 2 == 0 ? "" : "must be even (the rotation pairs its two halves)"; }),
+      OnLlama("model.attention_bias", [](const M& m) {
+        // No Hugging Face class has both, so an export could not say what the model is.
+        return m.attention_bias() && m.qk_norm() ? "must be false with qk_norm (Qwen2 has the biases, Qwen3 the norms)" : "";
+      }),
+      OnLlama("model.rms_norm_eps",
+              [](const M& m) { return Real(m.rms_norm_eps(), m.rms_norm_eps() > 0 && m.rms_norm_eps() < 1, "(0, 1)"); }),
+      OnLlama("model.rope_theta",
+              [](const M& m) { return Real(m.rope_theta(), m.rope_theta() > 0 && m.rope_theta() <= 1e12, "(0, 1e12]"); }),
+      OnRopeScaling("model.rope_scaling.rope_type", [](const auto& r) { return OneOf(r.rope_type(), {"llama3"}); }),
+      OnRopeScaling("model.rope_scaling.factor",
+                    [](const auto& r) { return Real(r.factor(), r.factor() >= 1 && r.factor() <= 1e6, "[1, 1e6]"); }),
+      OnRopeScaling("model.rope_scaling.low_freq_factor", [](const auto& r) {
+        return Real(r.low_freq_factor(), r.low_freq_factor() > 0 && r.low_freq_factor() <= 1e6, "(0, 1e6]");
+      }),
+      OnRopeScaling("model.rope_scaling.high_freq_factor", [](const auto& r) {
+        return Real(r.high_freq_factor(), r.high_freq_factor() > r.low_freq_factor() && r.high_freq_factor() <= 1e6,
+                    "(low_freq_factor, 1e6]");
+      }),
+      OnRopeScaling("model.rope_scaling.original_max_position_embeddings",
+                    [](const auto& r) { return Ints(r.original_max_position_embeddings(), 1, 1 << 24); }),
       {"init_from", [](const T& s) { return Path(s.init_from(), false); }},
       {"data.train", [](const T& s) { return Path(s.data().train(), true); }},
       {"data.val", [](const T& s) { return Path(s.data().val(), false); }},

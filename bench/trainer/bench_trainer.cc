@@ -42,7 +42,12 @@ int main(int argc, char** argv) {
   for (const Size& s : sizes) {
     for (Recipe r : recipes) {
       TrainSpec spec = DefaultTrainSpec();
-      spec.model = {"tiny", s.layers, s.heads, s.d_model, s.seq_len, 256};
+      spec.model.preset = "tiny";
+      spec.model.n_layer = s.layers;
+      spec.model.n_head = s.heads;
+      spec.model.d_model = s.d_model;
+      spec.model.seq_len = s.seq_len;
+      spec.model.vocab_size = 256;
       spec.data.train = dir + "/data/train_*.bin";
       spec.precision.recipe = r;
       spec.training.max_steps = steps;

@@ -139,7 +139,7 @@ StatusOr<std::string> Fnv1a64File(const std::string& path) {
 }
 
 StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int64_t step,
-                                         const GptModel& model, const AdamW& opt,
+                                         const CausalLm& model, const AdamW& opt,
                                          const nlohmann::json& state, int keep) {
   std::error_code ec;
   fs::create_directories(checkpoint_dir, ec);
@@ -152,7 +152,7 @@ StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int6
   fs::create_directories(tmp_dir, ec);
   if (ec) return InternalError("cannot create " + tmp_dir.string() + ": " + ec.message());
 
-  const std::vector<float>& params = const_cast<GptModel&>(model).params();
+  const std::vector<float>& params = model.params();
   std::vector<st::TensorData> weights;
   for (const ParamTensor& t : model.tensors())
     weights.push_back({t.name, st::DType::F32, t.shape, params.data() + t.offset, sizeof(float) * t.numel});
@@ -205,7 +205,7 @@ StatusOr<std::string> FindCheckpoint(const std::string& path) {
   return fs::absolute(steps.back().second).string();
 }
 
-StatusOr<nlohmann::json> LoadCheckpoint(const std::string& step_dir, GptModel* model, AdamW* opt) {
+StatusOr<nlohmann::json> LoadCheckpoint(const std::string& step_dir, CausalLm* model, AdamW* opt) {
   const fs::path dir(step_dir);
   std::ifstream in(dir / "trainer_state.json");
   if (!in) return NotFoundError("cannot read " + (dir / "trainer_state.json").string());

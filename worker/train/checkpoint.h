@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "worker/train/model.h"
+#include "worker/train/causal_lm.h"
 #include "worker/train/optimizer.h"
 
 namespace fp8::train {
@@ -22,7 +22,7 @@ struct SavedCheckpoint {
 
 // `state` is trainer_state.json (step, data position, RNG, FP8 scaling state, loss history).
 StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& checkpoint_dir, int64_t step,
-                                         const GptModel& model, const AdamW& opt,
+                                         const CausalLm& model, const AdamW& opt,
                                          const nlohmann::json& state, int keep);
 
 // At start, before any step: creates `checkpoint_dir`, removes temporary directories
@@ -38,7 +38,7 @@ StatusOr<std::string> FindCheckpoint(const std::string& path);
 
 // Loads weights and moments (names and shapes must match the model: DataLoss otherwise) and
 // returns trainer_state.json.
-StatusOr<nlohmann::json> LoadCheckpoint(const std::string& step_dir, GptModel* model, AdamW* opt);
+StatusOr<nlohmann::json> LoadCheckpoint(const std::string& step_dir, CausalLm* model, AdamW* opt);
 
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 StatusOr<std::string> Fnv1a64File(const std::string& path);

@@ -1,6 +1,7 @@
-// TrainBackend on the CPU: GptModel + AdamW, gradients and scalars all-reduced in FP32 over a
+// TrainBackend on the CPU: the spec's CausalLm (either family) + AdamW, gradients and scalars all-reduced in FP32 over a
 // Collective in a fixed order (so a run is bit-reproducible across layouts and resumes).
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "worker/train/trainer.h"
@@ -11,12 +12,12 @@ namespace {
 class CpuBackend final : public TrainBackend {
  public:
   CpuBackend(const TrainSpec& spec, Collective& coll)
-      : spec_(spec), coll_(coll), model_(spec.model, spec.precision),
+      : spec_(spec), coll_(coll), owned_(MakeCausalLm(spec.model, spec.precision)), model_(*owned_),
         adam_(spec.training, spec.precision.bf16_moments, model_.tensors(), model_.num_params()) {}
 
   int rank() const override { return coll_.rank(); }
   int world_size() const override { return coll_.world_size(); }
-  GptModel& host() override { return model_; }
+  CausalLm& host() override { return model_; }
   AdamW& host_adam() override { return adam_; }
   Status Init() override { return OkStatus(); }
   Status Start(bool, const nlohmann::json&) override {  // LoadCheckpoint restored the scaling state
@@ -80,7 +81,8 @@ class CpuBackend final : public TrainBackend {
  private:
   const TrainSpec& spec_;
   Collective& coll_;
-  GptModel model_;
+  std::unique_ptr<CausalLm> owned_;
+  CausalLm& model_;
   AdamW adam_;
 };
 

@@ -1,50 +1,13 @@
 #include "worker/train/hf_gpt2.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <set>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
-
-#include "kernels/fp8_format.h"
-#include "worker/safetensors/safetensors.h"
-#include "worker/train/checkpoint.h"
 
 namespace fp8::train {
-namespace fs = std::filesystem;
-namespace st = fp8::safetensors;
 using json = nlohmann::json;
 
 namespace {
 
 constexpr const char* kTransformerPrefix = "transformer.";
-constexpr const char* kTrainerState = "trainer_state.json";
-
-StatusOr<json> ReadJson(const fs::path& p) {
-  std::ifstream f(p);
-  if (!f) return DataLossError(p.string() + ": cannot be read");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return DataLossError(p.string() + ": not a JSON object");
-  return j;
-}
-
-StatusOr<int> PositiveInt(const json& obj, const std::string& key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end()) return DataLossError(where + ": field \"" + key + "\" is missing");
-  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 24))
-    return DataLossError(where + ": field \"" + key + "\" must be a positive integer, got " + it->dump());
-  return it->get<int>();
-}
 
 // Fields of a GPT-2 config.json that change the math: each must be what fp8d's GPT computes.
 Status CheckGpt2Semantics(const json& c, const std::string& where) {
@@ -68,111 +31,6 @@ Status CheckGpt2Semantics(const json& c, const std::string& where) {
     return bad("n_inner", "fp8d's GPT's MLP is 4·n_embd wide");
   return OkStatus();
 }
-
-StatusOr<ModelSource> OpenHuggingFace(const fs::path& dir) {
-  ModelSource src;
-  src.kind = ModelSource::Kind::kHuggingFace;
-  src.dir = dir.string();
-  src.config_path = (dir / kHfConfigFile).string();
-  const std::string& where = src.config_path;
-  FP8_ASSIGN_OR_RETURN(json c, ReadJson(src.config_path));
-  // GPT-2 by name: an architecture that merely has similar fields (Llama, GPT-J...) is refused.
-  if (c.contains("architectures")) {
-    const json& a = c["architectures"];
-    bool gpt2 = false;
-    if (a.is_array())
-      for (const json& e : a) gpt2 = gpt2 || e == "GPT2LMHeadModel" || e == "GPT2Model";
-    if (!gpt2)
-      return DataLossError(where + ": field \"architectures\" is " + a.dump() +
-                           "; fp8d imports GPT-2 only (GPT2LMHeadModel)");
-  }
-  if (c.contains("model_type") && c["model_type"] != "gpt2")
-    return DataLossError(where + ": field \"model_type\" is " + c["model_type"].dump() + "; fp8d imports GPT-2 only (gpt2)");
-  if (!c.contains("architectures") && !c.contains("model_type"))
-    return DataLossError(where + ": neither \"architectures\" nor \"model_type\" says GPT-2");
-  FP8_RETURN_IF_ERROR(CheckGpt2Semantics(c, where));
-  ModelConfig& m = src.config;
-  m.preset = "";
-  FP8_ASSIGN_OR_RETURN(m.n_layer, PositiveInt(c, "n_layer", where));
-  FP8_ASSIGN_OR_RETURN(m.n_head, PositiveInt(c, "n_head", where));
-  FP8_ASSIGN_OR_RETURN(m.d_model, PositiveInt(c, "n_embd", where));
-  FP8_ASSIGN_OR_RETURN(m.seq_len, PositiveInt(c, c.contains("n_positions") ? "n_positions" : "n_ctx", where));
-  FP8_ASSIGN_OR_RETURN(m.vocab_size, PositiveInt(c, "vocab_size", where));
-  if (m.d_model % m.n_head != 0)
-    return DataLossError(where + ": field \"n_embd\" (" + std::to_string(m.d_model) + ") is not a multiple of \"n_head\" (" +
-                         std::to_string(m.n_head) + ")");
-  return src;
-}
-
-StatusOr<ModelSource> OpenFp8dCheckpoint(const std::string& path) {
-  ModelSource src;
-  src.kind = ModelSource::Kind::kFp8dCheckpoint;
-  FP8_ASSIGN_OR_RETURN(src.dir, FindCheckpoint(path));
-  src.config_path = (fs::path(src.dir) / kTrainerState).string();
-  const std::string where = src.config_path + ": spec.model";
-  FP8_ASSIGN_OR_RETURN(json state, ReadJson(src.config_path));
-  const json m = state.value("spec", json::object()).value("model", json());
-  if (!m.is_object()) return DataLossError(src.config_path + ": no spec.model object");
-  src.config.preset = m.value("preset", "");
-  FP8_ASSIGN_OR_RETURN(src.config.n_layer, PositiveInt(m, "n_layer", where));
-  FP8_ASSIGN_OR_RETURN(src.config.n_head, PositiveInt(m, "n_head", where));
-  FP8_ASSIGN_OR_RETURN(src.config.d_model, PositiveInt(m, "d_model", where));
-  FP8_ASSIGN_OR_RETURN(src.config.seq_len, PositiveInt(m, "seq_len", where));
-  FP8_ASSIGN_OR_RETURN(src.config.vocab_size, PositiveInt(m, "vocab_size", where));
-  return src;
-}
-
-// Shard file names of a Hugging Face directory, from the index when there is one.
-StatusOr<std::vector<std::string>> HfShards(const fs::path& dir, json* weight_map) {
-  const fs::path index = dir / kHfIndexFile;
-  if (fs::exists(index)) {
-    FP8_ASSIGN_OR_RETURN(json j, ReadJson(index));
-    if (!j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
-      return DataLossError(index.string() + ": no \"weight_map\" object");
-    std::set<std::string> shards;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      const std::string f = it->is_string() ? it->get<std::string>() : "";
-      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-        return DataLossError(index.string() + ": weight_map[\"" + it.key() + "\"] is not a file name in the directory");
-      shards.insert(f);
-    }
-    *weight_map = j["weight_map"];
-    return std::vector<std::string>(shards.begin(), shards.end());
-  }
-  if (fs::exists(dir / kHfSingleFile)) return std::vector<std::string>{kHfSingleFile};
-  return DataLossError(dir.string() + ": no " + kHfSingleFile + " and no " + kHfIndexFile);
-}
-
-Status ReadAsFloat(const st::Reader& r, const st::TensorInfo& t, float* dst) {
-  const size_t n = static_cast<size_t>(t.numel());
-  switch (t.dtype) {
-    case st::DType::F32: return r.ReadInto(t.name, dst, sizeof(float) * n);
-    case st::DType::BF16:
-    case st::DType::F16: {
-      std::vector<uint16_t> raw(n);
-      FP8_RETURN_IF_ERROR(r.ReadInto(t.name, raw.data(), raw.size() * sizeof(uint16_t)));
-      for (size_t i = 0; i < n; ++i)
-        dst[i] = t.dtype == st::DType::BF16 ? kernels::Bf16ToFloat(raw[i]) : kernels::HalfToFloat(raw[i]);
-      return OkStatus();
-    }
-    default:
-      return DataLossError(r.path() + ": tensor \"" + t.name + "\" is " + st::DTypeName(t.dtype) +
-                           "; fp8d loads F32, BF16 or F16 weights");
-  }
-}
-
-std::string ShapeString(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-}
-
-Status WriteText(const fs::path& p, const std::string& text) { return st::WriteFileAtomically(p.string(), text); }
 
 json HfConfig(const ModelConfig& m) {
   json c = {
@@ -202,7 +60,40 @@ json HfConfig(const ModelConfig& m) {
   return c;
 }
 
+json GenerationConfig(const ModelConfig& m) {
+  json gen = {{"_from_model_config", true}};
+  if (m.vocab_size >= 50257) gen["bos_token_id"] = gen["eos_token_id"] = 50256;
+  return gen;
+}
+
 }  // namespace
+
+bool IsGpt2HfConfig(const json& c) {
+  if (c.contains("architectures")) {
+    bool gpt2 = false;
+    if (c["architectures"].is_array())
+      for (const json& e : c["architectures"]) gpt2 = gpt2 || e == "GPT2LMHeadModel" || e == "GPT2Model";
+    return gpt2;
+  }
+  return c.value("model_type", json()) == "gpt2";
+}
+
+StatusOr<ModelConfig> Gpt2ConfigFromHf(const json& c, const std::string& where) {
+  if (c.contains("model_type") && c["model_type"] != "gpt2")
+    return DataLossError(where + ": field \"model_type\" is " + c["model_type"].dump() + "; GPT2LMHeadModel's is gpt2");
+  FP8_RETURN_IF_ERROR(CheckGpt2Semantics(c, where));
+  ModelConfig m;
+  m.preset = "";
+  FP8_ASSIGN_OR_RETURN(m.n_layer, ConfigPositiveInt(c, "n_layer", where));
+  FP8_ASSIGN_OR_RETURN(m.n_head, ConfigPositiveInt(c, "n_head", where));
+  FP8_ASSIGN_OR_RETURN(m.d_model, ConfigPositiveInt(c, "n_embd", where));
+  FP8_ASSIGN_OR_RETURN(m.seq_len, ConfigPositiveInt(c, c.contains("n_positions") ? "n_positions" : "n_ctx", where));
+  FP8_ASSIGN_OR_RETURN(m.vocab_size, ConfigPositiveInt(c, "vocab_size", where));
+  if (m.d_model % m.n_head != 0)
+    return DataLossError(where + ": field \"n_embd\" (" + std::to_string(m.d_model) + ") is not a multiple of \"n_head\" (" +
+                         std::to_string(m.n_head) + ")");
+  return m;
+}
 
 std::string HfTensorName(const std::string& fp8d_name) { return kTransformerPrefix + fp8d_name; }
 
@@ -213,171 +104,22 @@ bool IsConv1DWeight(const std::string& n) {
                                     n.find(".mlp.c_proj.") != std::string::npos);
 }
 
-Status ExportHfGpt2(const GptModel& model, const std::string& out_dir, const HfExportOptions& opts) {
-  std::error_code ec;
-  fs::path out = fs::absolute(out_dir);
-  while (out.has_filename() == false && out.has_parent_path() && out != out.root_path()) out = out.parent_path();
-  if (fs::exists(out, ec) && !(fs::is_directory(out) && (fs::is_empty(out) || fs::exists(out / kHfConfigFile))))
-    return FailedPreconditionError(out.string() + ": exists and is not an earlier export (no " + kHfConfigFile +
-                                   "); refusing to replace it");
-  fs::create_directories(out.parent_path(), ec);
-  const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) return InternalError("cannot create " + tmp.string() + ": " + ec.message());
-
-  auto write_all = [&]() -> Status {
-    const ModelConfig& cfg = model.config();
-    const std::vector<float>& params = model.params();
-    // Conv1D weights transposed into buffers of their own; the rest point into params.
-    std::vector<std::vector<float>> transposed;
-    transposed.reserve(model.tensors().size());
-    std::vector<st::TensorData> all;
-    for (const ParamTensor& t : model.tensors()) {
-      st::TensorData d{HfTensorName(t.name), st::DType::F32, t.shape, params.data() + t.offset,
-                       sizeof(float) * static_cast<size_t>(t.numel)};
-      if (IsConv1DWeight(t.name)) {
-        auto& buf = transposed.emplace_back(static_cast<size_t>(t.numel));
-        Transpose(params.data() + t.offset, t.shape[0], t.shape[1], buf.data());
-        d.shape = {t.shape[1], t.shape[0]};
-        d.data = buf.data();
-      }
-      all.push_back(std::move(d));
-    }
-    // Greedy shards in the model's order.
-    std::vector<std::vector<st::TensorData>> shards(1);
-    uint64_t in_shard = 0, total = 0;
-    for (auto& d : all) {
-      if (!shards.back().empty() && in_shard + d.nbytes > opts.max_shard_bytes) {
-        shards.emplace_back();
-        in_shard = 0;
-      }
-      in_shard += d.nbytes;
-      total += d.nbytes;
-      shards.back().push_back(d);
-    }
-    const std::map<std::string, std::string> meta = {{"format", "pt"}};
-    if (shards.size() == 1) {
-      FP8_RETURN_IF_ERROR(st::WriteFile((tmp / kHfSingleFile).string(), shards[0], meta));
-    } else {
-      json weight_map = json::object();
-      char name[64];
-      for (size_t i = 0; i < shards.size(); ++i) {
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-        FP8_RETURN_IF_ERROR(st::WriteFile((tmp / name).string(), shards[i], meta));
-        for (const auto& d : shards[i]) weight_map[d.name] = name;
-      }
-      json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-      FP8_RETURN_IF_ERROR(WriteText(tmp / kHfIndexFile, index.dump(2) + "\n"));
-    }
-    FP8_RETURN_IF_ERROR(WriteText(tmp / kHfConfigFile, HfConfig(cfg).dump(2) + "\n"));
-    json gen = {{"_from_model_config", true}};
-    if (cfg.vocab_size >= 50257) gen["bos_token_id"] = gen["eos_token_id"] = 50256;
-    FP8_RETURN_IF_ERROR(WriteText(tmp / kHfGenerationConfigFile, gen.dump(2) + "\n"));
-    FP8_RETURN_IF_ERROR(st::FsyncParentDir((tmp / kHfConfigFile).string()));
-    // rename() cannot replace a non-empty directory: move the earlier export aside first.
-    if (fs::exists(out)) {
-      const fs::path old = out.parent_path() / ("." + out.filename().string() + ".old-" + std::to_string(::getpid()));
-      fs::remove_all(old, ec);
-      fs::rename(out, old, ec);
-      if (ec) return InternalError("cannot move aside " + out.string() + ": " + ec.message());
-      fs::remove_all(old, ec);
-    }
-    fs::rename(tmp, out, ec);
-    if (ec) return InternalError("rename " + tmp.string() + " → " + out.string() + ": " + ec.message());
-    return st::FsyncParentDir(out.string());
+HfLayout Gpt2HfLayout(const ModelConfig& cfg) {
+  HfLayout l;
+  l.export_name = HfTensorName;
+  l.import_name = [](const std::string& file_name) {
+    // Prefixed (GPT2LMHeadModel) and bare (GPT2Model) names alike.
+    std::string name = file_name;
+    if (name.starts_with(kTransformerPrefix)) name = name.substr(std::string(kTransformerPrefix).size());
+    // The causal-mask buffers older GPT-2 checkpoints carry, and the tied head.
+    if (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name == "lm_head.weight") return std::string();
+    return name;
   };
-  Status s = write_all();
-  if (!s.ok()) fs::remove_all(tmp, ec);
-  return s;
-}
-
-StatusOr<ModelSource> OpenModelSource(const std::string& path) {
-  std::error_code ec;
-  const fs::path p(path);
-  if (!fs::is_directory(p, ec)) return NotFoundError(path + ": no such directory");
-  // A directory this user may not list or enter is bad input (DATA_ERROR), not a crash of the
-  // filesystem calls below.
-  if (::access(p.c_str(), R_OK | X_OK) != 0) return DataLossError(path + ": cannot be read (" + std::strerror(errno) + ")");
-  if (fs::exists(p / kTrainerState, ec)) return OpenFp8dCheckpoint(path);
-  if (fs::exists(p / kHfConfigFile, ec)) return OpenHuggingFace(p);
-  if (FindCheckpoint(path).ok()) return OpenFp8dCheckpoint(path);
-  return DataLossError(path + ": neither a Hugging Face model (" + kHfConfigFile + ") nor an fp8d checkpoint (" +
-                       kTrainerState + ")");
-}
-
-Status LoadModelWeights(const ModelSource& source, GptModel* model) {
-  const fs::path dir(source.dir);
-  const bool hf = source.kind == ModelSource::Kind::kHuggingFace;
-  json weight_map;
-  std::vector<std::string> shard_names;
-  if (hf) {
-    FP8_ASSIGN_OR_RETURN(shard_names, HfShards(dir, &weight_map));
-  } else {
-    shard_names = {kHfSingleFile};  // an fp8d step-N directory's model.safetensors
-  }
-  std::map<std::string, const ParamTensor*> wanted;
-  for (const ParamTensor& t : model->tensors()) wanted[t.name] = &t;
-
-  // Every tensor of every shard is accounted for before a single parameter changes.
-  struct Found {
-    size_t shard;
-    const st::TensorInfo* info;
-    bool transpose;
-  };
-  std::vector<st::Reader> readers;
-  std::map<std::string, Found> found;
-  for (size_t s = 0; s < shard_names.size(); ++s) {
-    auto r = st::Reader::Open((dir / shard_names[s]).string());
-    if (!r.ok()) return DataLossError(r.status().message());
-    readers.push_back(std::move(r).value());
-  }
-  for (size_t s = 0; s < readers.size(); ++s) {
-    for (const st::TensorInfo& t : readers[s].tensors()) {
-      std::string name = t.name;
-      if (hf) {
-        if (name.starts_with(kTransformerPrefix)) name = name.substr(std::string(kTransformerPrefix).size());
-        // The causal-mask buffers older GPT-2 checkpoints carry, and the tied head.
-        if (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name == "lm_head.weight") continue;
-        if (!weight_map.is_null() && weight_map.value(t.name, "") != shard_names[s])
-          return DataLossError(readers[s].path() + ": tensor \"" + t.name + "\" is not where " + kHfIndexFile +
-                               " says it is");
-      }
-      auto it = wanted.find(name);
-      if (it == wanted.end())
-        return DataLossError(readers[s].path() + ": unexpected tensor \"" + t.name + "\" (not a parameter of GPT-2)");
-      if (found.count(name)) return DataLossError(readers[s].path() + ": tensor \"" + t.name + "\" appears twice");
-      const ParamTensor& p = *it->second;
-      const bool transpose = hf && IsConv1DWeight(name);
-      const std::vector<int64_t> expect = transpose ? std::vector<int64_t>{p.shape[1], p.shape[0]} : p.shape;
-      if (t.shape != expect)
-        return DataLossError(readers[s].path() + ": tensor \"" + t.name + "\" has shape " + ShapeString(t.shape) +
-                             ", the config (" + source.config_path + ") makes it " + ShapeString(expect));
-      found[name] = {s, &t, transpose};
-    }
-  }
-  for (const ParamTensor& p : model->tensors())
-    if (!found.count(p.name))
-      return DataLossError(source.dir + ": missing tensor \"" + (hf ? HfTensorName(p.name) : p.name) + "\"");
-
-  std::vector<float> params(model->params().size());
-  std::vector<float> tmp;
-  for (const ParamTensor& p : model->tensors()) {
-    const Found& f = found.at(p.name);
-    float* dst = params.data() + p.offset;
-    if (f.transpose) {
-      tmp.resize(static_cast<size_t>(p.numel));
-      FP8_RETURN_IF_ERROR(ReadAsFloat(readers[f.shard], *f.info, tmp.data()));
-      Transpose(tmp.data(), p.shape[1], p.shape[0], dst);
-    } else {
-      FP8_RETURN_IF_ERROR(ReadAsFloat(readers[f.shard], *f.info, dst));
-    }
-    for (int64_t i = 0; i < p.numel; ++i)
-      if (!std::isfinite(dst[i]))
-        return DataLossError(readers[f.shard].path() + ": tensor \"" + f.info->name + "\" holds NaN or Inf");
-  }
-  model->params() = std::move(params);
-  return OkStatus();
+  l.transposed = IsConv1DWeight;
+  l.family = "GPT-2";
+  l.config = HfConfig(cfg);
+  l.generation_config = GenerationConfig(cfg);
+  return l;
 }
 
 }  // namespace fp8::train

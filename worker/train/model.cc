@@ -14,14 +14,7 @@ namespace fp8::train {
 std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
   std::vector<ParamTensor> out;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool decay) {
-    ParamTensor t;
-    t.name = name;
-    t.numel = 1;
-    for (int64_t d : shape) t.numel *= d;
-    t.shape = std::move(shape);
-    t.offset = out.empty() ? 0 : out.back().offset + out.back().numel;
-    t.weight_decay = decay;
-    out.push_back(std::move(t));
+    AddParamTensor(&out, name, std::move(shape), decay);
   };
   const int64_t c = cfg.d_model;
   add("wte.weight", {cfg.vocab_size, c}, true);
@@ -34,12 +27,12 @@ std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
     };
     add(p + "ln_1.weight", {c}, false);
     add(p + "ln_1.bias", {c}, false);
-    linear("attn.c_attn", c, 3 * c);
-    linear("attn.c_proj", c, c);
+    linear(kLinearStateNames[0], c, 3 * c);
+    linear(kLinearStateNames[1], c, c);
     add(p + "ln_2.weight", {c}, false);
     add(p + "ln_2.bias", {c}, false);
-    linear("mlp.c_fc", c, 4 * c);
-    linear("mlp.c_proj", 4 * c, c);
+    linear(kLinearStateNames[2], c, 4 * c);
+    linear(kLinearStateNames[3], 4 * c, c);
   }
   add("ln_f.weight", {c}, false);
   add("ln_f.bias", {c}, false);
@@ -47,50 +40,29 @@ std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg) {
 }
 
 GptModel::GptModel(const ModelConfig& cfg, const PrecisionConfig& precision)
-    : cfg_(cfg), precision_(precision), tensors_(GptParamLayout(cfg)) {
-  auto at = [&](const std::string& name) {
-    return std::find_if(tensors_.begin(), tensors_.end(), [&](const ParamTensor& t) { return t.name == name; })->offset;
-  };
+    : CausalLm(cfg, precision, GptParamLayout(cfg)) {
   const int64_t c = cfg.d_model;
-  wte_ = at("wte.weight");
-  wpe_ = at("wpe.weight");
+  wte_ = OffsetOf("wte.weight");
+  wpe_ = OffsetOf("wpe.weight");
   blocks_.resize(static_cast<size_t>(cfg.n_layer));
   for (int l = 0; l < cfg.n_layer; ++l) {
     Block& b = blocks_[static_cast<size_t>(l)];
     const std::string p = "h." + std::to_string(l) + ".";
-    auto linear = [&](Linear& lin, const std::string& name, int64_t in, int64_t out) {
-      lin.name = p + name;
-      lin.in = in;
-      lin.out = out;
-      lin.w = at(p + name + ".weight");
-      lin.b = at(p + name + ".bias");
-      lin.precision = LinearPrecision(precision);
-    };
-    b.ln1_w = at(p + "ln_1.weight");
-    b.ln1_b = at(p + "ln_1.bias");
-    linear(b.qkv, "attn.c_attn", c, 3 * c);
-    linear(b.proj, "attn.c_proj", c, c);
-    b.ln2_w = at(p + "ln_2.weight");
-    b.ln2_b = at(p + "ln_2.bias");
-    linear(b.fc, "mlp.c_fc", c, 4 * c);
-    linear(b.fc_proj, "mlp.c_proj", 4 * c, c);
+    b.ln1_w = OffsetOf(p + "ln_1.weight");
+    b.ln1_b = OffsetOf(p + "ln_1.bias");
+    RegisterLinear(b.qkv, p + kLinearStateNames[0], c, 3 * c, true);
+    RegisterLinear(b.proj, p + kLinearStateNames[1], c, c, true);
+    b.ln2_w = OffsetOf(p + "ln_2.weight");
+    b.ln2_b = OffsetOf(p + "ln_2.bias");
+    RegisterLinear(b.fc, p + kLinearStateNames[2], c, 4 * c, true);
+    RegisterLinear(b.fc_proj, p + kLinearStateNames[3], 4 * c, c, true);
   }
-  lnf_w_ = at("ln_f.weight");
-  lnf_b_ = at("ln_f.bias");
-  params_.assign(static_cast<size_t>(tensors_.back().offset + tensors_.back().numel), 0.0f);
-  grads_.assign(params_.size(), 0.0f);
+  lnf_w_ = OffsetOf("ln_f.weight");
+  lnf_b_ = OffsetOf("ln_f.bias");
 }
 
 void GptModel::InitWeights(uint64_t seed) {
-  // Box-Muller over splitmix64: the same numbers on every platform and standard library.
-  uint64_t counter = 0;
-  auto uniform = [&] {
-    return (static_cast<double>(data::Mix64(data::Mix64(seed) + counter++) >> 11) + 0.5) * 0x1.0p-53;
-  };
-  auto normal = [&] {
-    const double u1 = uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  };
+  SeededNormal normal(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   for (const ParamTensor& t : tensors_) {
     float* p = params_.data() + t.offset;
@@ -105,8 +77,6 @@ void GptModel::InitWeights(uint64_t seed) {
     }
   }
 }
-
-void GptModel::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void GptModel::Resize(int batch) {
   if (batch == batch_) return;
@@ -128,11 +98,8 @@ void GptModel::Resize(int batch) {
     b.ln2_rstd.resize(n);
     b.fc_out.resize(n * 4 * c);
     b.gelu_out.resize(n * 4 * c);
-    for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) {
-      l->xq.resize(n * static_cast<size_t>(l->in));
-      l->wq.resize(static_cast<size_t>(l->in * l->out));
-    }
   }
+  ResizeLinears(static_cast<int64_t>(n));
   inputs_.resize(n);
   targets_.resize(n);
   res_final_.resize(n * c);
@@ -144,41 +111,6 @@ void GptModel::Resize(int batch) {
   dtmp_.resize(n * c);
   dbig_.resize(n * std::max<size_t>(4 * c, static_cast<size_t>(cfg_.vocab_size)));
   dbig2_.resize(n * 4 * c);
-  gq_.resize(n * 4 * c);
-  gw_.resize(n * 4 * c);
-  xw_.resize(n * 4 * c);
-}
-
-void GptModel::LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training) {
-  // Evaluation must not move the delayed-scaling history: quantize with a copy of the state.
-  std::optional<LinearPrecision> frozen;
-  LinearPrecision& precision = training ? l.precision : frozen.emplace(l.precision);
-  const bool hooked = input_hook_ && input_hook_(l.name, x, m, l.in, l.xq.data());
-  if (!hooked) precision.InputFwd(x, m, l.in, l.xq.data());
-  precision.WeightFwd(params_.data() + l.w, l.out, l.in, l.wq.data());
-  LinearForward<float>(l.xq.data(), l.wq.data(), params_.data() + l.b, m, l.in, l.out, y);
-}
-
-std::vector<std::string> GptModel::LinearLayerNames() const {
-  std::vector<std::string> out;
-  for (const Block& b : blocks_)
-    for (const Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) out.push_back(l->name);
-  return out;
-}
-
-void GptModel::LinearBwd(Linear& l, const float* dy, const float* x, int64_t m, float* dx) {
-  l.precision.GradForDx(dy, m, l.out, gq_.data());
-  const float* dy_w = gq_.data();
-  const float* x_w = l.xq.data();
-  if (l.precision.NeedsSeparateDw()) {
-    l.precision.GradForDw(dy, m, l.out, gw_.data());
-    l.precision.InputForDw(x, m, l.in, xw_.data());
-    dy_w = gw_.data();
-    x_w = xw_.data();
-  }
-  // The bias gradient is a plain FP32 sum of dy: no GEMM involved.
-  LinearBackward<float>(gq_.data(), l.wq.data(), dy_w, x_w, dy, m, l.in, l.out, dx,
-                        grads_.data() + l.w, grads_.data() + l.b);
 }
 
 double GptModel::Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training) {
@@ -210,8 +142,7 @@ double GptModel::Forward(const int32_t* inputs, const int32_t* targets, int batc
   LayerNormForward<float>(res_final_.data(), p + lnf_w_, p + lnf_b_, n, c, lnf_out_.data(),
                           lnf_mean_.data(), lnf_rstd_.data());
   Gemm<float>(false, true, n, v, c, lnf_out_.data(), p + wte_, false, probs_.data());
-  if (keep_logits_) logits_.assign(probs_.begin(), probs_.begin() + n * v);
-  return CrossEntropyForward<float>(probs_.data(), targets, n, v);
+  return LossFromLogits(probs_.data(), targets, n);
 }
 
 void GptModel::Backward(float loss_scale) {
@@ -243,41 +174,7 @@ void GptModel::Backward(float loss_scale) {
                              b.ln1_rstd.data(), n, c, dres_.data(), g + b.ln1_w, g + b.ln1_b);
   }
   EmbeddingBackward<float>(dres_.data(), inputs_.data(), n, t, c, g + wte_, g + wpe_);
-  if (!defer_scaling_updates_)
-    for (Block& b : blocks_)
-      for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) l->precision.ApplyPendingAmaxes(nullptr);
-}
-
-std::vector<float> GptModel::PendingAmaxes() const {
-  std::vector<float> out;
-  for (const Block& b : blocks_)
-    for (const Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) l->precision.AppendPendingAmaxes(&out);
-  return out;
-}
-
-void GptModel::ApplyPendingAmaxes(const std::vector<float>& reduced) {
-  const float* next = reduced.data();
-  for (Block& b : blocks_)
-    for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) next = l->precision.ApplyPendingAmaxes(next);
-  FP8_CHECK(next == reduced.data() + reduced.size());  // one value per waiting amax, no more
-}
-
-Fp8CastStats GptModel::TakeFp8CastStats() {
-  Fp8CastStats all;
-  for (Block& b : blocks_)
-    for (Linear* l : {&b.qkv, &b.proj, &b.fc, &b.fc_proj}) all.Merge(l->precision.TakeCastStats());
-  return all;
-}
-
-nlohmann::json GptModel::PrecisionState() const {
-  if (precision_.recipe != Recipe::kFp8Tensorwise) return nlohmann::json::object();
-  return LinearStates(cfg_.n_layer, [&](int64_t l, int k) { return PrecisionOf(*this, l, k).State(); });
-}
-
-Status GptModel::RestorePrecisionState(const nlohmann::json& state) {
-  if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
-  return RestoreLinearStates(state, cfg_.n_layer,
-                             [&](int64_t l, int k, const nlohmann::json& s) { return PrecisionOf(*this, l, k).Restore(s); });
+  FinishBackward();
 }
 
 }  // namespace fp8::train

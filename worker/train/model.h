@@ -1,97 +1,37 @@
 // GPT-2 style decoder on the CPU: token + position embeddings, pre-LayerNorm blocks (causal
 // self-attention, GELU MLP), final LayerNorm, head tied to the token embedding. The four linear
 // layers of each block run through LinearPrecision (the recipe); embeddings, norms, softmax and
-// the head stay FP32. Parameters and gradients each live in one flat FP32 buffer, so the
-// optimizer, the all-reduce and the checkpoint see a single array.
+// the head stay FP32. Parameter names are GPT2Model's ("h.0.attn.c_attn.weight").
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "worker/train/causal_lm.h"
 #include "worker/train/precision.h"
 #include "worker/train/spec.h"
 
 namespace fp8::train {
 
-struct ParamTensor {
-  std::string name;             // Hugging Face GPT-2 names: "h.0.attn.c_attn.weight"
-  std::vector<int64_t> shape;
-  int64_t offset = 0;           // into params()/grads()
-  int64_t numel = 0;
-  bool weight_decay = false;    // 2-D tensors only, as in GPT-2/llm.c
-};
-
 // The parameter layout (names, shapes, offsets, decay flags) of GptModel and CudaGptModel, also
 // without allocating a host model: for benchmarks of models too large to mirror on the host.
 std::vector<ParamTensor> GptParamLayout(const ModelConfig& cfg);
 
-class GptModel {
+class GptModel final : public CausalLm {
  public:
   GptModel(const ModelConfig& cfg, const PrecisionConfig& precision);
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2·n_layer)),
   // LayerNorm weight 1, biases 0. A pure function of the seed.
-  void InitWeights(uint64_t seed);
-
-  // Runs the model on `batch` sequences of seq_len tokens; returns the mean cross-entropy.
-  // `training` false (evaluation) leaves the FP8 delayed-scaling state untouched.
-  double Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training = true);
-  // Accumulates d(loss_scale · loss)/dθ of the last Forward into grads(). Then (fp8-tensorwise)
-  // the amaxes of the step's casts go into the delayed-scaling histories, unless deferred.
-  void Backward(float loss_scale);
-
-  // Data parallelism (fp8-tensorwise): with updates deferred, Backward leaves the amaxes waiting;
-  // the trainer max-reduces PendingAmaxes() over the ranks and hands the result to
-  // ApplyPendingAmaxes, so every rank keeps the same history (and rank 0's checkpoint is
-  // everyone's). Other recipes have no amaxes (empty vector).
-  void DeferScalingUpdates(bool defer) { defer_scaling_updates_ = defer; }
-  std::vector<float> PendingAmaxes() const;
-  void ApplyPendingAmaxes(const std::vector<float>& reduced);
-  void ZeroGrad();
-
-  std::vector<float>& params() { return params_; }
-  const std::vector<float>& params() const { return params_; }
-  std::vector<float>& grads() { return grads_; }
-  const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  const ModelConfig& config() const { return cfg_; }
-  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
-
-  // Calibration's view into Forward: called with each linear layer's input x [m, k] before the
-  // recipe casts it (layer = "h.<i>.attn.c_attn" | "attn.c_proj" | "mlp.c_fc" | "mlp.c_proj").
-  // Returning true means the hook wrote the GEMM operand into `operand` [m, k] itself (how
-  // calibration simulates static FP8 input scales); false keeps the recipe's cast. The trainer
-  // sets none.
-  using LinearInputHook =
-      std::function<bool(const std::string& layer, const float* x, int64_t m, int64_t k, float* operand)>;
-  void SetLinearInputHook(LinearInputHook hook) { input_hook_ = std::move(hook); }
-  // With `keep` set, Forward copies the logits [batch·seq_len, vocab] into logits() before the
-  // loss turns them into probabilities (`fp8-worker evaluate --tokens`, tests).
-  void KeepLogits(bool keep) { keep_logits_ = keep; }
-  const std::vector<float>& logits() const { return logits_; }
-  // Names of the linear layers in forward order (the prefixes of their .weight / .bias).
-  std::vector<std::string> LinearLayerNames() const;
-
-  // The FP8 casts of every training linear layer since the last call (progress events).
-  Fp8CastStats TakeFp8CastStats();
-
-  // Delayed-scaling state of every linear layer (fp8-tensorwise), for trainer_state.json.
-  nlohmann::json PrecisionState() const;
-  Status RestorePrecisionState(const nlohmann::json& state);
+  void InitWeights(uint64_t seed) override;
+  double Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training = true) override;
+  void Backward(float loss_scale) override;
 
  private:
-  bool defer_scaling_updates_ = false;
-  struct Linear {
-    std::string name;      // "h.<i>.attn.c_attn", ...
-    int64_t w = 0, b = 0;  // offsets of weight [out, in] and bias [out]
-    int64_t in = 0, out = 0;
-    LinearPrecision precision;
-    std::vector<float> xq, wq;  // the forward GEMM's operands, kept for backward
-  };
   struct Block {
     int64_t ln1_w, ln1_b, ln2_w, ln2_b;
     Linear qkv, proj, fc, fc_proj;
@@ -101,34 +41,19 @@ class GptModel {
   };
 
   void Resize(int batch);
-  void LinearFwd(Linear& l, const float* x, int64_t m, float* y, bool training);
-  void LinearBwd(Linear& l, const float* dy, const float* x, int64_t m, float* dx);
-  // The k-th linear layer's precision in block `layer` (order of kLinearStateNames).
-  template <typename Self>
-  static auto& PrecisionOf(Self& self, int64_t layer, int k) {
-    auto& b = self.blocks_[static_cast<size_t>(layer)];
-    return (k == 0 ? b.qkv : k == 1 ? b.proj : k == 2 ? b.fc : b.fc_proj).precision;
-  }
 
-  ModelConfig cfg_;
-  PrecisionConfig precision_;
-  std::vector<ParamTensor> tensors_;
-  std::vector<float> params_, grads_;
   int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
-  LinearInputHook input_hook_;
-  bool keep_logits_ = false;
-  std::vector<float> logits_;
 
   int batch_ = 0;
   std::vector<int32_t> inputs_, targets_;
   std::vector<float> res_final_, lnf_out_, lnf_mean_, lnf_rstd_, probs_;
   // scratch for backward
-  std::vector<float> dres_, dtmp_, dbig_, dbig2_, gq_, gw_, xw_;
+  std::vector<float> dres_, dtmp_, dbig_, dbig2_;
 };
 
-// The checkpoint's FP8 scaling state (fp8-tensorwise), the same on both backends: one entry
-// "h.<layer>.<name>" per linear layer, names in block order (qkv, proj, fc, fc_proj).
+// GPT-2's FP8 scaling state (fp8-tensorwise), the same on both backends: one entry
+// "h.<layer>.<name>" per linear layer (the layer's name), in block order (qkv, proj, fc, fc_proj).
 // state_of(layer, k) and restore(layer, k, json) reach layer `layer`'s k-th linear.
 inline constexpr const char* kLinearStateNames[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 template <typename StateOf>

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,8 @@
 
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
-#include "worker/train/hf_gpt2.h"
-#include "worker/train/model.h"
+#include "worker/train/causal_lm.h"
+#include "worker/train/hf_model.h"
 #include "worker/train/trainer.h"
 
 namespace fp8::train {
@@ -93,11 +94,11 @@ int ExportMain(int argc, char** argv) {
   auto src = OpenModelSource(f["checkpoint"]);
   if (!src.ok()) return BadData("--checkpoint", src.status());
   PrecisionConfig precision;
-  GptModel model(src->config, precision);
-  if (Status s = LoadModelWeights(*src, &model); !s.ok()) return BadData("--checkpoint", s);
-  if (Status s = ExportHfGpt2(model, f["out"], opts); !s.ok()) return BadData("--out", s);
-  std::fprintf(stderr, "fp8-worker export: %s → %s (Hugging Face GPT-2, %lld parameters)\n", src->dir.c_str(),
-               f["out"].c_str(), static_cast<long long>(model.num_params()));
+  const std::unique_ptr<CausalLm> model = MakeCausalLm(src->config, precision);
+  if (Status s = LoadModelWeights(*src, model.get()); !s.ok()) return BadData("--checkpoint", s);
+  if (Status s = ExportHf(*model, f["out"], opts); !s.ok()) return BadData("--out", s);
+  std::fprintf(stderr, "fp8-worker export: %s → %s (Hugging Face %s, %lld parameters)\n", src->dir.c_str(),
+               f["out"].c_str(), HfLayoutOf(model->config()).family.c_str(), static_cast<long long>(model->num_params()));
   return worker::kExitOk;
 }
 
@@ -121,12 +122,14 @@ int EvaluateMain(int argc, char** argv) {
 
   auto src = OpenModelSource(f["model"]);
   if (!src.ok()) return BadData("--model", src.status());
-  GptModel model(src->config, precision);
+  const std::unique_ptr<CausalLm> owned = MakeCausalLm(src->config, precision);
+  CausalLm& model = *owned;
   if (Status s = LoadModelWeights(*src, &model); !s.ok()) return BadData("--model", s);
   const ModelConfig& cfg = model.config();
   const int t = cfg.seq_len;
   nlohmann::json out = {{"recipe", recipe}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
-                        {"n_embd", cfg.d_model}, {"n_positions", cfg.seq_len}, {"vocab_size", cfg.vocab_size}};
+                        {"n_embd", cfg.d_model}, {"n_positions", cfg.seq_len}, {"vocab_size", cfg.vocab_size},
+                        {"architecture", ArchitectureName(cfg.architecture)}};
 
   if (!f["tokens"].empty()) {
     std::vector<int32_t> tokens;

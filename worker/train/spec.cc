@@ -29,7 +29,17 @@ Backend BackendOf(const std::string& name) {
 TrainSpec FromProto(const fp8d::v1::TrainSpec& p) {
   TrainSpec s;
   const auto& m = p.model();
-  s.model = {m.preset(), m.n_layer(), m.n_head(), m.d_model(), m.seq_len(), m.vocab_size()};
+  s.model = {.preset = m.preset(), .n_layer = m.n_layer(), .n_head = m.n_head(), .d_model = m.d_model(),
+             .seq_len = m.seq_len(), .vocab_size = m.vocab_size(),
+             .architecture = m.architecture() == "llama" ? Architecture::kLlama : Architecture::kGpt2,
+             .n_kv_head = m.num_key_value_heads(), .intermediate_size = m.intermediate_size(), .head_dim = m.head_dim(),
+             .rms_norm_eps = m.rms_norm_eps(), .rope_theta = m.rope_theta(),
+             .rope_scaling = {.llama3 = m.rope_scaling().rope_type() == "llama3", .factor = m.rope_scaling().factor(),
+                              .low_freq_factor = m.rope_scaling().low_freq_factor(),
+                              .high_freq_factor = m.rope_scaling().high_freq_factor(),
+                              .original_max_position_embeddings = m.rope_scaling().original_max_position_embeddings()},
+             .tie_word_embeddings = m.tie_word_embeddings(), .attention_bias = m.attention_bias(), .qk_norm = m.qk_norm(),
+             .hf_architecture = "", .max_position_embeddings = 0};
   s.data = {p.data().train(), p.data().val()};
   const auto& pr = p.precision();
   // Designated initializers: a field added to these structs must be mapped here (-Wextra).
@@ -77,6 +87,88 @@ TrainSpec DefaultTrainSpec() {
   return FromProto(proto);
 }
 
+const char* ArchitectureName(Architecture a) { return a == Architecture::kLlama ? "llama" : "gpt2"; }
+
+nlohmann::json ModelConfigToJson(const ModelConfig& m) {
+  nlohmann::json j = {{"preset", m.preset}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model},
+                      {"seq_len", m.seq_len}, {"vocab_size", m.vocab_size}};
+  if (m.architecture == Architecture::kGpt2) return j;  // GPT-2's spec.model as it always was
+  j["architecture"] = ArchitectureName(m.architecture);
+  j["num_key_value_heads"] = m.n_kv_head;
+  j["intermediate_size"] = m.intermediate_size;
+  j["head_dim"] = m.head_dim;
+  j["rms_norm_eps"] = m.rms_norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  if (m.rope_scaling.llama3)
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", m.rope_scaling.factor},
+                         {"low_freq_factor", m.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", m.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
+  j["tie_word_embeddings"] = m.tie_word_embeddings;
+  j["attention_bias"] = m.attention_bias;
+  j["qk_norm"] = m.qk_norm;
+  if (!m.hf_architecture.empty()) j["hf_architecture"] = m.hf_architecture;
+  if (m.max_position_embeddings > 0) j["max_position_embeddings"] = m.max_position_embeddings;
+  return j;
+}
+
+StatusOr<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) return DataLossError(where + ": not an object");
+  auto positive = [&](const char* key, int* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 24))
+      return DataLossError(where + ": field \"" + key + "\" must be a positive integer" +
+                           (it == j.end() ? std::string(" (missing)") : ", got " + it->dump()));
+    *out = it->get<int>();
+    return OkStatus();
+  };
+  auto real = [&](const nlohmann::json& obj, const char* key, double* out) -> Status {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_number() || !(it->get<double>() > 0))
+      return DataLossError(where + ": field \"" + key + "\" must be a positive number");
+    *out = it->get<double>();
+    return OkStatus();
+  };
+  ModelConfig m;
+  m.preset = j.value("preset", "");
+  FP8_RETURN_IF_ERROR(positive("n_layer", &m.n_layer));
+  FP8_RETURN_IF_ERROR(positive("n_head", &m.n_head));
+  FP8_RETURN_IF_ERROR(positive("d_model", &m.d_model));
+  FP8_RETURN_IF_ERROR(positive("seq_len", &m.seq_len));
+  FP8_RETURN_IF_ERROR(positive("vocab_size", &m.vocab_size));
+  const std::string arch = j.value("architecture", "gpt2");
+  if (arch == "gpt2") return m;
+  if (arch != "llama") return DataLossError(where + ": field \"architecture\" is \"" + arch + "\"; fp8d knows gpt2 and llama");
+  m.architecture = Architecture::kLlama;
+  FP8_RETURN_IF_ERROR(positive("num_key_value_heads", &m.n_kv_head));
+  FP8_RETURN_IF_ERROR(positive("intermediate_size", &m.intermediate_size));
+  FP8_RETURN_IF_ERROR(positive("head_dim", &m.head_dim));
+  FP8_RETURN_IF_ERROR(real(j, "rms_norm_eps", &m.rms_norm_eps));
+  FP8_RETURN_IF_ERROR(real(j, "rope_theta", &m.rope_theta));
+  if (j.contains("rope_scaling")) {
+    const nlohmann::json& r = j["rope_scaling"];
+    if (!r.is_object() || r.value("rope_type", "") != "llama3")
+      return DataLossError(where + ": field \"rope_scaling\" is not a llama3 rope scaling");
+    m.rope_scaling.llama3 = true;
+    FP8_RETURN_IF_ERROR(real(r, "factor", &m.rope_scaling.factor));
+    FP8_RETURN_IF_ERROR(real(r, "low_freq_factor", &m.rope_scaling.low_freq_factor));
+    FP8_RETURN_IF_ERROR(real(r, "high_freq_factor", &m.rope_scaling.high_freq_factor));
+    m.rope_scaling.original_max_position_embeddings = r.value("original_max_position_embeddings", 0);
+    if (m.rope_scaling.original_max_position_embeddings <= 0)
+      return DataLossError(where + ": field \"rope_scaling.original_max_position_embeddings\" must be a positive integer");
+  }
+  m.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  m.attention_bias = j.value("attention_bias", false);
+  m.qk_norm = j.value("qk_norm", false);
+  m.hf_architecture = j.value("hf_architecture", "");
+  m.max_position_embeddings = j.value("max_position_embeddings", 0);
+  if (m.n_head % m.n_kv_head != 0)
+    return DataLossError(where + ": field \"num_key_value_heads\" (" + std::to_string(m.n_kv_head) +
+                         ") does not divide \"n_head\" (" + std::to_string(m.n_head) + ")");
+  if (m.head_dim % 2 != 0) return DataLossError(where + ": field \"head_dim\" must be even");
+  return m;
+}
+
 const char* RecipeName(Recipe r) {
   switch (r) {
     case Recipe::kFp32: return "fp32";
@@ -92,8 +184,7 @@ nlohmann::json SpecToJson(const TrainSpec& s) {
   static const char* kBackend[] = {"auto", "cpu", "cuda"};
   const auto& t = s.training;
   return nlohmann::json{
-      {"model", {{"preset", s.model.preset}, {"n_layer", s.model.n_layer}, {"n_head", s.model.n_head},
-                 {"d_model", s.model.d_model}, {"seq_len", s.model.seq_len}, {"vocab_size", s.model.vocab_size}}},
+      {"model", ModelConfigToJson(s.model)},
       {"data", {{"train", s.data.train}, {"val", s.data.val}}},
       {"precision", {{"recipe", RecipeName(s.precision.recipe)}, {"amax_history_len", s.precision.amax_history_len},
                      {"margin", s.precision.margin}, {"scale_format", s.precision.ue8m0 ? "ue8m0" : "fp32"},

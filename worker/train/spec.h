@@ -19,10 +19,37 @@ enum class Recipe { kFp32, kBf16, kFp8Tensorwise, kFp8Blockwise };  // kFp32: te
 enum class LrSchedule { kCosine, kLinear, kConstant };
 enum class Backend { kAuto, kCpu, kCuda };
 
+enum class Architecture { kGpt2, kLlama };
+
+// Llama-3's "llama3" rescaling of the rotary frequencies (transformers' rope_type "llama3").
+struct RopeScaling {
+  bool llama3 = false;  // false: the plain rotary frequencies
+  double factor = 0, low_freq_factor = 0, high_freq_factor = 0;
+  int original_max_position_embeddings = 0;
+};
+
 struct ModelConfig {
   std::string preset;
   int n_layer = 0, n_head = 0, d_model = 0, seq_len = 0, vocab_size = 0;
+  Architecture architecture = Architecture::kGpt2;
+  // The Llama family only (proto ModelSpec documents each; GPT-2 ignores them).
+  int n_kv_head = 0, intermediate_size = 0, head_dim = 0;
+  double rms_norm_eps = 0, rope_theta = 0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false, attention_bias = false, qk_norm = false;
+  // The Hugging Face class an export writes (LlamaForCausalLM, Qwen2ForCausalLM, ...): the
+  // imported model's own; empty, the one the flags imply.
+  std::string hf_architecture;
+  // The Llama family: the context an export's config.json states (max_position_embeddings);
+  // 0: seq_len. An import trains at most 2048 positions of a longer one (kLlamaImportSeqLen).
+  int max_position_embeddings = 0;
 };
+
+const char* ArchitectureName(Architecture a);
+// spec.model as trainer_state.json stores it, and back (a checkpoint without "architecture" is
+// GPT-2's). Errors name `where` and the field.
+nlohmann::json ModelConfigToJson(const ModelConfig& m);
+StatusOr<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& where);
 
 struct DataConfig {
   std::string train, val;
@@ -66,8 +93,8 @@ struct TrainSpec {
   TrainingConfig training;
   std::string output_dir;
   Backend backend = Backend::kAuto;
-  // A Hugging Face GPT-2 directory or an fp8d checkpoint to start from (worker/train/hf_gpt2.h);
-  // the model shape comes from it, so `model` must be left out.
+  // A Hugging Face directory (GPT-2 or the Llama family) or an fp8d checkpoint to start from
+  // (worker/train/hf_model.h); the model shape comes from it, so `model` must be left out.
   std::string init_from;
 };
 

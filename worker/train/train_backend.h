@@ -1,7 +1,8 @@
 // The seam between the training loop (trainer.h: schedule, accumulation, evaluation, checkpoint
-// cadence, resume, events, NaN handling) and what computes the steps: the CPU GptModel + AdamW
+// cadence, resume, events, NaN handling) and what computes the steps: the CPU CausalLm + AdamW
 // + Collective (cpu_backend.cc) or the CUDA model + NCCL (cuda/cuda_trainer.cc). The loop owns
-// the data sampler and the host model that checkpoints are read into and written from.
+// the data sampler and the host model (either family, causal_lm.h) that checkpoints are read
+// into and written from.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "worker/train/model.h"
+#include "worker/train/causal_lm.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/spec.h"
 
@@ -22,7 +23,7 @@ class TrainBackend {
   virtual int world_size() const = 0;
   // Layout, initialisation, checkpoints and export: the loop fills them before Start (init,
   // resume, init_from) and reads them after SyncHost.
-  virtual GptModel& host() = 0;
+  virtual CausalLm& host() = 0;
   virtual AdamW& host_adam() = 0;
 
   // Acquires the device (an InvalidArgument error is the spec's fault).

@@ -10,7 +10,7 @@
 
 #include "worker/data/shards.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/hf_gpt2.h"
+#include "worker/train/hf_model.h"
 
 namespace fp8::train {
 namespace {
@@ -319,9 +319,10 @@ TrainResult Loop::Run() {
   if (spec_.training.export_hf && !result_.interrupted && rank == 0) {
     // The final step's Save (rank 0) left the trained weights in the host model.
     const std::string hf_dir = (std::filesystem::path(spec_.output_dir) / "hf").string();
-    if (Failed(ExportHfGpt2(be_.host(), hf_dir), worker::kExitInternal, "training.export: ")) return result_;
+    if (Failed(ExportHf(be_.host(), hf_dir), worker::kExitInternal, "training.export: ")) return result_;
     res["export"] = std::filesystem::absolute(hf_dir).string();
-    std::fprintf(stderr, "fp8-worker: exported the model (Hugging Face GPT-2) to %s\n", hf_dir.c_str());
+    std::fprintf(stderr, "fp8-worker: exported the model (Hugging Face %s) to %s\n",
+                 HfLayoutOf(be_.host().config()).family.c_str(), hf_dir.c_str());
   }
   ev_.StopHeartbeat();
   ev_.Emit(worker::DoneEvent(res));
