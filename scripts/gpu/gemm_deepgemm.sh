@@ -9,7 +9,8 @@
 #   here, once: mkdir -p build-dg && cp ../shared/anchors/{deepgemm-src.tgz,deepgemm_bench.py} build-dg/ &&
 #               cp -r /usr/src/googletest build-dg/
 #   device run: bash scripts/gpu/gemm_deepgemm.sh      (carry: build-dg)
-#   NCU_SHAPE="4096 7168 16384": ncu counters of bench_kernels_cuda gemm-profile (else none).
+#   NCU_SHAPES="4096 7168 16384;128 4096 7168": ncu counters of DeepGEMM's kernel and ours (kAuto, and
+#   the tiles in NCU_TILES) at each shape, one launch each in one process (else no ncu).
 #   About 270 s of command time (DeepGEMM's build and JIT, ~200 s, overlap our 22 s build).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,12 +79,20 @@ vs_rc=$?
 cd "$REPO"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/env.txt" 2>&1
 
-if [ -n "${NCU_SHAPE:-}" ]; then
-  timeout -s KILL 120 ncu --clock-control none -k 'regex:Gemm|gemm|nvjet|xmma|cutlass' \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --metrics dram__bytes_read.sum,lts__t_bytes.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-    $B/bin/bench_kernels_cuda gemm-profile $NCU_SHAPE > "$OUT/ncu.txt" 2>&1
-  echo "ncu rc=$?" >> "$OUT/env.txt"
+# ncu counters of DeepGEMM's kernel and ours (kAuto and NCU_TILES), one launch each on DeepGEMM's
+# inputs in one process (deepgemm_vs_own.py --profile), at each shape of NCU_SHAPES.
+if [ -n "${NCU_SHAPES:-}" ]; then
+  IFS=';' read -ra ncu_shapes <<< "$NCU_SHAPES"
+  : > "$OUT/ncu.txt"
+  for shape in "${ncu_shapes[@]}"; do
+    echo "#### shape $shape" >> "$OUT/ncu.txt"
+    (cd /tmp/dg && HOME=/root DG_JIT_CACHE_DIR=/tmp/dgcache LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6 \
+      PYTHONUNBUFFERED=1 timeout -s KILL 150 ncu --clock-control none -k 'regex:sm90_fp8_gemm|Sm90Fp8Blockwise' \
+      --section SpeedOfLight --section WarpStateStats \
+      --metrics dram__bytes_read.sum,lts__t_bytes.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+      python3 "$REPO/scripts/gpu/deepgemm_vs_own.py" "$CAPI" --profile $shape 0 ${NCU_TILES:-}) >> "$OUT/ncu.txt" 2>&1
+    echo "ncu $shape rc=$?" >> "$OUT/env.txt"
+  done
 fi
 
 cat "$OUT/env.txt"
@@ -92,9 +101,11 @@ echo "== tests (rc=$test_rc)"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|error|differ|Which is|Expected" "$OUT/test.log" | head -40
 if [ -f "$OUT/ncu.txt" ]; then
   echo "== ncu"
-  grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|SM Frequency|dram__bytes_read|lts__t_bytes|gmma|Warp Cycles Per Issued|==ERR" "$OUT/ncu.txt" | cut -c1-150 | head -60
-  awk '/^  [A-Za-z_].*\(/{k=substr($0,1,50)} /issue_stalled/{v=$NF; if (v+0 > 0.3) {sub(/smsp__average_warps_issue_stalled_/,"",$1); sub(/_per_issue_active.ratio/,"",$1); print k, $1, v}}' "$OUT/ncu.txt" | head -40
+  grep -E "^####|^  [A-Za-z_].*\(|^profile|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|SM Frequency|dram__bytes_read|lts__t_bytes|inst_executed.sum|gmma|Warp Cycles Per Issued|==ERR" "$OUT/ncu.txt" | cut -c1-120 | head -90
+  awk '/^  [A-Za-z_].*\(/{k=substr($0,1,50)} /issue_stalled/{v=$NF; if (v+0 > 0.3) {sub(/smsp__average_warps_issue_stalled_/,"",$1); sub(/_per_issue_active.ratio/,"",$1); print k, $1, v}}' "$OUT/ncu.txt" | cut -c1-110 | head -60
 fi
 echo "== DeepGEMM (rc=$dg_rc)"; grep -E "^dense|^grouped|Error|error" "$OUT/dg.txt" | head -20
 echo "== bench (rc=$bench_rc)"; grep -vE "^host enqueue|^gemm m=" "$OUT/bench.txt"
 echo "== own vs DeepGEMM, DeepGEMM's timer (rc=$vs_rc)"; grep -vE "^$" "$OUT/dg_vs_own.txt" | tail -30
+# At most 8 files come back from the device machine: the build and test logs go in one tarball.
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls dg_build.log build.log sass_gemm.txt.gz test.log 2>/dev/null))
