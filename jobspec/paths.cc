@@ -138,36 +138,36 @@ std::vector<std::string> ResolveRoots(const std::vector<std::string>& roots) {
 
 StatusOr<std::string> ResolvePath(const std::string& path) {
   if (path.empty() || path[0] != '/') return InvalidArgumentError("must be an absolute path");
-  std::deque<std::string> todo;
-  for (std::string& part : Components(path)) todo.push_back(std::move(part));
-  std::string done;  // resolved so far; "" is "/"
+  std::deque<std::string> pending;
+  for (std::string& part : Components(path)) pending.push_back(std::move(part));
+  std::string resolved;  // resolved so far; "" is "/"
   bool missing = false;
   int links = 0;
-  while (!todo.empty()) {
-    std::string part = std::move(todo.front());
-    todo.pop_front();
+  while (!pending.empty()) {
+    std::string part = std::move(pending.front());
+    pending.pop_front();
     if (part == ".") continue;
     if (part == "..") {
       // Below a directory that does not exist yet the kernel would apply it to whatever is
       // created there later, which may be a symlink.
       if (missing) return InvalidArgumentError("must not contain '..' below a directory that does not exist");
-      done = done.substr(0, done.rfind('/'));
+      resolved = resolved.substr(0, resolved.rfind('/'));
       continue;
     }
-    std::string next = done + "/" + part;
+    std::string next = resolved + "/" + part;
     if (missing) {
-      done = std::move(next);
+      resolved = std::move(next);
       continue;
     }
     struct stat st {};
     if (::lstat(next.c_str(), &st) != 0) {
       if (errno != ENOENT && errno != ENOTDIR) return InvalidArgumentError(std::string("cannot be resolved: ") + std::strerror(errno));
       missing = true;
-      done = std::move(next);
+      resolved = std::move(next);
       continue;
     }
     if (!S_ISLNK(st.st_mode)) {
-      done = std::move(next);
+      resolved = std::move(next);
       continue;
     }
     if (++links > kMaxSymlinks) return InvalidArgumentError("cannot be resolved: too many levels of symbolic links");
@@ -176,10 +176,10 @@ StatusOr<std::string> ResolvePath(const std::string& path) {
     if (n <= 0 || static_cast<size_t>(n) >= target.size()) return InvalidArgumentError("cannot be resolved: unreadable symbolic link");
     target.resize(static_cast<size_t>(n));
     std::vector<std::string> spliced = Components(target);
-    todo.insert(todo.begin(), spliced.begin(), spliced.end());
-    if (target[0] == '/') done.clear();
+    pending.insert(pending.begin(), spliced.begin(), spliced.end());
+    if (target[0] == '/') resolved.clear();
   }
-  return done.empty() ? std::string("/") : done;
+  return resolved.empty() ? std::string("/") : resolved;
 }
 
 Status CheckPath(std::string_view field, const std::string& value, fp8d::v1::PathKind kind,

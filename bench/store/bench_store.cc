@@ -28,7 +28,13 @@ double Seconds(Clock::time_point since) {
 
 // A job the size of a real TrainSpec submission (~300 bytes serialized).
 fp8d::v1::Job SampleJob(int i) {
+  // As the manager hands a job over (daemon/core/new_job.h): the store adds only the name.
   fp8d::v1::Job job;
+  job.set_state(fp8d::v1::QUEUED);
+  job.set_kind(fp8d::v1::TRAIN);
+  job.set_version(1);
+  job.mutable_create_time()->set_seconds(1764600000 + i);
+  *job.mutable_update_time() = job.create_time();
   job.set_display_name("bench-" + std::to_string(i));
   job.set_priority(i % 3);
   job.mutable_resources()->set_ranks(1 + i % 4);

@@ -76,12 +76,14 @@ HttpResponse TextResponse(unsigned version, int code, const std::string& type, s
   return res;
 }
 
+// What a method other than GET and HEAD gets: audited with this status, answered 405.
+fp8::Status ReadOnlyRefusal(const HttpRequest& req, const std::string& path) {
+  return fp8::Status(fp8::StatusCode::kUnimplemented, std::string(req.method_string()) + " " + path +
+                                                          ": the HTTP API is read-only (GET, HEAD); use gRPC");
+}
+
 HttpResponse MethodNotAllowed(const HttpRequest& req, const std::string& path) {
-  return ErrorResponse(req.version(),
-                       fp8::Status(fp8::StatusCode::kUnimplemented,
-                                   std::string(req.method_string()) + " " + path +
-                                       ": the HTTP API is read-only (GET, HEAD); use gRPC"),
-                       405);
+  return ErrorResponse(req.version(), ReadOnlyRefusal(req, path), 405);
 }
 
 std::map<std::string, std::string> QueryParams(std::string_view query) {
@@ -207,9 +209,7 @@ void Route(const HttpRequest& req, const HttpCaller& caller, HttpBackend& backen
     // The role is checked first (a viewer learns only that it may not), and the attempt is
     // audited either way.
     const std::string method = "Http" + std::string(req.method_string());
-    const fp8::Status outcome(fp8::StatusCode::kUnimplemented,
-                              std::string(req.method_string()) + " " + path + ": the HTTP API is read-only");
-    fp8::Status allowed = backend.AuthorizeAndAudit(*principal, method, path, outcome);
+    fp8::Status allowed = backend.AuthorizeAndAudit(*principal, method, path, ReadOnlyRefusal(req, path));
     if (!allowed.ok()) return done(ErrorResponse(req.version(), allowed));
     return done(MethodNotAllowed(req, path));
   }

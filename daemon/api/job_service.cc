@@ -117,11 +117,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
     return Refuse(context, isolated, "CreateJob");
   }
   auto* reactor = context->DefaultReactor();
-  fp8d::v1::CreateJobRequest normalized = *request;
-  NormalizeCreateJobRequest(normalized);
+  // The manager prepares the rest of the new job (daemon/core/new_job.h).
+  fp8d::v1::CreateJobRequest normalized = std::move(parsed_request);
   normalized.mutable_job()->set_owner(principal.name);
   normalized.mutable_job()->set_run_as_uid(run_as_uid);
-  normalized.mutable_job()->set_request_id(request->request_id());
+  normalized.mutable_job()->set_request_id(normalized.request_id());
   // The worker checks its paths again, against the same roots, before it opens them.
   fp8::jobspec::SetAllowedRoots(normalized.mutable_job(), roots);
   auto respond = Responder<Job>(reactor, response, "CreateJob");

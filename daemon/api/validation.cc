@@ -225,34 +225,6 @@ Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
   return OkStatus();
 }
 
-void NormalizeCreateJobRequest(fp8d::v1::CreateJobRequest& request) {
-  fp8d::v1::Job& job = *request.mutable_job();
-  job.clear_name();
-  job.set_kind(fp8::jobspec::KindOf(job));
-  // The effective spec is what is stored and what GetJob shows (and what request_id dedup
-  // compares), like Kubernetes' defaulting.
-  fp8::jobspec::ApplySpecDefaults(&job);
-  fp8d::v1::Resources& res = *job.mutable_resources();
-  if (res.ranks() == 0) {
-    // Validated: nodes × ranks_per_node fits; with neither set the default is 1 rank.
-    res.set_ranks(res.nodes() != 0 ? res.nodes() * (res.ranks_per_node() != 0 ? res.ranks_per_node() : 1) : 1);
-  }
-  job.clear_pending_reason();
-  job.clear_state();
-  job.clear_attempt();
-  job.clear_progress();
-  job.clear_checkpoint();
-  job.clear_result();
-  job.clear_error();
-  job.clear_create_time();
-  job.clear_start_time();
-  job.clear_end_time();
-  job.clear_update_time();
-  job.clear_version();
-  job.clear_attempts();
-  job.clear_events();
-}
-
 Status ValidateGetJobRequest(const fp8d::v1::GetJobRequest& request) {
   FP8_RETURN_IF_ERROR(ValidateJobName(request.name(), "name"));
   if (!fp8d::v1::JobView_IsValid(request.view())) return Bad("view", "unknown value");

@@ -26,11 +26,8 @@ inline constexpr int kMaxAttempts = 100;
 inline constexpr int kMinPriority = -1000;
 inline constexpr int kMaxPriority = 1000;
 
-// CreateJob: the job body and request_id. Output-only fields are ignored (see Normalize...).
+// CreateJob: the job body and request_id. Output-only fields are ignored (daemon/core/new_job.h clears them).
 fp8::Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request);
-// Clears output-only fields, derives `kind` from the spec set and defaults resources.ranks to 1,
-// so two bodies that differ only in ignored fields hash the same for request_id dedup.
-void NormalizeCreateJobRequest(fp8d::v1::CreateJobRequest& request);
 
 fp8::Status ValidateGetJobRequest(const fp8d::v1::GetJobRequest& request);
 fp8::Status ValidateListJobsRequest(const fp8d::v1::ListJobsRequest& request);

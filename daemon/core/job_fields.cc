@@ -2,11 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <filesystem>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/time_util.h>
 
@@ -19,97 +14,16 @@ using fp8d::v1::Job;
 using google::protobuf::util::TimeUtil;
 
 namespace {
-
 constexpr char kJobsPrefix[] = "jobs/";
-
-std::string Absolute(const std::string& path, const std::string& cwd) {
-  if (path.empty()) return path;
-  std::filesystem::path p(path);
-  if (p.is_absolute()) return p.lexically_normal().string();
-  return (std::filesystem::path(cwd) / p).lexically_normal().string();
-}
-
-// 64-bit FNV-1a. Not cryptographic: the hash only tells two bodies sent under one request_id
-// apart, and it must be stable across daemon restarts (std::hash is not promised to be).
-uint64_t Fnv1a64(const std::string& bytes, uint64_t seed) {
-  uint64_t h = seed;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 }  // namespace
-
-fp8::Status PrepareNewJob(Job* job, const std::string& cwd) {
-  switch (job->spec_case()) {
-    case Job::kTrain:
-      job->set_kind(fp8d::v1::TRAIN);
-      job->mutable_train()->set_output_dir(Absolute(job->train().output_dir(), cwd));
-      break;
-    case Job::kCalibrate:
-      job->set_kind(fp8d::v1::CALIBRATE);
-      job->mutable_calibrate()->set_output_dir(Absolute(job->calibrate().output_dir(), cwd));
-      break;
-    case Job::SPEC_NOT_SET:
-      return fp8::InvalidArgumentError("job.spec: one of job.train or job.calibrate is required");
-  }
-  if (job->resources().ranks() <= 0) job->mutable_resources()->set_ranks(1);
-
-  // Write the effective policy into the job, so `fp8ctl describe` shows what will happen.
-  const EffectiveRetryPolicy policy = ResolveRetryPolicy(job->retry());
-  auto* retry = job->mutable_retry();
-  retry->set_max_attempts(policy.max_attempts);
-  *retry->mutable_initial_backoff() = DurationFromMs(policy.initial_backoff_ms);
-  *retry->mutable_max_backoff() = DurationFromMs(policy.max_backoff_ms);
-  retry->set_multiplier(policy.multiplier);
-  retry->set_jitter(policy.jitter);
-
-  auto* timeouts = job->mutable_timeouts();
-  if (MsFromDuration(timeouts->heartbeat_timeout()) <= 0)
-    *timeouts->mutable_heartbeat_timeout() = DurationFromMs(30'000);
-  if (MsFromDuration(timeouts->progress_timeout()) <= 0)
-    *timeouts->mutable_progress_timeout() = DurationFromMs(300'000);
-  if (MsFromDuration(timeouts->attempt_deadline()) < 0) timeouts->clear_attempt_deadline();
-
-  // Output-only fields: whatever the client sent there is not ours to keep.
-  job->clear_name();
-  job->clear_attempt();
-  job->clear_progress();
-  job->clear_checkpoint();
-  job->clear_result();
-  job->clear_error();
-  job->clear_create_time();
-  job->clear_start_time();
-  job->clear_end_time();
-  job->clear_update_time();
-  job->clear_version();
-  job->clear_attempts();
-  job->clear_events();
-  job->set_state(fp8d::v1::QUEUED);
-  return fp8::OkStatus();
-}
-
-std::string RequestHash(const Job& job) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream raw(&bytes);
-    google::protobuf::io::CodedOutputStream out(&raw);
-    // Map fields (labels) are written in key order, so equal bodies give equal bytes.
-    out.SetSerializationDeterministic(true);
-    job.SerializeToCodedStream(&out);
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx",
-                static_cast<unsigned long long>(Fnv1a64(bytes, 14695981039346656037ULL)),
-                static_cast<unsigned long long>(Fnv1a64(bytes, 0x9e3779b97f4a7c15ULL)));
-  return buf;
-}
 
 std::string JobIdOf(const std::string& name) {
   if (name.rfind(kJobsPrefix, 0) == 0) return name.substr(sizeof(kJobsPrefix) - 1);
   return name;
+}
+
+std::string AttemptDirOf(const std::string& data_dir, const std::string& name, int attempt) {
+  return data_dir + "/jobs/" + JobIdOf(name) + "/attempt-" + std::to_string(attempt);
 }
 
 fp8::StatusOr<WorkerSpec> MakeWorkerSpec(const Job& job, const std::string& default_output_dir) {

@@ -5,11 +5,13 @@
 #include <optional>
 #include <utility>
 
+#include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
 #include "daemon/core/job_manager_impl.h"
+#include "daemon/core/new_job.h"
 
 namespace fp8d::core {
 
@@ -27,15 +29,17 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
   // Attempt dirs are handed to workers that run in other directories: make them absolute.
   options_.data_dir = std::filesystem::absolute(options_.data_dir, ec).lexically_normal().string();
   if (options_.tick_ms <= 0) options_.tick_ms = 50;
-  store_thread_ = std::make_unique<BlockingWorker>("fp8d-store");
-  launcher_ = std::make_unique<BlockingWorker>("fp8d-launcher");
+  store_thread_ = std::make_unique<StoreThread>(io, *store_);
   agent_ = make_agent(this);
   FP8_CHECK(agent_ != nullptr);
+  admission_ = std::make_unique<JobAdmission>(cache_, *agent_);
+  writer_ = std::make_unique<StoreJobWriter>(io, cache_, *store_thread_, clock_,
+                                             [this](const Job& gone) { admission_->Release(gone); });
   CreateBatcher::Hooks hooks;
   hooks.run_on_store = [this](std::function<void(store::JobStore&)> on_store,
                               std::function<void()> on_io) {
-    OnStore<int>([on_store = std::move(on_store)](store::JobStore& s) { on_store(s); return 0; },
-                 [on_io = std::move(on_io)](int) { on_io(); });
+    store_thread_->Run<int>([on_store = std::move(on_store)](store::JobStore& s) { on_store(s); return 0; },
+                            [on_io = std::move(on_io)](int) { on_io(); });
   };
   hooks.created = [this](const Job& job) { cache_.Add(job, std::nullopt, NowMs()); };
   hooks.current = [this](const std::string& name) -> std::optional<Job> {
@@ -45,25 +49,16 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
   hooks.batch_created = [this] { Schedule(); };
   creates_ = std::make_unique<CreateBatcher>(io, options_.create_batch_max,
                                              options_.create_batch_wait_max_us, std::move(hooks));
-  JobSupervisor::Hooks sup;
-  sup.store_write = [this](JobSupervisor::StoreWork work, std::function<void(Status)> then) {
-    OnStore<Status>(std::move(work), std::move(then));
-  };
-  sup.transition = [this](JobEntry& e, JobState to, const std::string& message,
-                          std::function<void(Status)> after, JobSupervisor::StoreWork extra) {
-    Transition(e, to, message, std::move(after), std::move(extra));
-  };
-  sup.schedule = [this] { Schedule(); };
-  sup.maybe_evict = [this](const std::string& name) { MaybeEvict(name); };
-  sup.uniform01 = [this] { return Uniform01(); };
-  sup.sweep_finished = [this](int64_t now) { SweepFinishedJobs(now); };
   supervisor_ = std::make_unique<JobSupervisor>(
       io,
       JobSupervisor::Options{.tick_ms = options_.tick_ms,
                              .cancel_grace_ms = options_.cancel_grace_ms,
                              .progress_flush_ms = options_.progress_flush_ms,
-                             .runtime_flush_ms = options_.runtime_flush_ms},
-      cache_, *agent_, clock_, std::move(sup));
+                             .runtime_flush_ms = options_.runtime_flush_ms,
+                             .uniform01 = [this] { return Uniform01(); }},
+      cache_, *agent_, clock_, *writer_, static_cast<JobSupervisor::Owner&>(*this));
+  launcher_ = std::make_unique<AttemptLauncher>(io, options_, cache_, *writer_, *supervisor_,
+                                                *agent_, clock_);
 }
 
 JobManagerImpl::~JobManagerImpl() {
@@ -74,6 +69,7 @@ JobManagerImpl::~JobManagerImpl() {
   // Join the threads while the store and the agent they use still exist.
   launcher_.reset();
   store_thread_.reset();
+  writer_.reset();
   agent_.reset();
 }
 
@@ -98,10 +94,6 @@ void JobManagerImpl::Defer(std::function<void()> fn) {
   });
 }
 
-std::string JobManagerImpl::AttemptDir(const std::string& name, int attempt) const {
-  return options_.data_dir + "/jobs/" + JobIdOf(name) + "/attempt-" + std::to_string(attempt);
-}
-
 double JobManagerImpl::Uniform01() {
   if (options_.uniform01) return options_.uniform01();
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
@@ -117,30 +109,23 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(Stat
   }
   store::CreateRequest create;
   create.request_id = request.request_id();
-  // The body as sent, before defaults; only a repeated request_id ever compares it.
-  if (!create.request_id.empty()) create.request_hash = RequestHash(request.job());
   create.job = std::move(*request.mutable_job());
-  if (Status st = PrepareNewJob(&create.job, cwd_); !st.ok()) {
-    done(st);
+  create.job.set_request_id(create.request_id);
+  StatusOr<std::string> hash = PrepareNewJob(&create.job, cwd_, NowMs());
+  if (!hash.ok()) {
+    done(hash.status());
     return;
   }
-  if (Status st = CheckAdmission(create.job, create.request_id); !st.ok()) {
-    done(st);
+  create.request_hash = std::move(hash).value();
+  StatusOr<std::string> admitted = admission_->Admit(create.job, create.request_id);
+  if (!admitted.ok()) {
+    done(admitted.status());
     return;
   }
-  // Claim the output dir until the create is answered: then the job's name holds it (or,
-  // when the create failed, nothing does).
-  if (const std::string key = OutputDirKey(create.job); !key.empty()) {
-    output_dirs_[key] = OutputDirUser{"", create.request_id};
-    done = [this, key, request_id = create.request_id, done = std::move(done)](StatusOr<Job> result) {
-      auto it = output_dirs_.find(key);
-      if (it != output_dirs_.end() && it->second.name.empty()) {
-        if (result.ok()) {
-          it->second.name = result->name();
-        } else {
-          output_dirs_.erase(it);
-        }
-      }
+  // The output dir is claimed until the create is answered: then the job's name holds it.
+  if (std::string key = std::move(admitted).value(); !key.empty()) {
+    done = [this, key = std::move(key), done = std::move(done)](StatusOr<Job> result) {
+      admission_->Settle(key, result);
       done(std::move(result));
     };
   }
@@ -160,7 +145,7 @@ void JobManagerImpl::GetJob(fp8d::v1::GetJobRequest request,
   }
   std::optional<Job> cached;
   if (e != nullptr) cached = e->delivered;
-  OnStore<StatusOr<Job>>(
+  store_thread_->Run<StatusOr<Job>>(
       [name, cached, full](store::JobStore& s) -> StatusOr<Job> {
         Job job;
         if (cached) {
@@ -203,7 +188,7 @@ void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
   auto selector = fp8::ParseLabelSelector(request.label_selector());
   if (!selector.ok()) return done(selector.status());
   filter.labels = std::move(selector).value();
-  OnStore<StatusOr<store::ListResult>>(
+  store_thread_->Run<StatusOr<store::ListResult>>(
       [filter](store::JobStore& s) { return s.ListJobs(filter); },
       [this, done = std::move(done)](StatusOr<store::ListResult> result) {
         if (!result.ok()) {
@@ -234,84 +219,30 @@ void JobManagerImpl::ReplyCurrent(const std::string& name, std::function<void(St
 void JobManagerImpl::CancelJob(fp8d::v1::CancelJobRequest request,
                                std::function<void(StatusOr<Job>)> done) {
   const std::string name = request.name();
-  auto not_cancellable = [](const Job& job) {
-    return fp8::FailedPreconditionError(job.name() + " is " + fp8d::v1::JobState_Name(job.state()) +
-                                        "; only a job that has not finished can be cancelled");
-  };
-  JobEntry* e = Find(name);
-  if (e == nullptr) {
-    // Not active: a finished job (or none). Cancel is idempotent on CANCELLED only.
-    OnStore<StatusOr<Job>>(
-        [name](store::JobStore& s) { return s.GetJob(name); },
-        [this, name, not_cancellable, done = std::move(done)](StatusOr<Job> job) {
-          if (JobEntry* again = Find(name); again != nullptr) {
-            // Became active meanwhile (recovery): go through the normal path.
-            fp8d::v1::CancelJobRequest retry;
-            retry.set_name(name);
-            CancelJob(std::move(retry), std::move(done));
-            return;
-          }
-          if (!job.ok()) return done(job.status());
-          if (job->state() == fp8d::v1::CANCELLED) return done(std::move(job));
-          if (IsTerminal(job->state())) return done(not_cancellable(*job));
-          done(fp8::UnavailableError(name + " is being recovered; retry shortly"));
-        });
+  if (JobEntry* e = Find(name); e != nullptr) {
+    // What a cancel does is the supervisor's to decide (job_supervisor.h: Cancel).
+    supervisor_->Cancel(*e, [this, name, done = std::move(done)](Status st) {
+      if (!st.ok()) return done(st);
+      ReplyCurrent(name, done);
+    });
     return;
   }
-
-  auto reply_after_write = [this, name, done](Status st) {
-    if (!st.ok()) return done(st);
-    ReplyCurrent(name, done);
-  };
-
-  if (e->write_failures > 0) {
-    // Its last state change is not durable yet (the store refuses writes): answering from the
-    // state in memory could contradict what GetJob says.
-    done(fp8::UnavailableError(name + ": its state cannot be written to the store right now (" +
-                               e->write_error + "); retry shortly"));
-    return;
-  }
-  switch (e->job.state()) {
-    case fp8d::v1::QUEUED:
-    case fp8d::v1::RETRY_WAIT: {
-      // Nothing runs for this job (a previous attempt's workers, if still dying, were already
-      // signalled): cancel at once.
-      fp8d::v1::JobError* err = e->job.mutable_error();
-      err->set_code(1);  // google.rpc CANCELLED
-      err->set_message("cancelled by request");
-      err->set_failure_class(fp8d::v1::FAILURE_CLASS_UNSPECIFIED);
-      Transition(*e, fp8d::v1::CANCELLED, "cancelled by request", reply_after_write);
-      return;
-    }
-    case fp8d::v1::STARTING:
-    case fp8d::v1::RUNNING: {
-      if (e->run != nullptr) e->run->finished = true;  // no failure verdicts while cancelling
-      Transition(*e, fp8d::v1::CANCELLING, "cancel requested: stopping every rank",
-                 [this, name, reply_after_write](Status st) {
-                   JobEntry* e = Find(name);
-                   // Before launch the workers do not exist yet: Launch/OnLaunched see
-                   // CANCELLING and finish the cancel.
-                   if (st.ok() && e != nullptr && e->run != nullptr && e->run->launched) {
-                     if (e->run->AnyLive()) {
-                       supervisor_->TerminateWorkers(*e);
-                     } else if (e->job.state() == fp8d::v1::CANCELLING) {
-                       supervisor_->OnRunExited(*e);
-                     }
-                   }
-                   reply_after_write(st);
-                 });
-      return;
-    }
-    case fp8d::v1::CANCELLING:
-    case fp8d::v1::CANCELLED:
-      // Answers once everything written so far is durable (FIFO store thread).
-      OnStore<int>([](store::JobStore&) { return 0; },
-                   [this, name, done = std::move(done)](int) { ReplyCurrent(name, done); });
-      return;
-    default:
-      done(not_cancellable(e->job));
-      return;
-  }
+  // Not active: a finished job (or none). Cancel is idempotent on CANCELLED only.
+  store_thread_->Run<StatusOr<Job>>(
+      [name](store::JobStore& s) { return s.GetJob(name); },
+      [this, name, done = std::move(done)](StatusOr<Job> job) {
+        if (Find(name) != nullptr) {
+          // Became active meanwhile (recovery): go through the normal path.
+          fp8d::v1::CancelJobRequest retry;
+          retry.set_name(name);
+          CancelJob(std::move(retry), std::move(done));
+          return;
+        }
+        if (!job.ok()) return done(job.status());
+        if (job->state() == fp8d::v1::CANCELLED) return done(std::move(job));
+        if (IsTerminal(job->state())) return done(JobSupervisor::NotCancellable(*job));
+        done(fp8::UnavailableError(name + " is being recovered; retry shortly"));
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,7 +259,7 @@ int64_t JobManagerImpl::Watch(const std::string& name, int64_t since_version,
       watchers_.DeliverTo(id, e->delivered);
       return;
     }
-    OnStore<StatusOr<Job>>([name](store::JobStore& s) { return s.GetJob(name); },
+    store_thread_->Run<StatusOr<Job>>([name](store::JobStore& s) { return s.GetJob(name); },
                            [this, id, name](StatusOr<Job> job) {
                              if (!watchers_.Has(id)) return;
                              if (JobEntry* e = Find(name); e != nullptr) {
@@ -354,8 +285,8 @@ void JobManagerImpl::RankLog(const std::string& name, int rank, int attempt,
     bool terminal = false;
   };
   const std::string data_dir = options_.data_dir;
-  OnStore<Answer>(
-      [this, name, rank, attempt, cached](store::JobStore& s) {
+  store_thread_->Run<Answer>(
+      [agent = agent_.get(), data_dir, name, rank, attempt, cached](store::JobStore& s) {
         Answer a;
         Job job;
         if (cached) {
@@ -384,7 +315,7 @@ void JobManagerImpl::RankLog(const std::string& name, int rank, int attempt,
         // The launcher opens it: the core knows neither its file names nor where it keeps them.
         RankLogSource source;
         source.attempt = n;
-        source.open = [agent = agent_.get(), job_id = JobIdOf(name), n, dir = AttemptDir(name, n), rank] {
+        source.open = [agent, job_id = JobIdOf(name), n, dir = AttemptDirOf(data_dir, name, n), rank] {
           return agent->OpenRankLog(job_id, n, dir, rank);
         };
         a.path = std::move(source);

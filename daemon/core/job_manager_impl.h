@@ -1,29 +1,24 @@
-// The JobManager implementation, split by concern over several .cc files:
-//   job_manager.cc     commands from the API (create, get, list, cancel, watch, log path)
-//                      and the store plumbing shared by all of them
-//   create_batcher.*   CreateJob's group commit (its own unit)
-//   job_cache.*        the in-memory jobs, their indexes and version publication (its own unit)
-//   job_transitions.cc the one way a job changes state: check, persist, then act and publish
-//   job_scheduling.cc  scheduler rounds, attempt start and worker launch
-//   job_supervisor.*   worker events and exits, the periodic tick (heartbeat, progress and
-//                      deadline checks, SIGKILL after grace, backoff expiry, batched writes)
-//                      (its own unit)
-//   job_recovery.cc    Start (recovery before SERVING) and Shutdown
+// The JobManager: the API's commands, the wiring of the units, recovery and shutdown.
+//   job_manager.cc      construction and the commands from the API (create, get, list, cancel,
+//                       watch, log source)
+//   job_scheduling.cc   scheduler rounds: the snapshot of slots and queue, the pure planner
+//   job_recovery.cc     Start (recovery before SERVING) and Shutdown
+//   job_retention.cc    DeleteJob and the job_ttl_after_finished sweep
+// and the units it wires together, each its own file and test (docs/architecture.md):
+//   StoreThread (the store thread), JobCache (the jobs in memory), JobWriter (the one way a
+//   state changes), CreateBatcher (group commit), JobAdmission (backend and output-dir checks),
+//   JobSupervisor (events, exits, the tick, cancel), AttemptLauncher (launch and re-adoption).
 //
 // THREADING: everything here runs on the io_context's thread, one handler at a time, so the
 // in-memory state needs no locks. Blocking work goes to two BlockingWorker threads (the store
 // thread for SQLite, the launcher thread for spawning and re-adopting processes) and its
 // result is posted back to io. Agent callbacks arrive on the agent's thread and are posted to
-// io as well. Every posted completion holds a weak reference to `alive_`, so a completion
-// that arrives after the manager is gone does nothing.
+// io as well. Every posted completion holds a weak reference to its unit's alive token, so a
+// completion that arrives after the manager is gone does nothing.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <unordered_map>
-#include <set>
 #include <memory>
 #include <optional>
 #include <random>
@@ -31,14 +26,15 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 
-#include "daemon/core/attempt_verdict.h"
-#include "daemon/core/blocking_worker.h"
+#include "daemon/core/attempt_launcher.h"
 #include "daemon/core/create_batcher.h"
+#include "daemon/core/job_admission.h"
 #include "daemon/core/job_cache.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/core/job_supervisor.h"
+#include "daemon/core/job_writer.h"
+#include "daemon/core/store_thread.h"
 #include "daemon/core/watch_hub.h"
 
 namespace fp8d::core {
@@ -47,7 +43,9 @@ using fp8d::v1::FailureClass;
 using fp8d::v1::Job;
 using fp8d::v1::JobState;
 
-class JobManagerImpl final : public JobManager, private agent::AgentListener {
+class JobManagerImpl final : public JobManager,
+                             private agent::AgentListener,
+                             private JobSupervisor::Owner {
  public:
   JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
                  std::unique_ptr<store::JobStore> store, AgentFactory make_agent,
@@ -77,11 +75,10 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   // ---- agent listener (agent thread): post to io ----
   void OnWorkerEvent(agent::WorkerEvent event) override;
   void OnWorkerExit(agent::WorkerExit exit) override;
+  // ---- supervisor owner ----
+  void ScheduleRound() override { Schedule(); }
+  void OnTick(int64_t now) override { SweepFinishedJobs(now); }
 
-  // ---- plumbing (job_manager.cc) ----
-  // Runs `work` on the store thread and `then` with its result on io.
-  template <typename R>
-  void OnStore(std::function<R(store::JobStore&)> work, std::function<void(R)> then);
   // Runs `fn` on io later (not inside the current handler), if the manager still exists.
   void Defer(std::function<void()> fn);
   JobEntry* Find(const std::string& name) { return cache_.Find(name); }
@@ -89,42 +86,10 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   void ReplyCurrent(const std::string& name, std::function<void(StatusOr<Job>)> done);
   int64_t NowMs() const { return clock_->NowMs(); }
   double Uniform01();
-  std::string AttemptDir(const std::string& name, int attempt) const;
-
-  // ---- transitions (job_transitions.cc) ----
-  // Checks from → to, applies it in memory, persists job row + event (and `extra`, in the same
-  // store task), then publishes the new version and runs `after` with the write's status.
-  void Transition(JobEntry& e, JobState to, const std::string& message,
-                  std::function<void(Status)> after = nullptr,
-                  std::function<Status(store::JobStore&)> extra = nullptr);
-  // A progress/checkpoint change: new version, delivered at once, persisted in a batch.
-  void PublishChange(JobEntry& e) { cache_.PublishChange(e, NowMs()); }
-  // Writes e.unwritten.front() if no write of this job is in flight; on failure keeps it and
-  // tries again with backoff (the job keeps its last durable state for Get and watchers).
-  void WriteTransitions(const std::string& name);
-  // Drops a terminal job from the cache once its workers are gone and its writes durable.
-  void MaybeEvict(const std::string& name);
 
   // ---- scheduling (job_scheduling.cc) ----
   void Schedule();
-  void StartAttempt(JobEntry& e, const std::vector<agent::Slot>& slots);
-  void Launch(const std::string& name, int attempt);
-  void OnLaunched(const std::string& name, int attempt,
-                  StatusOr<std::vector<agent::RankProcess>> result);
-  std::string ChooseResume(const JobEntry& e) const;
 
-  // ---- admission (job_admission.cc) ----
-  // FAILED_PRECONDITION for `backend: cuda` without any GPU slot, or an output_dir an active
-  // job uses (named). Builds output_dirs_ on first use.
-  Status CheckAdmission(const Job& job, const std::string& request_id);
-  // Drops a finished job's entry, so the index holds only active jobs (MaybeEvict calls it).
-  void ReleaseOutputDir(const Job& job);
-  struct OutputDirUser {
-    std::string name;        // empty while its create is being written
-    std::string request_id;  // of that create, so its retries are not refused
-  };
-  std::unordered_map<std::string, OutputDirUser> output_dirs_;
-  bool output_dirs_built_ = false;
   // ---- retention (job_retention.cc) ----
   // Deletes finished jobs past job_ttl_after_finished, a batch at a time, at most once a minute.
   void SweepFinishedJobs(int64_t now);
@@ -132,18 +97,10 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   bool sweeping_ = false;
 
   // ---- recovery (job_recovery.cc) ----
-  // A cached job that has started an attempt, with what its supervision needs from the store.
-  struct Recovered {
-    std::string name;
-    std::vector<store::AttemptRecord> attempts;
-    std::vector<fp8d::v1::Checkpoint> checkpoints;
-  };
   void LoadAttempts(std::vector<std::string> names, std::function<void(Status)> done);
-  void Recover(std::vector<Recovered> jobs, std::function<void(Status)> done);
-  void RecoverRunning(JobEntry& e, Status adopted);
-  // Launcher thread: kills live workers of `attempt_dir` that no recovered attempt owns.
-  void KillStrays(const std::string& jobs_root, const std::string& attempt_dir,
-                  const std::vector<agent::RankProcess>& ranks);
+  void Recover(std::vector<AttemptLauncher::Recovered> jobs,
+               std::vector<std::vector<fp8d::v1::Checkpoint>> checkpoints,
+               std::function<void(Status)> done);
 
   boost::asio::io_context& io_;
   ManagerOptions options_;
@@ -154,8 +111,7 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
 
   std::unique_ptr<agent::Agent> agent_;
   // Declared after store_ and agent_: destroyed (joined) first, so no task outlives them.
-  std::unique_ptr<BlockingWorker> store_thread_;
-  std::unique_ptr<BlockingWorker> launcher_;
+  std::unique_ptr<StoreThread> store_thread_;
 
   bool started_ = false;        // recovery finished: schedule and supervise
   bool shutting_down_ = false;
@@ -163,24 +119,13 @@ class JobManagerImpl final : public JobManager, private agent::AgentListener {
   WatchHub watchers_;
   JobCache cache_{[this](const Job& job) { watchers_.Deliver(job); }};
 
+  std::unique_ptr<JobAdmission> admission_;
+  std::unique_ptr<StoreJobWriter> writer_;
   std::unique_ptr<CreateBatcher> creates_;
-  // Worker events and exits, the tick (job_supervisor.h); built once the agent exists.
   std::unique_ptr<JobSupervisor> supervisor_;
+  std::unique_ptr<AttemptLauncher> launcher_;
 
   std::mt19937_64 rng_{std::random_device{}()};
 };
-
-template <typename R>
-void JobManagerImpl::OnStore(std::function<R(store::JobStore&)> work,
-                             std::function<void(R)> then) {
-  std::weak_ptr<int> alive = alive_;
-  store_thread_->Post([this, alive, work = std::move(work), then = std::move(then)]() mutable {
-    auto result = std::make_shared<R>(work(*store_));
-    boost::asio::post(io_, [alive, then = std::move(then), result]() mutable {
-      if (alive.expired()) return;
-      then(std::move(*result));
-    });
-  });
-}
 
 }  // namespace fp8d::core

@@ -22,11 +22,11 @@ void JobManagerImpl::DeleteJob(fp8d::v1::DeleteJobRequest request,
   }
   agent::Agent* agent = agent_.get();
   const std::string data_dir = options_.data_dir;
-  OnStore<StatusOr<google::protobuf::Empty>>(
-      [this, name, agent](store::JobStore& s) -> StatusOr<google::protobuf::Empty> {
+  store_thread_->Run<StatusOr<google::protobuf::Empty>>(
+      [data_dir, name, agent](store::JobStore& s) -> StatusOr<google::protobuf::Empty> {
         FP8_ASSIGN_OR_RETURN(std::vector<int32_t> attempts, s.DeleteJob(name));
         std::vector<std::string> dirs;
-        for (int32_t n : attempts) dirs.push_back(AttemptDir(name, n));
+        for (int32_t n : attempts) dirs.push_back(AttemptDirOf(data_dir, name, n));
         // The record is gone (committed); a folder that cannot be removed is logged, not
         // undone: the job no longer exists either way.
         if (Status st = agent->RemoveAttemptFiles(JobIdOf(name), dirs); !st.ok()) {
@@ -46,7 +46,7 @@ void JobManagerImpl::SweepFinishedJobs(int64_t now) {
   sweeping_ = true;
   next_sweep_ms_ = now + std::min<int64_t>(60000, std::max<int64_t>(ttl / 2, 1000));
   const int64_t before = clock_->NowMs() - ttl;
-  OnStore<StatusOr<std::vector<std::string>>>(
+  store_thread_->Run<StatusOr<std::vector<std::string>>>(
       [before](store::JobStore& s) { return s.ListFinishedBefore(before, 256); },
       [this](StatusOr<std::vector<std::string>> names) {
         if (!names.ok()) {

@@ -52,12 +52,14 @@ AttemptView ViewOf(const JobEntry& e) {
 }  // namespace
 
 JobSupervisor::JobSupervisor(boost::asio::io_context& io, Options options, JobCache& cache,
-                             agent::Agent& agent, const Clock* clock, Hooks hooks)
+                             agent::Agent& agent, const Clock* clock, JobWriter& writer,
+                             Owner& owner)
     : options_(options),
       cache_(cache),
       agent_(agent),
       clock_(clock),
-      hooks_(std::move(hooks)),
+      writer_(writer),
+      owner_(owner),
       tick_timer_(io) {}
 
 void JobSupervisor::Stop() {
@@ -136,7 +138,7 @@ void JobSupervisor::HandleEvent(const agent::WorkerEvent& ev) {
     e->checkpoints.push_back(ckpt);
     *e->job.mutable_checkpoint() = ckpt;
     cache_.PublishChange(*e, NowMs());
-    hooks_.store_write([name, ckpt](store::JobStore& s) { return s.PutCheckpoint(name, ckpt); },
+    writer_.Write([name, ckpt](store::JobStore& s) { return s.PutCheckpoint(name, ckpt); },
                        [name](Status st) {
                          if (!st.ok()) {
                            spdlog::error("{}: saving checkpoint: {}", name, st.ToString());
@@ -146,7 +148,7 @@ void JobSupervisor::HandleEvent(const agent::WorkerEvent& ev) {
   if (v.to_running) {
     run.last_progress_ms = now;  // the progress timeout counts from RUNNING
     const int number = run.number;
-    hooks_.transition(
+    writer_.Transition(
         *e, fp8d::v1::RUNNING, "every rank started",
         [this, name, number](Status st) {
           if (st.ok()) Failpoint("after_running_write");
@@ -203,11 +205,80 @@ void JobSupervisor::SucceedAttempt(JobEntry& e) {
   if (e.job.state() == fp8d::v1::STARTING) {
     // Every rank finished before we saw all `started` lines (a very short job): the table
     // has no STARTING → SUCCEEDED edge, so pass through RUNNING.
-    hooks_.transition(e, fp8d::v1::RUNNING, "every rank started", nullptr, nullptr);
+    writer_.Transition(e, fp8d::v1::RUNNING, "every rank started", nullptr, nullptr);
   }
-  hooks_.transition(e, fp8d::v1::SUCCEEDED,
+  writer_.Transition(e, fp8d::v1::SUCCEEDED,
                     "attempt " + std::to_string(run.number) + ": every rank finished", nullptr,
                     nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancel
+
+namespace {
+void MarkCancelled(Job& job) {
+  fp8d::v1::JobError* err = job.mutable_error();
+  err->set_code(1);  // google.rpc CANCELLED
+  err->set_message("cancelled by request");
+  err->set_failure_class(fp8d::v1::FAILURE_CLASS_UNSPECIFIED);
+}
+}  // namespace
+
+void JobSupervisor::Cancel(JobEntry& e, std::function<void(Status)> done) {
+  const std::string name = e.job.name();
+  if (e.write_failures > 0) {
+    // Its last state change is not durable yet (the store refuses writes): answering from the
+    // state in memory could contradict what GetJob says.
+    done(fp8::UnavailableError(name + ": its state cannot be written to the store right now (" +
+                               e.write_error + "); retry shortly"));
+    return;
+  }
+  switch (e.job.state()) {
+    case fp8d::v1::QUEUED:
+    case fp8d::v1::RETRY_WAIT:
+      // Nothing runs for this job (a previous attempt's workers, if still dying, were already
+      // signalled): cancel at once.
+      MarkCancelled(e.job);
+      writer_.Transition(e, fp8d::v1::CANCELLED, "cancelled by request", std::move(done));
+      return;
+    case fp8d::v1::STARTING:
+    case fp8d::v1::RUNNING:
+      if (e.run != nullptr) e.run->finished = true;  // no failure verdicts while cancelling
+      writer_.Transition(e, fp8d::v1::CANCELLING, "cancel requested: stopping every rank",
+                         [this, name, done = std::move(done)](Status st) {
+                           JobEntry* e = cache_.Find(name);
+                           if (st.ok() && e != nullptr && e->run != nullptr) StopRun(*e);
+                           done(st);
+                         });
+      return;
+    case fp8d::v1::CANCELLING:
+    case fp8d::v1::CANCELLED:
+      // Answers once everything written so far is durable (FIFO store thread).
+      writer_.Write([](store::JobStore&) { return fp8::OkStatus(); }, std::move(done));
+      return;
+    case fp8d::v1::SUCCEEDED:
+    case fp8d::v1::FAILED:
+    case fp8d::v1::JOB_STATE_UNSPECIFIED:
+    case fp8d::v1::JobState_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case fp8d::v1::JobState_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
+  }
+  done(NotCancellable(e.job));
+}
+
+fp8::Status JobSupervisor::NotCancellable(const Job& job) {
+  return fp8::FailedPreconditionError(job.name() + " is " + fp8d::v1::JobState_Name(job.state()) +
+                                      "; only a job that has not finished can be cancelled");
+}
+
+void JobSupervisor::StopRun(JobEntry& e) {
+  // Before launch the workers do not exist yet: the launcher calls again once they do.
+  if (e.run == nullptr || !e.run->launched) return;
+  if (e.run->AnyLive()) {
+    TerminateWorkers(e);
+  } else {
+    OnRunExited(e);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,7 +316,7 @@ void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::st
   std::string text = "attempt " + std::to_string(run.number) + " failed (" +
                      fp8d::v1::FailureClass_Name(failure) + "): " + message;
   if (next == fp8d::v1::RETRY_WAIT) {
-    const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, hooks_.uniform01());
+    const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, options_.uniform01());
     e.retry_at_ms = NowMs() + delay;
     text += "; retrying in " + SecondsText(delay);
   } else if (!repeat.empty()) {
@@ -257,7 +328,7 @@ void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::st
   const std::string name = e.job.name();
   const int number = run.number;
   store::AttemptRecord record = run.record;
-  hooks_.transition(
+  writer_.Transition(
       e, next, text,
       [this, name, number](Status) {
         JobEntry* e = cache_.Find(name);
@@ -283,15 +354,12 @@ void JobSupervisor::OnRunExited(JobEntry& e) {
   SaveAttempt(e);
   const std::string name = e.job.name();
   if (e.job.state() == fp8d::v1::CANCELLING) {
-    fp8d::v1::JobError* err = e.job.mutable_error();
-    err->set_code(1);  // google.rpc CANCELLED
-    err->set_message("cancelled by request");
-    err->set_failure_class(fp8d::v1::FAILURE_CLASS_UNSPECIFIED);
-    hooks_.transition(e, fp8d::v1::CANCELLED, "every rank exited after the cancel", nullptr,
+    MarkCancelled(e.job);
+    writer_.Transition(e, fp8d::v1::CANCELLED, "every rank exited after the cancel", nullptr,
                       nullptr);
   }
-  hooks_.schedule();  // its slots are free; may replace e.run
-  hooks_.maybe_evict(name);
+  owner_.ScheduleRound();  // its slots are free; may replace e.run
+  writer_.MaybeEvict(name);
 }
 
 void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) {
@@ -311,7 +379,7 @@ void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) 
   run.runtime_saved_ms = NowMs();
   const std::string name = e.job.name();
   const int number = run.number;
-  hooks_.store_write(
+  writer_.Write(
       [name, record = run.record](store::JobStore& s) { return s.PutAttempt(name, record); },
       [this, name, number, saved = std::move(saved)](Status st) {
         if (!st.ok()) {
@@ -361,12 +429,12 @@ void JobSupervisor::Tick() {
         SaveAttempt(*e);
     }
     if (v.requeue) {
-      hooks_.transition(
-          *e, fp8d::v1::QUEUED, "backoff elapsed", [this](Status) { hooks_.schedule(); }, nullptr);
+      writer_.Transition(
+          *e, fp8d::v1::QUEUED, "backoff elapsed", [this](Status) { owner_.ScheduleRound(); }, nullptr);
     }
   }
   FlushDirtyRows(now, /*all=*/false);
-  hooks_.sweep_finished(now);
+  owner_.OnTick(now);
   ArmTick();
 }
 
@@ -392,7 +460,7 @@ void JobSupervisor::FlushDirtyRows(int64_t now, bool all) {
   if (rows.empty()) return;
   std::vector<std::string> names;
   for (const Job& j : rows) names.push_back(j.name());
-  hooks_.store_write([rows = std::move(rows)](store::JobStore& s) { return s.UpdateJobs(rows); },
+  writer_.Write([rows = std::move(rows)](store::JobStore& s) { return s.UpdateJobs(rows); },
                      [this, names = std::move(names)](Status st) {
                        if (st.ok()) return;
                        spdlog::error("saving progress: {}", st.ToString());

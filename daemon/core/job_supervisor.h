@@ -4,12 +4,16 @@
 // view of the attempt and applies the verdict: transitions, store writes, signals, and the
 // progress rows and event offsets due to be written.
 //
-// It reaches the rest of the manager only through what it is given: the job cache, the agent
-// (signals), the clock, and Hooks for the store thread, transitions, scheduling, eviction and
-// the retention sweep.
+// Cancel is decided here alone: which states cancel at once, which stop their workers first,
+// and how a run being stopped ends (Cancel, StopRun, OnRunExited); the launcher and recovery
+// call StopRun when a run must not go on.
 //
-// THREADING: every method runs on the io thread; store writes go through `store_write`, which
-// brings the completion back to io (not if the manager is gone by then).
+// It reaches the rest of the manager only through what it is given: the job cache, the agent
+// (signals), the clock, the JobWriter (state changes and store writes) and its Owner (a
+// scheduling round when slots free up, and the tick).
+//
+// THREADING: every method runs on the io thread; store writes go through the JobWriter, which
+// brings the completion back to io.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,7 @@
 #include "daemon/core/attempt_verdict.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/job_cache.h"
+#include "daemon/core/job_writer.h"
 #include "daemon/store/job_store.h"
 
 namespace fp8d::core {
@@ -36,24 +41,19 @@ class JobSupervisor {
     int64_t cancel_grace_ms = 10000;   // SIGTERM → SIGKILL
     int64_t progress_flush_ms = 200;   // progress rows persisted at most this often per job
     int64_t runtime_flush_ms = 1000;   // rank event offsets persisted at most this often
+    // Source of the backoff jitter, uniform in [0, 1).
+    std::function<double()> uniform01;
   };
-  using StoreWork = std::function<fp8::Status(store::JobStore&)>;
-  struct Hooks {
-    // Runs `work` on the store thread and `then` with its status on io.
-    std::function<void(StoreWork work, std::function<void(fp8::Status)> then)> store_write;
-    // The manager's one way to change a job's state (job_transitions.cc): check, persist
-    // (with `extra` in the same store task), publish, then `after` with the write's status.
-    std::function<void(JobEntry& e, fp8d::v1::JobState to, const std::string& message,
-                       std::function<void(fp8::Status)> after, StoreWork extra)>
-        transition;
-    std::function<void()> schedule;                           // a scheduling round
-    std::function<void(const std::string& name)> maybe_evict;  // drop a finished job if it may go
-    std::function<double()> uniform01;                        // backoff jitter
-    std::function<void(int64_t now)> sweep_finished;          // retention, once per tick
+  // What the supervisor asks of the manager beyond state changes.
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    virtual void ScheduleRound() = 0;      // slots were freed, or a backoff ended
+    virtual void OnTick(int64_t now) = 0;  // once per tick, after the supervisor's own work
   };
 
   JobSupervisor(boost::asio::io_context& io, Options options, JobCache& cache,
-                agent::Agent& agent, const Clock* clock, Hooks hooks);
+                agent::Agent& agent, const Clock* clock, JobWriter& writer, Owner& owner);
 
   // ---- inputs ----
   void HandleEvent(const agent::WorkerEvent& ev);
@@ -62,7 +62,20 @@ class JobSupervisor {
   // No more inputs or ticks (shutdown): events, exits and ticks are ignored from now on.
   void Stop();
 
-  // ---- used by scheduling and recovery as well ----
+  // ---- cancel ----
+  // CancelJob for a cached job: QUEUED or RETRY_WAIT → CANCELLED at once; STARTING or RUNNING
+  // → CANCELLING, then StopRun once that is durable; CANCELLING or CANCELLED: nothing more.
+  // `done` gets the status once what the cancel wrote is durable (FAILED_PRECONDITION for a
+  // finished job, naming its state).
+  void Cancel(JobEntry& e, std::function<void(fp8::Status)> done);
+  // The run must end (cancelled, or failed while its workers were starting): SIGTERM its live
+  // workers, or end the run when none is left. Before launch it waits: the launcher calls
+  // again once the workers exist.
+  void StopRun(JobEntry& e);
+  // The refusal of a cancel of a finished job, naming its state.
+  static fp8::Status NotCancellable(const fp8d::v1::Job& job);
+
+  // ---- used by the launcher and recovery as well ----
   // The attempt failed: decide RETRY_WAIT or FAILED, persist, then stop its workers.
   void FailAttempt(JobEntry& e, fp8d::v1::FailureClass failure, const std::string& message);
   // SIGTERM now, SIGKILL after cancel_grace_ms (the tick sends it).
@@ -86,7 +99,8 @@ class JobSupervisor {
   JobCache& cache_;
   agent::Agent& agent_;
   const Clock* clock_;
-  Hooks hooks_;
+  JobWriter& writer_;
+  Owner& owner_;
   boost::asio::steady_timer tick_timer_;
   bool stopped_ = false;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // a tick after destruction is a no-op

@@ -5,6 +5,7 @@ find_package(Boost REQUIRED)
 find_package(spdlog REQUIRED)
 
 add_library(fp8d_core
+  attempt_launcher.cc
   attempt_verdict.cc
   blocking_worker.cc
   create_batcher.cc
@@ -17,8 +18,9 @@ add_library(fp8d_core
   job_retention.cc
   job_scheduling.cc
   job_supervisor.cc
-  job_transitions.cc
+  job_writer.cc
+  new_job.cc
   watch_hub.cc)
 target_link_libraries(fp8d_core
-  PUBLIC fp8d_store fp8d_agent fp8d_lifecycle fp8d_scheduler fp8d_job_env fp8_proto fp8_common
+  PUBLIC fp8d_store fp8d_agent fp8d_lifecycle fp8d_scheduler fp8d_job_env fp8_jobspec fp8_proto fp8_common
          Boost::headers spdlog::spdlog nlohmann_json::nlohmann_json Threads::Threads)

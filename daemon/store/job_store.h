@@ -69,7 +69,9 @@ class JobStore {
 
   // Inserts each job with its creation event, all in ONE transaction (group commit: the
   // manager batches concurrent creates). Per-item results; a failed item does not fail the
-  // others. Assigns name `jobs/<id>`, create_time, update_time and version 1.
+  // others. Assigns the name `jobs/<id>` and stores the rest as given (the manager prepared
+  // it: daemon/core/new_job.h); the creation event takes the job's version, create time and
+  // state.
   virtual StatusOr<std::vector<CreateResult>> CreateJobs(std::vector<CreateRequest> requests) = 0;
 
   virtual StatusOr<fp8d::v1::Job> GetJob(const std::string& name) = 0;  // NOT_FOUND if absent

@@ -48,7 +48,7 @@ class MemoryJobStore final : public JobStore {
       StoredJob stored;
       stored.seq = seq;
       stored.job = std::move(req.job);
-      internal::PrepareNewJob(&stored.job, id, now_ms);
+      stored.job.set_name(internal::NameForId(id));
       stored.events.push_back(internal::CreationEvent(stored.job));
       res.job = stored.job;
       res.created = true;

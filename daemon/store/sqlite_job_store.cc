@@ -60,7 +60,7 @@ class SqliteJobStore final : public JobStore {
       }
       const std::string id = ids_.Next(now_ms);
       res.job = std::move(req.job);
-      internal::PrepareNewJob(&res.job, id, now_ms);
+      res.job.set_name(internal::NameForId(id));
       FP8_ASSIGN_OR_RETURN(Stmt insert, db_->Prepare(
           "INSERT INTO jobs (id, state, kind, priority, create_time, request_id, request_hash, job)"
           " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
@@ -68,7 +68,7 @@ class SqliteJobStore final : public JobStore {
           .Bind(2, int64_t{res.job.state()})
           .Bind(3, int64_t{res.job.kind()})
           .Bind(4, int64_t{res.job.priority()})
-          .Bind(5, now_ms)
+          .Bind(5, internal::TimestampMs(res.job.create_time()))
           .BindBlob(8, res.job.SerializeAsString());
       if (req.request_id.empty()) {
         insert.BindNull(6).BindNull(7);

@@ -7,7 +7,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jobspec/kind.h"
 
 namespace fp8d::store::internal {
 namespace {
@@ -164,17 +163,6 @@ int64_t TimestampMs(const google::protobuf::Timestamp& ts) {
 
 int64_t StoredTimeMs(const google::protobuf::Timestamp& ts) {
   return ts.seconds() == 0 && ts.nanos() == 0 ? NowMs() : TimestampMs(ts);
-}
-
-void PrepareNewJob(fp8d::v1::Job* job, const std::string& id, int64_t now_ms) {
-  job->set_name(NameForId(id));
-  if (job->state() == fp8d::v1::JOB_STATE_UNSPECIFIED) job->set_state(fp8d::v1::QUEUED);
-  if (job->kind() == fp8d::v1::JOB_KIND_UNSPECIFIED) job->set_kind(fp8::jobspec::KindOf(*job));
-  SetTimestampMs(job->mutable_create_time(), now_ms);
-  SetTimestampMs(job->mutable_update_time(), now_ms);
-  job->set_version(1);
-  job->clear_attempts();  // kept in their own tables, filled by describe
-  job->clear_events();
 }
 
 fp8d::v1::JobEvent CreationEvent(const fp8d::v1::Job& job) {

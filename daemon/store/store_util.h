@@ -60,10 +60,7 @@ int64_t TimestampMs(const google::protobuf::Timestamp& ts);
 // How event and checkpoint times are stored: milliseconds, and an unset (zero) time is now.
 int64_t StoredTimeMs(const google::protobuf::Timestamp& ts);
 
-// Fills what the store assigns on create: name, state QUEUED (if unset), kind from the spec
-// (if unset), create/update time, version 1; clears output-only history fields.
-void PrepareNewJob(fp8d::v1::Job* job, const std::string& id, int64_t now_ms);
-// The event recorded with a new job (version 1, UNSPECIFIED → QUEUED).
+// The event recorded with a new job: its version and create time, UNSPECIFIED → its state.
 fp8d::v1::JobEvent CreationEvent(const fp8d::v1::Job& job);
 
 // Rank runtimes as a JSON array of {"rank", "handle", "events_offset"}. Rows written before

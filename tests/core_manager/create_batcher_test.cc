@@ -92,6 +92,7 @@ class CreateBatcherTest : public ::testing::Test {
   size_t Add(const std::string& request_id = "", const std::string& body = "") {
     store::CreateRequest request;
     request.job.set_state(fp8d::v1::QUEUED);
+    request.job.set_version(1);
     request.job.mutable_resources()->set_ranks(1);
     request.request_id = request_id;
     request.request_hash = body;

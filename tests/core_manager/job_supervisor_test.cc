@@ -1,9 +1,11 @@
-// JobSupervisor alone: the cache, a FakeAgent, a ManualClock and hooks that record what the
-// manager would be asked to do (transitions, store writes, rounds, evictions).
+// JobSupervisor alone: the cache, a FakeAgent, a ManualClock, and the fixture itself as its
+// JobWriter and Owner, recording what it is asked to do (transitions, store writes, rounds,
+// evictions, ticks).
 #include "daemon/core/job_supervisor.h"
 
 #include <csignal>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +23,7 @@ using fp8d::v1::JobState;
 constexpr int64_t kStartMs = 1'000'000;
 constexpr int64_t kGraceMs = 1'000;
 
-class JobSupervisorTest : public ::testing::Test {
+class JobSupervisorTest : public ::testing::Test, private JobWriter, private JobSupervisor::Owner {
  protected:
   struct TransitionCall {
     std::string name;
@@ -30,34 +32,33 @@ class JobSupervisorTest : public ::testing::Test {
     bool with_extra;
   };
   struct StoreCall {
-    JobSupervisor::StoreWork work;
+    JobWriter::StoreWork work;
     std::function<void(fp8::Status)> then;
   };
 
   JobSupervisorTest() {
-    JobSupervisor::Hooks hooks;
-    hooks.store_write = [this](JobSupervisor::StoreWork work,
-                               std::function<void(fp8::Status)> then) {
-      writes_.push_back({std::move(work), std::move(then)});
-    };
-    // As the manager's Transition, minus the store: the write "commits" at once.
-    hooks.transition = [this](JobEntry& e, JobState to, const std::string& message,
-                              std::function<void(fp8::Status)> after,
-                              JobSupervisor::StoreWork extra) {
-      transitions_.push_back({e.job.name(), to, message, extra != nullptr});
-      cache_.SetState(e, to);
-      if (after) after(fp8::OkStatus());
-    };
-    hooks.schedule = [this] { ++rounds_; };
-    hooks.maybe_evict = [this](const std::string& name) { evict_asks_.push_back(name); };
-    hooks.uniform01 = [] { return 0.5; };
-    hooks.sweep_finished = [this](int64_t now) { sweeps_.push_back(now); };
     supervisor_ = std::make_unique<JobSupervisor>(
         io_,
         JobSupervisor::Options{.tick_ms = 1, .cancel_grace_ms = kGraceMs,
-                               .progress_flush_ms = 200, .runtime_flush_ms = 1000},
-        cache_, agent_, &clock_, std::move(hooks));
+                               .progress_flush_ms = 200, .runtime_flush_ms = 1000,
+                               .uniform01 = [] { return 0.5; }},
+        cache_, agent_, &clock_, static_cast<JobWriter&>(*this), static_cast<JobSupervisor::Owner&>(*this));
   }
+
+  // ---- JobWriter, minus the store: a transition "commits" at once, writes are recorded ----
+  void Transition(JobEntry& e, JobState to, const std::string& message,
+                  std::function<void(fp8::Status)> after, StoreWork extra) override {
+    transitions_.push_back({e.job.name(), to, message, extra != nullptr});
+    cache_.SetState(e, to);
+    if (after) after(fp8::OkStatus());
+  }
+  void Write(StoreWork work, std::function<void(fp8::Status)> then) override {
+    writes_.push_back({std::move(work), std::move(then)});
+  }
+  void MaybeEvict(const std::string& name) override { evict_asks_.push_back(name); }
+  // ---- Owner ----
+  void ScheduleRound() override { ++rounds_; }
+  void OnTick(int64_t now) override { sweeps_.push_back(now); }
 
   // A job in STARTING whose attempt 1 has launched `ranks` ranks; one attempt allowed.
   JobEntry& AddLaunched(const std::string& name, int ranks) {
@@ -212,6 +213,91 @@ TEST_F(JobSupervisorTest, TheLastExitSavesTheAttemptOnceThenSchedulesAndAsksToEv
   EXPECT_FALSE(e.run->runtime_dirty);
   writes_[0].then(fp8::UnavailableError("disk full"));
   EXPECT_TRUE(e.run->runtime_dirty);
+}
+
+// Cancel is decided in the supervisor alone: one row per state a cached job can be in.
+TEST_F(JobSupervisorTest, CancelDecidesByStateInOnePlace) {
+  struct Row {
+    JobState state;
+    bool launched;                 // the attempt's workers exist (one live rank)
+    std::vector<JobState> writes;  // the transitions the cancel makes
+    int sigterms;
+    fp8::StatusCode code;
+    bool barrier;                  // answered after a store round trip, nothing written
+  };
+  const std::vector<Row> rows = {
+      {fp8d::v1::QUEUED, false, {fp8d::v1::CANCELLED}, 0, fp8::StatusCode::kOk, false},
+      {fp8d::v1::RETRY_WAIT, false, {fp8d::v1::CANCELLED}, 0, fp8::StatusCode::kOk, false},
+      // Before launch: CANCELLING, and the launcher stops the workers once they exist.
+      {fp8d::v1::STARTING, false, {fp8d::v1::CANCELLING}, 0, fp8::StatusCode::kOk, false},
+      {fp8d::v1::RUNNING, true, {fp8d::v1::CANCELLING}, 1, fp8::StatusCode::kOk, false},
+      {fp8d::v1::CANCELLING, true, {}, 0, fp8::StatusCode::kOk, true},
+      {fp8d::v1::CANCELLED, false, {}, 0, fp8::StatusCode::kOk, true},
+      {fp8d::v1::SUCCEEDED, false, {}, 0, fp8::StatusCode::kFailedPrecondition, false},
+      {fp8d::v1::FAILED, false, {}, 0, fp8::StatusCode::kFailedPrecondition, false},
+  };
+  int n = 0;
+  for (const Row& row : rows) {
+    const std::string name = "jobs/c" + std::to_string(n++);
+    SCOPED_TRACE(name + " " + fp8d::v1::JobState_Name(row.state));
+    JobEntry& e = AddLaunched(name, 1);
+    e.run->launched = row.launched;
+    cache_.SetState(e, row.state);
+    transitions_.clear();
+    writes_.clear();
+    const size_t signals_before = agent_state_->Signals().size();
+    std::optional<fp8::Status> answer;
+    supervisor_->Cancel(e, [&](fp8::Status st) { answer = st; });
+    if (row.barrier) {
+      ASSERT_EQ(writes_.size(), 1u);
+      EXPECT_FALSE(answer.has_value()) << "answered before what was written is durable";
+      writes_[0].then(fp8::OkStatus());
+    }
+    ASSERT_TRUE(answer.has_value());
+    EXPECT_EQ(answer->code(), row.code) << answer->ToString();
+    std::vector<JobState> written;
+    for (const auto& t : transitions_) written.push_back(t.to);
+    EXPECT_EQ(written, row.writes);
+    EXPECT_EQ(agent_state_->Signals().size() - signals_before, static_cast<size_t>(row.sigterms));
+    if (row.code == fp8::StatusCode::kFailedPrecondition) {
+      EXPECT_NE(answer->message().find(fp8d::v1::JobState_Name(row.state)), std::string::npos)
+          << answer->message();
+    }
+  }
+}
+
+TEST_F(JobSupervisorTest, CancelWhileTheStoreRefusesWritesIsUnavailableAndChangesNothing) {
+  JobEntry& e = AddLaunched("jobs/a", 1);
+  cache_.SetState(e, fp8d::v1::RUNNING);
+  e.write_failures = 2;
+  e.write_error = "disk full";
+  std::optional<fp8::Status> answer;
+  supervisor_->Cancel(e, [&](fp8::Status st) { answer = st; });
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->code(), fp8::StatusCode::kUnavailable);
+  EXPECT_NE(answer->message().find("disk full"), std::string::npos) << answer->message();
+  EXPECT_TRUE(transitions_.empty());
+  EXPECT_EQ(e.job.state(), fp8d::v1::RUNNING);
+}
+
+TEST_F(JobSupervisorTest, StopRunWaitsForTheLaunchThenStopsLiveWorkersOrEndsTheRun) {
+  JobEntry& e = AddLaunched("jobs/a", 1);
+  cache_.SetState(e, fp8d::v1::CANCELLING);
+  e.run->launched = false;
+  supervisor_->StopRun(e);
+  EXPECT_TRUE(agent_state_->Signals().empty()) << "no workers yet: nothing to signal";
+  EXPECT_FALSE(e.run->exit_handled);
+
+  e.run->launched = true;
+  supervisor_->StopRun(e);
+  ASSERT_EQ(agent_state_->Signals().size(), 1u);
+  EXPECT_EQ(agent_state_->Signals()[0].sig, SIGTERM);
+
+  e.run->ranks[0].exited = true;
+  supervisor_->StopRun(e);
+  EXPECT_TRUE(e.run->exit_handled);
+  ASSERT_EQ(transitions_.size(), 1u);
+  EXPECT_EQ(transitions_[0].to, fp8d::v1::CANCELLED);
 }
 
 }  // namespace

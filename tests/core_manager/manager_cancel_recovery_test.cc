@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "daemon/core/job_fields.h"
+#include "daemon/core/new_job.h"
 #include "tests/core_manager/manager_harness.h"
 
 namespace fp8d::core::testing {
@@ -305,7 +306,7 @@ TEST_F(ManagerTest, RecoveryOfADeepQueueCachesEveryJobInCreationOrder) {
   for (int i = 0; i < 9000; ++i) {
     store::CreateRequest r;
     r.job = TrainJob();
-    ASSERT_TRUE(PrepareNewJob(&r.job, data_dir_).ok());
+    ASSERT_TRUE(PrepareNewJob(&r.job, data_dir_, 1764600000000).ok());
     requests.push_back(std::move(r));
   }
   auto created = store_->CreateJobs(std::move(requests));

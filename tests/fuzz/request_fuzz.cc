@@ -1,5 +1,6 @@
 // libFuzzer target: every JobService request message through the daemon's validators
-// (daemon/api/validation.cc). The first byte picks the method; the rest is parsed as that
+// (daemon/api/validation.cc) and, for a valid CreateJob, the one preparation of a new job
+// (daemon/core/new_job.cc). The first byte picks the method; the rest is parsed as that
 // method's request, the way the raw handlers parse the bytes gRPC hands them. Validation must
 // answer OK or INVALID_ARGUMENT with a message, and never crash.
 #include <cstddef>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 
 #include "daemon/api/validation.h"
+#include "daemon/core/new_job.h"
 
 namespace {
 
@@ -35,8 +37,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const fp8::Status st = api::ValidateCreateJobRequest(r);
       Check(st);
       if (st.ok()) {
-        api::NormalizeCreateJobRequest(r);
-        Check(api::ValidateCreateJobRequest(r));  // a normalized valid request stays valid
+        // A valid request is always prepared, stays valid, and preparing it again changes
+        // nothing.
+        auto hash = core::PrepareNewJob(r.mutable_job(), "/cwd", 1764600000000);
+        if (!hash.ok()) std::abort();
+        Check(api::ValidateCreateJobRequest(r));
+        v1::Job again = r.job();
+        if (!core::PrepareNewJob(&again, "/cwd", 1764600000000).ok() ||
+            again.SerializeAsString() != r.job().SerializeAsString()) {
+          std::abort();
+        }
       }
       break;
     }

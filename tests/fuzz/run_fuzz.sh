@@ -23,8 +23,9 @@ case "$TARGET" in
   job_file) SOURCES=(tests/fuzz/job_file_fuzz.cc client/job_file.cc common/status.cc)
             PROTOS=(job.pb.cc); LIBS=(-lyaml-cpp -lprotobuf); MAX_LEN=65536 ;;
   requests) SOURCES=(tests/fuzz/request_fuzz.cc daemon/api/validation.cc common/status.cc common/label_selector.cc
-                    jobspec/defaults.cc jobspec/validate.cc jobspec/kind.cc)
-            PROTOS=(job.pb.cc job_service.pb.cc); LIBS=(-lprotobuf); MAX_LEN=16384 ;;
+                    jobspec/defaults.cc jobspec/validate.cc jobspec/kind.cc
+                    daemon/core/new_job.cc daemon/core/job_fields.cc daemon/core/job_lifecycle.cc)
+            PROTOS=(job.pb.cc job_service.pb.cc worker_event.pb.cc); LIBS=(-lprotobuf); MAX_LEN=16384 ;;
   http_request) SOURCES=(tests/fuzz/http_request_fuzz.cc daemon/api/http_request_handler.cc daemon/api/http_metrics.cc
                         daemon/api/auth_policy.cc daemon/api/validation.cc common/status.cc common/label_selector.cc
                         jobspec/defaults.cc jobspec/validate.cc jobspec/kind.cc)

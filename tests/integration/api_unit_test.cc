@@ -138,36 +138,12 @@ TEST(Validation, JobNames) {
   }
 }
 
-TEST(Validation, NormalizeClearsOutputOnlyFieldsAndDerivesKind) {
-  CreateJobRequest r = ValidRequest();
-  r.mutable_job()->set_name("jobs/x");
-  r.mutable_job()->set_state(fp8d::v1::RUNNING);
-  r.mutable_job()->set_version(7);
-  api::NormalizeCreateJobRequest(r);
-  EXPECT_EQ(r.job().name(), "");
-  EXPECT_EQ(r.job().state(), fp8d::v1::JOB_STATE_UNSPECIFIED);
-  EXPECT_EQ(r.job().version(), 0);
-  EXPECT_EQ(r.job().kind(), fp8d::v1::TRAIN);
-  EXPECT_EQ(r.job().resources().ranks(), 1);
-  // The stored spec is the effective one (jobspec's defaults), and normalizing is idempotent,
-  // so request_id dedup compares a retried body the same way.
-  EXPECT_EQ(r.job().train().precision().recipe(), "fp8-blockwise");
-  EXPECT_EQ(r.job().train().model().d_model(), 128);
-  EXPECT_DOUBLE_EQ(r.job().train().training().learning_rate(), 1e-3);
-  CreateJobRequest again = r;
-  api::NormalizeCreateJobRequest(again);
-  EXPECT_EQ(again.SerializeAsString(), r.SerializeAsString());
-}
-
 TEST(Validation, RanksNodesAndRanksPerNodeAgree) {
   CreateJobRequest r = ValidRequest();
   auto* res = r.mutable_job()->mutable_resources();
   res->set_nodes(2);
   res->set_ranks_per_node(3);
   EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
-  api::NormalizeCreateJobRequest(r);
-  EXPECT_EQ(r.job().resources().ranks(), 6);  // derived: nodes × ranks_per_node
-  res = r.mutable_job()->mutable_resources();
   res->set_ranks(6);
   EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
   res->set_ranks(4);
@@ -190,13 +166,6 @@ TEST(Validation, SlurmNamesArePrintableWithoutSpaces) {
   EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok());
   r.mutable_job()->mutable_resources()->mutable_slurm()->set_partition("gpu --exclusive");
   EXPECT_EQ(api::ValidateCreateJobRequest(r).message().rfind("job.resources.slurm.partition", 0), 0u);
-}
-
-TEST(Validation, NormalizeClearsThePendingReason) {
-  CreateJobRequest r = ValidRequest();
-  r.mutable_job()->set_pending_reason("Resources");
-  api::NormalizeCreateJobRequest(r);
-  EXPECT_EQ(r.job().pending_reason(), "");
 }
 
 TEST(StatusMapping, IsOneToOne) {
