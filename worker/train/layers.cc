@@ -6,6 +6,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
+#include "worker/train/attention_row_inl.h"
 
 namespace fp8::train {
 
@@ -177,19 +178,6 @@ void GeluBackward(const T* dy, const T* x, int64_t n, T* dx) {
   });
 }
 
-// Dot product with 8 independent partial sums: the compiler can vectorize it without
-// -ffast-math, and the summation order is still fixed (deterministic).
-template <typename T>
-inline T Dot8(const T* a, const T* b, int64_t n) {
-  T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 template <typename T>
 void AttentionForward(const T* qkv, int64_t b, int64_t t, int64_t c, int64_t h, T* out, T* att) {
   const int64_t hs = c / h;
@@ -206,14 +194,7 @@ void AttentionForward(const T* qkv, int64_t b, int64_t t, int64_t c, int64_t h, 
           a[s] = Dot8(q, k, hs) * scale;
           mx = std::max(mx, a[s]);
         }
-        T sum = 0;
-        for (int64_t s = 0; s <= ti; ++s) {
-          a[s] = std::exp(a[s] - mx);
-          sum += a[s];
-        }
-        const T inv = static_cast<T>(1) / sum;
-        for (int64_t s = 0; s <= ti; ++s) a[s] *= inv;
-        for (int64_t s = ti + 1; s < t; ++s) a[s] = 0;
+        CausalSoftmaxRow(a, ti, t, mx);
         T* o = out + (bi * t + ti) * c + hi * hs;
         for (int64_t d = 0; d < hs; ++d) o[d] = 0;
         for (int64_t s = 0; s <= ti; ++s) {

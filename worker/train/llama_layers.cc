@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/parallel.h"
+#include "worker/train/attention_row_inl.h"
 
 namespace fp8::train {
 
@@ -136,22 +137,6 @@ void RopeBackward(const RopeTables& rope, int64_t n, int64_t heads, T* dx) {
   ParallelFor(n, 16, [&](int64_t r0, int64_t r1) { Rotate(rope, r0, r1, heads, -1.0, dx); });
 }
 
-namespace {
-
-// Dot product with 8 independent partial sums, as layers.cc's (vectorizable, fixed order).
-template <typename T>
-inline T Dot8(const T* a, const T* b, int64_t n) {
-  T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-}  // namespace
-
 template <typename T>
 void GqaAttentionForward(const T* q, const T* k, const T* v, int64_t b, int64_t t, int64_t h, int64_t kv,
                          int64_t d, T* out, T* att) {
@@ -168,14 +153,7 @@ void GqaAttentionForward(const T* q, const T* k, const T* v, int64_t b, int64_t 
           a[s] = Dot8(qr, k + (bi * t + s) * ks + ki * d, d) * scale;
           mx = std::max(mx, a[s]);
         }
-        T sum = 0;
-        for (int64_t s = 0; s <= ti; ++s) {
-          a[s] = std::exp(a[s] - mx);
-          sum += a[s];
-        }
-        const T inv = static_cast<T>(1) / sum;
-        for (int64_t s = 0; s <= ti; ++s) a[s] *= inv;
-        for (int64_t s = ti + 1; s < t; ++s) a[s] = 0;
+        CausalSoftmaxRow(a, ti, t, mx);
         T* o = out + (bi * t + ti) * qs + hi * d;
         for (int64_t j = 0; j < d; ++j) o[j] = 0;
         for (int64_t s = 0; s <= ti; ++s) {
