@@ -139,12 +139,6 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
                            ? "gpt2 has none of the Llama family's fields (set: " + set + ")"
                            : "";
               }),
-      {"model.architecture.backend", "model.architecture",
-       [](const T& s) {
-         return s.init_from().empty() && s.model().architecture() == "llama" && s.backend() == "cuda"
-                    ? "llama runs on backend cpu (or auto) only for now; backend cuda trains gpt2"
-                    : "";
-       }},
       OnModel("model.n_layer", [](const M& m) { return Ints(m.n_layer(), 1, 1024); }),
       OnModel("model.n_head", [](const M& m) { return Ints(m.n_head(), 1, 1024); }),
       OnModel("model.d_model", [](const M& m) { return Ints(m.d_model(), 1, 65536); }),

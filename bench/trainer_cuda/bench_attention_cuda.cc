@@ -6,6 +6,9 @@
 // backward runs give the same bits, and, given --torch FILE (scripts/gpu/attention_torch.py's output), prints
 // PyTorch SDPA's times beside ours. Each row's backward reads its own y and lse. Then the
 // backward's two kernels timed alone: dK/dV (mma.sync, wgmma) and dQ (the default one).
+// Then grouped-query attention at the Llama shapes (kv_heads < heads; q, y [B, T, H·hd] rows and
+// k, v [B, T, KV·hd], as the Llama model lays them out): the mma.sync kernels and the default,
+// their gradients against each other, beside SDPA with enable_gqa.
 //
 // Times: CUDA events around --reps launches after --warmup, mean per launch. The backward time
 // includes its rowsum(dy∘y) pass. TFLOP/s counts causal FLOPs: forward 2·2·B·H·T²·hd / 2 (two
@@ -14,6 +17,7 @@
 //   bench_attention_cuda [--reps 20] [--warmup 3] [--torch FILE] [--default-only]
 // --default-only: the default kernels only.
 // FILE: one line per shape, "hd64 FWD_MS FWD_BWD_MS" (torch's forward and forward+backward).
+// --gqa-only: only the grouped-query shapes.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -28,6 +32,8 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "worker/train/cuda/device_buffer.h"
@@ -111,6 +117,88 @@ const Variant kVariants[] = {
 constexpr int kMmaRow = 0, kWgmmaFwdRow = 1, kMmaDqRow = 2, kMmaDkDvRow = 3, kDefaultRow = 4;
 static_assert(std::size(kVariants) == kDefaultRow + 1, "the default row is the last");
 
+struct GqaShape {
+  std::string key, what;
+  int64_t batch, heads, kv_heads, seq, head_dim;
+};
+const GqaShape kGqaShapes[] = {
+    {"gqa1b", "Llama-3.2-1B: B4 H32 KV8 T2048 hd64", 4, 32, 8, 2048, 64},
+    {"gqa3b", "Llama-3.2-3B: B4 H24 KV8 T2048 hd128", 4, 24, 8, 2048, 128},
+};
+
+// One row per grouped-query shape: forward and backward times, TFLOP/s, torch SDPA's beside, and
+// whether two backward runs gave the same bits. false: a launch or an allocation failed.
+bool RunGqa(cudaStream_t s, int warmup, int reps, const std::map<std::string, std::pair<double, double>>& torch_ms) {
+  for (const GqaShape& sh : kGqaShapes) {
+    const int64_t b = sh.batch, h = sh.heads, kv = sh.kv_heads, t = sh.seq, hd = sh.head_dim;
+    const int64_t nq = b * t * h * hd, nkv = b * t * kv * hd;
+    const AttentionDims dims{b, h, t, hd, kv};
+    const HeadLayout ql = RowMajorHeads(t, hd, h * hd), kvl = RowMajorHeads(t, hd, kv * hd);
+    DeviceBuffer<bf16> q, k, v, y, dy, dq, dk, dv, dq2, dk2, dv2;
+    DeviceBuffer<float> lse, scratch;
+    bool ok = lse.Allocate(static_cast<size_t>(b * h * t), "lse").ok() &&
+              scratch.Allocate(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)), "scratch").ok();
+    for (DeviceBuffer<bf16>* x : {&q, &y, &dy, &dq, &dq2}) ok = ok && x->Allocate(static_cast<size_t>(nq), "q-sized").ok();
+    for (DeviceBuffer<bf16>* x : {&k, &v, &dk, &dv, &dk2, &dv2}) ok = ok && x->Allocate(static_cast<size_t>(nkv), "kv-sized").ok();
+    if (!ok) {
+      std::fprintf(stderr, "%s: allocation failed\n", sh.what.c_str());
+      return false;
+    }
+    uint64_t seed = 11;
+    for (auto [buf, count] : {std::pair{&q, nq}, std::pair{&k, nkv}, std::pair{&v, nkv}, std::pair{&dy, nq}}) {
+      const std::vector<bf16> host = RandomBf16(static_cast<size_t>(count), seed++, buf == &dy ? 1.0f : 1.5f * std::sqrt(3.0f));
+      cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+    }
+    AttentionKernelChoice choice;
+    auto fwd = [&] {
+      return FlashAttentionForward(dims, q.get(), ql, k.get(), v.get(), kvl, y.get(), ql, lse.get(), s, choice);
+    };
+    auto bwd = [&](bf16* gq, bf16* gk, bf16* gv) {
+      return FlashAttentionBackward(dims, q.get(), ql, k.get(), v.get(), kvl, y.get(), dy.get(), ql, lse.get(), scratch.get(),
+                                    gq, gk, gv, s, choice);
+    };
+    const double fwd_flop = 2.0 * 2.0 * b * h * double(t) * t * hd / 2.0, bwd_flop = 2.5 * fwd_flop;
+    std::vector<float> grads[2];  // dq, dk, dv of the mma.sync row, then of the default row
+    for (int row = 0; row < 2; ++row) {  // the mma.sync kernels, then the default
+      choice = row == 0 ? kVariants[kMmaRow].choice : AttentionKernelChoice{};
+      const double fwd_ms = TimeMs(s, warmup, reps, fwd);
+      const double bwd_ms = TimeMs(s, warmup, reps, [&] { return bwd(dq.get(), dk.get(), dv.get()); });
+      if (fwd_ms < 0 || bwd_ms < 0) return false;
+      (void)bwd(dq2.get(), dk2.get(), dv2.get());
+      cudaStreamSynchronize(s);
+      bool repeatable = true;
+      for (auto [a, z, count] : {std::tuple{&dq, &dq2, nq}, std::tuple{&dk, &dk2, nkv}, std::tuple{&dv, &dv2, nkv}}) {
+        const std::vector<float> ga = HostF32(a->get(), static_cast<size_t>(count));
+        repeatable = repeatable && std::memcmp(ga.data(), HostF32(z->get(), static_cast<size_t>(count)).data(),
+                                               ga.size() * sizeof(float)) == 0;
+        grads[row].insert(grads[row].end(), ga.begin(), ga.end());
+      }
+      const auto tq = torch_ms.find(sh.key);
+      char vs_f[32] = "-", vs_fb[32] = "-";
+      if (tq != torch_ms.end()) {
+        std::snprintf(vs_f, sizeof(vs_f), "%.2fx", tq->second.first / fwd_ms);
+        std::snprintf(vs_fb, sizeof(vs_fb), "%.2fx", tq->second.second / (fwd_ms + bwd_ms));
+      }
+      const bool wgmma = FlashAttentionForwardUsesWgmma(dims, ql, q.get(), k.get(), v.get(), choice);
+      const bool wgmma_dkdv = FlashAttentionBackwardUsesWgmmaDkDv(dims, ql, ql, q.get(), k.get(), v.get(), dy.get(), choice);
+      std::printf("| %s | %s: %s fwd, %s dQ and dK/dV (a dK/dV CTA walks its group)%s | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %s | %s |\n",
+                  sh.what.c_str(), row == 0 ? "mma.sync" : "default", wgmma ? "wgmma" : "mma.sync",
+                  wgmma_dkdv ? "wgmma" : "mma.sync", repeatable ? "" : " BACKWARD NOT REPEATABLE", fwd_ms,
+                  fwd_flop / fwd_ms / 1e9, bwd_ms, bwd_flop / bwd_ms / 1e9, fwd_ms + bwd_ms,
+                  (fwd_flop + bwd_flop) / (fwd_ms + bwd_ms) / 1e9, vs_f, vs_fb);
+    }
+    const auto tq = torch_ms.find(sh.key);
+    if (tq != torch_ms.end()) {
+      const double tf = tq->second.first, tfb = tq->second.second, tb = tfb - tf;
+      std::printf("| %s | torch SDPA (is_causal, enable_gqa, bf16) | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | 1.00x | 1.00x |\n",
+                  sh.what.c_str(), tf, fwd_flop / tf / 1e9, tb, bwd_flop / tb / 1e9, tfb, (fwd_flop + bwd_flop) / tfb / 1e9);
+    }
+    std::printf("| %s | default vs mma.sync: rel. L2 diff of dq, dk, dv (from their own y, lse) %.2e | | | | | | | | |\n",
+                sh.what.c_str(), RelDiff(grads[1], grads[0]));
+  }
+  return true;
+}
+
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
@@ -120,15 +208,16 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 int Run(int argc, char** argv) {
   int reps = 20, warmup = 3;
   std::string torch_file;
-  bool all_rows = true;
+  bool all_rows = true, gqa_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--warmup" && i + 1 < argc) warmup = std::atoi(argv[++i]);
     else if (a == "--torch" && i + 1 < argc) torch_file = argv[++i];
     else if (a == "--default-only") all_rows = false;
+    else if (a == "--gqa-only") gqa_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE] [--default-only]\n");
+      std::fprintf(stderr, "usage: bench_attention_cuda [--reps N] [--warmup N] [--torch FILE] [--default-only] [--gqa-only]\n");
       return 2;
     }
   }
@@ -150,6 +239,7 @@ int Run(int argc, char** argv) {
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::vector<std::string> notes;
   for (const Shape& sh : kShapes) {
+    if (gqa_only) break;
     const int64_t b = sh.batch, h = sh.heads, t = sh.seq, hd = sh.head_dim, c = h * hd, n = b * t * c;
     const AttentionDims dims{b, h, t, hd};
     const HeadLayout ql = RowMajorHeads(t, hd, 3 * c), yl = RowMajorHeads(t, hd, c);
@@ -243,6 +333,7 @@ int Run(int argc, char** argv) {
                   std::all_of(std::begin(res), std::end(res), [](const Result& x) { return x.repeatable; }) ? "every row" : "NOT ALL");
     notes.push_back(note);
   }
+  if (!RunGqa(s, warmup, reps, torch_ms)) return 1;
   std::printf("\nvs torch: torch time / our time (above 1 = we are faster). bwd = fwd+bwd − fwd for torch.\n");
   for (const std::string& n : notes) std::printf("%s\n", n.c_str());
   return 0;

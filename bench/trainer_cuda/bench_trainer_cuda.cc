@@ -1,7 +1,8 @@
-// Training throughput of the CUDA trainer: for each shape and recipe, a GPT trained for a few
+// Training throughput of the CUDA trainer: for each shape and recipe, a model (GPT-2 shapes, or
+// a Llama-family preset: llama-1b, llama-3b, qwen3-0.6b at B=4, T=2048) trained for a few
 // warm-up steps then `--steps` timed steps (forward, backward, grad norm, clipping, AdamW — the
 // whole step the loop runs), reporting tokens/s, MFU (6·N + 12·L·C·T FLOPs per token over
-// 989 TFLOP/s dense BF16) and device memory in use (cudaMemGetInfo: the CUDA context, cuBLAS
+// 989 TFLOP/s dense BF16, TrainFlopsPerToken, as the trainer's progress reports it) and device memory in use (cudaMemGetInfo: the CUDA context, cuBLAS
 // workspaces and every buffer, which this trainer allocates up front, so it is the peak).
 // Batches come from token shards (--data GLOB, byte tokens) or are random; the loss is printed
 // so a run shows that the model trains.
@@ -20,11 +21,11 @@
 // --init-seed N (default 1) seeds the weight initialisation only (the batches stay the same):
 // two bf16 runs with different seeds give the loss comparison's noise floor.
 //
-//   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
+//   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8,llama-1b] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
 //                      [--loss-window N] [--breakdown] [--batch N] [--cosine]
 //                      [--val 'DIR/val_*.bin' --eval-every N --eval-batches M]
-// --breakdown: after each shape's bf16 row, the step's operations timed one by one (step_breakdown.h).
+// --breakdown: after each GPT shape's bf16 row, the step's operations timed one by one (step_breakdown.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -41,7 +42,9 @@
 
 #include "bench/trainer_cuda/step_breakdown.h"
 #include "worker/data/shards.h"
-#include "worker/train/cuda/cuda_model.h"
+#include "worker/train/causal_lm.h"
+#include "worker/train/cuda/cuda_causal_lm.h"
+#include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/cuda_trainer.h"
 #include "worker/train/cuda/train_kernels.h"
 
@@ -53,14 +56,37 @@ using namespace fp8::train::cuda;
 struct Shape {
   std::string name;
   int n_layer, n_head, d_model, seq_len, vocab, batch;
+  // A Llama-family preset: the model is the preset's (the job spec's defaults); of the fields
+  // above only seq_len and vocab (the preset's, for the batches) and batch are read.
+  std::string preset;
 };
 
 const Shape kShapes[] = {
-    {"gpt2-124m", 12, 12, 768, 1024, 50304, 32},
-    {"d4096-l8", 8, 32, 4096, 2048, 50304, 4},
-    {"gpt-1b", 24, 16, 2048, 2048, 50304, 4},
-    {"bytes-l12", 12, 12, 768, 1024, 256, 8},  // GPT-2 124M's blocks on byte tokens (85M params)
+    {"gpt2-124m", 12, 12, 768, 1024, 50304, 32, ""},
+    {"d4096-l8", 8, 32, 4096, 2048, 50304, 4, ""},
+    {"gpt-1b", 24, 16, 2048, 2048, 50304, 4, ""},
+    {"bytes-l12", 12, 12, 768, 1024, 256, 8, ""},  // GPT-2 124M's blocks on byte tokens (85M params)
+    {"llama-1b", 0, 0, 0, 2048, 128256, 4, "llama-1b"},  // Llama-3.2-1B: GQA 32/8, hd 64, tied
+    {"llama-3b", 0, 0, 0, 2048, 128256, 4, "llama-3b"},  // Llama-3.2-3B: GQA 24/8, hd 128, tied
+    {"qwen3-0.6b", 0, 0, 0, 2048, 151936, 4, "qwen3-0.6b"},
 };
+
+// The model of a shape: GPT-2's from its fields, a preset's through the job spec's defaults (the
+// same numbers `fp8-worker train` would run).
+fp8::StatusOr<ModelConfig> ShapeConfig(const Shape& sh) {
+  if (sh.preset.empty()) {
+    ModelConfig cfg;
+    cfg.n_layer = sh.n_layer;
+    cfg.n_head = sh.n_head;
+    cfg.d_model = sh.d_model;
+    cfg.seq_len = sh.seq_len;
+    cfg.vocab_size = sh.vocab;
+    return cfg;
+  }
+  const nlohmann::json spec = {{"model", {{"preset", sh.preset}}}, {"data", {{"train", "/bench/train_*.bin"}}}, {"output_dir", "/tmp/bench"}};
+  FP8_ASSIGN_OR_RETURN(TrainSpec parsed, ParseTrainSpec(spec));
+  return parsed.model;
+}
 
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
@@ -106,18 +132,18 @@ float CosineLr(float lr, int step, int total) {
 
 std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int steps, int loss_window,
                               const fp8::data::TokenDataset* ds, const LossOptions& lo) {
-  ModelConfig cfg;
-  cfg.n_layer = sh.n_layer;
-  cfg.n_head = sh.n_head;
-  cfg.d_model = sh.d_model;
-  cfg.seq_len = sh.seq_len;
-  cfg.vocab_size = sh.vocab;
+  auto resolved = ShapeConfig(sh);
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "shape %s: %s\n", sh.name.c_str(), resolved.status().message().c_str());
+    return std::nullopt;
+  }
+  const ModelConfig cfg = *resolved;
   PrecisionConfig pc = lo.precision;
   pc.recipe = recipe;
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return std::nullopt;
-  const auto layout = GptParamLayout(cfg);
-  auto created = CudaGptModel::Create(cfg, pc, layout, sh.batch, s);
+  const auto layout = CausalLmParamLayout(cfg);
+  auto created = MakeCudaCausalLm(cfg, pc, layout, sh.batch, s);
   if (!created.ok()) {
     std::fprintf(stderr, "create: %s\n", created.status().message().c_str());
     return std::nullopt;
@@ -125,12 +151,12 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   auto model = std::move(created).value();
   const int64_t np = model->num_params();
   // GPT-2 initialisation on the device (LayerNorm weights 1, biases 0, N(0, 0.02), residual
-  // projections N(0, 0.02/√(2L))).
+  // projections N(0, 0.02/√(2L))); the Llama family's (RMSNorm weights 1, biases 0, N(0, 0.02)).
   // Tensor i is seeded 1 + i (the default, as before) or init_seed·1000 + i: no shared streams.
   uint64_t seed = lo.init_seed == 1 ? 1 : lo.init_seed * 1000;
   for (const ParamTensor& t : layout) {
     float* p = model->mutable_params() + t.offset;
-    const bool ln_w = t.name.find("ln_") != std::string::npos && t.name.ends_with(".weight");
+    const bool ln_w = (t.name.find("ln_") != std::string::npos && t.name.ends_with(".weight")) || t.name.ends_with("norm.weight");
     if (ln_w) CHECK_OK(Fill(p, t.numel, 1.0f, s));
     else if (t.shape.size() == 1) CHECK_OK(Fill(p, t.numel, 0.0f, s));
     else CHECK_OK(InitNormal(p, t.numel, seed++, t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * cfg.n_layer) : 0.02f, s));
@@ -315,7 +341,7 @@ int main(int argc, char** argv) {
                   r->tokens_per_s, 100 * r->mfu, r->ms_per_step, r->mem_gib, r->loss_first,
                   loss_window > 0 ? r->loss_tail_mean : r->loss_last);
       std::fflush(stdout);
-      if (breakdown && recipe == Recipe::kBf16) {
+      if (breakdown && recipe == Recipe::kBf16 && sh->preset.empty()) {
         ModelConfig cfg;
         cfg.n_layer = sh->n_layer, cfg.n_head = sh->n_head, cfg.d_model = sh->d_model;
         cfg.seq_len = sh->seq_len, cfg.vocab_size = sh->vocab;

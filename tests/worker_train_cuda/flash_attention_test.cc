@@ -5,7 +5,8 @@
 // the wgmma forward's lse) and both dQ and both dK/dV kernels of the two-kernel backward; the two
 // forwards, and the two dK/dV kernels, against each other on larger random inputs; and the
 // backward's bitwise repeatability (its dq adds are ordered across blocks), which the trainer's
-// resume test relies on. Skips without a GPU.
+// resume test relies on. Grouped-query attention (kv_heads < heads, q and k/v in separate
+// layouts) against the CPU GqaAttentionForward/Backward. Skips without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,12 +15,14 @@
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tests/worker_train_cuda/cuda_test_util.h"
 #include "worker/train/cuda/sm90_flash_attention.h"
+#include "worker/train/llama_layers.h"
 
 namespace fp8::train::cuda {
 namespace {
@@ -366,6 +369,78 @@ TEST(FlashAttentionArgs, RejectsUnsupportedHeadDimAndMisalignedStrides) {
   const Status a = FlashAttentionForward(dims, nullptr, nullptr, nullptr, odd, nullptr, HeadMajor(1, 16, 64), nullptr, nullptr);
   EXPECT_FALSE(a.ok());
   EXPECT_NE(a.message().find("stride"), std::string::npos) << a.message();
+}
+
+// Grouped-query attention in the Llama layouts: q, y, dy [B·T, H·hd] rows, k, v [B·T, KV·hd],
+// against the CPU reference (llama_layers.h) in float64, with the default kernels (the wgmma ones
+// at head dims 64 and 128) and the mma.sync ones; the backward twice, bitwise.
+struct GqaCase {
+  int64_t heads, kv_heads, head_dim, seq;
+};
+
+class FlashAttentionGqa : public ::testing::TestWithParam<GqaCase> {};
+
+TEST_P(FlashAttentionGqa, MatchesCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const GqaCase c = GetParam();
+  const int64_t b = 2, h = c.heads, kv = c.kv_heads, hd = c.head_dim, t = c.seq;
+  const size_t nq = static_cast<size_t>(b * t * h * hd), nkv = static_cast<size_t>(b * t * kv * hd);
+  const std::vector<float> qf = RoundBf16(Random(nq, 51, 1.5f)), kf = RoundBf16(Random(nkv, 52, 1.5f));
+  const std::vector<float> vf = RoundBf16(Random(nkv, 53)), dyf = RoundBf16(Random(nq, 54));
+  const AttentionDims dims{b, h, t, hd, kv};
+  const HeadLayout ql = RowMajorHeads(t, hd, h * hd), kvl = RowMajorHeads(t, hd, kv * hd);
+  Dev<bf16> q(ToBf16(qf)), k(ToBf16(kf)), v(ToBf16(vf)), dy(ToBf16(dyf));
+  Dev<float> scratch(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)));
+
+  auto to_d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  std::vector<double> ref_y(nq), att(static_cast<size_t>(b * h * t * t)), ref_dq(nq), ref_dk(nkv), ref_dv(nkv);
+  const std::vector<double> qd = to_d(qf), kd = to_d(kf), vd = to_d(vf);
+  GqaAttentionForward<double>(qd.data(), kd.data(), vd.data(), b, t, h, kv, hd, ref_y.data(), att.data());
+  GqaAttentionBackward<double>(to_d(dyf).data(), qd.data(), kd.data(), vd.data(), att.data(), b, t, h, kv, hd,
+                               ref_dq.data(), ref_dk.data(), ref_dv.data());
+
+  for (const AttentionKernelChoice& choice : {AttentionKernelChoice{}, kMmaSync}) {
+    const bool wgmma = choice.wgmma_forward;
+    Dev<bf16> y(nq), dq(nq), dk(nkv), dv(nkv), dq2(nq), dk2(nkv), dv2(nkv);
+    Dev<float> lse(static_cast<size_t>(b * h * t));
+    ASSERT_OK(FlashAttentionForward(dims, q.get(), ql, k.get(), v.get(), kvl, y.get(), ql, lse.get(), nullptr, choice));
+    ASSERT_OK(FlashAttentionBackward(dims, q.get(), ql, k.get(), v.get(), kvl, y.get(), dy.get(), ql, lse.get(),
+                                     scratch.get(), dq.get(), dk.get(), dv.get(), nullptr, choice));
+    ASSERT_OK(FlashAttentionBackward(dims, q.get(), ql, k.get(), v.get(), kvl, y.get(), dy.get(), ql, lse.get(),
+                                     scratch.get(), dq2.get(), dk2.get(), dv2.get(), nullptr, choice));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(RelErrD(ToF32(y.Host()), ref_y), 1e-2) << (wgmma ? "default" : "mma.sync") << " forward";
+    EXPECT_LT(RelErrD(ToF32(dq.Host()), ref_dq), 2e-2) << (wgmma ? "default" : "mma.sync") << " dq";
+    EXPECT_LT(RelErrD(ToF32(dk.Host()), ref_dk), 2e-2) << (wgmma ? "default" : "mma.sync") << " dk";
+    EXPECT_LT(RelErrD(ToF32(dv.Host()), ref_dv), 2e-2) << (wgmma ? "default" : "mma.sync") << " dv";
+    for (auto [a, z] : {std::pair{&dq, &dq2}, std::pair{&dk, &dk2}, std::pair{&dv, &dv2}}) {
+      const std::vector<bf16> x1 = a->Host(), x2 = z->Host();
+      EXPECT_EQ(std::memcmp(x1.data(), x2.data(), x1.size() * sizeof(bf16)), 0) << "backward not bitwise repeatable";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, FlashAttentionGqa,
+    ::testing::Values(GqaCase{4, 1, 64, 130}, GqaCase{8, 2, 64, 130}, GqaCase{4, 4, 64, 130}, GqaCase{4, 1, 128, 130},
+                      GqaCase{8, 2, 128, 200}, GqaCase{4, 4, 128, 130}, GqaCase{4, 1, 32, 100}, GqaCase{8, 2, 32, 100},
+                      GqaCase{4, 4, 32, 100}, GqaCase{8, 2, 64, 300}),
+    [](const ::testing::TestParamInfo<GqaCase>& i) {
+      return "h" + std::to_string(i.param.heads) + "_kv" + std::to_string(i.param.kv_heads) + "_hd" +
+             std::to_string(i.param.head_dim) + "_t" + std::to_string(i.param.seq);
+    });
+
+TEST(FlashAttentionArgs, RejectsKvHeadsThatDoNotDivideHeads) {
+  alignas(16) static bf16 buf[8];
+  const AttentionDims dims{1, 6, 16, 64, 4};
+  const HeadLayout ql = RowMajorHeads(16, 64, 6 * 64), kvl = RowMajorHeads(16, 64, 4 * 64);
+  const Status s = FlashAttentionForward(dims, buf, ql, buf, buf, kvl, buf, ql, nullptr, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("kv_heads"), std::string::npos) << s.message();
+  // Grouped-query attention runs the wgmma kernels too (k/v tensor maps of their own head count).
+  const AttentionDims gqa{1, 8, 16, 64, 2};
+  EXPECT_TRUE(FlashAttentionForwardUsesWgmma(gqa, ql, buf, buf, buf));
+  EXPECT_TRUE(FlashAttentionBackwardUsesWgmmaDkDv(gqa, ql, ql, buf, buf, buf, buf));
 }
 
 }  // namespace

@@ -10,9 +10,7 @@
 
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
-#include "worker/train/checkpoint.h"
 #include "worker/train/collective.h"
-#include "worker/train/hf_model.h"
 #include "worker/train/spec.h"
 #include "worker/train/trainer.h"
 
@@ -43,18 +41,6 @@ int InvalidSpec(EventWriter& ev, const std::string& msg) {
   std::fprintf(stderr, "fp8-worker: invalid spec: %s\n", msg.c_str());
   ev.Emit(worker::ErrorEvent(worker::WorkerEvent::INVALID_SPEC, msg));
   return worker::kExitInvalidSpec;
-}
-
-// The architecture the run trains: the spec's, or that of the model it starts from (the
-// checkpoint a retry resumes, else init_from). Unreadable sources are the trainer's to report.
-Architecture ArchitectureToTrain(const TrainSpec& spec, const std::string& resume_from, std::string* origin) {
-  std::string source = spec.init_from;
-  if (!resume_from.empty() && FindCheckpoint(resume_from).ok()) source = resume_from;
-  if (source.empty()) return spec.model.architecture;
-  auto src = OpenModelSource(source);
-  if (!src.ok()) return spec.model.architecture;
-  *origin = " (the model of " + src->config_path + ")";
-  return src->config.architecture;
 }
 
 }  // namespace
@@ -100,14 +86,9 @@ int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
   opts.heartbeat_ms = heartbeat_ms;
   opts.tty_progress = ::isatty(STDERR_FILENO) != 0;
 
-  // The CUDA backend trains GPT-2 only: a Llama runs on the CPU under auto and is refused under
-  // cuda (the shared validator refuses the spec that says so; this catches init_from's).
-  std::string origin;
-  const bool cuda_trains_it = ArchitectureToTrain(*spec, resume_from, &origin) == Architecture::kGpt2;
-  if (spec->backend == Backend::kCuda && !cuda_trains_it)
-    return InvalidSpec(events, "model.architecture: llama" + origin +
-                                   " runs on backend cpu (or auto) only for now; backend cuda trains gpt2");
-  if (cuda_built && spec->backend != Backend::kCpu && cuda_trains_it) {
+  // Both families train on either backend (the CUDA one picks its model by architecture,
+  // cuda_causal_lm.h); auto takes the GPU when there is one.
+  if (cuda_built && spec->backend != Backend::kCpu) {
     if (cuda.available()) {
       return cuda.run(*spec, opts, {rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s)}, events).exit_code;
     }

@@ -24,6 +24,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
+#include "worker/train/cuda/cuda_causal_lm.h"
 #include "worker/train/cuda/cuda_linear.h"
 #include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/token_groups.h"
@@ -33,20 +34,7 @@
 
 namespace fp8::train::cuda {
 
-// The fused paths the model takes. Training always uses the defaults; a test turns one off to
-// check it against the plain formulation on the same weights and tokens.
-struct CudaModelOptions {
-  // bf16: bias, bias + GELU and GELU backward in the GEMMs' cuBLASLt epilogues (false: separate
-  // passes, as the FP8 recipes run them).
-  bool fused_epilogues = true;
-  // OptimizerStep writes the next forward's weight casts (false: plain AdamW, the forward casts).
-  bool fused_optimizer = true;
-  // The first Backward overwrites the linear weights' and wte's gradients (false: ZeroGrad
-  // clears everything and every Backward accumulates).
-  bool overwrite_grads = true;
-};
-
-class CudaGptModel {
+class CudaGptModel final : public CudaCausalLm {
  public:
   // `tensors`: the layout of GptModel (names, offsets); `max_batch` sizes the activations.
   static StatusOr<std::unique_ptr<CudaGptModel>> Create(const ModelConfig& cfg,
@@ -54,60 +42,52 @@ class CudaGptModel {
                                                         const std::vector<ParamTensor>& tensors,
                                                         int max_batch, cudaStream_t stream,
                                                         const CudaModelOptions& options = {});
-  ~CudaGptModel();
+  ~CudaGptModel() override;
 
   // Host ↔ device copies of the flat FP32 buffers (synchronous).
-  Status UploadParams(const float* host);
-  Status DownloadParams(float* host) const;
-  Status DownloadGrads(float* host) const;
+  Status UploadParams(const float* host) override;
+  Status DownloadParams(float* host) const override;
+  Status DownloadGrads(float* host) const override;
 
   // Mean cross-entropy of `batch` sequences (host token arrays). When `training`, also
   // writes d(loss_scale · loss)/dlogits for Backward and advances the FP8 scaling state.
   StatusOr<double> Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training,
-                           float loss_scale);
+                           float loss_scale) override;
   // Accumulates the gradients of the last training Forward into grads(), then (fp8-tensorwise)
   // feeds the step's amaxes into the scaling histories, reduced over the ranks first when an
   // amax reduction is set.
-  Status Backward();
+  Status Backward() override;
   // grads() = 0, as the next Backward sees it: the linear weights' and wte's gradients are not
   // cleared but overwritten by the first Backward's GEMMs (beta 0), saving a write and a read of
   // 4 bytes per weight (CudaModelOptions::overwrite_grads). Read grads() only after a Backward.
-  Status ZeroGrad();
+  Status ZeroGrad() override;
 
   // One AdamW step over every parameter (m, v: FP32 moments laid out like params(); decay per
   // ParamTensor::weight_decay). Under bf16, fp32 and fp8-blockwise the step also writes the next
   // forward's GEMM operands of the linear weights and the tied wte from the updated values
   // (CudaLinear::OptimizerStep), so the forward does not read the FP32 weights again
   // (CudaModelOptions::fused_optimizer).
-  Status OptimizerStep(const AdamWArgs& a, float* m, float* v);
+  Status OptimizerStep(const AdamWArgs& a, float* m, float* v) override;
 
   // The parameters, to write: the weight casts the model keeps are dropped (the next forward
   // casts again). Read-only users take DownloadParams.
-  float* mutable_params();
-  float* grads() { return grads_.get(); }
-  int64_t num_params() const { return num_params_; }
-  const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  cudaStream_t stream() const { return stream_; }
+  float* mutable_params() override;
+  float* grads() override { return grads_.get(); }
+  int64_t num_params() const override { return num_params_; }
+  const std::vector<ParamTensor>& tensors() const override { return tensors_; }
+  cudaStream_t stream() const override { return stream_; }
 
   // FP8 recipes: whether the training casts from now on are counted (the steps that report
   // progress); turning it on starts a new count. TakeFp8Stats waits for the stream and returns
   // the count (empty when none was collected; a failed copy surfaces at the next step), then
   // stops collecting.
-  Status CollectFp8Stats(bool on);
-  Fp8CastStats TakeFp8Stats();
+  Status CollectFp8Stats(bool on) override;
+  Fp8CastStats TakeFp8Stats() override;
 
-  nlohmann::json PrecisionState() const;
-  Status RestorePrecisionState(const nlohmann::json& state);
+  nlohmann::json PrecisionState() const override;
+  Status RestorePrecisionState(const nlohmann::json& state) override;
 
-  // fp8-tensorwise under data parallelism: an in-place max over the ranks of `n` device floats on
-  // the model's stream. Every rank then updates its histories with the same amaxes, so the
-  // ranks keep one scaling state (and rank 0's checkpoint holds everyone's).
-  using AmaxReduce = std::function<Status(float* amax, size_t n, cudaStream_t stream)>;
-  void SetAmaxReduce(AmaxReduce reduce) { amax_reduce_ = std::move(reduce); }
-
-  // The bf16 recipe's GEMM epilogues cuBLASLt refused (those run as separate passes); empty when
-  // every fusion ran. For the bench's report.
-  std::string EpilogueRefusals() const { return epilogue_gemm_->Refusals(); }
+  std::string EpilogueRefusals() const override { return epilogue_gemm_->Refusals(); }
 
  private:
   struct Block {
@@ -173,7 +153,6 @@ class CudaGptModel {
   DeviceBuffer<bf16> dy_c_, d_c_, d_4c_;
   DeviceBuffer<double> loss_sum_;
   DeviceBuffer<float> amax_slots_;  // fp8-tensorwise: 3 per linear layer (x, W, dy), one reduction
-  AmaxReduce amax_reduce_;
 };
 
 // Row-major BF16 GEMM through cuBLAS (cuBLASLt kernels underneath): C[M,N] = alpha·op(A)·op(B)

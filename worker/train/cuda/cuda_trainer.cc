@@ -5,22 +5,24 @@
 #include <vector>
 
 #include "kernels/cuda/sm90_cuda_check.h"
-#include "worker/train/cuda/cuda_model.h"
+#include "worker/train/causal_lm.h"
+#include "worker/train/cuda/cuda_causal_lm.h"
+#include "worker/train/cuda/device_buffer.h"
 #include "worker/train/cuda/nccl_comm.h"
 #include "worker/train/train_backend.h"
 
 namespace fp8::train::cuda {
 namespace {
 
-// TrainBackend on one GPU per rank: CudaGptModel, FP32 AdamW moments on the device, NCCL for the
-// gradient, amax and scalar reductions. Checkpoints go through the host GptModel/AdamW of the
-// same layout (SyncHost downloads into them), so a CUDA checkpoint resumes on the CPU backend
-// and vice versa.
+// TrainBackend on one GPU per rank: the family's CUDA model (MakeCudaCausalLm), FP32 AdamW
+// moments on the device, NCCL for the gradient, amax and scalar reductions. Checkpoints go
+// through the host model/AdamW of the same family and layout (SyncHost downloads into them), so
+// a CUDA checkpoint resumes on the CPU backend and vice versa.
 class CudaTrainBackend final : public TrainBackend {
  public:
   CudaTrainBackend(const TrainSpec& spec, const Distributed& dist)
-      : spec_(spec), dist_(dist), host_(spec.model, spec.precision),
-        host_adam_(spec.training, spec.precision.bf16_moments, host_.tensors(), host_.num_params()) {}
+      : spec_(spec), dist_(dist), host_(MakeCausalLm(spec.model, spec.precision)),
+        host_adam_(spec.training, spec.precision.bf16_moments, host_->tensors(), host_->num_params()) {}
   ~CudaTrainBackend() override {
     model_.reset();
     if (stream_) cudaStreamDestroy(stream_);
@@ -28,7 +30,7 @@ class CudaTrainBackend final : public TrainBackend {
 
   int rank() const override { return dist_.rank; }
   int world_size() const override { return dist_.world_size; }
-  GptModel& host() override { return host_; }
+  CausalLm& host() override { return *host_; }
   AdamW& host_adam() override { return host_adam_; }
   Status Init() override;
   Status Start(bool resumed, const nlohmann::json& fp8_scaling) override;
@@ -61,11 +63,11 @@ class CudaTrainBackend final : public TrainBackend {
  private:
   const TrainSpec& spec_;
   const Distributed& dist_;
-  GptModel host_;
+  std::unique_ptr<CausalLm> host_;
   train::AdamW host_adam_;
   std::unique_ptr<NcclComm> comm_;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<CudaGptModel> model_;
+  std::unique_ptr<CudaCausalLm> model_;
   DeviceBuffer<float> m_, v_;
   DeviceBuffer<double> norm_partial_, norm_, host_sums_;
 };
@@ -77,11 +79,11 @@ Status CudaTrainBackend::Init() {
   FP8_RETURN_IF_CUDA_ERROR(cudaSetDevice(dist_.rank % count));
   FP8_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FP8_ASSIGN_OR_RETURN(comm_, NcclComm::Create(dist_.rank, dist_.world_size, dist_.rendezvous_dir, dist_.timeout));
-  FP8_ASSIGN_OR_RETURN(model_, CudaGptModel::Create(spec_.model, spec_.precision, host_.tensors(),
-                                                    spec_.training.per_device_train_batch_size, stream_));
+  FP8_ASSIGN_OR_RETURN(model_, MakeCudaCausalLm(spec_.model, spec_.precision, host_->tensors(),
+                                                spec_.training.per_device_train_batch_size, stream_));
   if (dist_.world_size > 1)
     model_->SetAmaxReduce([comm = comm_.get()](float* amax, size_t n, cudaStream_t s) { return comm->AllReduceMax(amax, n, s); });
-  const size_t n = static_cast<size_t>(host_.num_params());
+  const size_t n = static_cast<size_t>(host_->num_params());
   FP8_RETURN_IF_ERROR(m_.Allocate(n, "adam m"));
   FP8_RETURN_IF_ERROR(v_.Allocate(n, "adam v"));
   FP8_RETURN_IF_ERROR(norm_partial_.Allocate(1024, "norm partials"));
@@ -99,7 +101,7 @@ Status CudaTrainBackend::Start(bool resumed, const nlohmann::json& fp8_scaling) 
     FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(m_.get(), mm.data(), mm.size() * sizeof(float), cudaMemcpyHostToDevice));
     FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(v_.get(), vv.data(), vv.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
-  return model_->UploadParams(host_.params().data());
+  return model_->UploadParams(host_->params().data());
 }
 
 Status CudaTrainBackend::ReduceStep(double* loss, bool* stop) {
@@ -139,8 +141,8 @@ Status CudaTrainBackend::AllReduceSum(double* v, int n) {
 }
 
 Status CudaTrainBackend::SyncHost() {
-  FP8_RETURN_IF_ERROR(model_->DownloadParams(host_.params().data()));
-  const size_t n = static_cast<size_t>(host_.num_params());
+  FP8_RETURN_IF_ERROR(model_->DownloadParams(host_->params().data()));
+  const size_t n = static_cast<size_t>(host_->num_params());
   std::vector<float> mm(n), vv(n);
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(mm.data(), m_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(vv.data(), v_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));

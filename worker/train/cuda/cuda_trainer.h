@@ -1,5 +1,5 @@
 // `fp8-worker train` on the GPU: the training loop of worker/train/trainer.h over a CUDA
-// TrainBackend (CudaGptModel, FP32 AdamW on the device, NCCL data parallelism).
+// TrainBackend (CudaGptModel or CudaLlamaModel, FP32 AdamW on the device, NCCL data parallelism).
 #pragma once
 
 #include "worker/common/events.h"

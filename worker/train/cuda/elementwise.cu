@@ -40,6 +40,9 @@ __global__ void CastBf16ToF32Kernel(const bf16* x, int64_t n, float* y) {
 __global__ void AccumulateKernel(const float* x, int64_t n, float* y) {
   GRID_STRIDE(i, n) y[i] += x[i];
 }
+__global__ void AccumulateBf16Kernel(const bf16* x, int64_t n, bf16* y) {
+  GRID_STRIDE(i, n) y[i] = __float2bfloat16(__bfloat162float(y[i]) + __bfloat162float(x[i]));
+}
 __global__ void ScaleKernel(float* x, int64_t n, float f) {
   GRID_STRIDE(i, n) x[i] *= f;
 }
@@ -103,6 +106,11 @@ Status Accumulate(const float* x, int64_t n, float* y, cudaStream_t s) {
   else AccumulateKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
   LAUNCH_CHECK();
 }
+Status AccumulateBf16(const bf16* x, int64_t n, bf16* y, cudaStream_t s) {
+  AccumulateBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
+  LAUNCH_CHECK();
+}
+
 Status Scale(float* x, int64_t n, float factor, cudaStream_t s) {
   ScaleKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, factor);
   LAUNCH_CHECK();

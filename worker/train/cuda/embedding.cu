@@ -1,5 +1,5 @@
-// Token and position embeddings: the forward gather and the position gradient (the token
-// gradient is token_groups.cu).
+// Token and position embeddings: the forward gathers (GPT-2's with positions, the Llama
+// family's without) and the position gradient (the token gradient is token_groups.cu).
 // Launchers of train_kernels.h.
 #include "worker/train/cuda/train_kernels.h"
 
@@ -21,6 +21,13 @@ __global__ void EmbeddingForwardKernel(const int32_t* tok, const float* wte, con
   }
 }
 
+__global__ void TokenEmbeddingForwardKernel(const int32_t* tok, const float* wte, int64_t n, int64_t c, float* out) {
+  GRID_STRIDE(idx, n * c) {
+    const int64_t i = idx / c, j = idx % c;
+    out[idx] = wte[static_cast<int64_t>(tok[i]) * c + j];
+  }
+}
+
 __global__ void EmbeddingWpeBackwardKernel(const float* dout, int64_t n, int64_t t, int64_t c,
                                            float* dwpe) {
   GRID_STRIDE(idx, t * c) {
@@ -36,6 +43,12 @@ __global__ void EmbeddingWpeBackwardKernel(const float* dout, int64_t n, int64_t
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
                         int64_t t, int64_t c, float* out, cudaStream_t s) {
   EmbeddingForwardKernel<<<Blocks(n * c), kThreads, 0, s>>>(tokens, wte, wpe, n, t, c, out);
+  LAUNCH_CHECK();
+}
+
+Status TokenEmbeddingForward(const int32_t* tokens, const float* wte, int64_t n, int64_t c, float* out,
+                             cudaStream_t s) {
+  TokenEmbeddingForwardKernel<<<Blocks(n * c), kThreads, 0, s>>>(tokens, wte, n, c, out);
   LAUNCH_CHECK();
 }
 

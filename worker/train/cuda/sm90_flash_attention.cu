@@ -26,7 +26,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 struct Params {
   int64_t batch, heads, seq;
-  HeadLayout qkv, yl;
+  int64_t group;       // query heads per key/value head (heads / kv_heads)
+  HeadLayout qkv, yl;  // qkv: q and dq
+  HeadLayout kvl;      // k, v, dk, dv
   float scale_log2;  // log2(e)/√hd: scores go through exp2
   float scale;       // 1/√hd, for dq and dk
   const bf16 *q, *k, *v, *y, *dy;
@@ -176,13 +178,16 @@ __device__ __forceinline__ void AccToTile(const float (&acc)[D / 8][4], float f0
   }
 }
 
+// Offsets of query head bh = b·heads + h (q, y, lse) and of the key/value head it reads.
 struct HeadPtrs {
-  int64_t bh, qkv_off, y_off;
+  int64_t bh, q_off, kv_off, y_off;
 };
-__device__ __forceinline__ HeadPtrs Head(const Params& p) {
-  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  return {bh, b * p.qkv.batch_stride + h * p.qkv.head_stride, b * p.yl.batch_stride + h * p.yl.head_stride};
+__device__ __forceinline__ HeadPtrs QueryHead(const Params& p, int64_t bh) {
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  return {bh, b * p.qkv.batch_stride + h * p.qkv.head_stride,
+          b * p.kvl.batch_stride + (h / p.group) * p.kvl.head_stride, b * p.yl.batch_stride + h * p.yl.head_stride};
 }
+__device__ __forceinline__ HeadPtrs Head(const Params& p) { return QueryHead(p, blockIdx.y); }
 
 // delta[bh, t] = Σ_d dy·y (the softmax backward's row term), one warp per row.
 template <int D>
@@ -204,8 +209,10 @@ __global__ void __launch_bounds__(kThreads) FlashDeltaKernel(Params p) {
   if (lane == 0) p.delta[row] = acc;
 }
 
-// One block: 64 keys of one head (dk, dv); query tiles of BQ rows from the diagonal to the end.
-// Each warp computes Sᵀ = K·Qᵀ for its 16 keys, so Pᵀ and dSᵀ are ready-made A operands.
+// One block: 64 keys of one key/value head (dk, dv); for each query head of its group in turn,
+// query tiles of BQ rows from the diagonal to the end (one flattened, double-buffered loop, so
+// the group's dk/dv sum stays in registers: no atomics). Each warp computes Sᵀ = K·Qᵀ for its
+// 16 keys, so Pᵀ and dSᵀ are ready-made A operands.
 template <int D, int BQ>
 __global__ void __launch_bounds__(kThreads) FlashBackwardKvKernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -214,28 +221,33 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvKernel(Params p) {
   bf16* sQ = sV + kTile * D;    // 2 stages
   bf16* sDo = sQ + 2 * BQ * D;  // 2 stages
   const int k0 = blockIdx.x * kTile;  // block 0 has the most query tiles: launched first
-  const HeadPtrs hp = Head(p);
-  const int64_t rs = p.qkv.row_stride, yrs = p.yl.row_stride, T = p.seq;
-  const bf16* q = p.q + hp.qkv_off;
-  const bf16* dy = p.dy + hp.y_off;
-  const float* lse = p.lse + hp.bh * T;
-  const float* delta = p.delta + hp.bh * T;
+  const int64_t kvh = blockIdx.y, b = kvh / (p.heads / p.group), h0 = (kvh % (p.heads / p.group)) * p.group;
+  const int64_t kv_off = b * p.kvl.batch_stride + (h0 / p.group) * p.kvl.head_stride;
+  const int64_t rs = p.qkv.row_stride, yrs = p.yl.row_stride, krs = p.kvl.row_stride, T = p.seq;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 
-  const int i0 = k0 / BQ, n_qt = static_cast<int>((T + BQ - 1) / BQ);
-  LoadTile<D, kTile>(sK, p.k + hp.qkv_off, rs, k0, T);
-  LoadTile<D, kTile>(sV, p.v + hp.qkv_off, rs, k0, T);
-  LoadTile<D, BQ>(sQ, q, rs, i0 * BQ, T);
-  LoadTile<D, BQ>(sDo, dy, yrs, i0 * BQ, T);
+  const int i0 = k0 / BQ, n_qt = static_cast<int>((T + BQ - 1) / BQ), per_head = n_qt - i0;
+  const int n_it = per_head * static_cast<int>(p.group);
+  // Query head gi of the group: its q, dO, lse and delta rows.
+  auto q_of = [&](int gi) { return p.q + QueryHead(p, b * p.heads + h0 + gi).q_off; };
+  auto dy_of = [&](int gi) { return p.dy + QueryHead(p, b * p.heads + h0 + gi).y_off; };
+  LoadTile<D, kTile>(sK, p.k + kv_off, krs, k0, T);
+  LoadTile<D, kTile>(sV, p.v + kv_off, krs, k0, T);
+  LoadTile<D, BQ>(sQ, q_of(0), rs, i0 * BQ, T);
+  LoadTile<D, BQ>(sDo, dy_of(0), yrs, i0 * BQ, T);
   CpAsyncCommit();
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const int key0 = k0 + warp * 16 + g;  // this thread's keys: key0, key0 + 8
-  for (int i = i0; i < n_qt; ++i) {
-    const int st = (i - i0) & 1;
-    if (i + 1 < n_qt) {
-      LoadTile<D, BQ>(sQ + (st ^ 1) * BQ * D, q, rs, (i + 1) * BQ, T);
-      LoadTile<D, BQ>(sDo + (st ^ 1) * BQ * D, dy, yrs, (i + 1) * BQ, T);
+  for (int it = 0; it < n_it; ++it) {
+    const int st = it & 1, gi = it / per_head, i = i0 + it % per_head;
+    const int64_t bh = b * p.heads + h0 + gi;
+    const float* lse = p.lse + bh * T;
+    const float* delta = p.delta + bh * T;
+    if (it + 1 < n_it) {
+      const int gn = (it + 1) / per_head, in = i0 + (it + 1) % per_head;
+      LoadTile<D, BQ>(sQ + (st ^ 1) * BQ * D, q_of(gn), rs, in * BQ, T);
+      LoadTile<D, BQ>(sDo + (st ^ 1) * BQ * D, dy_of(gn), yrs, in * BQ, T);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -271,8 +283,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvKernel(Params p) {
   AccToTile<D>(dk, p.scale, p.scale, sK, warp * 16);
   AccToTile<D>(dv, 1.f, 1.f, sV, warp * 16);
   __syncthreads();
-  StoreTile<D, kTile>(sK, p.dk + hp.qkv_off, rs, k0, T);
-  StoreTile<D, kTile>(sV, p.dv + hp.qkv_off, rs, k0, T);
+  StoreTile<D, kTile>(sK, p.dk + kv_off, krs, k0, T);
+  StoreTile<D, kTile>(sV, p.dv + kv_off, krs, k0, T);
 }
 
 // One block: 64 queries of one head (dq); key tiles of BK rows from 0 to the diagonal.
@@ -286,15 +298,15 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(Params p) {
   const int qt = gridDim.x - 1 - blockIdx.x;
   const int q0 = qt * kTile;
   const HeadPtrs hp = Head(p);
-  const int64_t rs = p.qkv.row_stride, T = p.seq;
-  const bf16* k = p.k + hp.qkv_off;
-  const bf16* v = p.v + hp.qkv_off;
+  const int64_t rs = p.qkv.row_stride, krs = p.kvl.row_stride, T = p.seq;
+  const bf16* k = p.k + hp.kv_off;
+  const bf16* v = p.v + hp.kv_off;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 
-  LoadTile<D, kTile>(sQ, p.q + hp.qkv_off, rs, q0, T);
+  LoadTile<D, kTile>(sQ, p.q + hp.q_off, rs, q0, T);
   LoadTile<D, kTile>(sDo, p.dy + hp.y_off, p.yl.row_stride, q0, T);
-  LoadTile<D, BK>(sK, k, rs, 0, T);
-  LoadTile<D, BK>(sV, v, rs, 0, T);
+  LoadTile<D, BK>(sK, k, krs, 0, T);
+  LoadTile<D, BK>(sV, v, krs, 0, T);
   CpAsyncCommit();
 
   const int row0 = q0 + warp * 16 + g;
@@ -309,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(Params p) {
   const int n_kt = n_kt_seq < n_kt_causal ? n_kt_seq : n_kt_causal;
   float dq[D / 8][4] = {};
   for (int j = 0; j < n_kt; ++j) {
-    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, rs, j, n_kt, T);
+    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, krs, j, n_kt, T);
     const bf16* cK = sK + (j & 1) * BK * D;
     const bf16* cV = sV + (j & 1) * BK * D;
     float s[BK / 8][4] = {}, dp[BK / 8][4] = {};
@@ -330,7 +342,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(Params p) {
   }
   AccToTile<D>(dq, p.scale, p.scale, sQ, warp * 16);
   __syncthreads();
-  StoreTile<D, kTile>(sQ, p.dq + hp.qkv_off, rs, q0, T);
+  StoreTile<D, kTile>(sQ, p.dq + hp.q_off, rs, q0, T);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,16 +441,16 @@ __global__ void __launch_bounds__(kThreads) FlashForwardWideKernel(Params p) {
   const int qt = gridDim.x - 1 - blockIdx.x;  // longest causal rows first
   const int q0 = qt * kFwdRows;
   const HeadPtrs hp = Head(p);
-  const int64_t rs = p.qkv.row_stride, T = p.seq;
-  const bf16* q = p.q + hp.qkv_off;
-  const bf16* k = p.k + hp.qkv_off;
-  const bf16* v = p.v + hp.qkv_off;
+  const int64_t rs = p.qkv.row_stride, krs = p.kvl.row_stride, T = p.seq;
+  const bf16* q = p.q + hp.q_off;
+  const bf16* k = p.k + hp.kv_off;
+  const bf16* v = p.v + hp.kv_off;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int wrow = warp * 16 * MR;  // this warp's first row in the tile
 
   LoadTile<D, kFwdRows>(sQ, q, rs, q0, T);
-  LoadTile<D, BK>(sK, k, rs, 0, T);
-  LoadTile<D, BK>(sV, v, rs, 0, T);
+  LoadTile<D, BK>(sK, k, krs, 0, T);
+  LoadTile<D, BK>(sV, v, krs, 0, T);
   CpAsyncCommit();
 
   const float sl2 = p.scale_log2;
@@ -450,7 +462,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardWideKernel(Params p) {
   const int n_kt_seq = static_cast<int>((T + BK - 1) / BK), n_kt_causal = (q0 + kFwdRows - 1) / BK + 1;
   const int n_kt = n_kt_seq < n_kt_causal ? n_kt_seq : n_kt_causal;
   for (int j = 0; j < n_kt; ++j) {
-    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, rs, j, n_kt, T);
+    PrefetchNextKvAndWait<D, BK>(sK, sV, k, v, krs, j, n_kt, T);
     if constexpr (kQRegs) {
       if (j == 0) LoadAFrags<D, MR>(qf, sQ, wrow);
     }
@@ -542,20 +554,32 @@ Status Forward(const Params& p, int64_t batch, cudaStream_t s) {
 
 // The backward's two kernels, one owning a key tile (dk, dv), one a query tile (dq); each the
 // wgmma kernel where `choice` allows it and it handles the arguments, else the mma.sync one.
+// The wgmma kernels read q and k/v through tensor maps of their own layouts: both must suit TMA
+// (the Uses* checks below look at one layout).
+bool KvLayoutSuitsTma(const Params& p, int64_t head_dim) {
+  const AttentionDims dims{p.batch, p.heads, p.seq, head_dim, p.heads / p.group};
+  return internal::FlashAttentionForwardWgmmaHandles(dims, p.kvl, p.q, p.k, p.v);
+}
+AttentionDims DimsOf(const Params& p, int64_t head_dim) {
+  return {p.batch, p.heads, p.seq, head_dim, p.heads / p.group};
+}
+
 template <int D>
 Status BackwardDkDv(const Params& p, AttentionKernelChoice choice, cudaStream_t s) {
-  const AttentionDims dims{p.batch, p.heads, p.seq, D};
-  if (FlashAttentionBackwardUsesWgmmaDkDv(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy, choice))
-    return internal::FlashAttentionBackwardDkDvWgmma(dims, p.q, p.k, p.v, p.qkv, p.dy, p.yl, p.lse, p.delta, p.dk, p.dv, s);
+  const AttentionDims dims = DimsOf(p, D);
+  if (FlashAttentionBackwardUsesWgmmaDkDv(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy, choice) && KvLayoutSuitsTma(p, D))
+    return internal::FlashAttentionBackwardDkDvWgmma(dims, p.q, p.qkv, p.k, p.v, p.kvl, p.dy, p.yl, p.lse, p.delta, p.dk,
+                                                     p.dv, s);
   constexpr int kInner = kBwdInner<D>;
-  return Launch(FlashBackwardKvKernel<D, kInner>, dim3(Blocks(p.seq, kTile), static_cast<unsigned>(p.batch * p.heads)),
+  return Launch(FlashBackwardKvKernel<D, kInner>,
+                dim3(Blocks(p.seq, kTile), static_cast<unsigned>(p.batch * (p.heads / p.group))),
                 sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
 }
 template <int D>
 Status BackwardDq(const Params& p, AttentionKernelChoice choice, cudaStream_t s) {
-  const AttentionDims dims{p.batch, p.heads, p.seq, D};
-  if (FlashAttentionBackwardUsesWgmmaDq(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy, choice))
-    return internal::FlashAttentionBackwardDqWgmma(dims, p.q, p.k, p.v, p.qkv, p.dy, p.yl, p.lse, p.delta, p.dq, s);
+  const AttentionDims dims = DimsOf(p, D);
+  if (FlashAttentionBackwardUsesWgmmaDq(dims, p.qkv, p.yl, p.q, p.k, p.v, p.dy, choice) && KvLayoutSuitsTma(p, D))
+    return internal::FlashAttentionBackwardDqWgmma(dims, p.q, p.qkv, p.k, p.v, p.kvl, p.dy, p.yl, p.lse, p.delta, p.dq, s);
   constexpr int kInner = kBwdInner<D>;
   return Launch(FlashBackwardQKernel<D, kInner>, dim3(Blocks(p.seq, kTile), static_cast<unsigned>(p.batch * p.heads)),
                 sizeof(bf16) * (2 * kTile + 4 * kInner) * D, s, p);
@@ -570,14 +594,18 @@ Status Backward(const Params& p, int64_t batch, AttentionKernelChoice choice, cu
 
 bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
-Status Check(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, std::initializer_list<const void*> ptrs) {
+Status Check(const AttentionDims& d, HeadLayout qkv, HeadLayout kvl, HeadLayout yl,
+             std::initializer_list<const void*> ptrs) {
+  if (d.kv_heads < 0 || KvHeads(d) < 1 || d.heads % KvHeads(d) != 0)
+    return InvalidArgumentError("flash attention: kv_heads " + std::to_string(d.kv_heads) + " does not divide heads " +
+                                std::to_string(d.heads));
   if (!FlashAttentionSupportsHeadDim(d.head_dim))
     return InvalidArgumentError("flash attention: head_dim " + std::to_string(d.head_dim) + " (want 32, 64 or 128)");
   if (d.batch < 1 || d.heads < 1 || d.seq < 1)
     return InvalidArgumentError("flash attention: batch, heads and seq must be positive");
   if (d.batch * d.heads > 65535 || d.seq > (int64_t{1} << 30))
     return InvalidArgumentError("flash attention: batch·heads " + std::to_string(d.batch * d.heads) + " over 65535 or seq too long");
-  for (const HeadLayout& l : {qkv, yl})
+  for (const HeadLayout& l : {qkv, kvl, yl})
     if (l.batch_stride % 8 || l.head_stride % 8 || l.row_stride % 8 || l.row_stride < d.head_dim)
       return InvalidArgumentError("flash attention: strides must be multiples of 8 elements (16-byte rows) and row_stride ≥ head_dim");
   for (const void* ptr : ptrs)
@@ -585,12 +613,14 @@ Status Check(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, std::initial
   return OkStatus();
 }
 
-Params MakeParams(const AttentionDims& d, HeadLayout qkv, HeadLayout yl) {
+Params MakeParams(const AttentionDims& d, HeadLayout qkv, HeadLayout kvl, HeadLayout yl) {
   Params p{};
   p.batch = d.batch;
   p.heads = d.heads;
   p.seq = d.seq;
+  p.group = d.heads / KvHeads(d);
   p.qkv = qkv;
+  p.kvl = kvl;
   p.yl = yl;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   p.scale_log2 = p.scale * kLog2e;
@@ -638,8 +668,8 @@ Status FlashAttentionBackwardDkDvAlone(const AttentionDims& dims, const bf16* q,
                                        HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse,
                                        const float* delta, bf16* dk, bf16* dv, cudaStream_t s,
                                        AttentionKernelChoice choice) {
-  FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, dy, dk, dv}));
-  Params p = MakeParams(dims, qkv, yl);
+  FP8_RETURN_IF_ERROR(Check(dims, qkv, qkv, yl, {q, k, v, dy, dk, dv}));
+  Params p = MakeParams(dims, qkv, qkv, yl);
   p.q = q, p.k = k, p.v = v, p.dy = dy, p.lse = lse, p.delta = const_cast<float*>(delta), p.dk = dk, p.dv = dv;
   switch (dims.head_dim) {
     case 32: return BackwardDkDv<32>(p, choice, s);
@@ -651,8 +681,8 @@ Status FlashAttentionBackwardDkDvAlone(const AttentionDims& dims, const bf16* q,
 Status FlashAttentionBackwardDqAlone(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
                                      HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse, const float* delta,
                                      bf16* dq, cudaStream_t s, AttentionKernelChoice choice) {
-  FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, dy, dq}));
-  Params p = MakeParams(dims, qkv, yl);
+  FP8_RETURN_IF_ERROR(Check(dims, qkv, qkv, yl, {q, k, v, dy, dq}));
+  Params p = MakeParams(dims, qkv, qkv, yl);
   p.q = q, p.k = k, p.v = v, p.dy = dy, p.lse = lse, p.delta = const_cast<float*>(delta), p.dq = dq;
   switch (dims.head_dim) {
     case 32: return BackwardDq<32>(p, choice, s);
@@ -663,14 +693,14 @@ Status FlashAttentionBackwardDqAlone(const AttentionDims& dims, const bf16* q, c
 
 }  // namespace internal
 
-Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
-                             HeadLayout qkv, bf16* y, HeadLayout yl, float* lse, cudaStream_t s,
+Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, HeadLayout ql, const bf16* k, const bf16* v,
+                             HeadLayout kvl, bf16* y, HeadLayout yl, float* lse, cudaStream_t s,
                              AttentionKernelChoice choice) {
-  FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, y}));
-  if (FlashAttentionForwardUsesWgmma(dims, qkv, q, k, v, choice))
-    return internal::FlashAttentionForwardWgmma(dims, q, k, v, qkv, y, yl, lse, s);
-  Params p = MakeParams(dims, qkv, yl);
+  FP8_RETURN_IF_ERROR(Check(dims, ql, kvl, yl, {q, k, v, y}));
+  Params p = MakeParams(dims, ql, kvl, yl);
   p.q = q, p.k = k, p.v = v, p.out = y, p.lse_out = lse;
+  if (FlashAttentionForwardUsesWgmma(dims, ql, q, k, v, choice) && KvLayoutSuitsTma(p, dims.head_dim))
+    return internal::FlashAttentionForwardWgmma(dims, q, ql, k, v, kvl, y, yl, lse, s);
   switch (dims.head_dim) {
     case 32: return Forward<32>(p, dims.batch, s);
     case 64: return Forward<64>(p, dims.batch, s);
@@ -678,12 +708,18 @@ Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf1
   }
 }
 
-Status FlashAttentionBackward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
-                              HeadLayout qkv, const bf16* y, const bf16* dy, HeadLayout yl,
-                              const float* lse, float* scratch, bf16* dq, bf16* dk, bf16* dv,
-                              cudaStream_t s, AttentionKernelChoice choice) {
-  FP8_RETURN_IF_ERROR(Check(dims, qkv, yl, {q, k, v, y, dy, dq, dk, dv}));
-  Params p = MakeParams(dims, qkv, yl);
+Status FlashAttentionForward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
+                             HeadLayout qkv, bf16* y, HeadLayout yl, float* lse, cudaStream_t s,
+                             AttentionKernelChoice choice) {
+  return FlashAttentionForward(dims, q, qkv, k, v, qkv, y, yl, lse, s, choice);
+}
+
+Status FlashAttentionBackward(const AttentionDims& dims, const bf16* q, HeadLayout ql, const bf16* k, const bf16* v,
+                              HeadLayout kvl, const bf16* y, const bf16* dy, HeadLayout yl, const float* lse,
+                              float* scratch, bf16* dq, bf16* dk, bf16* dv, cudaStream_t s,
+                              AttentionKernelChoice choice) {
+  FP8_RETURN_IF_ERROR(Check(dims, ql, kvl, yl, {q, k, v, y, dy, dq, dk, dv}));
+  Params p = MakeParams(dims, ql, kvl, yl);
   p.q = q, p.k = k, p.v = v, p.y = y, p.dy = dy, p.lse = lse, p.delta = scratch;
   p.dq = dq, p.dk = dk, p.dv = dv;
   switch (dims.head_dim) {
@@ -691,6 +727,13 @@ Status FlashAttentionBackward(const AttentionDims& dims, const bf16* q, const bf
     case 64: return Backward<64>(p, dims.batch, choice, s);
     default: return Backward<128>(p, dims.batch, choice, s);
   }
+}
+
+Status FlashAttentionBackward(const AttentionDims& dims, const bf16* q, const bf16* k, const bf16* v,
+                              HeadLayout qkv, const bf16* y, const bf16* dy, HeadLayout yl,
+                              const float* lse, float* scratch, bf16* dq, bf16* dk, bf16* dv,
+                              cudaStream_t s, AttentionKernelChoice choice) {
+  return FlashAttentionBackward(dims, q, qkv, k, v, qkv, y, dy, yl, lse, scratch, dq, dk, dv, s, choice);
 }
 
 }  // namespace fp8::train::cuda

@@ -61,7 +61,9 @@ struct Cfg {
 
 struct Args {
   int32_t seq, heads;
-  bool rows_before_heads;  // tensor-map dimension order: (d, row, head, batch) or (d, head, row, batch)
+  int32_t group;           // query heads per key/value head: query head h reads k/v head h / group
+  bool rows_before_heads;  // tensor-map dimension order: (d, row, head, batch) or (d, head, row, batch), of q
+  bool kv_rows_before_heads;  // of k and v
   int64_t y_batch_stride, y_head_stride, y_row_stride;
   float scale_log2;
   bf16* y;
@@ -112,6 +114,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row) {
         TmaLoadHeadRows(dst, map, bar, col, row, head, batch, args.rows_before_heads);
       };
+      auto load_kv = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row) {
+        TmaLoadHeadRows(dst, map, bar, col, row, head / args.group, batch, args.kv_rows_before_heads);
+      };
       ptx::MbarArriveExpectTx(bar_q, C::kQBytes);
 #pragma unroll
       for (int cb = 0; cb < C::kColBlocks; ++cb) load(s_q + cb * kBlockM * 128, &tmap_q, bar_q, cb * kSwizzleCols, q0);
@@ -123,11 +128,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         ptx::MbarArriveExpectTx(k_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-          load(s_k + s * C::kKvBytes + cb * kBlockN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0);
+          load_kv(s_k + s * C::kKvBytes + cb * kBlockN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0);
         ptx::MbarArriveExpectTx(v_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-          load(s_v + s * C::kKvBytes + cb * kBlockN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0);
+          load_kv(s_v + s * C::kKvBytes + cb * kBlockN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0);
         if (++s == kStages) s = 0, phase ^= 1;
       }
     }
@@ -348,7 +353,9 @@ struct DqCfg {
 
 struct DqArgs {
   int32_t seq, heads;
-  bool rows_before_heads;  // of q/k/v's tensor maps (dO's never decides anything in the kernel)
+  int32_t group;              // query heads per key/value head
+  bool rows_before_heads;     // of q's tensor map (dO's never decides anything in the kernel)
+  bool kv_rows_before_heads;  // of k's and v's
   int64_t dq_batch_stride, dq_head_stride, dq_row_stride;
   float scale_log2, scale;
   const float *lse, *delta;
@@ -399,6 +406,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
         TmaLoadHeadRows(dst, map, bar, col, row, head, batch, rows_first);
       };
+      auto load_kv = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row) {
+        TmaLoadHeadRows(dst, map, bar, col, row, head / args.group, batch, args.kv_rows_before_heads);
+      };
       ptx::MbarArriveExpectTx(bar_q, 2 * C::kTileBytes);
 #pragma unroll
       for (int cb = 0; cb < C::kColBlocks; ++cb) {
@@ -413,11 +423,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         ptx::MbarArriveExpectTx(k_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-          load(s_k + s * C::kKvBytes + cb * BN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0, args.rows_before_heads);
+          load_kv(s_k + s * C::kKvBytes + cb * BN * 128, &tmap_k, k_full(s), cb * kSwizzleCols, key0);
         ptx::MbarArriveExpectTx(v_full(s), C::kKvBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-          load(s_v + s * C::kKvBytes + cb * BN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0, args.rows_before_heads);
+          load_kv(s_v + s * C::kKvBytes + cb * BN * 128, &tmap_v, v_full(s), cb * kSwizzleCols, key0);
         if (++s == kStages) s = 0, phase ^= 1;
       }
     }
@@ -522,15 +532,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int D, bool kOverlap>
-Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, bf16* y,
-              HeadLayout yl, float* lse, cudaStream_t stream) {
+Status Launch(const AttentionDims& d, const bf16* q, HeadLayout qkv, const bf16* k, const bf16* v, HeadLayout kvl,
+              bf16* y, HeadLayout yl, float* lse, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, d, qkv, kBlockN, "k"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, d, qkv, kBlockN, "v"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, KvDims(d), kvl, kBlockN, "k"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, KvDims(d), kvl, kBlockN, "v"));
   Args a{};
   a.seq = static_cast<int32_t>(d.seq);
   a.heads = static_cast<int32_t>(d.heads);
+  a.group = static_cast<int32_t>(d.heads / KvHeads(d));
   a.rows_before_heads = qkv.row_stride <= qkv.head_stride;
+  a.kv_rows_before_heads = kvl.row_stride <= kvl.head_stride;
   a.y_batch_stride = yl.batch_stride, a.y_head_stride = yl.head_stride, a.y_row_stride = yl.row_stride;
   a.scale_log2 = static_cast<float>(kLog2e / std::sqrt(static_cast<double>(d.head_dim)));
   a.y = y, a.lse = lse;
@@ -545,16 +557,18 @@ Status Launch(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* 
 }
 
 template <int D, int BN>
-Status LaunchDq(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
-                HeadLayout yl, const float* lse, const float* delta, bf16* dq, cudaStream_t stream) {
+Status LaunchDq(const AttentionDims& d, const bf16* q, HeadLayout qkv, const bf16* k, const bf16* v, HeadLayout kvl,
+                const bf16* dy, HeadLayout yl, const float* lse, const float* delta, bf16* dq, cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, kBlockM, "q"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tdo, HeadsTensorMap(dy, d, yl, kBlockM, "dy"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, d, qkv, BN, "k"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, d, qkv, BN, "v"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, KvDims(d), kvl, BN, "k"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, KvDims(d), kvl, BN, "v"));
   DqArgs a{};
   a.seq = static_cast<int32_t>(d.seq);
   a.heads = static_cast<int32_t>(d.heads);
+  a.group = static_cast<int32_t>(d.heads / KvHeads(d));
   a.rows_before_heads = qkv.row_stride <= qkv.head_stride;
+  a.kv_rows_before_heads = kvl.row_stride <= kvl.head_stride;
   a.dq_batch_stride = qkv.batch_stride, a.dq_head_stride = qkv.head_stride, a.dq_row_stride = qkv.row_stride;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
@@ -586,12 +600,12 @@ bool FlashAttentionForwardWgmmaHandles(const AttentionDims& d, HeadLayout qkv, c
   return true;
 }
 
-Status FlashAttentionForwardWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
-                                  bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
+Status FlashAttentionForwardWgmma(const AttentionDims& d, const bf16* q, HeadLayout qkv, const bf16* k, const bf16* v,
+                                  HeadLayout kvl, bf16* y, HeadLayout yl, float* lse, cudaStream_t s) {
   // Ping-pong at both head dims, plus the intra-warpgroup overlap at hd 64: measured on the H200
   // (docs/perf-history.md) 0.183 vs 0.199 ms at hd 64; at hd 128 the overlap cost 4%.
-  if (d.head_dim == 64) return Launch<64, true>(d, q, k, v, qkv, y, yl, lse, s);
-  return Launch<128, false>(d, q, k, v, qkv, y, yl, lse, s);
+  if (d.head_dim == 64) return Launch<64, true>(d, q, qkv, k, v, kvl, y, yl, lse, s);
+  return Launch<128, false>(d, q, qkv, k, v, kvl, y, yl, lse, s);
 }
 
 bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLayout yl, const void* q, const void* k,
@@ -602,13 +616,13 @@ bool FlashAttentionDqWgmmaHandles(const AttentionDims& d, HeadLayout qkv, HeadLa
   return true;
 }
 
-Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv,
-                                     const bf16* dy, HeadLayout yl, const float* lse, const float* delta, bf16* dq,
-                                     cudaStream_t s) {
+Status FlashAttentionBackwardDqWgmma(const AttentionDims& d, const bf16* q, HeadLayout qkv, const bf16* k,
+                                     const bf16* v, HeadLayout kvl, const bf16* dy, HeadLayout yl, const float* lse,
+                                     const float* delta, bf16* dq, cudaStream_t s) {
   // Key tile: 128 at hd 64; at hd 128, 64 (S, dP and dQ accumulators: 32 + 32 + 64 registers).
   // Ping-pong turns between the consumer warpgroups.
-  if (d.head_dim == 64) return LaunchDq<64, 128>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
-  return LaunchDq<128, 64>(d, q, k, v, qkv, dy, yl, lse, delta, dq, s);
+  if (d.head_dim == 64) return LaunchDq<64, 128>(d, q, qkv, k, v, kvl, dy, yl, lse, delta, dq, s);
+  return LaunchDq<128, 64>(d, q, qkv, k, v, kvl, dy, yl, lse, delta, dq, s);
 }
 
 }  // namespace internal

@@ -33,6 +33,14 @@ constexpr int kTileRows = 128;    // rows of the tile a CTA owns (queries, or ke
 StatusOr<CUtensorMap> HeadsTensorMap(const __nv_bfloat16* ptr, const AttentionDims& d, HeadLayout l, uint32_t box_rows,
                                      const char* what);
 
+// The dims of the key/value tensors: KvHeads(d) heads (their tensor maps' head dimension).
+inline AttentionDims KvDims(const AttentionDims& d) {
+  AttentionDims kv = d;
+  kv.heads = KvHeads(d);
+  kv.kv_heads = 0;
+  return kv;
+}
+
 // One box of a head's rows global → shared: coordinates (d, row, head, batch) in the order of the
 // tensor map's dimensions (HeadsTensorMap puts rows or heads first, whichever has the smaller
 // stride).

@@ -2,19 +2,21 @@
 // style (sm90_flash_attention.h has the contract; FlashAttentionBackward dispatches here). Same
 // machinery as the forward and dQ kernels of sm90_flash_attention_wgmma.cu.
 //
-// CTA = 3 warpgroups, 128 keys of one head. Warpgroup 0 is the producer: one thread loads the K
-// and V tiles once, then the Q and dO tiles of BQ queries, from the diagonal on, with TMA into a
-// kStages-deep ring ("full" / "empty" mbarriers); its warp copies the tile's lse and delta into
-// the stage beside them (rows past the sequence get lse = +inf, so P = 0 there), and every lane
-// arrives on "full" after its stores. Warpgroups 1 and 2 are consumers, 64 keys each, and walk
-// the same query tiles; per tile:
+// CTA = 3 warpgroups, 128 keys of one key/value head. Warpgroup 0 is the producer: one thread
+// loads the K and V tiles once, then, for each query head of the key/value head's group in turn
+// (grouped-query attention; one head otherwise), the Q and dO tiles of BQ queries, from the
+// diagonal on, with TMA into a kStages-deep ring ("full" / "empty" mbarriers); its warp copies
+// the tile's lse and delta into the stage beside them (rows past the sequence get lse = +inf, so
+// P = 0 there), and every lane arrives on "full" after its stores. Warpgroups 1 and 2 are
+// consumers, 64 keys each, and walk the same query tiles; per tile:
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ        wgmma SS, K-major (K/V rows of the warpgroup, Q/dO rows)
 //   Pᵀ = exp2(Sᵀ·scale_log2 − lse), 0 where key > query (only tiles that cross the diagonal)
 //   dSᵀ = Pᵀ∘(dPᵀ − delta)        both rounded to BF16 A fragments in registers
 //   dV += Pᵀ·dO, dK += dSᵀ·Q       wgmma RS, dO and Q read MN-major (d contiguous) from the stage
 // and then release the stage. dK, dV stay in registers (64×D FP32 each per warpgroup) until the
-// end, where dK is scaled by 1/√hd and both leave through the warpgroup's (spent) K and V rows in
-// shared memory as 16-byte stores. No atomics, no reduction across CTAs: bitwise repeatable.
+// end (summed over the group's query heads), where dK is scaled by 1/√hd and both leave through
+// the warpgroup's (spent) K and V rows in shared memory as 16-byte stores. No atomics, no
+// reduction across CTAs: bitwise repeatable.
 // Ping-pong (named barriers 3/4) as in the dQ kernel: a warpgroup's turn is dV/dK of tile j and
 // Sᵀ/dPᵀ of tile j + 1, so one warpgroup's exp2 work overlaps the other's GEMMs.
 //
@@ -60,9 +62,11 @@ struct DkDvCfg {
 
 struct DkDvArgs {
   int32_t seq, heads;
-  bool rows_before_heads;  // of q/k/v's tensor maps (dk/dv share their layout)
-  bool do_rows_first;      // of dy's
-  int64_t batch_stride, head_stride, row_stride;  // dk, dv (layout qkv)
+  int32_t group;              // query heads per key/value head
+  bool rows_before_heads;     // of q's tensor map
+  bool kv_rows_before_heads;  // of k's and v's (dk/dv share their layout)
+  bool do_rows_first;         // of dy's
+  int64_t batch_stride, head_stride, row_stride;  // dk, dv (layout kvl)
   float scale_log2, scale;
   const float *lse, *delta;
   bf16 *dk, *dv;
@@ -93,10 +97,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Key block 0 has the most query tiles: launched first (per head, or over all heads).
   const int k0 = blockIdx.x * kKeys;
-  const int bh = blockIdx.y, batch = bh / args.heads, head = bh % args.heads;
+  const int kv_heads = args.heads / args.group;
+  const int batch = blockIdx.y / kv_heads, kv_head = blockIdx.y % kv_heads;
   const int64_t T = args.seq;
   const int i0 = k0 / BQ;  // the first query tile that sees any of these keys
-  const int n_tiles = static_cast<int>((T + BQ - 1) / BQ) - i0;
+  const int per_head = static_cast<int>((T + BQ - 1) / BQ) - i0;  // query tiles per query head
+  const int n_tiles = per_head * args.group;  // the group's query heads one after the other
 
   if (threadIdx.x == 0) {
     ptx::MbarInit(bar_kv, 1);
@@ -115,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- producer: warp 0 ----
     ptx::SetMaxNRegDec<24>();
     if (threadIdx.x >= 32) return;
-    auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, bool rows_first) {
+    auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int col, int row, int head, bool rows_first) {
       TmaLoadHeadRows(dst, map, bar, col, row, head, batch, rows_first);
     };
     if (lane == 0) {
@@ -126,23 +132,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::MbarArriveExpectTx(bar_kv, 2 * C::kKvBytes);
 #pragma unroll
       for (int cb = 0; cb < C::kColBlocks; ++cb) {
-        load(s_k + cb * kKeys * 128, &tmap_k, bar_kv, cb * kSwizzleCols, k0, args.rows_before_heads);
-        load(s_v + cb * kKeys * 128, &tmap_v, bar_kv, cb * kSwizzleCols, k0, args.rows_before_heads);
+        load(s_k + cb * kKeys * 128, &tmap_k, bar_kv, cb * kSwizzleCols, k0, kv_head, args.kv_rows_before_heads);
+        load(s_v + cb * kKeys * 128, &tmap_v, bar_kv, cb * kSwizzleCols, k0, kv_head, args.kv_rows_before_heads);
       }
     }
-    const float* lse = args.lse + bh * T;
-    const float* delta = args.delta + bh * T;
     int s = 0;
     uint32_t phase = 0;
     for (int it = 0; it < n_tiles; ++it) {
-      const int q0 = (i0 + it) * BQ;
+      const int head = kv_head * args.group + it / per_head, q0 = (i0 + it % per_head) * BQ;
+      const int64_t bh = static_cast<int64_t>(batch) * args.heads + head;
+      const float* lse = args.lse + bh * T;
+      const float* delta = args.delta + bh * T;
       ptx::MbarWait(empty(s), phase ^ 1);  // a fresh barrier passes parity 1 at once
       if (lane == 0) {
         ptx::MbarArriveExpectTx(full(s), 2 * C::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb) {
-          load(s_q(s) + cb * BQ * 128, &tmap_q, full(s), cb * kSwizzleCols, q0, args.rows_before_heads);
-          load(s_do(s) + cb * BQ * 128, &tmap_do, full(s), cb * kSwizzleCols, q0, args.do_rows_first);
+          load(s_q(s) + cb * BQ * 128, &tmap_q, full(s), cb * kSwizzleCols, q0, head, args.rows_before_heads);
+          load(s_do(s) + cb * BQ * 128, &tmap_do, full(s), cb * kSwizzleCols, q0, head, args.do_rows_first);
         }
       }
 #pragma unroll
@@ -239,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::WgmmaWait<0>();
     ptx::FenceOperands(sc);
     ptx::FenceOperands(dp);
-    compute_p_ds(s, (i0 + it) * BQ);
+    compute_p_ds(s, (i0 + it % per_head) * BQ);
     turns.Begin();
     issue_dv_dk(s);
     ptx::WgmmaWait<0>();  // dV/dK done before the turn passes on
@@ -256,26 +263,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int it = 0; it + 1 < n_tiles; ++it) step(it, std::false_type{});
   step(n_tiles - 1, std::true_type{});
 
-  const int64_t off = batch * args.batch_stride + head * args.head_stride;
+  const int64_t off = batch * args.batch_stride + kv_head * args.head_stride;
   const float fk[2] = {args.scale, args.scale}, fv[2] = {1.f, 1.f};
   StoreRows<D>(dk, fk, s_k, cw, args.dk + off, args.row_stride, k0, T);
   StoreRows<D>(dv, fv, s_v, cw, args.dv + off, args.row_stride, k0, T);
 }
 
 template <int D, int BQ>
-Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, HeadLayout qkv, const bf16* dy,
-                  HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv,
+Status LaunchDkDv(const AttentionDims& d, const bf16* q, HeadLayout qkv, const bf16* k, const bf16* v, HeadLayout kvl,
+                  const bf16* dy, HeadLayout yl, const float* lse, const float* delta, bf16* dk, bf16* dv,
                   cudaStream_t stream) {
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tq, HeadsTensorMap(q, d, qkv, BQ, "q"));
   FP8_ASSIGN_OR_RETURN(const CUtensorMap tdo, HeadsTensorMap(dy, d, yl, BQ, "dy"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, d, qkv, kKeys, "k"));
-  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, d, qkv, kKeys, "v"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tk, HeadsTensorMap(k, KvDims(d), kvl, kKeys, "k"));
+  FP8_ASSIGN_OR_RETURN(const CUtensorMap tv, HeadsTensorMap(v, KvDims(d), kvl, kKeys, "v"));
   DkDvArgs a{};
   a.seq = static_cast<int32_t>(d.seq);
   a.heads = static_cast<int32_t>(d.heads);
+  a.group = static_cast<int32_t>(d.heads / KvHeads(d));
   a.rows_before_heads = qkv.row_stride <= qkv.head_stride;
+  a.kv_rows_before_heads = kvl.row_stride <= kvl.head_stride;
   a.do_rows_first = yl.row_stride <= yl.head_stride;
-  a.batch_stride = qkv.batch_stride, a.head_stride = qkv.head_stride, a.row_stride = qkv.row_stride;
+  a.batch_stride = kvl.batch_stride, a.head_stride = kvl.head_stride, a.row_stride = kvl.row_stride;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)));
   a.scale_log2 = a.scale * kLog2e;
   a.lse = lse, a.delta = delta, a.dk = dk, a.dv = dv;
@@ -283,7 +292,7 @@ Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf
   constexpr uint32_t smem = DkDvCfg<D, BQ>::kSmemBytes;
   // Set on every call, as the other launchers do: the attribute is per device.
   FP8_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const unsigned key_blocks = static_cast<unsigned>((d.seq + kKeys - 1) / kKeys), bh = static_cast<unsigned>(d.batch * d.heads);
+  const unsigned key_blocks = static_cast<unsigned>((d.seq + kKeys - 1) / kKeys), bh = static_cast<unsigned>(d.batch * KvHeads(d));
   const dim3 grid(key_blocks, bh);
   kernel<<<grid, kThreads, smem, stream>>>(tq, tdo, tk, tv, a);
   FP8_RETURN_IF_LAUNCH_FAILED();
@@ -294,14 +303,14 @@ Status LaunchDkDv(const AttentionDims& d, const bf16* q, const bf16* k, const bf
 
 namespace internal {
 
-Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
-                                       HeadLayout qkv, const bf16* dy, HeadLayout yl, const float* lse,
+Status FlashAttentionBackwardDkDvWgmma(const AttentionDims& d, const bf16* q, HeadLayout qkv, const bf16* k,
+                                       const bf16* v, HeadLayout kvl, const bf16* dy, HeadLayout yl, const float* lse,
                                        const float* delta, bf16* dk, bf16* dv, cudaStream_t s) {
   // Ping-pong turns; 128-query tiles at hd 64, 64 at hd 128; key blocks in launch order. The
   // schedules that lost (no turns, 64-query tiles at hd 64, the next tile's Sᵀ/dPᵀ overlapped,
   // heaviest key blocks first) are in docs/perf-history.md.
-  if (d.head_dim == 64) return LaunchDkDv<64, 128>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
-  return LaunchDkDv<128, 64>(d, q, k, v, qkv, dy, yl, lse, delta, dk, dv, s);
+  if (d.head_dim == 64) return LaunchDkDv<64, 128>(d, q, qkv, k, v, kvl, dy, yl, lse, delta, dk, dv, s);
+  return LaunchDkDv<128, 64>(d, q, qkv, k, v, kvl, dy, yl, lse, delta, dk, dv, s);
 }
 
 }  // namespace internal

@@ -22,6 +22,9 @@ using bf16 = __nv_bfloat16;
 // out[n, c] = wte[tokens[n]] + wpe[n % t]   (fp32 residual stream)
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
                         int64_t t, int64_t c, float* out, cudaStream_t s);
+// out[n, c] = wte[tokens[n]]   (the Llama family: no position embedding)
+Status TokenEmbeddingForward(const int32_t* tokens, const float* wte, int64_t n, int64_t c, float* out,
+                             cudaStream_t s);
 // dwpe[p] += Σ_b dout[b·t + p] (fixed order). The wte gradient: TokenGroups (token_groups.h).
 Status EmbeddingWpeBackward(const float* dout, int64_t n, int64_t t, int64_t c, float* dwpe, cudaStream_t s);
 
@@ -66,6 +69,8 @@ Status CastF32ToBf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
 Status CastBf16ToF32(const bf16* x, int64_t n, float* y, cudaStream_t s);
 // y += x (fp32)
 Status Accumulate(const float* x, int64_t n, float* y, cudaStream_t s);
+// y = bf16(y + x), the sum in fp32 (input gradients of two layers that read the same activation)
+Status AccumulateBf16(const bf16* x, int64_t n, bf16* y, cudaStream_t s);
 
 Status Scale(float* x, int64_t n, float factor, cudaStream_t s);
 
