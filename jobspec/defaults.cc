@@ -18,6 +18,7 @@ struct Preset {
   double rms_norm_eps = 0, rope_theta = 0;
   bool tie_word_embeddings = false, qk_norm = false;
   double llama3_rope_factor = 0;  // > 0: Llama-3's rope scaling (low 1, high 4, original 8192)
+  int moe_experts = 0, moe_experts_per_token = 0, moe_intermediate_size = 0;  // > 0: model.moe
 };
 // The Llama presets are the Hugging Face models' shapes (their config.json), trained at
 // seq_len 2048; llama-tiny is CI-sized.
@@ -30,7 +31,32 @@ constexpr Preset kPresets[] = {
     {"llama-1b", "llama", 16, 32, 2048, 2048, 128256, 8, 8192, 64, 1e-5, 500000, true, false, 32},  // Llama-3.2-1B
     {"llama-3b", "llama", 28, 24, 3072, 2048, 128256, 8, 8192, 128, 1e-5, 500000, true, false, 32},  // Llama-3.2-3B
     {"qwen3-0.6b", "llama", 28, 16, 1024, 2048, 151936, 8, 3072, 128, 1e-6, 1000000, true, true, 0},  // Qwen3-0.6B
+    // Qwen3-MoE-like (q/k norms), CI-sized: 8 experts, top-2, every layer sparse.
+    {"moe-tiny", "llama", 2, 4, 128, 64, 256, 2, 256, 32, 1e-6, 1000000, false, true, 0, 8, 2, 64},
 };
+
+constexpr int kDefaultMoeExperts = 8;
+constexpr double kDefaultAuxLossCoef = 0.001;     // Qwen3-MoE's router_aux_loss_coef
+constexpr double kDefaultBiasUpdateRate = 0.001;  // DeepSeek-V3's bias update speed
+
+// model.moe's defaults; `p` is the preset (or null).
+void ApplyMoeDefaults(const Preset* p, fp8d::v1::ModelSpec* m) {
+  if (!m->has_moe() && !(p && p->moe_experts > 0)) return;
+  fp8d::v1::MoeSpec* moe = m->mutable_moe();
+  if (p && p->moe_experts > 0) {
+    if (moe->num_experts() == 0) moe->set_num_experts(p->moe_experts);
+    if (moe->experts_per_token() == 0) moe->set_experts_per_token(p->moe_experts_per_token);
+    if (moe->moe_intermediate_size() == 0) moe->set_moe_intermediate_size(p->moe_intermediate_size);
+  }
+  if (moe->num_experts() == 0) moe->set_num_experts(kDefaultMoeExperts);
+  if (moe->experts_per_token() == 0) moe->set_experts_per_token(moe->num_experts() == 1 ? 1 : 2);
+  if (moe->moe_intermediate_size() == 0) moe->set_moe_intermediate_size(m->intermediate_size());
+  DefaultString("softmax-topk", moe->mutable_router());
+  if (!moe->has_norm_topk_prob()) moe->set_norm_topk_prob(true);
+  const bool sigmoid = moe->router() == "sigmoid-bias";
+  if (!moe->has_aux_loss_coef()) moe->set_aux_loss_coef(sigmoid ? 0 : kDefaultAuxLossCoef);
+  if (!moe->has_bias_update_rate()) moe->set_bias_update_rate(sigmoid ? kDefaultBiasUpdateRate : 0);
+}
 
 const Preset* FindPreset(const std::string& name) {
   for (const Preset& p : kPresets)
@@ -81,6 +107,7 @@ void ApplyModelDefaults(fp8d::v1::ModelSpec* m) {
   if (!m->has_tie_word_embeddings()) m->set_tie_word_embeddings(false);
   if (!m->has_attention_bias()) m->set_attention_bias(false);
   if (!m->has_qk_norm()) m->set_qk_norm(false);
+  ApplyMoeDefaults(p, m);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "jobspec/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -85,6 +86,7 @@ std::string LlamaFieldsSet(const fp8d::v1::ModelSpec& m) {
   add(m.has_tie_word_embeddings(), "tie_word_embeddings");
   add(m.has_attention_bias(), "attention_bias");
   add(m.has_qk_norm(), "qk_norm");
+  add(m.has_moe(), "moe");
   return set;
 }
 
@@ -96,7 +98,9 @@ bool ModelIsSet(const fp8d::v1::ModelSpec& m) {
 // The family of a preset ("" for a name that is none).
 std::string PresetFamily(const std::string& preset) {
   if (preset == "tiny" || preset == "gpt2-124m" || preset == "gpt-1b" || preset == "gpt-2b") return "gpt2";
-  if (preset == "llama-tiny" || preset == "llama-1b" || preset == "llama-3b" || preset == "qwen3-0.6b") return "llama";
+  if (preset == "llama-tiny" || preset == "llama-1b" || preset == "llama-3b" || preset == "qwen3-0.6b" ||
+      preset == "moe-tiny")
+    return "llama";
   return "";
 }
 
@@ -112,6 +116,14 @@ Rule<TrainSpec> OnRopeScaling(const char* field, std::function<std::string(const
   return OnLlama(field, [f](const fp8d::v1::ModelSpec& m) { return m.has_rope_scaling() ? f(m.rope_scaling()) : std::string(); });
 }
 
+// A model.moe rule: checked only when the message is set (on a llama model).
+Rule<TrainSpec> OnMoe(const char* id, const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return OnLlama(id, field, [f](const fp8d::v1::ModelSpec& m) { return m.has_moe() ? f(m) : std::string(); });
+}
+Rule<TrainSpec> OnMoe(const char* field, std::function<std::string(const fp8d::v1::ModelSpec&)> f) {
+  return OnMoe(field, field, std::move(f));
+}
+
 const std::vector<Rule<TrainSpec>>& TrainRules() {
   using T = TrainSpec;
   using M = fp8d::v1::ModelSpec;
@@ -124,7 +136,8 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
        }},
       OnModel("model.architecture", [](const M& m) { return OneOf(m.architecture(), {"gpt2", "llama"}); }),
       OnModel("model.preset", [](const M& m) {
-        return OneOf(m.preset(), {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b", "llama-tiny", "llama-1b", "llama-3b", "qwen3-0.6b"});
+        return OneOf(m.preset(),
+                     {"tiny", "gpt2-124m", "gpt-1b", "gpt-2b", "llama-tiny", "llama-1b", "llama-3b", "qwen3-0.6b", "moe-tiny"});
       }),
       OnModel("model.preset.family", "model.preset",
               [](const M& m) {
@@ -182,6 +195,62 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
       }),
       OnRopeScaling("model.rope_scaling.original_max_position_embeddings",
                     [](const auto& r) { return Ints(r.original_max_position_embeddings(), 1, 1 << 24); }),
+      OnMoe("model.moe.num_experts", [](const M& m) { return Ints(m.moe().num_experts(), 1, 1024); }),
+      OnMoe("model.moe.experts_per_token", [](const M& m) { return Ints(m.moe().experts_per_token(), 1, 1024); }),
+      OnMoe("model.moe.experts_per_token.at_most", "model.moe.experts_per_token",
+            [](const M& m) {
+              return m.moe().experts_per_token() <= m.moe().num_experts()
+                         ? ""
+                         : "must be at most model.moe.num_experts (" + std::to_string(m.moe().num_experts()) +
+                               "), got " + std::to_string(m.moe().experts_per_token());
+            }),
+      OnMoe("model.moe.moe_intermediate_size", [](const M& m) { return Ints(m.moe().moe_intermediate_size(), 1, 1 << 20); }),
+      OnMoe("model.moe.num_shared_experts", [](const M& m) { return Ints(m.moe().num_shared_experts(), 0, 64); }),
+      OnMoe("model.moe.router", [](const M& m) { return OneOf(m.moe().router(), {"softmax-topk", "sigmoid-bias"}); }),
+      OnMoe("model.moe.capacity_factor",
+            [](const M& m) {
+              const double v = m.moe().capacity_factor();
+              return Real(v, v >= 0 && v <= 64, "[0, 64] (0: dropless)");
+            }),
+      OnMoe("model.moe.aux_loss_coef",
+            [](const M& m) { const double v = m.moe().aux_loss_coef(); return Real(v, v >= 0 && v <= 1, "[0, 1]"); }),
+      OnMoe("model.moe.aux_loss_coef.router", "model.moe.aux_loss_coef",
+            [](const M& m) {
+              return m.moe().router() == "sigmoid-bias" && m.moe().aux_loss_coef() != 0
+                         ? "must be 0 with router sigmoid-bias (its bias balances the load, not a loss)"
+                         : "";
+            }),
+      OnMoe("model.moe.bias_update_rate",
+            [](const M& m) { const double v = m.moe().bias_update_rate(); return Real(v, v >= 0 && v <= 1, "[0, 1]"); }),
+      OnMoe("model.moe.bias_update_rate.router", "model.moe.bias_update_rate",
+            [](const M& m) {
+              return m.moe().router() == "softmax-topk" && m.moe().bias_update_rate() != 0
+                         ? "must be 0 with router softmax-topk (it has no bias; aux_loss_coef balances it)"
+                         : "";
+            }),
+      OnMoe("model.moe.first_dense_layers",
+            [](const M& m) { return Ints(m.moe().first_dense_layers(), 0, std::max(0, m.n_layer() - 1)); }),
+      // The CUDA model has no MoE layer yet; fp8-worker keeps the same refusal for an init_from
+      // model (train_main.cc).
+      {"model.moe.backend", "model.moe",
+       [](const T& s) {
+         return s.init_from().empty() && s.model().has_moe() && s.backend() == "cuda"
+                    ? "the cuda backend does not run MoE yet"
+                    : "";
+       }},
+      // An export writes Qwen3MoeForCausalLM, which has neither.
+      {"training.export.moe", "training.export",
+       [](const T& s) {
+         if (!s.init_from().empty() || !s.model().has_moe() || s.training().export_() != "hf") return std::string();
+         if (s.model().moe().router() == "sigmoid-bias")
+           return std::string("hf writes Qwen3MoeForCausalLM, which routes by softmax-topk, not model.moe.router sigmoid-bias");
+         if (s.model().moe().num_shared_experts() > 0)
+           return std::string("hf writes Qwen3MoeForCausalLM, which has no shared experts (model.moe.num_shared_experts)");
+         if (!s.model().qk_norm() || s.model().attention_bias())
+           return std::string("hf writes Qwen3MoeForCausalLM, whose attention has q/k norms and no biases "
+                              "(model.qk_norm true, model.attention_bias false)");
+         return std::string();
+       }},
       {"init_from", [](const T& s) { return Path(s.init_from(), false); }},
       {"data.train", [](const T& s) { return Path(s.data().train(), true); }},
       {"data.val", [](const T& s) { return Path(s.data().val(), false); }},

@@ -31,7 +31,7 @@ void Usage() {
                "usage: fp8-worker train --spec SPEC [--resume-from DIR]\n"
                "       fp8-worker prepare-data --text FILE --out DIR [--tokenizer DIR|tokenizer.json [--doc-separator STR]]\n"
                "       fp8-worker calibrate --spec SPEC\n"
-               "       fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N]\n"
+               "       fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N] [--tokenizer DIR]\n"
                "       fp8-worker evaluate --model DIR [--recipe R] (--tokens 1,2,3 | --data GLOB [--seed S] [--first-batch B])\n");
 }
 }  // namespace

@@ -1,5 +1,5 @@
 // Training throughput of the CUDA trainer: for each shape and recipe, a model (GPT-2 shapes, or
-// a Llama-family preset: llama-1b, llama-3b, qwen3-0.6b at B=4, T=2048) trained for a few
+// a Llama-family model: llama-1b, llama-3b, qwen3-0.6b at B=4, T=2048, llama-bytes) trained for a few
 // warm-up steps then `--steps` timed steps (forward, backward, grad norm, clipping, AdamW — the
 // whole step the loop runs), reporting tokens/s, MFU (6·N + 12·L·C·T FLOPs per token over
 // 989 TFLOP/s dense BF16, TrainFlopsPerToken, as the trainer's progress reports it) and device memory in use (cudaMemGetInfo: the CUDA context, cuBLAS
@@ -9,7 +9,8 @@
 //
 // With --loss-window N the last column is the mean training loss of the last N steps and the
 // loss is logged every 50 steps: the FP8-vs-BF16 loss comparison at equal steps (shape
-// bytes-l12, byte tokens, same batches for every recipe; scripts/gpu/trainer_cuda_loss.sh).
+// bytes-l12 or llama-bytes, byte tokens, same batches for every recipe;
+// scripts/gpu/trainer_cuda_loss.sh).
 // --val GLOB adds held-out loss: every --eval-every steps and after the last step, the mean loss
 // (Forward without training, so the FP8 scaling state does not move) of the same --eval-batches
 // batches of the val shards for every recipe; the JSON gets val_loss_final and val_losses. The
@@ -23,9 +24,12 @@
 //
 //   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8,llama-1b] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
-//                      [--loss-window N] [--breakdown] [--batch N] [--cosine]
+//                      [--loss-window N] [--breakdown] [--profile] [--batch N] [--cosine]
 //                      [--val 'DIR/val_*.bin' --eval-every N --eval-batches M]
 // --breakdown: after each GPT shape's bf16 row, the step's operations timed one by one (step_breakdown.h).
+// --profile: after each Llama row, one more step with every operation the model enqueues timed
+// in place by CUDA events (op_timer.h), printed as a table by operation (step_profile.h); under
+// fp8-blockwise also each fused pass against the passes it replaced (llama_fusions.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -40,7 +44,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/trainer_cuda/llama_fusions.h"
 #include "bench/trainer_cuda/step_breakdown.h"
+#include "bench/trainer_cuda/step_profile.h"
 #include "worker/data/shards.h"
 #include "worker/train/causal_lm.h"
 #include "worker/train/cuda/cuda_causal_lm.h"
@@ -56,9 +62,10 @@ using namespace fp8::train::cuda;
 struct Shape {
   std::string name;
   int n_layer, n_head, d_model, seq_len, vocab, batch;
-  // A Llama-family preset: the model is the preset's (the job spec's defaults); of the fields
-  // above only seq_len and vocab (the preset's, for the batches) and batch are read.
-  std::string preset;
+  // A Llama-family model: the job spec's `model` object as JSON (a preset or explicit fields,
+  // through the job spec's defaults); of the fields above only seq_len and vocab (the model's,
+  // for the batches) and batch are read.
+  std::string model;
 };
 
 const Shape kShapes[] = {
@@ -66,15 +73,20 @@ const Shape kShapes[] = {
     {"d4096-l8", 8, 32, 4096, 2048, 50304, 4, ""},
     {"gpt-1b", 24, 16, 2048, 2048, 50304, 4, ""},
     {"bytes-l12", 12, 12, 768, 1024, 256, 8, ""},  // GPT-2 124M's blocks on byte tokens (85M params)
-    {"llama-1b", 0, 0, 0, 2048, 128256, 4, "llama-1b"},  // Llama-3.2-1B: GQA 32/8, hd 64, tied
-    {"llama-3b", 0, 0, 0, 2048, 128256, 4, "llama-3b"},  // Llama-3.2-3B: GQA 24/8, hd 128, tied
-    {"qwen3-0.6b", 0, 0, 0, 2048, 151936, 4, "qwen3-0.6b"},
+    {"llama-1b", 0, 0, 0, 2048, 128256, 4, R"({"preset": "llama-1b"})"},  // Llama-3.2-1B: GQA 32/8, hd 64, tied
+    {"llama-3b", 0, 0, 0, 2048, 128256, 4, R"({"preset": "llama-3b"})"},  // Llama-3.2-3B: GQA 24/8, hd 128, tied
+    {"qwen3-0.6b", 0, 0, 0, 2048, 151936, 4, R"({"preset": "qwen3-0.6b"})"},
+    // bytes-l12's size as a Llama block (GQA 12/4, SwiGLU 2048, untied head) on byte tokens: the
+    // Llama family's FP8-vs-BF16 loss runs (scripts/gpu/trainer_cuda_loss.sh LOSS_SHAPE=llama-bytes).
+    {"llama-bytes", 0, 0, 0, 1024, 256, 8,
+     R"({"architecture": "llama", "n_layer": 12, "n_head": 12, "num_key_value_heads": 4, "d_model": 768,
+         "intermediate_size": 2048, "seq_len": 1024, "vocab_size": 256, "tie_word_embeddings": false})"},
 };
 
-// The model of a shape: GPT-2's from its fields, a preset's through the job spec's defaults (the
-// same numbers `fp8-worker train` would run).
+// The model of a shape: GPT-2's from its fields, a Llama model's through the job spec's defaults
+// (the same numbers `fp8-worker train` would run).
 fp8::StatusOr<ModelConfig> ShapeConfig(const Shape& sh) {
-  if (sh.preset.empty()) {
+  if (sh.model.empty()) {
     ModelConfig cfg;
     cfg.n_layer = sh.n_layer;
     cfg.n_head = sh.n_head;
@@ -83,7 +95,7 @@ fp8::StatusOr<ModelConfig> ShapeConfig(const Shape& sh) {
     cfg.vocab_size = sh.vocab;
     return cfg;
   }
-  const nlohmann::json spec = {{"model", {{"preset", sh.preset}}}, {"data", {{"train", "/bench/train_*.bin"}}}, {"output_dir", "/tmp/bench"}};
+  const nlohmann::json spec = {{"model", nlohmann::json::parse(sh.model)}, {"data", {{"train", "/bench/train_*.bin"}}}, {"output_dir", "/tmp/bench"}};
   FP8_ASSIGN_OR_RETURN(TrainSpec parsed, ParseTrainSpec(spec));
   return parsed.model;
 }
@@ -120,6 +132,7 @@ struct LossOptions {
   const fp8::data::TokenDataset* val = nullptr;
   int eval_every = 0, eval_batches = 8;
   uint64_t init_seed = 1;
+  bool profile = false;  // --profile: one more step, timed op by op, printed after the row
 };
 
 // Linear warm-up over the first 5% of `total` steps, then cosine from lr to lr/10.
@@ -201,6 +214,31 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   };
   Result r{};
   r.params = np;
+  // One training step (the loop's): the loss, or nullopt after printing why. `timer`: marks the
+  // bench's own operations too (the model marks its).
+  double gn = 0;
+  auto train_step = [&](int step, OpTimer* timer) -> std::optional<double> {
+    CHECK_OK(model->ZeroGrad());
+    auto loss = model->Forward(in.data(), tg.data(), sh.batch, true, 1.0f);
+    if (!loss.ok()) {
+      std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
+      return std::nullopt;
+    }
+    CHECK_OK(model->Backward());
+    if (timer) timer->Mark("(host gap before grad norm)", s);
+    CHECK_OK(SumSquares(model->grads(), np, partial.get(), norm.get(), s));
+    if (timer) timer->Mark("grad norm", s);
+    double sq = 0;
+    cudaMemcpyAsync(&sq, norm.get(), sizeof(double), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    gn = std::sqrt(sq);
+    const float clip = gn > 1.0 ? static_cast<float>(1.0 / (gn + 1e-6)) : 1.0f;
+    const int64_t k = step + 1;
+    const float lr = lo.cosine ? CosineLr(6e-4f, step, warmup + steps) : 6e-4f;
+    AdamWArgs a{lr, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
+    CHECK_OK(model->OptimizerStep(a, m.get(), v.get()));
+    return *loss;
+  };
   std::chrono::steady_clock::time_point t0;
   for (int step = 0; step < warmup + steps; ++step) {
     if (step == warmup) {
@@ -208,25 +246,10 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
       t0 = std::chrono::steady_clock::now();
     }
     fill_batch(step);
-    CHECK_OK(model->ZeroGrad());
-    auto loss = model->Forward(in.data(), tg.data(), sh.batch, true, 1.0f);
-    if (!loss.ok()) {
-      std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
-      return std::nullopt;
-    }
+    const std::optional<double> loss = train_step(step, nullptr);
+    if (!loss) return std::nullopt;
     if (step == 0) r.loss_first = *loss;
     r.loss_last = *loss;
-    CHECK_OK(model->Backward());
-    CHECK_OK(SumSquares(model->grads(), np, partial.get(), norm.get(), s));
-    double sq = 0;
-    cudaMemcpyAsync(&sq, norm.get(), sizeof(double), cudaMemcpyDeviceToHost, s);
-    cudaStreamSynchronize(s);
-    const double gn = std::sqrt(sq);
-    const float clip = gn > 1.0 ? static_cast<float>(1.0 / (gn + 1e-6)) : 1.0f;
-    const int64_t k = step + 1;
-    const float lr = lo.cosine ? CosineLr(6e-4f, step, warmup + steps) : 6e-4f;
-    AdamWArgs a{lr, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
-    CHECK_OK(model->OptimizerStep(a, m.get(), v.get()));
     if (step >= warmup + steps - loss_window) r.loss_tail_mean += *loss / loss_window;
     if (step < 3 || step == warmup + steps - 1 || (loss_window > 0 && step % 50 == 0))
       std::fprintf(stderr, "  %s %s step %d loss %.4f grad_norm %.3f\n", sh.name.c_str(), RecipeName(recipe), step, *loss, gn);
@@ -247,6 +270,35 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
   r.mem_gib = static_cast<double>(total_b - free_b) / (1u << 30);
+  if (lo.profile && !sh.model.empty()) {
+    auto timer = OpTimer::Create(1 << 16);
+    if (!timer.ok()) {
+      std::fprintf(stderr, "profile: %s\n", timer.status().message().c_str());
+      return std::nullopt;
+    }
+    model->SetOpTimer(timer->get());
+    fill_batch(warmup + steps);
+    const auto p0 = std::chrono::steady_clock::now();
+    CHECK_OK((*timer)->Start(s));
+    if (!train_step(warmup + steps, timer->get())) return std::nullopt;
+    (*timer)->Mark("(tail)", s);
+    cudaStreamSynchronize(s);
+    const double wall_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
+    model->SetOpTimer(nullptr);
+    int dropped = 0;
+    auto totals = (*timer)->Finish(&dropped);
+    if (!totals.ok()) {
+      std::fprintf(stderr, "profile: %s\n", totals.status().message().c_str());
+      return std::nullopt;
+    }
+    std::printf("profile: %s %s, one step after the timed ones (%.1f ms/step timed; %.1f ms wall for the profiled step)\n",
+                sh.name.c_str(), RecipeName(recipe), r.ms_per_step, wall_ms);
+    PrintStepProfile(*totals, dropped);
+    if (recipe == Recipe::kFp8Blockwise) {
+      const fp8::Status st = PrintLlamaFusionTimes(n, cfg.d_model, cfg.intermediate_size);
+      if (!st.ok()) std::printf("  fusion timings failed: %s\n", st.message().c_str());
+    }
+  }
   if (recipe == Recipe::kBf16 && !model->EpilogueRefusals().empty())
     std::fprintf(stderr, "  %s bf16: GEMM epilogues cuBLASLt refused (run as separate passes): %s\n", sh.name.c_str(),
                  model->EpilogueRefusals().c_str());
@@ -274,6 +326,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_path = next();
     else if (a == "--loss-window") loss_window = std::atoi(next().c_str());
     else if (a == "--breakdown") breakdown = true;
+    else if (a == "--profile") lo.profile = true;
     else if (a == "--batch") batch = std::atoi(next().c_str());
     else if (a == "--cosine") lo.cosine = true;
     else if (a == "--val") val = next();
@@ -284,7 +337,7 @@ int main(int argc, char** argv) {
     else if (a == "--amax-most-recent") lo.precision.amax_most_recent = true;
     else if (a == "--init-seed") lo.init_seed = std::strtoull(next().c_str(), nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent] [--init-seed N]\n");
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--profile] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent] [--init-seed N]\n");
       return 2;
     }
   }
@@ -341,7 +394,7 @@ int main(int argc, char** argv) {
                   r->tokens_per_s, 100 * r->mfu, r->ms_per_step, r->mem_gib, r->loss_first,
                   loss_window > 0 ? r->loss_tail_mean : r->loss_last);
       std::fflush(stdout);
-      if (breakdown && recipe == Recipe::kBf16 && sh->preset.empty()) {
+      if (breakdown && recipe == Recipe::kBf16 && sh->model.empty()) {
         ModelConfig cfg;
         cfg.n_layer = sh->n_layer, cfg.n_head = sh->n_head, cfg.d_model = sh->d_model;
         cfg.seq_len = sh->seq_len, cfg.vocab_size = sh->vocab;

@@ -1,5 +1,6 @@
 #include "daemon/api/http_metrics.h"
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,14 +63,42 @@ GrpcMetrics& Grpc() {
   return *metrics;
 }
 
+constexpr int kStatusCodes = static_cast<int>(fp8::StatusCode::kUnauthenticated) + 1;
+
 double Seconds(const google::protobuf::Timestamp& t) { return t.seconds() + t.nanos() * 1e-9; }
 
 }  // namespace
 
 void RecordGrpcCall(std::string_view method, fp8::StatusCode code, double seconds) {
-  GrpcMetrics& m = Grpc();
-  m.requests.Add({{"method", std::string(method)}, {"code", fp8::StatusCodeName(code)}}).Increment();
-  m.latency.Add({{"method", std::string(method)}}, LatencyBuckets()).Observe(seconds);
+  // Family::Add builds a label map and looks it up under the family's lock: on every call that
+  // was a few allocations of each CreateJob. The metrics it returns live as long as their
+  // family, so each is looked up once.
+  struct MethodMetrics {
+    Histogram* latency = nullptr;
+    // One per code, and a last one for any code out of range (its name is INVALID_CODE).
+    std::array<prometheus::Counter*, kStatusCodes + 1> requests{};
+  };
+  static std::mutex mu;
+  static auto* const by_method = new std::map<std::string, MethodMetrics, std::less<>>();
+  const int index = static_cast<int>(code);
+  const size_t slot = index >= 0 && index < kStatusCodes ? static_cast<size_t>(index) : kStatusCodes;
+  prometheus::Counter* requests = nullptr;
+  Histogram* latency = nullptr;
+  {
+    std::lock_guard lock(mu);
+    auto it = by_method->find(method);
+    if (it == by_method->end()) it = by_method->emplace(std::string(method), MethodMetrics{}).first;
+    MethodMetrics& m = it->second;
+    GrpcMetrics& grpc = Grpc();
+    if (m.latency == nullptr) m.latency = &grpc.latency.Add({{"method", it->first}}, LatencyBuckets());
+    if (m.requests[slot] == nullptr) {
+      m.requests[slot] = &grpc.requests.Add({{"method", it->first}, {"code", fp8::StatusCodeName(code)}});
+    }
+    requests = m.requests[slot];
+    latency = m.latency;
+  }
+  requests->Increment();
+  latency->Observe(seconds);
 }
 
 void RecordStoreCommit(double seconds) { Store().commit.Observe(seconds); }

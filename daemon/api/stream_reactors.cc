@@ -25,13 +25,19 @@ bool IsTerminalState(fp8d::v1::JobState state) {
 
 fp8::Status ParseRawRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* request) {
   std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (raw.Dump(&slices).ok()) {
+  if (!raw.Dump(&slices).ok()) slices.clear();
+  bool parsed = false;
+  if (slices.size() == 1) {
+    // The usual case (a request in one slice): parsed where it lies, not copied first.
+    parsed = request->ParseFromArray(slices[0].begin(), static_cast<int>(slices[0].size()));
+  } else {
+    std::string bytes;
     for (const grpc::Slice& slice : slices) {
       bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
     }
+    parsed = request->ParseFromString(bytes);
   }
-  if (!request->ParseFromString(bytes)) {
+  if (!parsed) {
     return fp8::InvalidArgumentError("request: not a valid " + request->GetTypeName());
   }
   return fp8::OkStatus();

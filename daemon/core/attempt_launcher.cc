@@ -90,6 +90,7 @@ void AttemptLauncher::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& 
   run->start_ms = now;
   run->last_progress_ms = now;
 
+  e.BeforeChange();
   e.job.set_attempt(run->number);
   e.job.clear_error();  // the previous attempt's failure is in its attempt record
   ++e.counted_attempts;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/status.h"
 #include "daemon/core/job_fields.h"
 #include "daemon/core/job_lifecycle.h"
 
@@ -29,11 +30,7 @@ void JobCache::Add(Job job, std::optional<Job> delivered, int64_t now_ms) {
   auto [it, inserted] = jobs_.try_emplace(job.name());
   if (!inserted) return;
   auto entry = std::make_unique<JobEntry>();
-  if (delivered) {
-    entry->delivered = std::move(*delivered);
-  } else {
-    entry->delivered = job;
-  }
+  if (delivered) entry->delivered_copy = std::make_unique<Job>(std::move(*delivered));
   entry->create_seq = next_create_seq_++;
   entry->row_saved_ms = now_ms;
   if (job.state() == fp8d::v1::QUEUED) {
@@ -45,6 +42,7 @@ void JobCache::Add(Job job, std::optional<Job> delivered, int64_t now_ms) {
 }
 
 void JobCache::SetState(JobEntry& e, fp8d::v1::JobState to) {
+  e.BeforeChange();
   const fp8d::v1::JobState from = e.job.state();
   e.job.set_state(to);
   if (from == fp8d::v1::QUEUED) queued_.erase(e.job.name());
@@ -55,6 +53,8 @@ void JobCache::SetState(JobEntry& e, fp8d::v1::JobState to) {
 }
 
 void JobCache::AwaitDurable(JobEntry& e, int64_t now_ms) {
+  // Without the copy, GetJob would already answer the change that is waiting for its write.
+  FP8_CHECK(e.delivered_copy != nullptr);
   e.outbox.push_back(JobEntry::Outgoing{e.job, false});
   ++e.pending_writes;
   e.row_dirty = false;  // this write carries the latest progress too
@@ -70,6 +70,7 @@ void JobCache::Durable(JobEntry& e, int64_t version) {
 }
 
 void JobCache::PublishChange(JobEntry& e, int64_t now_ms) {
+  e.BeforeChange();
   e.job.set_version(e.job.version() + 1);
   *e.job.mutable_update_time() = TimestampFromMs(now_ms);
   e.row_dirty = true;
@@ -81,9 +82,9 @@ void JobCache::PublishChange(JobEntry& e, int64_t now_ms) {
 void JobCache::FlushOutbox(JobEntry& e) {
   // In version order: a progress update never overtakes a state change still being written.
   while (!e.outbox.empty() && e.outbox.front().ready) {
-    e.delivered = std::move(e.outbox.front().snapshot);
+    *e.delivered_copy = std::move(e.outbox.front().snapshot);
     e.outbox.erase(e.outbox.begin());
-    publish_(e.delivered);
+    publish_(*e.delivered_copy);
   }
 }
 
@@ -103,7 +104,7 @@ std::unique_ptr<JobEntry> JobCache::EvictIfDone(const std::string& name) {
 
 const Job& JobCache::Newest(const Job& stored) const {
   const JobEntry* e = Find(stored.name());
-  return (e != nullptr && e->delivered.version() > stored.version()) ? e->delivered : stored;
+  return (e != nullptr && e->delivered().version() > stored.version()) ? e->delivered() : stored;
 }
 
 int64_t JobCache::CountRunning() const {

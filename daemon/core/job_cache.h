@@ -24,7 +24,15 @@ namespace fp8d::core {
 // A job in the cache: every non-terminal job, and terminal ones until their workers exit.
 struct JobEntry {
   fp8d::v1::Job job;                  // newest in-memory state (may be ahead of the store)
-  fp8d::v1::Job delivered;            // newest version watchers have been sent (GetJob answers this)
+  // The newest version watchers have been sent (GetJob answers this). Until `job` first
+  // changes that is `job` itself: a deep queue of jobs that never changed holds one copy of
+  // each, not two.
+  const fp8d::v1::Job& delivered() const { return delivered_copy != nullptr ? *delivered_copy : job; }
+  // Called before anything in `job` changes: keeps what was delivered apart from it.
+  void BeforeChange() {
+    if (delivered_copy == nullptr) delivered_copy = std::make_unique<fp8d::v1::Job>(job);
+  }
+  std::unique_ptr<fp8d::v1::Job> delivered_copy;  // null: `job` is what was delivered
   int64_t create_seq = 0;     // FIFO among equal priorities
   struct Outgoing {
     fp8d::v1::Job snapshot;
@@ -67,16 +75,17 @@ class JobCache {
   size_t size() const { return jobs_.size(); }
   void ForEach(const std::function<void(JobEntry&)>& fn);
 
-  // A job read from the store (new, or recovered). `delivered`: a copy of `job` made
-  // elsewhere (recovery makes it on the store thread, so io, the busier thread, only moves);
-  // empty: copied here. A job already cached is left as it is.
+  // A job read from the store (new, or recovered). `delivered`: what watchers were sent, when
+  // that is not `job`; empty: `job` is what was delivered until it first changes
+  // (JobEntry::BeforeChange). A job already cached is left as it is.
   void Add(fp8d::v1::Job job, std::optional<fp8d::v1::Job> delivered, int64_t now_ms);
-  // Sets the job's state and keeps the queue index in step.
+  // Sets the job's state and keeps the queue index in step (JobEntry::BeforeChange first).
   void SetState(JobEntry& e, fp8d::v1::JobState to);
   // The entry has an attempt now (e.run is set).
   void AddRun(const JobEntry& e) { with_run_.insert(e.job.name()); }
 
-  // A state change: the job as it is now waits in the outbox until Durable(version).
+  // A state change: the job as it is now waits in the outbox until Durable(version). The
+  // change was made after BeforeChange (SetState makes that call).
   void AwaitDurable(JobEntry& e, int64_t now_ms);
   // The write of `version` committed: publish it and everything ready behind it.
   void Durable(JobEntry& e, int64_t version);

@@ -43,7 +43,7 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
   };
   hooks.created = [this](const Job& job) { cache_.Add(job, std::nullopt, NowMs()); };
   hooks.current = [this](const std::string& name) -> std::optional<Job> {
-    if (JobEntry* e = Find(name)) return e->delivered;
+    if (JobEntry* e = Find(name)) return e->delivered();
     return std::nullopt;
   };
   hooks.batch_created = [this] { Schedule(); };
@@ -140,11 +140,11 @@ void JobManagerImpl::GetJob(fp8d::v1::GetJobRequest request,
   const bool full = request.view() == fp8d::v1::JOB_VIEW_FULL;
   JobEntry* e = Find(name);
   if (e != nullptr && !full) {
-    done(e->delivered);
+    done(e->delivered());
     return;
   }
   std::optional<Job> cached;
-  if (e != nullptr) cached = e->delivered;
+  if (e != nullptr) cached = e->delivered();
   store_thread_->Run<StatusOr<Job>>(
       [name, cached, full](store::JobStore& s) -> StatusOr<Job> {
         Job job;
@@ -208,7 +208,7 @@ void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
 }
 
 void JobManagerImpl::ReplyCurrent(const std::string& name, std::function<void(StatusOr<Job>)> done) {
-  if (JobEntry* e = Find(name)) return done(e->delivered);
+  if (JobEntry* e = Find(name)) return done(e->delivered());
   fp8d::v1::GetJobRequest request;
   request.set_name(name);
   GetJob(std::move(request), std::move(done));
@@ -256,14 +256,14 @@ int64_t JobManagerImpl::Watch(const std::string& name, int64_t since_version,
   Defer([this, id, name] {
     if (!watchers_.Has(id)) return;
     if (JobEntry* e = Find(name); e != nullptr) {
-      watchers_.DeliverTo(id, e->delivered);
+      watchers_.DeliverTo(id, e->delivered());
       return;
     }
     store_thread_->Run<StatusOr<Job>>([name](store::JobStore& s) { return s.GetJob(name); },
                            [this, id, name](StatusOr<Job> job) {
                              if (!watchers_.Has(id)) return;
                              if (JobEntry* e = Find(name); e != nullptr) {
-                               watchers_.DeliverTo(id, e->delivered);
+                               watchers_.DeliverTo(id, e->delivered());
                              } else if (!job.ok()) {
                                watchers_.End(id, job.status());
                              } else {

@@ -82,6 +82,7 @@ void JobManagerImpl::Schedule() {
   for (const Unschedulable& u : plan.unschedulable) {
     JobEntry* e = Find(u.name);
     if (e == nullptr) continue;
+    e->BeforeChange();
     fp8d::v1::JobError* err = e->job.mutable_error();
     err->set_code(RpcCodeFor(fp8d::v1::INVALID_SPEC));
     err->set_message(u.reason);

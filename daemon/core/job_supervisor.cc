@@ -113,6 +113,8 @@ void JobSupervisor::HandleEvent(const agent::WorkerEvent& ev) {
     rank.done = *v.rank_done;
     rank.result = ev.event.done().result();
   }
+  // Every change below is published (PublishChange) or made durable (Transition) afterwards.
+  e->BeforeChange();
   if (v.clear_pending_reason) e->job.clear_pending_reason();
   if (v.restart_clocks) {
     for (RankRun& r : run.ranks) r.last_seen_ms = now;
@@ -200,6 +202,7 @@ void JobSupervisor::HandleExit(const agent::WorkerExit& ex) {
 void JobSupervisor::SucceedAttempt(JobEntry& e) {
   AttemptRun& run = *e.run;
   run.finished = true;
+  e.BeforeChange();
   *e.job.mutable_result() = run.ranks.front().result;
   e.job.clear_error();
   if (e.job.state() == fp8d::v1::STARTING) {
@@ -216,8 +219,9 @@ void JobSupervisor::SucceedAttempt(JobEntry& e) {
 // Cancel
 
 namespace {
-void MarkCancelled(Job& job) {
-  fp8d::v1::JobError* err = job.mutable_error();
+void MarkCancelled(JobEntry& e) {
+  e.BeforeChange();
+  fp8d::v1::JobError* err = e.job.mutable_error();
   err->set_code(1);  // google.rpc CANCELLED
   err->set_message("cancelled by request");
   err->set_failure_class(fp8d::v1::FAILURE_CLASS_UNSPECIFIED);
@@ -238,7 +242,7 @@ void JobSupervisor::Cancel(JobEntry& e, std::function<void(Status)> done) {
     case fp8d::v1::RETRY_WAIT:
       // Nothing runs for this job (a previous attempt's workers, if still dying, were already
       // signalled): cancel at once.
-      MarkCancelled(e.job);
+      MarkCancelled(e);
       writer_.Transition(e, fp8d::v1::CANCELLED, "cancelled by request", std::move(done));
       return;
     case fp8d::v1::STARTING:
@@ -308,6 +312,7 @@ void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::st
                " in an earlier attempt too, so it is not retried";
     }
   }
+  e.BeforeChange();
   fp8d::v1::JobError* err = e.job.mutable_error();
   err->set_code(RpcCodeFor(failure));
   err->set_message(message);
@@ -354,7 +359,7 @@ void JobSupervisor::OnRunExited(JobEntry& e) {
   SaveAttempt(e);
   const std::string name = e.job.name();
   if (e.job.state() == fp8d::v1::CANCELLING) {
-    MarkCancelled(e.job);
+    MarkCancelled(e);
     writer_.Transition(e, fp8d::v1::CANCELLED, "every rank exited after the cancel", nullptr,
                       nullptr);
   }

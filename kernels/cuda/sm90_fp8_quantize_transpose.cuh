@@ -155,6 +155,9 @@ struct Sm90TransposeCastArgs {
   uint8_t* qt;      // [cols, rows]
   float* st;        // 1x128: (column c, tile row i) at c * st_row + i * st_grp;
   int64_t st_row, st_grp;  // 128x128: (tile column j, tile row i) at j * st_row + i * st_grp
+  // 128x128 only, may be null: max |x| over X folded in (atomicMax of the float's bits, NaN
+  // taken as Inf), for the trainer's cast statistics when X exists only inside the cast.
+  unsigned int* amax_bits = nullptr;
 };
 
 // Shared memory of one tile's cast (both kernels).
@@ -257,7 +260,10 @@ __device__ __forceinline__ void Sm90TransposeCastTile(const uint4 (&raw)[8], con
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m = max(m, sm.warp_max[w]);
     const float s = ScaleInvFromAmaxBits<F>(m << 16, a.ue8m0);
-    if (threadIdx.x == 0) a.st[int64_t{tj} * a.st_row + int64_t{ti} * a.st_grp] = s;
+    if (threadIdx.x == 0) {
+      a.st[int64_t{tj} * a.st_row + int64_t{ti} * a.st_grp] = s;
+      if (a.amax_bits != nullptr) atomicMax(a.amax_bits, min(m, 0x7F80u) << 16);
+    }
     d_tile = MakeScaleDivisor(s);
   }
   float col_s[8];
@@ -296,31 +302,48 @@ __device__ __forceinline__ void Sm90TransposeCastTile(const uint4 (&raw)[8], con
   }
 }
 
+// Where a tile's bf16 words come from: X itself (below), or a stage fused in front of the cast
+// that computes them in registers (the trainer's RMSNorm and SwiGLU), so X never goes through
+// device memory. Rows(row, col, raw) fills raw[p] with the 8 bf16 values of row row + p, columns
+// col .. col + 7, and zeros outside X; the cast is the same code whatever fills the tile.
+struct Sm90Bf16TileRows {
+  const __nv_bfloat16* x;
+  int64_t rows, cols;
+  __device__ __forceinline__ void operator()(int64_t row, int64_t col, uint4 (&raw)[8]) const {
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const int64_t r = row + p;
+      raw[p] = (r < rows && col < cols) ? LoadStreaming(x + r * cols + col) : make_uint4(0, 0, 0, 0);
+    }
+  }
+};
+
 // One tile per CTA, loads straight into registers. kMinBlocks caps registers so that that many
 // CTAs share an SM (4: 64 registers, no spills; 3 and 5 measured slower). A persistent variant
 // fed by bulk copies into shared-memory stages measured slower still (49% of copy; the cast's
 // instruction chains, not the bytes in flight, were the limit) and was removed.
-template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4>
+template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4, typename TileRows = Sm90Bf16TileRows>
 __global__ void __launch_bounds__(kSm90TransposeThreads, kMinBlocks)
-    Sm90Fp8TransposeCastKernel(const Sm90TransposeCastArgs a) {
+    Sm90Fp8TransposeCastKernel(const Sm90TransposeCastArgs a, const TileRows tile_rows) {
   __shared__ __align__(16) Sm90TransposeCastScratch sm;
   const int64_t row0 = int64_t{blockIdx.y} * 128;
   const int64_t col = int64_t{blockIdx.x} * 128 + (threadIdx.x % 16) * 8;
   const int r_in_tile = (threadIdx.x / 16) * 8;
   uint4 raw[8];
-#pragma unroll
-  for (int p = 0; p < 8; ++p) {
-    const int64_t r = row0 + r_in_tile + p;
-    raw[p] = (r < a.rows && col < a.cols) ? LoadStreaming(a.x + r * a.cols + col) : make_uint4(0, 0, 0, 0);
-  }
+  tile_rows(row0 + r_in_tile, col, raw);
   Sm90TransposeCastTile<F, kTiles>(raw, a, blockIdx.y, blockIdx.x, sm);
 }
 
+// a.x is read when tile_rows is the default (X from memory); a fused producer passes its own.
+template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4, typename TileRows = Sm90Bf16TileRows>
+cudaError_t Sm90LaunchTransposeCast(const Sm90TransposeCastArgs& a, cudaStream_t stream, const TileRows& tile_rows) {
+  const dim3 grid(static_cast<unsigned>((a.cols + 127) / 128), static_cast<unsigned>((a.rows + 127) / 128));
+  Sm90Fp8TransposeCastKernel<F, kTiles, kMinBlocks, TileRows><<<grid, kSm90TransposeThreads, 0, stream>>>(a, tile_rows);
+  return cudaGetLastError();
+}
 template <Fp8Format F, Sm90TransposedTiles kTiles, int kMinBlocks = 4>
 cudaError_t Sm90LaunchTransposeCast(const Sm90TransposeCastArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((a.cols + 127) / 128), static_cast<unsigned>((a.rows + 127) / 128));
-  Sm90Fp8TransposeCastKernel<F, kTiles, kMinBlocks><<<grid, kSm90TransposeThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return Sm90LaunchTransposeCast<F, kTiles, kMinBlocks>(a, stream, Sm90Bf16TileRows{a.x, a.rows, a.cols});
 }
 
 }  // namespace fp8::kernels::cuda

@@ -2,8 +2,8 @@
 built from a LlamaConfig of the same preset (GQA, SwiGLU, RMSNorm, RoPE, tied head), the same
 B and T, torch.compile, autocast BF16 with FP32 master weights, fused AdamW, SDPA attention,
 cross-entropy of the logits against the targets (no shift: the batches are (inputs, targets)
-pairs as in the bench). Prints one JSON line per shape: tokens/s, MFU (6·N + 12·L·C·T
-FLOPs/token over 989 TFLOP/s, the count bench_trainer_cuda and torch_gpt_baseline.py use) and
+pairs as in the bench). Prints one JSON line per shape: tokens/s, MFU (6·N + 12·L·(n_head·head_dim)·T
+FLOPs/token over 989 TFLOP/s, TrainFlopsPerToken's count for a tied Llama, as bench_trainer_cuda) and
 torch.cuda.max_memory_reserved.
 
   python3 scripts/gpu/torch_llama_baseline.py [--shapes llama-1b,llama-3b] [--steps 10]
@@ -74,7 +74,7 @@ def run(name, steps, warmup):
     secs = time.time() - t0
     tokens = s["batch"] * s["seq_len"] * steps
     tps = tokens / secs
-    fpt = 6 * n_params + 12 * s["n_layer"] * s["d_model"] * s["seq_len"]
+    fpt = 6 * n_params + 12 * s["n_layer"] * s["n_head"] * s["head_dim"] * s["seq_len"]
     out = dict(shape=name, recipe="torch-bf16-compile", params=n_params, tokens_per_s=tps, mfu=tps * fpt / PEAK,
                ms_per_step=1e3 * secs / steps, mem_gib=torch.cuda.max_memory_reserved() / 2**30,
                loss_first=loss0, loss_last=last, warmup_s=t_compile)

@@ -6,9 +6,7 @@
 #   3. bench_trainer_cuda: bf16 / fp8-tensorwise / fp8-blockwise at GPT-2 124M (B=32, T=1024)
 #      and d=4096 L=8 (1.8B params, B=4, T=2048), then the PyTorch torch.compile BF16 baseline
 #      on the same shapes in the same run.
-#   4. the Llama rows: bench_trainer_cuda on the llama-1b and llama-3b presets (B=4, T=2048), then
-#      scripts/gpu/torch_llama_baseline.py (transformers' LlamaForCausalLM, torch.compile BF16) on
-#      the same shapes. LLAMA_SHAPES=llama-1b picks the shapes; LLAMA_SHAPES="" skips step 4.
+#   The Llama family's rows, its profile and the transformers round trip: scripts/gpu/trainer_cuda_llama_speed.sh.
 #   device run: bash scripts/gpu/trainer_cuda.sh    (carry: .trainer-cuda-carry)
 #   1b. (LOSS_STEPS=N, only when the attention and model tests passed; right after the tests, since
 #      it is the longest part) scripts/gpu/trainer_cuda_loss.sh: FP8 vs BF16 held-out loss at equal steps
@@ -73,23 +71,6 @@ PYTHONUNBUFFERED=1 timeout 130 python3 scripts/gpu/torch_gpt_baseline.py --shape
 echo "rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/torch.txt" >> "$OUT/summary.txt"
 tail -5 "$OUT/torch.log" >> "$OUT/summary.txt"
-fi
-
-if [ -n "${LLAMA_SHAPES-llama-1b,llama-3b}" ]; then
-echo "== bench (ours), Llama" | tee -a "$OUT/summary.txt"
-timeout ${LLAMA_BENCH_TIMEOUT:-200} $C/bin/bench_trainer_cuda --shapes ${LLAMA_SHAPES-llama-1b,llama-3b} \
-  --recipes ${BENCH_RECIPES:-bf16,fp8-tensorwise,fp8-blockwise} --steps 8 --warmup 2 > "$OUT/bench-llama.txt" 2> "$OUT/bench-llama.log"
-echo "rc=$?" >> "$OUT/summary.txt"
-cat "$OUT/bench-llama.txt" >> "$OUT/summary.txt"
-grep -E "error|FAILED|:[0-9]+:" "$OUT/bench-llama.log" | head -10 >> "$OUT/summary.txt"
-if [ -z "${SKIP_TORCH:-}" ]; then
-echo "== torch Llama (same run)" | tee -a "$OUT/summary.txt"
-PYTHONUNBUFFERED=1 timeout ${LLAMA_TORCH_TIMEOUT:-240} python3 scripts/gpu/torch_llama_baseline.py --shapes ${LLAMA_SHAPES-llama-1b,llama-3b} \
-  --steps 8 --warmup 3 > "$OUT/torch-llama.txt" 2> "$OUT/torch-llama.log"
-echo "rc=$?" >> "$OUT/summary.txt"
-cat "$OUT/torch-llama.txt" >> "$OUT/summary.txt"
-tail -5 "$OUT/torch-llama.log" >> "$OUT/summary.txt"
-fi
 fi
 
 cat "$OUT/summary.txt"

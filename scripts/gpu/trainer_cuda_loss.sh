@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # FP8 vs BF16 loss at equal steps (DeepSeek-V3's criterion: within 0.25%), on the GPU machine.
 # Model: bench_trainer_cuda's bytes-l12 shape (GPT-2 124M's 12 blocks, C=768, T=1024, vocab 256:
-# 85M parameters). Data (CORPUS=code, the default): byte tokens of every *.py file in the host
+# 85M parameters); LOSS_SHAPE=llama-bytes: the same size as a Llama block (GQA 12/4, SwiGLU 2048,
+# untied head). Data (CORPUS=code, the default): byte tokens of every *.py file in the host
 # Python's site-packages (scripts/gpu/code_corpus_shards.py: deduplicated, a few hundred MB,
 # val held out by file), so LOSS_STEPS × LOSS_BATCH × 1024 tokens stay far below one pass and
 # nothing is memorised; CORPUS=small uses data/corpus.txt (400 KB: memorised within ~400 steps).
@@ -53,7 +54,7 @@ run_one() {  # $1 = recipe[@seed], $2 = GPU
   local r=${1%@*} seed=1 t; t=$(tag_of "$1")
   [[ "$1" == *@* ]] && seed=${1#*@}
   local s0; s0=$(date +%s)
-  CUDA_VISIBLE_DEVICES=$2 timeout ${LOSS_TIMEOUT:-75} $C/bin/bench_trainer_cuda --shapes bytes-l12 --recipes $r --batch "$BATCH" --cosine \
+  CUDA_VISIBLE_DEVICES=$2 timeout ${LOSS_TIMEOUT:-75} $C/bin/bench_trainer_cuda --shapes "${LOSS_SHAPE:-bytes-l12}" --recipes $r --batch "$BATCH" --cosine \
     --steps "$STEPS" --warmup 0 --loss-window 100 --data "$D/train_*.bin" --val "$D/val_*.bin" \
     --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --init-seed "$seed" ${LOSS_BENCH_ARGS:-} --json /tmp/fp8d-loss-$t.json \
     > /tmp/fp8d-loss-$t.txt 2> /tmp/fp8d-loss-$t.log

@@ -69,7 +69,7 @@ TEST_F(JobCacheTest, AStateChangeIsPublishedOnlyOnceDurableAndProgressNeverOvert
   const int64_t running = Change(e, fp8d::v1::RUNNING);
   cache_.PublishChange(e, /*now_ms=*/5);  // progress while RUNNING is being written
   EXPECT_TRUE(published_.empty()) << "published before the state change was durable";
-  EXPECT_EQ(e.delivered.version(), 1) << "GetJob would answer a version not yet durable";
+  EXPECT_EQ(e.delivered().version(), 1) << "GetJob would answer a version not yet durable";
   EXPECT_EQ(e.job.version(), running + 1);
   EXPECT_EQ(cache_.dirty_rows(), std::set<std::string>{"jobs/a"});
   EXPECT_TRUE(e.row_dirty);
@@ -77,12 +77,27 @@ TEST_F(JobCacheTest, AStateChangeIsPublishedOnlyOnceDurableAndProgressNeverOvert
   cache_.Durable(e, running);
   EXPECT_EQ(PublishedVersions(), (std::vector<int64_t>{running, running + 1}));
   EXPECT_EQ(published_[0].state(), fp8d::v1::RUNNING);
-  EXPECT_EQ(e.delivered.version(), running + 1);
+  EXPECT_EQ(e.delivered().version(), running + 1);
   EXPECT_EQ(e.pending_writes, 0);
   EXPECT_TRUE(e.outbox.empty());
 
   cache_.PublishChange(e, 6);  // nothing pending: at once
   EXPECT_EQ(published_.back().version(), running + 2);
+}
+
+TEST_F(JobCacheTest, AJobIsHeldOnceUntilItFirstChangesAndTheChangeWaitsForItsWrite) {
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), std::nullopt, 0);
+  JobEntry& e = *cache_.Find("jobs/a");
+  EXPECT_EQ(&e.delivered(), &e.job) << "a job that never changed needs no second copy";
+  e.BeforeChange();  // as the scheduler does before it sets the error of an unschedulable job
+  e.job.mutable_error()->set_message("unschedulable");
+  const int64_t failed = Change(e, fp8d::v1::FAILED);
+  EXPECT_EQ(e.delivered().state(), fp8d::v1::QUEUED) << "GetJob would answer a state not yet durable";
+  EXPECT_TRUE(e.delivered().error().message().empty());
+  cache_.Durable(e, failed);
+  EXPECT_EQ(e.delivered().state(), fp8d::v1::FAILED);
+  EXPECT_EQ(e.delivered().error().message(), "unschedulable");
+  EXPECT_EQ(PublishedVersions(), std::vector<int64_t>{failed});
 }
 
 TEST_F(JobCacheTest, ATransitionWriteCarriesTheProgressBeforeIt) {
@@ -155,7 +170,7 @@ TEST_F(JobCacheTest, RecoveryHandsInTheDeliveredCopy) {
   Job delivered = MakeJob("jobs/a", fp8d::v1::QUEUED, 9);
   delivered.set_priority(5);
   cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED, 9), delivered, 42);
-  EXPECT_EQ(cache_.Find("jobs/a")->delivered.priority(), 5);
+  EXPECT_EQ(cache_.Find("jobs/a")->delivered().priority(), 5);
   EXPECT_EQ(cache_.Find("jobs/a")->row_saved_ms, 42);
   int seen = 0;
   cache_.ForEach([&](JobEntry& e) { seen += e.job.name() == "jobs/a"; });

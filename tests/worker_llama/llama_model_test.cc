@@ -185,6 +185,23 @@ TEST(LlamaLayout, HuggingFaceNamesAndShapes) {
   EXPECT_EQ(model.LinearLayerNames()[6], "model.layers.0.mlp.down_proj");
 }
 
+// MFU's FLOP count, from the layout: 6 per weight a token multiplies (the untied input embedding
+// is a lookup) plus the attention's 12·L·(n_head·head_dim)·T, head_dim not d_model/n_head.
+TEST(LlamaFlops, CountTheMultipliedWeightsAndTheHeadsWidth) {
+  for (const bool tied : {false, true}) {
+    ModelConfig cfg = SmallLlama({"", 2, false, true, tied, false, 16});
+    ASSERT_NE(cfg.n_head * cfg.head_dim, cfg.d_model);
+    double weights = 0;
+    int64_t total = 0;
+    for (const ParamTensor& t : LlamaParamLayout(cfg)) {
+      total += t.numel;
+      if (tied || t.name != "model.embed_tokens.weight") weights += static_cast<double>(t.numel);
+    }
+    const double attention = 12.0 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len;
+    EXPECT_DOUBLE_EQ(TrainFlopsPerToken(cfg, total), 6 * weights + attention) << "tied " << tied;
+  }
+}
+
 TEST(LlamaRope, Llama3FrequenciesFollowTheThreeBands) {
   ModelConfig cfg = SmallLlama({"", 4, false, false, false, false, 0});
   cfg.head_dim = 128;

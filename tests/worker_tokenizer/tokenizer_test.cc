@@ -1,6 +1,8 @@
 // prepare-data's tokenizer path: UTF-8 handling, BPE merging rules, what tokenizer.json forms
-// are refused (naming the field, exit 65, no shard written) and the uint32 shards. The ids
-// against the Hugging Face library itself are compare_hf.mjs's.
+// are refused (naming the field, exit 65, no shard written), the uint32 shards and the tokenizer
+// files recorded beside them (tokenizer_files.h; their way into exports is
+// tests/worker_llama/tokenizer_export_test.py's). The ids against the Hugging Face library
+// itself are compare_hf.mjs's.
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "worker/data/prepare_data_main.h"
 #include "worker/data/shards.h"
 #include "worker/data/tokenizer.h"
+#include "worker/data/tokenizer_files.h"
 #include "worker/data/utf8.h"
 
 namespace fp8::data {
@@ -240,6 +243,67 @@ TEST(Shards, Uint32ShardsRoundTripAndTrainingReadsThem) {
   auto small = WriteTrainValShards(std::vector<uint32_t>(2000, 65535), 65536, dir + "/u16");
   ASSERT_TRUE(small.ok());
   EXPECT_TRUE(ReadShard(small->train_path).ok());
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(TokenizerFiles, RecordedBesideTheShardsAndReadBackWithTheirIds) {
+  const std::string dir = TempDir();
+  json j = ByteLevelBpe({}, {});
+  j["added_tokens"] = {{{"id", 256}, {"content", "<s>"}}, {{"id", 257}, {"content", "</s>"}}};
+  Write(j, dir);
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"bos_token": "<s>", "eos_token": {"content": "</s>"}})";
+  std::ofstream(dir + "/text.txt") << std::string(700, 'a') << "\n\n" << std::string(700, 'b');
+  ASSERT_EQ(RunPrepare({"--text", dir + "/text.txt", "--out", dir + "/out", "--tokenizer", dir, "--doc-separator",
+                        "\\n\\n"}),
+            0);
+  EXPECT_EQ(Slurp(dir + "/out/tokenizer.json"), Slurp(dir + "/tokenizer.json"));
+  EXPECT_EQ(Slurp(dir + "/out/tokenizer_config.json"), Slurp(dir + "/tokenizer_config.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out/special_tokens_map.json"));
+  auto files = ReadTokenizerFiles(dir + "/out");
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  ASSERT_TRUE(files->has_value());
+  EXPECT_EQ((*files)->names, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ((*files)->vocab_size, 258);
+  EXPECT_EQ((*files)->bos_id, 256u);
+  EXPECT_EQ((*files)->eos_id, 257u);
+  auto found = FindShardTokenizer(dir + "/out/*.bin", 258);
+  ASSERT_TRUE(found.ok() && found->files);
+  EXPECT_EQ(found->files->dir, dir + "/out");
+  found = FindShardTokenizer(dir + "/out/*.bin", 257);
+  ASSERT_TRUE(found.ok());
+  EXPECT_FALSE(found->files);
+  EXPECT_THAT(found->note, HasSubstr("258 ids, more than the model's vocab_size 257"));
+
+  // A tokenizer_config.json naming a token the tokenizer lacks is named with the file.
+  std::ofstream(dir + "/out/tokenizer_config.json") << R"({"eos_token": "<|none|>"})";
+  EXPECT_THAT(ReadTokenizerFiles(dir + "/out").status().message(),
+              HasSubstr("out/tokenizer_config.json: eos_token \"<|none|>\" is not a token"));
+  found = FindShardTokenizer(dir + "/out/*.bin", 258);
+  ASSERT_TRUE(found.ok());
+  EXPECT_FALSE(found->files);
+  EXPECT_THAT(found->note, HasSubstr("<|none|>"));
+}
+
+TEST(TokenizerFiles, ShardsWrittenIntoTheTokenizersOwnDirectoryLeaveItsFilesAlone) {
+  const std::string dir = TempDir();
+  json j = ByteLevelBpe({}, {});
+  j["added_tokens"] = {{{"id", 256}, {"content", "<s>"}}, {{"id", 257}, {"content", "</s>"}}};
+  Write(j, dir);
+  const std::string config = R"({"eos_token": "</s>"})";
+  std::ofstream(dir + "/tokenizer_config.json") << config;
+  std::ofstream(dir + "/text.txt") << std::string(700, 'a') << "\n\n" << std::string(700, 'b');
+  ASSERT_EQ(RunPrepare({"--text", dir + "/text.txt", "--out", dir, "--tokenizer", dir, "--doc-separator", "\\n\\n"}), 0);
+  EXPECT_EQ(Slurp(dir + "/tokenizer_config.json"), config);
+  // Another eos would have to rewrite the user's own config: refused, and no shard is left.
+  EXPECT_EQ(RunPrepare({"--text", dir + "/text.txt", "--out", dir, "--tokenizer", dir, "--doc-separator", "\\n\\n",
+                        "--eos", "<s>"}),
+            worker::kExitInvalidSpec);
+  EXPECT_EQ(Slurp(dir + "/tokenizer_config.json"), config);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/train_000.bin"));
 }
 
 }  // namespace

@@ -55,6 +55,10 @@ StatusOr<train::ModelConfig> GptConfigOf(const ModelInput& in) {
     const json m = state.is_object() ? state.value("spec", json::object()).value("model", json::object()) : json();
     if (!m.is_object()) return InvalidArgumentError(state_path + ": no spec.model object");
     const std::string where = state_path + ": spec.model";
+    // A Llama checkpoint has GPT-2's shape fields too; its tensors are another model's.
+    if (const std::string arch = m.value("architecture", "gpt2"); arch != "gpt2")
+      return InvalidArgumentError(where + ".architecture is " + arch + ": activation calibration runs fp8d's GPT-2 "
+                                  "model only (weights calibrate without activations.data)");
     FP8_ASSIGN_OR_RETURN(cfg.n_layer, IntField(m, "n_layer", where));
     FP8_ASSIGN_OR_RETURN(cfg.n_head, IntField(m, "n_head", where));
     FP8_ASSIGN_OR_RETURN(cfg.d_model, IntField(m, "d_model", where));
@@ -69,6 +73,10 @@ StatusOr<train::ModelConfig> GptConfigOf(const ModelInput& in) {
     FP8_ASSIGN_OR_RETURN(cfg.d_model, IntField(c, "n_embd", where));
     FP8_ASSIGN_OR_RETURN(cfg.seq_len, IntField(c, c.contains("n_positions") ? "n_positions" : "n_ctx", where));
     FP8_ASSIGN_OR_RETURN(cfg.vocab_size, IntField(c, "vocab_size", where));
+  } else if (in.config && in.config->contains("architectures")) {
+    return InvalidArgumentError((fs::path(in.dir) / kConfigFile).string() + ": architectures is " +
+                                (*in.config)["architectures"].dump() + ": activation calibration runs fp8d's GPT-2 "
+                                "model only (weights calibrate without activations.data)");
   } else {
     return InvalidArgumentError(in.dir + ": activation calibration runs fp8d's GPT model and needs its shape: " +
                                 "no trainer_state.json (fp8d checkpoint) and no GPT-2 config.json with n_head");

@@ -14,6 +14,7 @@
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
 #include "worker/data/tokenizer.h"
+#include "worker/data/tokenizer_files.h"
 
 namespace fp8::data {
 namespace {
@@ -38,14 +39,10 @@ std::string Unescape(const std::string& s) {
 
 // The eos_token of the tokenizer_config.json beside the tokenizer, if there is one.
 std::string ConfigEosToken(const std::string& tokenizer_file) {
-  std::ifstream in(std::filesystem::path(tokenizer_file).parent_path() / "tokenizer_config.json");
+  std::ifstream in(std::filesystem::path(tokenizer_file).parent_path() / kTokenizerConfigJson);
   if (!in) return "";
   auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token")) return "";
-  const auto& e = j["eos_token"];
-  if (e.is_string()) return e.get<std::string>();
-  if (e.is_object() && e.contains("content") && e["content"].is_string()) return e["content"].get<std::string>();
-  return "";
+  return j.is_discarded() ? "" : ConfigToken(j, "eos_token");
 }
 
 int Fail(const Status& s, int code) {
@@ -93,6 +90,13 @@ int PrepareTokenized(const std::string& text_path, const std::string& out, doubl
 
   auto r = WriteTrainValShards(tokens, t.vocab_size(), out, val_fraction);
   if (!r.ok()) return Fail(Status(r.status().code(), text_path + ": " + r.status().message()), ExitCodeOf(r.status()));
+  // The tokenizer beside its shards, so an export of a model trained on them carries it.
+  if (Status s = RecordTokenizer(t.path(), eos_id ? eos : "", out); !s.ok()) {
+    std::error_code ec;
+    std::filesystem::remove(r->train_path, ec);
+    std::filesystem::remove(r->val_path, ec);
+    return Fail(s, s.code() == StatusCode::kInvalidArgument ? worker::kExitInvalidSpec : ExitCodeOf(s));
+  }
   std::fprintf(stderr,
                "fp8-worker prepare-data: %lld documents, %lld tokens in %.3f s (%.0f tokens/s); %lld train tokens → %s, "
                "%lld val tokens → %s (vocab %lld, %s tokens)\n",
@@ -129,6 +133,12 @@ int PrepareDataMain(int argc, char** argv) {
     return worker::kExitInvalidSpec;
   }
   if (!tokenizer.empty()) return PrepareTokenized(text, out, val_fraction, tokenizer, separator, eos);
+  // Byte shards beside a tokenizer.json would pass for that tokenizer's ids in an export.
+  if (std::error_code ec; std::filesystem::exists(std::filesystem::path(out) / kTokenizerJson, ec))
+    return Fail(InvalidArgumentError("--out " + out + " holds a " + kTokenizerJson +
+                                     " (from a --tokenizer run?), which byte-level shards there would be taken for; "
+                                     "remove it or write elsewhere"),
+                worker::kExitInvalidSpec);
 
   auto r = PrepareByteData(text, out, val_fraction);
   if (!r.ok()) return Fail(r.status(), ExitCodeOf(r.status()));

@@ -43,6 +43,16 @@ class SeededNormal {
   uint64_t seed_, counter_ = 0;
 };
 
+// What the mixture-of-experts routers did in a step, over all ranks (progress events).
+struct MoeRoutingStats {
+  bool present = false;  // false: a dense model, or no step yet
+  // Tokens routed to each expert as multiples of its layer's mean (1 = balanced), lowest and
+  // highest over the MoE layers; cv: the largest of the layers' std/mean.
+  double load_min = 0, load_max = 0, load_cv = 0;
+  double dropped_fraction = 0;  // assignments past capacity / all assignments
+  double aux_loss = 0;          // the load-balancing loss (all MoE layers), mean per micro-batch
+};
+
 class CausalLm {
  public:
   virtual ~CausalLm() = default;
@@ -58,6 +68,16 @@ class CausalLm {
   // Accumulates d(loss_scale · loss)/dθ of the last Forward into grads(). Then (fp8-tensorwise)
   // the amaxes of the step's casts go into the delayed-scaling histories, unless deferred.
   virtual void Backward(float loss_scale) = 0;
+
+  // Mixture of experts (all no-ops for a dense model). AuxLoss: the load-balancing loss of the
+  // last Forward, whose gradient Backward adds (Forward returns the cross-entropy alone).
+  virtual double AuxLoss() const { return 0; }
+  // What the training Forwards since the last call routed, as sums (empty: nothing to route).
+  // The backend sums them over the ranks and hands them to FinishRoutingStep after the optimizer
+  // step, which moves the sigmoid-bias router's bias and sets routing_stats().
+  virtual std::vector<float> TakeRoutingCounts() { return {}; }
+  virtual void FinishRoutingStep(const std::vector<float>& /*summed_counts*/) {}
+  const MoeRoutingStats& routing_stats() const { return routing_stats_; }
 
   // Data parallelism (fp8-tensorwise): with updates deferred, Backward leaves the amaxes waiting;
   // the trainer max-reduces PendingAmaxes() over the ranks and hands the result to
@@ -130,6 +150,7 @@ class CausalLm {
   PrecisionConfig precision_;
   std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
+  MoeRoutingStats routing_stats_;
 
  private:
   bool defer_scaling_updates_ = false;

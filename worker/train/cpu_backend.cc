@@ -44,7 +44,10 @@ class CpuBackend final : public TrainBackend {
   }
 
   Status ReduceStep(double* loss, bool* stop) override {
+    // Mixture of experts: the loads of every rank's tokens move the router bias (Update).
+    routing_counts_ = model_.TakeRoutingCounts();
     if (world_size() == 1) return OkStatus();
+    if (!routing_counts_.empty()) FP8_RETURN_IF_ERROR(coll_.AllReduceSum(routing_counts_.data(), routing_counts_.size()));
     float scalars[2] = {static_cast<float>(*loss), *stop ? 1.0f : 0.0f};
     FP8_RETURN_IF_ERROR(coll_.AllReduceSum(model_.grads().data(), model_.grads().size()));
     FP8_RETURN_IF_ERROR(coll_.AllReduceSum(scalars, 2));
@@ -59,10 +62,12 @@ class CpuBackend final : public TrainBackend {
     if (max_norm > 0 && norm > max_norm)
       for (float& g : model_.grads()) g *= static_cast<float>(max_norm / (norm + 1e-6));
     adam_.Step(model_.params().data(), model_.grads().data(), lr, step);
+    model_.FinishRoutingStep(routing_counts_);
     return norm;
   }
 
   Fp8CastStats TakeFp8CastStats() override { return model_.TakeFp8CastStats(); }
+  MoeRoutingStats RoutingStats() const override { return model_.routing_stats(); }
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int batch) override {
     return model_.Forward(inputs, targets, batch, /*training=*/false);
   }
@@ -84,6 +89,7 @@ class CpuBackend final : public TrainBackend {
   std::unique_ptr<CausalLm> owned_;
   CausalLm& model_;
   AdamW adam_;
+  std::vector<float> routing_counts_;  // the step's, summed over the ranks
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "worker/train/hf_qwen3_moe.h"
+
 namespace fp8::train {
 using json = nlohmann::json;
 
@@ -17,6 +19,7 @@ constexpr Family kFamilies[] = {
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {kQwen3MoeArchitecture, "qwen3_moe"},  // its MoE fields: hf_qwen3_moe.h
 };
 
 const Family* FamilyOf(const json& c) {
@@ -106,7 +109,8 @@ Status CheckSemantics(const json& c, const Family& f, const std::string& where) 
   // A sliding window that is used: Mistral's whenever set, Qwen's with use_sliding_window.
   if (arch == "MistralForCausalLM" && !Unset(c, "sliding_window"))
     return Refuse(where, c, "sliding_window", "fp8d's attention is full causal attention (null)");
-  if ((arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM") && !Unset(c, "use_sliding_window") &&
+  if ((arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == kQwen3MoeArchitecture) &&
+      !Unset(c, "use_sliding_window") &&
       c["use_sliding_window"] != false)
     return Refuse(where, c, "use_sliding_window", "fp8d's attention is full causal attention (false)");
   if (!Unset(c, "layer_types") && c["layer_types"].is_array())
@@ -160,12 +164,15 @@ StatusOr<ModelConfig> LlamaConfigFromHf(const json& c, const std::string& file) 
     m.tie_word_embeddings = c["tie_word_embeddings"].get<bool>();
   }
   m.attention_bias = std::string(family->architecture) == "Qwen2ForCausalLM";
-  m.qk_norm = std::string(family->architecture) == "Qwen3ForCausalLM";
+  const std::string arch = family->architecture;
+  m.qk_norm = arch == "Qwen3ForCausalLM" || arch == kQwen3MoeArchitecture;
+  if (arch == kQwen3MoeArchitecture) FP8_RETURN_IF_ERROR(ReadQwen3MoeConfig(c, where, &m));
   return m;
 }
 
 std::string LlamaHfArchitecture(const ModelConfig& cfg) {
   if (!cfg.hf_architecture.empty()) return cfg.hf_architecture;
+  if (cfg.moe.enabled()) return kQwen3MoeArchitecture;
   if (cfg.qk_norm) return "Qwen3ForCausalLM";
   if (cfg.attention_bias) return "Qwen2ForCausalLM";
   return "LlamaForCausalLM";
@@ -219,10 +226,16 @@ HfLayout LlamaHfLayout(const ModelConfig& cfg) {
     c["pretraining_tp"] = 1;
   } else if (arch == "MistralForCausalLM") {
     c["sliding_window"] = nullptr;
-  } else {  // Qwen2, Qwen3
+  } else {  // Qwen2, Qwen3, Qwen3-MoE
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
-    if (arch == "Qwen3ForCausalLM") c["attention_bias"] = false;
+    if (arch != "Qwen2ForCausalLM") c["attention_bias"] = false;
+  }
+  if (arch == kQwen3MoeArchitecture) {
+    AddQwen3MoeConfig(cfg, &c);
+    l.refusal = Qwen3MoeExportRefusal(cfg);
+  } else if (cfg.moe.enabled()) {
+    l.refusal = arch + " has no mixture of experts";
   }
   l.config = std::move(c);
   l.generation_config = {{"_from_model_config", true}};

@@ -1,5 +1,6 @@
 // The Llama family in and out of Hugging Face (the family's part of hf_model.h):
-// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM. fp8d's LlamaModel
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and (its MoE fields in
+// hf_qwen3_moe.h) Qwen3MoeForCausalLM. fp8d's LlamaModel
 // already names its tensors as transformers does and stores nn.Linear's [out, in], so the
 // weights map one to one; the work is config.json, which is read in both of transformers' rope
 // styles (top-level rope_theta/rope_scaling, and 5.x's rope_parameters) and refused, naming the
@@ -22,15 +23,16 @@ namespace fp8::train {
 // the export writes the original max_position_embeddings back.
 inline constexpr int kLlamaImportSeqLen = 2048;
 
-// config.json names one of the four architectures (or, without "architectures", their
-// model_type: llama, mistral, qwen2, qwen3).
+// config.json names one of the five architectures (or, without "architectures", their
+// model_type: llama, mistral, qwen2, qwen3, qwen3_moe).
 bool IsLlamaHfConfig(const nlohmann::json& config);
 // The model from such a config.json; errors name `where` (the file), the architecture and the
 // field.
 StatusOr<ModelConfig> LlamaConfigFromHf(const nlohmann::json& config, const std::string& where);
 
-// The Hugging Face class an export of `cfg` is: the imported one, else Qwen3ForCausalLM with
-// qk_norm, Qwen2ForCausalLM with attention_bias, LlamaForCausalLM otherwise.
+// The Hugging Face class an export of `cfg` is: the imported one, else Qwen3MoeForCausalLM with
+// model.moe, Qwen3ForCausalLM with qk_norm, Qwen2ForCausalLM with attention_bias,
+// LlamaForCausalLM otherwise.
 std::string LlamaHfArchitecture(const ModelConfig& cfg);
 
 HfLayout LlamaHfLayout(const ModelConfig& cfg);

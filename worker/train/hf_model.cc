@@ -50,7 +50,8 @@ StatusOr<ModelSource> OpenHuggingFace(const fs::path& dir) {
     FP8_ASSIGN_OR_RETURN(src.config, LlamaConfigFromHf(c, src.config_path));
   } else {
     const char* kKnown =
-        "; fp8d imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM";
+        "; fp8d imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and"
+        " Qwen3MoeForCausalLM";
     if (c.contains("architectures")) return DataLossError(src.config_path + ": field \"architectures\" is " + c["architectures"].dump() + kKnown);
     if (c.contains("model_type")) return DataLossError(src.config_path + ": field \"model_type\" is " + c["model_type"].dump() + kKnown);
     return DataLossError(src.config_path + ": neither \"architectures\" nor \"model_type\" names the model" + kKnown);
@@ -145,6 +146,16 @@ HfLayout HfLayoutOf(const ModelConfig& cfg) {
 
 Status ExportHf(const CausalLm& model, const std::string& out_dir, const HfExportOptions& opts) {
   const HfLayout layout = HfLayoutOf(model.config());
+  if (!layout.refusal.empty()) return FailedPreconditionError("cannot export as Hugging Face " + layout.family + ": " + layout.refusal);
+  json generation_config = layout.generation_config;
+  if (opts.tokenizer) {
+    FP8_RETURN_IF_ERROR(data::CheckTokenizerFitsVocab(*opts.tokenizer, model.config().vocab_size));
+    // The family's defaults (GPT-2's 50256) belong to its own tokenizer, not to this one.
+    generation_config.erase("bos_token_id");
+    generation_config.erase("eos_token_id");
+    if (opts.tokenizer->bos_id) generation_config["bos_token_id"] = *opts.tokenizer->bos_id;
+    if (opts.tokenizer->eos_id) generation_config["eos_token_id"] = *opts.tokenizer->eos_id;
+  }
   std::error_code ec;
   fs::path out = fs::absolute(out_dir);
   while (out.has_filename() == false && out.has_parent_path() && out != out.root_path()) out = out.parent_path();
@@ -201,7 +212,8 @@ Status ExportHf(const CausalLm& model, const std::string& out_dir, const HfExpor
       FP8_RETURN_IF_ERROR(WriteText(tmp / kHfIndexFile, index.dump(2) + "\n"));
     }
     FP8_RETURN_IF_ERROR(WriteText(tmp / kHfConfigFile, layout.config.dump(2) + "\n"));
-    FP8_RETURN_IF_ERROR(WriteText(tmp / kHfGenerationConfigFile, layout.generation_config.dump(2) + "\n"));
+    FP8_RETURN_IF_ERROR(WriteText(tmp / kHfGenerationConfigFile, generation_config.dump(2) + "\n"));
+    if (opts.tokenizer) FP8_RETURN_IF_ERROR(data::CopyTokenizerFiles(*opts.tokenizer, tmp.string()));
     FP8_RETURN_IF_ERROR(st::FsyncParentDir((tmp / kHfConfigFile).string()));
     // rename() cannot replace a non-empty directory: move the earlier export aside first.
     if (fs::exists(out)) {

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "worker/data/tokenizer_files.h"
 #include "worker/train/causal_lm.h"
 #include "worker/train/spec.h"
 
@@ -26,6 +28,11 @@ struct HfExportOptions {
   // A shard holds tensors up to this many bytes (a bigger tensor gets a shard of its own). More
   // than one shard: model-0000i-of-0000n.safetensors and model.safetensors.index.json.
   uint64_t max_shard_bytes = 2ull << 30;
+  // The tokenizer the model's ids are from (the one recorded beside its training shards):
+  // its files go into the export unchanged, and generation_config.json gets the bos/eos ids its
+  // tokenizer_config.json names instead of the family's defaults. A tokenizer with more ids
+  // than the model's vocab_size is refused (FailedPrecondition), nothing written.
+  std::optional<data::TokenizerFiles> tokenizer;
 };
 
 // How a family's tensors appear in a Hugging Face directory.
@@ -40,11 +47,13 @@ struct HfLayout {
   std::string family;
   // What an export writes as config.json and generation_config.json.
   nlohmann::json config, generation_config;
+  // Why the model has no form in this class ("" when it has): ExportHf refuses it.
+  std::string refusal;
 };
 // The layout of `cfg`'s family (the one switch on the architecture here).
 HfLayout HfLayoutOf(const ModelConfig& cfg);
 
-// Writes config.json, generation_config.json and the weights (FP32, the family's transformers
+// Writes config.json, generation_config.json, the tokenizer files when `opts` has them, and the weights (FP32, the family's transformers
 // names and orientation) of `model` into `out_dir`, in the architecture the model came from
 // (GPT2LMHeadModel; LlamaForCausalLM, Qwen2ForCausalLM, ...). The directory is built under a
 // temporary name and renamed into place, so it is complete or absent; an existing `out_dir` is

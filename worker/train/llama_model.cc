@@ -38,6 +38,10 @@ std::vector<ParamTensor> LlamaParamLayout(const ModelConfig& cfg) {
       add(p + "self_attn.k_norm.weight", {d});
     }
     add(p + "post_attention_layernorm.weight", {c});
+    if (cfg.moe.SparseLayer(l)) {
+      AddMoeParamTensors(cfg, p + "mlp.", &out);
+      continue;
+    }
     add(p + "mlp.gate_proj.weight", {cfg.intermediate_size, c});
     add(p + "mlp.up_proj.weight", {cfg.intermediate_size, c});
     add(p + "mlp.down_proj.weight", {c, cfg.intermediate_size});
@@ -67,6 +71,12 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, const PrecisionConfig& precision)
       b.k_norm = OffsetOf(p + "self_attn.k_norm.weight");
     }
     b.norm2 = OffsetOf(p + "post_attention_layernorm.weight");
+    if (cfg.moe.SparseLayer(l)) {
+      b.moe = std::make_unique<MoeMlp>();
+      RegisterMoe(*b.moe, p + "mlp.");
+      ++sparse_layers_;
+      continue;
+    }
     RegisterLinear(b.gate, p + "mlp.gate_proj", c, in, false);
     RegisterLinear(b.up, p + "mlp.up_proj", c, in, false);
     RegisterLinear(b.down, p + "mlp.down_proj", in, c, false);
@@ -110,11 +120,17 @@ void LlamaModel::Resize(int batch) {
     b.res_mid.resize(n * c);
     b.ln2.resize(n * c);
     b.rstd2.resize(n);
-    b.g.resize(n * in);
-    b.u.resize(n * in);
-    b.act.resize(n * in);
+    const size_t dense = b.moe ? 0 : n * in;
+    b.g.resize(dense);
+    b.u.resize(dense);
+    b.act.resize(dense);
   }
   ResizeLinears(static_cast<int64_t>(n));
+  // A routed expert sees only its own rows: MoeForward sizes its operands by them.
+  for (Block& b : blocks_)
+    if (b.moe)
+      for (Expert& e : b.moe->experts)
+        for (Linear* l : {&e.gate, &e.up, &e.down}) std::vector<float>().swap(l->xq);
   inputs_.resize(n);
   targets_.resize(n);
   res_final_.resize(n * c);
@@ -142,6 +158,8 @@ double LlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int ba
   std::memcpy(inputs_.data(), inputs, sizeof(int32_t) * n);
   std::memcpy(targets_.data(), targets, sizeof(int32_t) * n);
   const float* p = params_.data();
+  aux_loss_ = 0;
+  int sparse_index = 0;
 
   float* x = blocks_.empty() ? res_final_.data() : blocks_[0].x_in.data();
   TokenEmbeddingForward<float>(inputs, p + embed_, n, c, x);
@@ -165,10 +183,14 @@ double LlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int ba
     LinearFwd(b.o, b.att_y.data(), n, dc_.data(), training);
     for (int64_t i = 0; i < n * c; ++i) b.res_mid[i] = b.x_in[i] + dc_[i];
     RmsNormForward<float>(b.res_mid.data(), p + b.norm2, n, c, eps, b.ln2.data(), b.rstd2.data());
-    LinearFwd(b.gate, b.ln2.data(), n, b.g.data(), training);
-    LinearFwd(b.up, b.ln2.data(), n, b.u.data(), training);
-    SwiGluForward<float>(b.g.data(), b.u.data(), n * in, b.act.data());
-    LinearFwd(b.down, b.act.data(), n, dc_.data(), training);
+    if (b.moe) {
+      MoeForward(*b.moe, sparse_index++, b.ln2.data(), n, training, dc_.data());
+    } else {
+      LinearFwd(b.gate, b.ln2.data(), n, b.g.data(), training);
+      LinearFwd(b.up, b.ln2.data(), n, b.u.data(), training);
+      SwiGluForward<float>(b.g.data(), b.u.data(), n * in, b.act.data());
+      LinearFwd(b.down, b.act.data(), n, dc_.data(), training);
+    }
     float* next = (l + 1 < blocks_.size()) ? blocks_[l + 1].x_in.data() : res_final_.data();
     for (int64_t i = 0; i < n * c; ++i) next[i] = b.res_mid[i] + dc_[i];
   }
@@ -192,12 +214,16 @@ void LlamaModel::Backward(float loss_scale) {
                          dres_.data(), g + norm_);
   for (size_t li = blocks_.size(); li-- > 0;) {
     Block& b = blocks_[li];
-    // MLP: dres is d(block output) = d(down_proj out).
-    LinearBwd(b.down, dres_.data(), b.act.data(), n, dwide_.data());
-    SwiGluBackward<float>(dwide_.data(), b.g.data(), b.u.data(), n * in, dwide2_.data(), dwide3_.data());
-    LinearBwd(b.gate, dwide2_.data(), b.ln2.data(), n, dc_.data());
-    LinearBwd(b.up, dwide3_.data(), b.ln2.data(), n, dc2_.data());
-    AddTo(dc_.data(), dc2_.data(), n * c);
+    // MLP: dres is d(block output) = d(MLP out).
+    if (b.moe) {
+      MoeBackward(*b.moe, dres_.data(), b.ln2.data(), n, loss_scale, dc_.data());
+    } else {
+      LinearBwd(b.down, dres_.data(), b.act.data(), n, dwide_.data());
+      SwiGluBackward<float>(dwide_.data(), b.g.data(), b.u.data(), n * in, dwide2_.data(), dwide3_.data());
+      LinearBwd(b.gate, dwide2_.data(), b.ln2.data(), n, dc_.data());
+      LinearBwd(b.up, dwide3_.data(), b.ln2.data(), n, dc2_.data());
+      AddTo(dc_.data(), dc2_.data(), n * c);
+    }
     RmsNormBackward<float>(dc_.data(), b.res_mid.data(), p + b.norm2, b.rstd2.data(), n, c, true, dres_.data(),
                            g + b.norm2);
     // Attention: dres is now d(res_mid).

@@ -11,6 +11,7 @@
 
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
+#include "worker/data/tokenizer_files.h"
 #include "worker/train/causal_lm.h"
 #include "worker/train/hf_model.h"
 #include "worker/train/trainer.h"
@@ -19,7 +20,10 @@ namespace fp8::train {
 namespace {
 
 constexpr const char* kExportUsage =
-    "usage: fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N]\n";
+    "usage: fp8-worker export --checkpoint DIR --out DIR --format hf [--max-shard-bytes N] [--tokenizer DIR]\n"
+    "  --tokenizer: the directory of the tokenizer.json (and tokenizer_config.json, special_tokens_map.json)\n"
+    "               the export carries; without it, the tokenizer prepare-data recorded beside the shards\n"
+    "               of the checkpoint's data.train, if any\n";
 constexpr const char* kEvaluateUsage =
     "usage: fp8-worker evaluate --model DIR [--recipe fp32|bf16|fp8-tensorwise|fp8-blockwise]\n"
     "                           (--tokens 1,2,3 | --data GLOB [--seed S] [--first-batch B])\n"
@@ -80,7 +84,7 @@ int Usage(const std::string& msg, const char* usage) {
 
 int ExportMain(int argc, char** argv) {
   std::map<std::string, std::string> f;
-  if (!ParseFlags(argc, argv, {"checkpoint", "out", "format", "max-shard-bytes"}, &f, kExportUsage))
+  if (!ParseFlags(argc, argv, {"checkpoint", "out", "format", "max-shard-bytes", "tokenizer"}, &f, kExportUsage))
     return worker::kExitInvalidSpec;
   if (f["checkpoint"].empty()) return Usage("--checkpoint: required", kExportUsage);
   if (f["out"].empty()) return Usage("--out: required", kExportUsage);
@@ -93,12 +97,36 @@ int ExportMain(int argc, char** argv) {
   }
   auto src = OpenModelSource(f["checkpoint"]);
   if (!src.ok()) return BadData("--checkpoint", src.status());
+  std::string no_tokenizer;
+  if (f.count("tokenizer")) {
+    auto t = data::ReadTokenizerFiles(f["tokenizer"]);
+    if (!t.ok()) return BadData("--tokenizer", t.status());
+    if (!*t) return BadData("--tokenizer", DataLossError(f["tokenizer"] + ": no " + data::kTokenizerJson));
+    if (Status s = data::CheckTokenizerFitsVocab(**t, src->config.vocab_size); !s.ok())
+      return BadData("--tokenizer", DataLossError(s.message()));
+    opts.tokenizer = std::move(*t);
+  } else if (src->kind == ModelSource::Kind::kFp8dCheckpoint) {
+    // The data glob the checkpoint's run trained on, as its trainer_state.json keeps it.
+    auto state = ReadJsonObject(src->config_path);
+    if (!state.ok()) return BadData("--checkpoint", state.status());
+    const nlohmann::json train =
+        state->value("spec", nlohmann::json::object()).value("data", nlohmann::json::object()).value("train", nlohmann::json());
+    if (train.is_string() && !train.get<std::string>().empty()) {
+      auto found = data::FindShardTokenizer(train.get<std::string>(), src->config.vocab_size);
+      if (!found.ok()) no_tokenizer = found.status().message();
+      else if (found->files) opts.tokenizer = std::move(found->files);
+      else no_tokenizer = found->note;
+      if (!no_tokenizer.empty()) no_tokenizer = "data.train of " + src->config_path + ": " + no_tokenizer;
+    }
+  }
   PrecisionConfig precision;
   const std::unique_ptr<CausalLm> model = MakeCausalLm(src->config, precision);
   if (Status s = LoadModelWeights(*src, model.get()); !s.ok()) return BadData("--checkpoint", s);
   if (Status s = ExportHf(*model, f["out"], opts); !s.ok()) return BadData("--out", s);
   std::fprintf(stderr, "fp8-worker export: %s → %s (Hugging Face %s, %lld parameters)\n", src->dir.c_str(),
                f["out"].c_str(), HfLayoutOf(model->config()).family.c_str(), static_cast<long long>(model->num_params()));
+  if (opts.tokenizer) std::fprintf(stderr, "fp8-worker export: with the tokenizer files of %s\n", opts.tokenizer->dir.c_str());
+  else if (!no_tokenizer.empty()) std::fprintf(stderr, "fp8-worker export: no tokenizer files: %s\n", no_tokenizer.c_str());
   return worker::kExitOk;
 }
 

@@ -25,6 +25,17 @@ Backend BackendOf(const std::string& name) {
   return Backend::kAuto;
 }
 
+MoeConfig MoeFromProto(const fp8d::v1::ModelSpec& m) {
+  if (!m.has_moe()) return {};
+  const auto& e = m.moe();
+  return {.num_experts = e.num_experts(), .experts_per_token = e.experts_per_token(),
+          .moe_intermediate_size = e.moe_intermediate_size(), .num_shared_experts = e.num_shared_experts(),
+          .first_dense_layers = e.first_dense_layers(),
+          .router = e.router() == "sigmoid-bias" ? MoeRouter::kSigmoidBias : MoeRouter::kSoftmaxTopK,
+          .norm_topk_prob = e.norm_topk_prob(), .capacity_factor = e.capacity_factor(),
+          .aux_loss_coef = e.aux_loss_coef(), .bias_update_rate = e.bias_update_rate()};
+}
+
 // A plain copy of a defaulted (and, but for DefaultTrainSpec, validated) spec.
 TrainSpec FromProto(const fp8d::v1::TrainSpec& p) {
   TrainSpec s;
@@ -39,7 +50,8 @@ TrainSpec FromProto(const fp8d::v1::TrainSpec& p) {
                               .high_freq_factor = m.rope_scaling().high_freq_factor(),
                               .original_max_position_embeddings = m.rope_scaling().original_max_position_embeddings()},
              .tie_word_embeddings = m.tie_word_embeddings(), .attention_bias = m.attention_bias(), .qk_norm = m.qk_norm(),
-             .hf_architecture = "", .max_position_embeddings = 0};
+             .hf_architecture = "", .max_position_embeddings = 0,
+             .moe = MoeFromProto(m)};
   s.data = {p.data().train(), p.data().val()};
   const auto& pr = p.precision();
   // Designated initializers: a field added to these structs must be mapped here (-Wextra).
@@ -109,6 +121,14 @@ nlohmann::json ModelConfigToJson(const ModelConfig& m) {
   j["qk_norm"] = m.qk_norm;
   if (!m.hf_architecture.empty()) j["hf_architecture"] = m.hf_architecture;
   if (m.max_position_embeddings > 0) j["max_position_embeddings"] = m.max_position_embeddings;
+  if (m.moe.enabled()) {
+    const MoeConfig& e = m.moe;
+    j["moe"] = {{"num_experts", e.num_experts}, {"experts_per_token", e.experts_per_token},
+                {"moe_intermediate_size", e.moe_intermediate_size}, {"num_shared_experts", e.num_shared_experts},
+                {"router", MoeRouterName(e.router)}, {"norm_topk_prob", e.norm_topk_prob},
+                {"capacity_factor", e.capacity_factor}, {"aux_loss_coef", e.aux_loss_coef},
+                {"bias_update_rate", e.bias_update_rate}, {"first_dense_layers", e.first_dense_layers}};
+  }
   return j;
 }
 
@@ -166,7 +186,47 @@ StatusOr<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::st
     return DataLossError(where + ": field \"num_key_value_heads\" (" + std::to_string(m.n_kv_head) +
                          ") does not divide \"n_head\" (" + std::to_string(m.n_head) + ")");
   if (m.head_dim % 2 != 0) return DataLossError(where + ": field \"head_dim\" must be even");
+  if (j.contains("moe")) FP8_RETURN_IF_ERROR(MoeConfigFromJson(j["moe"], m.n_layer, where, &m.moe));
   return m;
+}
+
+const char* MoeRouterName(MoeRouter r) { return r == MoeRouter::kSigmoidBias ? "sigmoid-bias" : "softmax-topk"; }
+
+Status MoeConfigFromJson(const nlohmann::json& j, int n_layer, const std::string& where, MoeConfig* out) {
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return DataLossError(where + ": field \"moe." + field + "\" " + why);
+  };
+  if (!j.is_object()) return DataLossError(where + ": field \"moe\" is not an object");
+  auto integer = [&](const char* key, int lo, int hi, int* v) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
+      return bad(key, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    *v = it->get<int>();
+    return OkStatus();
+  };
+  auto real = [&](const char* key, double* v) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 64)
+      return bad(key, "must be a number in [0, 64]");
+    *v = it->get<double>();
+    return OkStatus();
+  };
+  MoeConfig e;
+  FP8_RETURN_IF_ERROR(integer("num_experts", 1, 1024, &e.num_experts));
+  FP8_RETURN_IF_ERROR(integer("experts_per_token", 1, e.num_experts, &e.experts_per_token));
+  FP8_RETURN_IF_ERROR(integer("moe_intermediate_size", 1, 1 << 20, &e.moe_intermediate_size));
+  FP8_RETURN_IF_ERROR(integer("num_shared_experts", 0, 64, &e.num_shared_experts));
+  FP8_RETURN_IF_ERROR(integer("first_dense_layers", 0, n_layer - 1, &e.first_dense_layers));
+  const std::string router = j.value("router", "");
+  if (router != "softmax-topk" && router != "sigmoid-bias") return bad("router", "must be softmax-topk or sigmoid-bias");
+  e.router = router == "sigmoid-bias" ? MoeRouter::kSigmoidBias : MoeRouter::kSoftmaxTopK;
+  if (!j.contains("norm_topk_prob") || !j["norm_topk_prob"].is_boolean()) return bad("norm_topk_prob", "must be true or false");
+  e.norm_topk_prob = j["norm_topk_prob"].get<bool>();
+  FP8_RETURN_IF_ERROR(real("capacity_factor", &e.capacity_factor));
+  FP8_RETURN_IF_ERROR(real("aux_loss_coef", &e.aux_loss_coef));
+  FP8_RETURN_IF_ERROR(real("bias_update_rate", &e.bias_update_rate));
+  *out = e;
+  return OkStatus();
 }
 
 const char* RecipeName(Recipe r) {

@@ -28,6 +28,20 @@ struct RopeScaling {
   int original_max_position_embeddings = 0;
 };
 
+enum class MoeRouter { kSoftmaxTopK, kSigmoidBias };
+
+// A mixture of experts in place of the dense MLPs (proto MoeSpec documents each field).
+struct MoeConfig {
+  int num_experts = 0;  // 0: no mixture of experts
+  int experts_per_token = 0, moe_intermediate_size = 0, num_shared_experts = 0, first_dense_layers = 0;
+  MoeRouter router = MoeRouter::kSoftmaxTopK;
+  bool norm_topk_prob = false;
+  double capacity_factor = 0, aux_loss_coef = 0, bias_update_rate = 0;
+  bool enabled() const { return num_experts > 0; }
+  // Whether layer `l` of the model has the MoE MLP.
+  bool SparseLayer(int l) const { return enabled() && l >= first_dense_layers; }
+};
+
 struct ModelConfig {
   std::string preset;
   int n_layer = 0, n_head = 0, d_model = 0, seq_len = 0, vocab_size = 0;
@@ -43,9 +57,13 @@ struct ModelConfig {
   // The Llama family: the context an export's config.json states (max_position_embeddings);
   // 0: seq_len. An import trains at most 2048 positions of a longer one (kLlamaImportSeqLen).
   int max_position_embeddings = 0;
+  MoeConfig moe;  // the Llama family only
 };
 
 const char* ArchitectureName(Architecture a);
+const char* MoeRouterName(MoeRouter r);
+// spec.model.moe as trainer_state.json stores it, and back; errors name `where` and the field.
+Status MoeConfigFromJson(const nlohmann::json& j, int n_layer, const std::string& where, MoeConfig* out);
 // spec.model as trainer_state.json stores it, and back (a checkpoint without "architecture" is
 // GPT-2's). Errors name `where` and the field.
 nlohmann::json ModelConfigToJson(const ModelConfig& m);

@@ -42,6 +42,8 @@ class TrainBackend {
   // Clips to training.max_grad_norm, takes AdamW step `step` (1-based); returns the norm before.
   virtual StatusOr<double> Update(double lr, int64_t step) = 0;
   virtual Fp8CastStats TakeFp8CastStats() = 0;  // empty: not counted, or not an FP8 recipe
+  // What the mixture-of-experts routers did in the last step, all ranks (absent: dense model).
+  virtual MoeRoutingStats RoutingStats() const { return {}; }
 
   // Mean loss of `batch` sequences: no gradients, scaling state untouched.
   virtual StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int batch) = 0;

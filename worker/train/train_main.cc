@@ -11,6 +11,7 @@
 #include "worker/common/events.h"
 #include "worker/data/shards.h"
 #include "worker/train/collective.h"
+#include "worker/train/hf_model.h"
 #include "worker/train/spec.h"
 #include "worker/train/trainer.h"
 
@@ -41,6 +42,16 @@ int InvalidSpec(EventWriter& ev, const std::string& msg) {
   std::fprintf(stderr, "fp8-worker: invalid spec: %s\n", msg.c_str());
   ev.Emit(worker::ErrorEvent(worker::WorkerEvent::INVALID_SPEC, msg));
   return worker::kExitInvalidSpec;
+}
+
+// The CUDA model has no MoE layer yet. jobspec refuses backend cuda with a spec's model.moe at
+// create; this is the worker's one check, which also sees a mixture of experts that init_from
+// names. An unreadable init_from is left for the trainer to report.
+bool TrainsMixtureOfExperts(const TrainSpec& spec) {
+  if (spec.model.moe.enabled()) return true;
+  if (spec.init_from.empty()) return false;
+  auto src = OpenModelSource(spec.init_from);
+  return src.ok() && src->config.moe.enabled();
 }
 
 }  // namespace
@@ -87,8 +98,12 @@ int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
   opts.tty_progress = ::isatty(STDERR_FILENO) != 0;
 
   // Both families train on either backend (the CUDA one picks its model by architecture,
-  // cuda_causal_lm.h); auto takes the GPU when there is one.
-  if (cuda_built && spec->backend != Backend::kCpu) {
+  // cuda_causal_lm.h); auto takes the GPU when there is one, but for a mixture of experts.
+  const bool moe = cuda_built && spec->backend != Backend::kCpu && TrainsMixtureOfExperts(*spec);
+  if (moe && spec->backend == Backend::kCuda)
+    return InvalidSpec(events, "model.moe: the cuda backend does not run MoE yet" +
+                                   (spec->init_from.empty() ? std::string() : " (init_from is a mixture of experts)"));
+  if (cuda_built && spec->backend != Backend::kCpu && !moe) {
     if (cuda.available()) {
       return cuda.run(*spec, opts, {rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s)}, events).exit_code;
     }

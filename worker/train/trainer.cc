@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "worker/data/shards.h"
+#include "worker/data/tokenizer_files.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/hf_model.h"
 
@@ -242,6 +243,13 @@ void Loop::ReportProgress(int64_t step, double loss, double lr, double grad_norm
     progress.set_fp8_amax_max(fp8.amax_max);
     progress.set_fp8_saturation_fraction(static_cast<double>(fp8.saturated) / static_cast<double>(fp8.elements));
   }
+  if (const MoeRoutingStats moe = be_.RoutingStats(); moe.present) {
+    progress.set_moe_load_min(moe.load_min);
+    progress.set_moe_load_max(moe.load_max);
+    progress.set_moe_load_cv(moe.load_cv);
+    progress.set_moe_dropped_fraction(moe.dropped_fraction);
+    progress.set_moe_aux_loss(moe.aux_loss);
+  }
   char mfu_text[32] = "";
   if (be_.PeakFlops() > 0) {
     const double mfu = tps * TrainFlopsPerToken(spec_.model, be_.host().num_params()) / be_.world_size() / be_.PeakFlops();
@@ -319,10 +327,24 @@ TrainResult Loop::Run() {
   if (spec_.training.export_hf && !result_.interrupted && rank == 0) {
     // The final step's Save (rank 0) left the trained weights in the host model.
     const std::string hf_dir = (std::filesystem::path(spec_.output_dir) / "hf").string();
-    if (Failed(ExportHf(be_.host(), hf_dir), worker::kExitInternal, "training.export: ")) return result_;
+    // The tokenizer recorded beside data.train's shards (prepare-data --tokenizer), if they share one.
+    HfExportOptions export_options;
+    std::string no_tokenizer;
+    auto tokenizer = data::FindShardTokenizer(spec_.data.train, be_.host().config().vocab_size);
+    if (!tokenizer.ok()) no_tokenizer = tokenizer.status().message();
+    else if (tokenizer->files) export_options.tokenizer = std::move(tokenizer->files);
+    else no_tokenizer = tokenizer->note;
+    if (Failed(ExportHf(be_.host(), hf_dir, export_options), worker::kExitInternal, "training.export: ")) return result_;
     res["export"] = std::filesystem::absolute(hf_dir).string();
     std::fprintf(stderr, "fp8-worker: exported the model (Hugging Face %s) to %s\n",
                  HfLayoutOf(be_.host().config()).family.c_str(), hf_dir.c_str());
+    if (export_options.tokenizer) {
+      res["export_tokenizer"] = std::filesystem::absolute(export_options.tokenizer->dir).string();
+      std::fprintf(stderr, "fp8-worker: with the tokenizer files of %s\n", export_options.tokenizer->dir.c_str());
+    } else if (!no_tokenizer.empty()) {
+      res["export_tokenizer_skipped"] = "data.train: " + no_tokenizer;
+      std::fprintf(stderr, "fp8-worker: training.export: no tokenizer files: data.train: %s\n", no_tokenizer.c_str());
+    }
   }
   ev_.StopHeartbeat();
   ev_.Emit(worker::DoneEvent(res));
@@ -343,7 +365,13 @@ std::string ScalingStateDigest(const nlohmann::json& precision_state) {
 }
 
 double TrainFlopsPerToken(const ModelConfig& m, int64_t num_params) {
-  return 6.0 * static_cast<double>(num_params) + 12.0 * m.n_layer * static_cast<double>(m.d_model) * m.seq_len;
+  double matmul_params = static_cast<double>(num_params);
+  double attention_width = m.d_model;
+  if (m.architecture == Architecture::kLlama) {
+    attention_width = static_cast<double>(m.n_head) * m.head_dim;
+    if (!m.tie_word_embeddings) matmul_params -= static_cast<double>(m.vocab_size) * m.d_model;
+  }
+  return 6.0 * matmul_params + 12.0 * m.n_layer * attention_width * m.seq_len;
 }
 
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, const BackendFactory& make_backend,

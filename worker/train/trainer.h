@@ -63,8 +63,10 @@ TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Coll
                         fp8::worker::EventWriter& events);
 
 // Training FLOPs per token, the nanoGPT/PaLM count: 6·N (every parameter in a multiply-add,
-// forward + backward) + 12·L·C·T (attention scores and values, forward + backward, causal
-// mask not discounted). MFU = FLOPs/s over the backend's dense peak.
+// forward + backward) + 12·L·A·T (attention scores and values, forward + backward, causal
+// mask not discounted; A = n_head·head_dim, which is C but for models like Qwen3-0.6B). An
+// untied Llama's input embedding is a lookup, not a multiply: it is left out of N (a tied one
+// counts once, as the head). MFU = FLOPs/s over the backend's dense peak.
 double TrainFlopsPerToken(const ModelConfig& m, int64_t num_params);
 
 // FNV-1a 64 (hex) of the delayed-scaling state as the checkpoint stores it. The `done` event of

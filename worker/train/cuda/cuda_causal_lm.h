@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "worker/train/causal_lm.h"
+#include "worker/train/cuda/op_timer.h"
 #include "worker/train/cuda/train_kernels.h"
 #include "worker/train/precision.h"
 #include "worker/train/spec.h"
@@ -85,6 +86,10 @@ class CudaCausalLm {
   // The bf16 recipe's GEMM epilogues cuBLASLt refused (those run as separate passes); empty when
   // every fusion ran or the family has none. For the bench's report.
   virtual std::string EpilogueRefusals() const { return {}; }
+
+  // bench_trainer_cuda --profile: from now on the model marks each operation it enqueues on
+  // `timer` (op_timer.h); null stops it. A family that marks nothing ignores it.
+  virtual void SetOpTimer(OpTimer* timer) { (void)timer; }
 
  protected:
   AmaxReduce amax_reduce_;

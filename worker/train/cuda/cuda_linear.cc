@@ -61,7 +61,7 @@ DelayedScalingParams CudaLinear::Params(Fp8Format fmt) const {
   return {std::max(1, p_.amax_history_len), p_.margin, p_.amax_most_recent, p_.ue8m0, kernels::Fp8Max(fmt)};
 }
 
-Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
+Status CudaLinear::Init(int64_t max_m, float* amax_slots, bool input_cast_outside) {
   // One allocation per scale: cuBLASLt answered NOT_SUPPORTED (H200, CUDA 13.0) for a
   // tensorwise scale pointer 4 bytes into an allocation; cudaMalloc's alignment is accepted.
   for (DeviceBuffer<float>* b : {&si_x_, &si_w_, &si_dy_}) FP8_RETURN_IF_ERROR(b->Allocate(1, "used scale_inv"));
@@ -71,8 +71,10 @@ Status CudaLinear::Init(int64_t max_m, float* amax_slots) {
   }
   FP8_RETURN_IF_ERROR(wq_.Allocate(static_cast<size_t>(in_ * out_), "fp8 weight cast"));
   if (p_.recipe == Recipe::kFp8Blockwise) {
-    FP8_RETURN_IF_ERROR(xqt_.Allocate(static_cast<size_t>(max_m * in_), "fp8 xᵀ cast"));
-    FP8_RETURN_IF_ERROR(xqt_scale_.Allocate(static_cast<size_t>(Ceil128(in_) * kc::Sm90BlockScaleLd(max_m)), "fp8 xᵀ block scales"));
+    if (!input_cast_outside) {
+      FP8_RETURN_IF_ERROR(xqt_.Allocate(static_cast<size_t>(max_m * in_), "fp8 xᵀ cast"));
+      FP8_RETURN_IF_ERROR(xqt_scale_.Allocate(static_cast<size_t>(Ceil128(in_) * kc::Sm90BlockScaleLd(max_m)), "fp8 xᵀ block scales"));
+    }
     FP8_RETURN_IF_ERROR(wqt_.Allocate(static_cast<size_t>(in_ * out_), "fp8 transposed weight cast"));
     FP8_RETURN_IF_ERROR(wqt_scale_.Allocate(static_cast<size_t>(Ceil128(in_) * kc::Sm90BlockScaleLd(out_)), "fp8 transposed weight block scales"));
     return wq_scale_.Allocate(static_cast<size_t>(Ceil128(out_) * kc::Sm90BlockScaleLd(in_)), "fp8 weight block scales");
@@ -160,6 +162,7 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
     case Recipe::kBf16: {
       FP8_RETURN_IF_ERROR(EnsureWeightCast());
       FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, m, out_, in_, 1.0f, x, in_, w_bf16_.get(), in_, 0.0f, y, out_, false));
+      Mark(kFwdGemm);
       break;
     }
     case Recipe::kFp8Tensorwise: {
@@ -175,6 +178,8 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
     case Recipe::kFp8Blockwise: {
       const ScaleFormat sf = BlockScaleFormat();
       if (training) {
+        if (xqt_.get() == nullptr)
+          return FailedPreconditionError("this fp8-blockwise layer trains on its input's cast (Fp8BlockOperand), not on x");
         // x in 1x128 tiles for this GEMM and xᵀ in 128x128 blocks for the backward's wgrad, from
         // one read of x.
         FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128AndTransposed128x128(x, m, in_, Fp8Format::kE4M3, sf, ws_->aq.get(), ws_->as.get(),
@@ -186,13 +191,41 @@ Status CudaLinear::ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool trainin
         FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128(x, m, in_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, ws_->aq.get(),
                                                      ws_->as.get(), s_));
       }
-      FP8_RETURN_IF_ERROR(EnsureWeightCast());
-      FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wq_.get(), Fp8Format::kE4M3,
-                                                           wq_scale_.get(), m, out_, in_, y, kc::Sm90GemmOut::kBf16, s_));
+      Mark(kXCast);
+      FP8_RETURN_IF_ERROR(GemmForwardBlockwise(ws_->aq.get(), ws_->as.get(), m, y));
       break;
     }
   }
   return OkStatus();
+}
+
+Status CudaLinear::GemmForwardBlockwise(const uint8_t* xq, const float* xs, int64_t m, bf16* y) {
+  FP8_RETURN_IF_ERROR(EnsureWeightCast());
+  FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, xq, Fp8Format::kE4M3, xs, wq_.get(), Fp8Format::kE4M3, wq_scale_.get(), m, out_,
+                                                       in_, y, kc::Sm90GemmOut::kBf16, s_));
+  Mark(kFwdGemm);
+  return OkStatus();
+}
+
+Status CudaLinear::Forward(const Fp8BlockOperand& x, int64_t m, bf16* y, bool training) {
+  if (p_.recipe != Recipe::kFp8Blockwise) return FailedPreconditionError("a cast input (Fp8BlockOperand) is fp8-blockwise's");
+  if (training && ws_->collect_fp8_stats) {
+    // x's amax went into the statistics with its cast; its elements count once per layer, as
+    // when each layer cast x itself.
+    ws_->fp8_stats_elements += m * in_;
+    FP8_RETURN_IF_ERROR(CountCast(static_cast<const float*>(w_), in_ * out_, nullptr, Fp8Format::kE4M3));
+  }
+  FP8_RETURN_IF_ERROR(GemmForwardBlockwise(x.q, x.s, m, y));
+  if (b_ == nullptr) return OkStatus();
+  FP8_RETURN_IF_ERROR(AddBias(y, b_, m, out_, s_));
+  Mark(kOther);
+  return OkStatus();
+}
+
+void CudaLinear::SetOpTimer(OpTimer* timer, const std::string& role) {
+  timer_ = timer;
+  const char* names[kNumOps] = {"x cast", "W cast", "fwd GEMM", "dy cast", "dgrad GEMM", "wgrad GEMM", "bias/epilogue pass"};
+  for (int i = 0; i < kNumOps; ++i) labels_[i] = role + " " + names[i];
 }
 
 Status CudaLinear::EnsureWeightCast() {
@@ -206,6 +239,7 @@ Status CudaLinear::EnsureWeightCast() {
   } else {
     FP8_RETURN_IF_ERROR(CastF32ToBf16(w_, in_ * out_, w_bf16_.get(), s_));
   }
+  Mark(kWCast);
   w_cast_current_ = true;
   return OkStatus();
 }
@@ -293,8 +327,13 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
     case Recipe::kFp32:
     case Recipe::kBf16: {
       // W has not changed since Forward cast it (the optimizer steps after Backward).
-      if (dx) FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
-      return GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, overwrite_dw_ ? 0.0f : 1.0f, gw_, in_, true);
+      if (dx) {
+        FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, m, in_, out_, 1.0f, dy, out_, w_bf16_.get(), in_, 0.0f, dx, in_, false));
+        Mark(kDgrad);
+      }
+      FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, out_, in_, m, 1.0f, dy, out_, x, in_, overwrite_dw_ ? 0.0f : 1.0f, gw_, in_, true));
+      Mark(kWgrad);
+      return OkStatus();
     }
     case Recipe::kFp8Tensorwise: {
       FP8_RETURN_IF_ERROR(CastTensorwise(dy_sc_, dy, m * out_, ws_->aq.get(), true, si_dy_.get()));
@@ -313,24 +352,48 @@ Status CudaLinear::Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, 
       }));
       return OkStatus();
     }
-    case Recipe::kFp8Blockwise: {
-      const ScaleFormat sf = BlockScaleFormat();
-      // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
-      FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
-                                                                ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
-      FP8_RETURN_IF_ERROR(CountCast(dy, m * out_, nullptr, Fp8Format::kE4M3));
-      if (dx) {
-        // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
-        FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
-                                                             wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
-      }
-      // xᵀ [in, m] in 128x128 blocks: the training forward quantized it from x.
-      return AccumulateWgrad([&](float* c, float beta) {
-        return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), xqt_.get(), Fp8Format::kE4M3,
-                                                xqt_scale_.get(), out_, in_, m, c, kc::Sm90GemmOut::kFp32, s_, beta);
-      });
-    }
+    case Recipe::kFp8Blockwise:
+      if (xqt_.get() == nullptr)
+        return FailedPreconditionError("this fp8-blockwise layer trains on its input's cast (Fp8BlockOperand), not on x");
+      return BackwardBlockwise(dy, xqt_.get(), xqt_scale_.get(), m, dx);
   }
+  return OkStatus();
+}
+
+Status CudaLinear::Backward(const bf16* dy, const Fp8BlockOperand& x, int64_t m, bf16* dx, bool bias_grad) {
+  if (p_.recipe != Recipe::kFp8Blockwise) return FailedPreconditionError("a cast input (Fp8BlockOperand) is fp8-blockwise's");
+  if (bias_grad) FP8_RETURN_IF_ERROR(ColumnSumAccumulate(dy, m, out_, gb_, ws_->col_scratch.get(), s_));
+  return BackwardBlockwise(dy, x.qt, x.st, m, dx);
+}
+
+Status CudaLinear::BackwardCastDy(const Fp8BlockOperand& x, int64_t m, bf16* dx) {
+  if (p_.recipe != Recipe::kFp8Blockwise || b_ != nullptr)
+    return FailedPreconditionError("a cast dy (DyCast) is for fp8-blockwise layers without a bias");
+  if (ws_->collect_fp8_stats) return FailedPreconditionError("the cast statistics need dy itself: Backward(bf16 dy)");
+  return BackwardBlockwise(nullptr, x.qt, x.st, m, dx);
+}
+
+Status CudaLinear::BackwardBlockwise(const bf16* dy, const uint8_t* xt, const float* xts, int64_t m, bf16* dx) {
+  const ScaleFormat sf = BlockScaleFormat();
+  if (dy != nullptr) {
+    // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
+    FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
+                                                              ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
+    FP8_RETURN_IF_ERROR(CountCast(dy, m * out_, nullptr, Fp8Format::kE4M3));
+    Mark(kDyCast);
+  }
+  if (dx) {
+    // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
+    FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,
+                                                         wqt_scale_.get(), m, in_, out_, dx, kc::Sm90GemmOut::kBf16, s_));
+    Mark(kDgrad);
+  }
+  // xᵀ [in, m] in 128x128 blocks: quantized from x by the training forward or by x's producer.
+  FP8_RETURN_IF_ERROR(AccumulateWgrad([&](float* c, float beta) {
+    return kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aqt.get(), Fp8Format::kE4M3, ws_->ast.get(), xt, Fp8Format::kE4M3, xts, out_, in_, m,
+                                            c, kc::Sm90GemmOut::kFp32, s_, beta);
+  }));
+  Mark(kWgrad);
   return OkStatus();
 }
 

@@ -13,6 +13,9 @@
 //                   one operand; the CPU reference uses 128x1 for x there). Wᵀ and xᵀ come
 //                   straight out of the cast kernels, written transposed: Wᵀ with W's cast, xᵀ
 //                   with the forward's 1x128 cast of x (kept until backward, 1 byte per element).
+//                   Or x comes cast already (Fp8BlockOperand: the Llama model's RMSNorm and SwiGLU
+//                   write it, once for every layer that reads that input), and the layer keeps
+//                   no xᵀ of its own.
 // The bias stays FP32 and its gradient is an FP32 column sum of dy.
 // Under bf16 the bias add, bias + GELU and GELU backward ride in the GEMMs' cuBLASLt epilogues (bf16_epilogue_gemm.h); where cuBLASLt refuses one, and for the FP8
 // recipes, they are separate passes (train_kernels.h); so they are without an epilogue GEMM
@@ -23,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +35,7 @@
 #include "kernels/scaling.h"
 #include "worker/train/cuda/bf16_epilogue_gemm.h"
 #include "worker/train/cuda/device_buffer.h"
+#include "worker/train/cuda/op_timer.h"
 #include "worker/train/cuda/train_kernels.h"
 #include "worker/train/spec.h"
 
@@ -61,8 +66,9 @@ class CudaLinear {
              kernels::cuda::Sm90CublasLtContext* lt, Bf16EpilogueGemm* epilogue_gemm, cudaStream_t s);
   // Allocates the per-layer state (tensorwise: scaling histories and the stored x cast).
   // `amax_slots`: 3 device floats owned by the model (tensorwise: the amax of the step's x, W
-  // and dy casts, in that order).
-  Status Init(int64_t max_m, float* amax_slots);
+  // and dy casts, in that order). `input_cast_outside` (fp8-blockwise): training takes its x
+  // as an Fp8BlockOperand only, so no xᵀ cast is allocated here.
+  Status Init(int64_t max_m, float* amax_slots, bool input_cast_outside = false);
   // Tensorwise: feeds the amaxes recorded since the last call into the histories (the scales
   // of the next casts). Other recipes: nothing to do.
   Status ApplyScalingUpdates();
@@ -71,12 +77,23 @@ class CudaLinear {
   Status Forward(const bf16* x, int64_t m, bf16* y, bool training);
   // y = x·Wᵀ without the bias: for a projection whose bias the caller adds in its residual add.
   Status ForwardNoBias(const bf16* x, int64_t m, bf16* y, bool training);
+  // fp8-blockwise with x cast already: y = x·Wᵀ (+ b when the layer has one). x.qt/x.st must
+  // hold this x until the Backward that takes the same operand.
+  Status Forward(const Fp8BlockOperand& x, int64_t m, bf16* y, bool training);
   // pre = x·Wᵀ + b and y = gelu(pre), both bf16 [m, out]; the backward reads pre.
   Status ForwardGelu(const bf16* x, int64_t m, bf16* pre, bf16* y, bool training);
   // dx [m, in] = dy·W (overwritten; null: not wanted), dW += dyᵀ·x, and unless `bias_grad` is
   // false db += Σ dy. x is the forward input; the weights must not have changed since that
   // Forward (bf16 reuses its cast of W).
   Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad = true);
+  // Backward of Forward(Fp8BlockOperand): x is that forward's operand.
+  Status Backward(const bf16* dy, const Fp8BlockOperand& x, int64_t m, bf16* dx, bool bias_grad = true);
+  // fp8-blockwise: where this layer's backward keeps dy's cast (the shared workspace, so valid
+  // only until the next layer's backward), for a producer of dy that casts it itself; then
+  // BackwardCastDy runs the backward of a bias-free layer from that cast. The cast statistics
+  // see nothing of such a dy: take Backward(bf16 dy) while collecting them.
+  Fp8DyCast DyCast() const { return {ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get()}; }
+  Status BackwardCastDy(const Fp8BlockOperand& x, int64_t m, bf16* dx);
   // Backward of a layer whose input was gelu(pre): dpre = gelu'(pre) ∘ (dy·W), and the bias
   // gradient of the layer that produced pre, Σ dpre, added to `pre_bias_grad` (that layer's
   // Backward then runs with bias_grad = false). dW, db of this layer as in Backward.
@@ -95,6 +112,9 @@ class CudaLinear {
   void OverwriteWeightGradNext(bool overwrite) { overwrite_dw_ = overwrite; }
   // W changed outside OptimizerStep (an upload, another optimizer): the next forward casts it.
   void InvalidateWeightCast() { w_cast_current_ = false; }
+
+  // bench_trainer_cuda --profile: marks each cast and GEMM as "<role> <op>" (null: no marks).
+  void SetOpTimer(OpTimer* timer, const std::string& role);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -128,6 +148,11 @@ class CudaLinear {
   kernels::ScaleFormat BlockScaleFormat() const { return p_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32; }
   // bf16/fp32 and fp8-blockwise: casts W into its GEMM operands unless they already hold W.
   Status EnsureWeightCast();
+  // fp8-blockwise: y = x·Wᵀ from x's 1x128 cast (scales MN-major), W's cast made if needed.
+  Status GemmForwardBlockwise(const uint8_t* xq, const float* xs, int64_t m, bf16* y);
+  // fp8-blockwise backward with xᵀ's 128x128 cast (xt, its scales xts) for wgrad; dy null: its
+  // cast is in DyCast() already.
+  Status BackwardBlockwise(const bf16* dy, const uint8_t* xt, const float* xts, int64_t m, bf16* dx);
   // Counts a training cast's input when collecting (scale_inv: the cast's; null for blockwise).
   template <typename T>
   Status CountCast(const T* x, int64_t n, const float* scale_inv, kernels::Fp8Format fmt);
@@ -164,6 +189,12 @@ class CudaLinear {
   bool w_cast_current_ = false;
   bool overwrite_dw_ = false;  // see OverwriteWeightGradNext
   DelayedScalingParams Params(kernels::Fp8Format fmt) const;
+  enum Op { kXCast, kWCast, kFwdGemm, kDyCast, kDgrad, kWgrad, kOther, kNumOps };
+  void Mark(Op op) {
+    if (timer_) timer_->Mark(labels_[op], s_);
+  }
+  OpTimer* timer_ = nullptr;
+  std::string labels_[kNumOps];
 };
 
 }  // namespace fp8::train::cuda

@@ -1,9 +1,11 @@
 #include "worker/train/cuda/cuda_llama_model.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <map>
 
 #include "kernels/cuda/sm90_cuda_check.h"
+#include "kernels/cuda/sm90_fp8_quantize.h"
 #include "worker/train/cuda/cuda_model.h"
 #include "worker/train/cuda/llama_kernels.h"
 #include "worker/train/cuda/sm90_flash_attention.h"
@@ -100,7 +102,14 @@ Status CudaLlamaModel::Init(int max_batch) {
   } else {
     FP8_ASSIGN_OR_RETURN(head_, at("lm_head.weight"));
   }
-  const int64_t widest = std::max({c, q_width_, in});
+  precast_ = precision_.recipe == Recipe::kFp8Blockwise;
+  FP8_ASSIGN_OR_RETURN(const bool contiguous, WeightsMergeable(off));
+  merged_ = contiguous && !cfg_.attention_bias && precision_.recipe != Recipe::kFp8Tensorwise;
+  const int64_t qkv_w = q_width_ + 2 * kv_width_;
+  q_ld_ = merged_ ? qkv_w : q_width_;
+  kv_ld_ = merged_ ? qkv_w : kv_width_;
+  gu_ld_ = merged_ ? 2 * in : in;
+  const int64_t widest = merged_ ? std::max({c, qkv_w, 2 * in}) : std::max({c, q_width_, in});
   FP8_ASSIGN_OR_RETURN(ws_, LinearWorkspace::Create(precision_, n, widest, widest));
   float* p = params_.get();
   float* g = grads_.get();
@@ -127,18 +136,47 @@ Status CudaLlamaModel::Init(int max_batch) {
                                          ws_.get(), cublas_, lt_.get(), options_.fused_epilogues ? epilogue_gemm_.get() : nullptr,
                                          stream_);
       linear_names_.push_back(name);
-      return lin->Init(n, amax_slots_.get() + 3 * (kLinearsPerBlock * l + k));
+      // Under precast_ every layer but o_proj (whose input is the attention's bf16 output) reads
+      // a cast the norm or SwiGLU made.
+      return lin->Init(n, amax_slots_.get() + 3 * (kLinearsPerBlock * l + k), precast_ && k != 3);
     };
     const bool qkv_bias = cfg_.attention_bias;
-    FP8_RETURN_IF_ERROR(linear(b.q, 0, c, q_width_, qkv_bias));
-    FP8_RETURN_IF_ERROR(linear(b.k, 1, c, kv_width_, qkv_bias));
-    FP8_RETURN_IF_ERROR(linear(b.v, 2, c, kv_width_, qkv_bias));
-    FP8_RETURN_IF_ERROR(linear(b.o, 3, q_width_, c, false));
-    FP8_RETURN_IF_ERROR(linear(b.gate, 4, c, in, false));
-    FP8_RETURN_IF_ERROR(linear(b.up, 5, c, in, false));
-    FP8_RETURN_IF_ERROR(linear(b.down, 6, in, c, false));
     const size_t nc = static_cast<size_t>(n * c), nq = static_cast<size_t>(n * q_width_), nkv = static_cast<size_t>(n * kv_width_);
-    const size_t ni = static_cast<size_t>(n * in);
+    const size_t ni = static_cast<size_t>(n * in), nqkv = static_cast<size_t>(n * qkv_w);
+    if (merged_) {
+      // q_proj's and gate_proj's weights start the merged ones (WeightsMergeable).
+      FP8_RETURN_IF_ERROR(linear(b.qkv, 0, c, qkv_w, false));
+      FP8_RETURN_IF_ERROR(linear(b.o, 3, q_width_, c, false));
+      FP8_RETURN_IF_ERROR(linear(b.gate_up, 4, c, 2 * in, false));
+      FP8_RETURN_IF_ERROR(b.qkv_out.Allocate(nqkv, "qkv"));
+      FP8_RETURN_IF_ERROR(b.gate_up_out.Allocate(2 * ni, "gate/up out"));
+      b.q_act = b.qkv_out.get(), b.k_act = b.q_act + q_width_, b.v_act = b.k_act + kv_width_;
+      b.gate_act = b.gate_up_out.get(), b.up_act = b.gate_act + in;
+      if (cfg_.qk_norm) {
+        FP8_RETURN_IF_ERROR(b.qkv_in.Allocate(nqkv, "q/k norm input"));
+        b.q_norm_in = b.qkv_in.get(), b.k_norm_in = b.q_norm_in + q_width_;
+      }
+    } else {
+      FP8_RETURN_IF_ERROR(linear(b.q, 0, c, q_width_, qkv_bias));
+      FP8_RETURN_IF_ERROR(linear(b.k, 1, c, kv_width_, qkv_bias));
+      FP8_RETURN_IF_ERROR(linear(b.v, 2, c, kv_width_, qkv_bias));
+      FP8_RETURN_IF_ERROR(linear(b.o, 3, q_width_, c, false));
+      FP8_RETURN_IF_ERROR(linear(b.gate, 4, c, in, false));
+      FP8_RETURN_IF_ERROR(linear(b.up, 5, c, in, false));
+      FP8_RETURN_IF_ERROR(b.q_out.Allocate(nq, "q"));
+      FP8_RETURN_IF_ERROR(b.k_out.Allocate(nkv, "k"));
+      FP8_RETURN_IF_ERROR(b.v_out.Allocate(nkv, "v"));
+      FP8_RETURN_IF_ERROR(b.gate_out.Allocate(ni, "gate out"));
+      FP8_RETURN_IF_ERROR(b.up_out.Allocate(ni, "up out"));
+      b.q_act = b.q_out.get(), b.k_act = b.k_out.get(), b.v_act = b.v_out.get();
+      b.gate_act = b.gate_out.get(), b.up_act = b.up_out.get();
+      if (cfg_.qk_norm) {
+        FP8_RETURN_IF_ERROR(b.q_in.Allocate(nq, "q norm input"));
+        FP8_RETURN_IF_ERROR(b.k_in.Allocate(nkv, "k norm input"));
+        b.q_norm_in = b.q_in.get(), b.k_norm_in = b.k_in.get();
+      }
+    }
+    FP8_RETURN_IF_ERROR(linear(b.down, 6, in, c, false));
     FP8_RETURN_IF_ERROR(b.x_in.Allocate(nc, "x_in"));
     FP8_RETURN_IF_ERROR(b.res_mid.Allocate(nc, "res_mid"));
     FP8_RETURN_IF_ERROR(b.rstd1.Allocate(static_cast<size_t>(n), "rstd1"));
@@ -146,22 +184,31 @@ Status CudaLlamaModel::Init(int max_batch) {
     if (cfg_.qk_norm) {
       FP8_RETURN_IF_ERROR(b.q_rstd.Allocate(static_cast<size_t>(n * h), "q norm rstd"));
       FP8_RETURN_IF_ERROR(b.k_rstd.Allocate(static_cast<size_t>(n * cfg_.n_kv_head), "k norm rstd"));
-      FP8_RETURN_IF_ERROR(b.q_in.Allocate(nq, "q norm input"));
-      FP8_RETURN_IF_ERROR(b.k_in.Allocate(nkv, "k norm input"));
     }
     FP8_RETURN_IF_ERROR(b.att_lse.Allocate(static_cast<size_t>(max_batch * h * t), "attention logsumexp"));
-    FP8_RETURN_IF_ERROR(b.ln1_out.Allocate(nc, "ln1 out"));
-    FP8_RETURN_IF_ERROR(b.q_out.Allocate(nq, "q"));
-    FP8_RETURN_IF_ERROR(b.k_out.Allocate(nkv, "k"));
-    FP8_RETURN_IF_ERROR(b.v_out.Allocate(nkv, "v"));
+    if (precast_) {
+      const size_t ld = static_cast<size_t>(kernels::cuda::Sm90BlockScaleLd(n));
+      FP8_RETURN_IF_ERROR(b.ln1_qt.Allocate(nc, "ln1 out cast, transposed"));
+      FP8_RETURN_IF_ERROR(b.ln2_qt.Allocate(nc, "ln2 out cast, transposed"));
+      FP8_RETURN_IF_ERROR(b.act_qt.Allocate(ni, "swiglu out cast, transposed"));
+      FP8_RETURN_IF_ERROR(b.ln1_st.Allocate(static_cast<size_t>(c / 128) * ld, "ln1 out cast scales"));
+      FP8_RETURN_IF_ERROR(b.ln2_st.Allocate(static_cast<size_t>(c / 128) * ld, "ln2 out cast scales"));
+      FP8_RETURN_IF_ERROR(b.act_st.Allocate(static_cast<size_t>(in / 128) * ld, "swiglu out cast scales"));
+    } else {
+      FP8_RETURN_IF_ERROR(b.ln1_out.Allocate(nc, "ln1 out"));
+      FP8_RETURN_IF_ERROR(b.ln2_out.Allocate(nc, "ln2 out"));
+      FP8_RETURN_IF_ERROR(b.act.Allocate(ni, "swiglu out"));
+    }
     FP8_RETURN_IF_ERROR(b.att_y.Allocate(nq, "attention out"));
-    FP8_RETURN_IF_ERROR(b.ln2_out.Allocate(nc, "ln2 out"));
-    FP8_RETURN_IF_ERROR(b.gate_out.Allocate(ni, "gate out"));
-    FP8_RETURN_IF_ERROR(b.up_out.Allocate(ni, "up out"));
-    FP8_RETURN_IF_ERROR(b.act.Allocate(ni, "swiglu out"));
+  }
+  if (precast_) {
+    const int64_t wide = std::max(c, in);
+    FP8_RETURN_IF_ERROR(op_q_.Allocate(static_cast<size_t>(n * wide), "fp8 activation cast"));
+    FP8_RETURN_IF_ERROR(op_s_.Allocate(static_cast<size_t>(wide / 128 * n), "fp8 activation cast scales"));
   }
   for (Block& b : blocks_)
-    for (CudaLinear* lin : {b.q.get(), b.k.get(), b.v.get(), b.o.get(), b.gate.get(), b.up.get(), b.down.get()}) linears_.push_back(lin);
+    for (CudaLinear* lin : {b.q.get(), b.k.get(), b.v.get(), b.qkv.get(), b.o.get(), b.gate.get(), b.up.get(), b.gate_up.get(), b.down.get()})
+      if (lin) linears_.push_back(lin);
 
   // The rotation tables in double on the host (the CPU model's), used as float.
   const RopeTables rope = MakeRopeTables(cfg_);
@@ -190,9 +237,19 @@ Status CudaLlamaModel::Init(int max_batch) {
   FP8_RETURN_IF_ERROR(att_delta_.Allocate(static_cast<size_t>(FlashAttentionBackwardScratchFloats(dims)), "attention backward scratch"));
   FP8_RETURN_IF_ERROR(dres_.Allocate(nc, "residual gradient"));
   for (DeviceBuffer<bf16>* buf : {&dy_c_, &d_c_, &d_c2_}) FP8_RETURN_IF_ERROR(buf->Allocate(nc, "d [n, C]"));
-  for (DeviceBuffer<bf16>* buf : {&d_att_, &dq_}) FP8_RETURN_IF_ERROR(buf->Allocate(nq, "d [n, q width]"));
-  for (DeviceBuffer<bf16>* buf : {&dk_, &dv_}) FP8_RETURN_IF_ERROR(buf->Allocate(nkv, "d [n, kv width]"));
-  for (DeviceBuffer<bf16>* buf : {&d_act_, &d_gate_, &d_up_}) FP8_RETURN_IF_ERROR(buf->Allocate(ni, "d [n, intermediate]"));
+  FP8_RETURN_IF_ERROR(d_att_.Allocate(nq, "d [n, q width]"));
+  FP8_RETURN_IF_ERROR(d_act_.Allocate(ni, "d [n, intermediate]"));
+  if (merged_) {
+    FP8_RETURN_IF_ERROR(dq_.Allocate(static_cast<size_t>(n * (q_width_ + 2 * kv_width_)), "d [n, q + 2·kv width]"));
+    FP8_RETURN_IF_ERROR(d_gate_.Allocate(2 * ni, "d [n, 2·intermediate]"));
+    dq_v_ = dq_.get(), dk_v_ = dq_v_ + q_width_, dv_v_ = dk_v_ + kv_width_;
+    dgate_v_ = d_gate_.get(), dup_v_ = dgate_v_ + in;
+  } else {
+    FP8_RETURN_IF_ERROR(dq_.Allocate(nq, "d [n, q width]"));
+    for (DeviceBuffer<bf16>* buf : {&dk_, &dv_}) FP8_RETURN_IF_ERROR(buf->Allocate(nkv, "d [n, kv width]"));
+    for (DeviceBuffer<bf16>* buf : {&d_gate_, &d_up_}) FP8_RETURN_IF_ERROR(buf->Allocate(ni, "d [n, intermediate]"));
+    dq_v_ = dq_.get(), dk_v_ = dk_.get(), dv_v_ = dv_.get(), dgate_v_ = d_gate_.get(), dup_v_ = d_up_.get();
+  }
   FP8_RETURN_IF_ERROR(loss_sum_.Allocate(1, "loss sum"));
   fuse_optimizer_ = options_.fused_optimizer;
   FP8_RETURN_IF_ERROR(InitDecayMask());
@@ -231,6 +288,21 @@ Status CudaLlamaModel::InitDecayMask() {
     for (CudaLinear* lin : linears_)
       if (lin->FusesOptimizerStep()) fill(OffsetOf(lin), lin->in() * lin->out(), kAdamWSkip);
   }
+  // The runs between the skipped ranges (from the ranges, not a scan of the mask's bytes).
+  std::vector<std::pair<int64_t, int64_t>> skipped;
+  if (fuse_optimizer_) {
+    skipped.emplace_back(head_, HeadNumel());
+    for (CudaLinear* lin : linears_)
+      if (lin->FusesOptimizerStep()) skipped.emplace_back(OffsetOf(lin), lin->in() * lin->out());
+  }
+  std::sort(skipped.begin(), skipped.end());
+  adamw_runs_.clear();
+  int64_t at = 0;
+  for (const auto& [off, len] : skipped) {
+    if (off > at) adamw_runs_.emplace_back(at, off - at);
+    at = std::max(at, off + len);
+  }
+  if (at < num_params_) adamw_runs_.emplace_back(at, num_params_ - at);
   FP8_RETURN_IF_ERROR(decay_mask_.Allocate(mask.size(), "AdamW decay mask"));
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpy(decay_mask_.get(), mask.data(), mask.size(), cudaMemcpyHostToDevice));
   return OkStatus();
@@ -239,8 +311,10 @@ Status CudaLlamaModel::InitDecayMask() {
 Status CudaLlamaModel::OptimizerStep(const AdamWArgs& a, float* m, float* v) {
   float* p = params_.get();
   if (fuse_optimizer_) {
+    Mark("(host gap before optimizer)");
     FP8_RETURN_IF_ERROR(AdamWStepTensor(p + head_, grads_.get() + head_, m + head_, v + head_, HeadNumel(), head_decays_, a,
                                         head_bf16_.get(), stream_));
+    Mark("adamw head (+ bf16 copy)");
     head_cast_current_ = true;
     for (size_t i = 0; i < linears_.size(); ++i) {
       CudaLinear* lin = linears_[i];
@@ -248,9 +322,12 @@ Status CudaLlamaModel::OptimizerStep(const AdamWArgs& a, float* m, float* v) {
       const int64_t off = OffsetOf(lin);
       FP8_RETURN_IF_ERROR(lin->OptimizerStep(a, m + off, v + off, linear_decays_[i]));
     }
+    Mark("adamw linears (+ W casts)");
   }
   // Everything else (all of it when not fused); the skipped tensors are the ones stepped above.
-  FP8_RETURN_IF_ERROR(AdamWStep(p, grads_.get(), m, v, decay_mask_.get(), num_params_, a, stream_));
+  for (const auto& [off, len] : adamw_runs_)
+    FP8_RETURN_IF_ERROR(AdamWStep(p + off, grads_.get() + off, m + off, v + off, decay_mask_.get() + off, len, a, stream_));
+  Mark("adamw rest (norm weights)");
   if (!fuse_optimizer_) head_cast_current_ = false;
   for (CudaLinear* lin : linears_)
     if (!fuse_optimizer_ || !lin->FusesOptimizerStep()) lin->InvalidateWeightCast();
@@ -285,12 +362,71 @@ Status CudaLlamaModel::DownloadGrads(float* host) const {
 Status CudaLlamaModel::ZeroGrad() {
   for (const auto& [offset, n] : zero_ranges_)
     FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads_.get() + offset, 0, sizeof(float) * n, stream_));
+  Mark("memset/copies");
   grads_fresh_ = true;
   return OkStatus();
 }
 
-Status CudaLlamaModel::LinearForward(CudaLinear& lin, const bf16* x, int64_t n, bf16* y, bool training) {
+Status CudaLlamaModel::LinearForward(CudaLinear& lin, const bf16* x, const Fp8BlockOperand& op, int64_t n, bf16* y,
+                                     bool training) {
+  if (precast_) return lin.Forward(op, n, y, training);
   return lin.bias() != nullptr ? lin.Forward(x, n, y, training) : lin.ForwardNoBias(x, n, y, training);
+}
+
+Status CudaLlamaModel::LinearBackward(CudaLinear& lin, const bf16* dy, const bf16* x, const Fp8BlockOperand& op, int64_t n, bf16* dx,
+                                      bool bias_grad) {
+  return precast_ ? lin.Backward(dy, op, n, dx, bias_grad) : lin.Backward(dy, x, n, dx, bias_grad);
+}
+
+unsigned int* CudaLlamaModel::CastAmax(bool training) const {
+  if (!training || !ws_->collect_fp8_stats) return nullptr;
+  // The float's bits: non-negative floats order as unsigned integers (the cast's atomicMax).
+  return reinterpret_cast<unsigned int*>(reinterpret_cast<char*>(ws_->fp8_stats.get()) + offsetof(DeviceFp8CastStats, amax));
+}
+
+Status CudaLlamaModel::AddNorm(const float* res, const bf16* y, float* x_out, const float* w, float* rstd, bf16* ln,
+                               const Fp8BlockOperand& op, bool training) {
+  const int64_t n = static_cast<int64_t>(batch_) * cfg_.seq_len, c = cfg_.d_model;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  if (!precast_) {
+    FP8_RETURN_IF_ERROR(y ? ResidualAddRmsNorm(res, y, n, c, x_out, w, eps, ln, rstd, stream_)
+                          : RmsNormForward(res, w, n, c, eps, ln, rstd, stream_));
+    Mark("rmsnorm fwd (+ residual add)");
+    return OkStatus();
+  }
+  FP8_RETURN_IF_ERROR(y ? ResidualAddRmsRstd(res, y, n, c, x_out, eps, rstd, stream_) : RmsNormRstd(res, n, c, eps, rstd, stream_));
+  Mark("rmsnorm fwd stats (+ residual add)");
+  const kernels::ScaleFormat sf = precision_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32;
+  FP8_RETURN_IF_ERROR(RmsNormCastBlockwise(y ? x_out : res, rstd, w, n, c, sf, op, CastAmax(training), stream_));
+  Mark("rmsnorm fwd + fp8 cast (fused)");
+  return OkStatus();
+}
+
+void CudaLlamaModel::SetOpTimer(OpTimer* timer) {
+  timer_ = timer;
+  for (Block& b : blocks_) {
+    for (CudaLinear* lin : {b.q.get(), b.k.get(), b.v.get(), b.qkv.get()})
+      if (lin) lin->SetOpTimer(timer, "qkv");
+    b.o->SetOpTimer(timer, "o_proj");
+    for (CudaLinear* lin : {b.gate.get(), b.up.get(), b.gate_up.get()})
+      if (lin) lin->SetOpTimer(timer, "gate/up");
+    b.down->SetOpTimer(timer, "down");
+  }
+}
+
+StatusOr<bool> CudaLlamaModel::WeightsMergeable(const std::map<std::string, int64_t>& offsets) const {
+  const int64_t c = cfg_.d_model, in = cfg_.intermediate_size;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    int64_t w[kLinearsPerBlock];
+    for (int k = 0; k < kLinearsPerBlock; ++k) {
+      const std::string name = LayerPrefix(l) + kLinearNames[k] + ".weight";
+      auto it = offsets.find(name);
+      if (it == offsets.end()) return InvalidArgumentError("parameter layout lacks " + name);
+      w[k] = it->second;
+    }
+    if (w[1] != w[0] + q_width_ * c || w[2] != w[1] + kv_width_ * c || w[5] != w[4] + in * c) return false;
+  }
+  return true;
 }
 
 StatusOr<double> CudaLlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int batch, bool training,
@@ -310,53 +446,77 @@ StatusOr<double> CudaLlamaModel::Forward(const int32_t* inputs, const int32_t* t
   }
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(inputs_.get(), inputs, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(targets_.get(), targets, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
+  Mark("tokens in (+ host gap)");
   const float* p = params_.get();
   const float *cs = rope_cos_.get(), *sn = rope_sin_.get();
   const AttentionDims dims{batch, h, t, hd, kv};
-  const HeadLayout ql = RowMajorHeads(t, hd, q_width_), kvl = RowMajorHeads(t, hd, kv_width_);
+  const HeadLayout ql = RowMajorHeads(t, hd, q_ld_), kvl = RowMajorHeads(t, hd, kv_ld_), yl = RowMajorHeads(t, hd, q_width_);
   float* x = blocks_.empty() ? res_final_.get() : blocks_[0].x_in.get();
   FP8_RETURN_IF_ERROR(TokenEmbeddingForward(inputs_.get(), p + embed_, n, c, x, stream_));
-  if (blocks_.empty())
+  Mark("embedding fwd");
+  if (blocks_.empty()) {
     FP8_RETURN_IF_ERROR(RmsNormForward(x, p + norm_, n, c, eps, lnf_out_.get(), lnf_rstd_.get(), stream_));
-  else
-    FP8_RETURN_IF_ERROR(RmsNormForward(x, p + blocks_[0].norm1, n, c, eps, blocks_[0].ln1_out.get(), blocks_[0].rstd1.get(), stream_));
+  } else {
+    Block& b0 = blocks_[0];
+    FP8_RETURN_IF_ERROR(AddNorm(x, nullptr, nullptr, p + b0.norm1, b0.rstd1.get(), b0.ln1_out.get(), Operand(b0.ln1_qt, b0.ln1_st), training));
+  }
   // Every residual add is followed by an RMSNorm (post_attention_layernorm, the next block's
   // input_layernorm, or the final norm): one fused pass each.
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Block& b = blocks_[l];
-    FP8_RETURN_IF_ERROR(LinearForward(*b.q, b.ln1_out.get(), n, b.q_out.get(), training));
-    FP8_RETURN_IF_ERROR(LinearForward(*b.k, b.ln1_out.get(), n, b.k_out.get(), training));
-    FP8_RETURN_IF_ERROR(LinearForward(*b.v, b.ln1_out.get(), n, b.v_out.get(), training));
-    if (cfg_.qk_norm) {
-      FP8_RETURN_IF_ERROR(HeadRmsNormForward(b.q_out.get(), n, h, hd, q_width_, p + b.q_norm, eps, b.q_in.get(), b.q_rstd.get(), stream_));
-      FP8_RETURN_IF_ERROR(HeadRmsNormForward(b.k_out.get(), n, kv, hd, kv_width_, p + b.k_norm, eps, b.k_in.get(), b.k_rstd.get(), stream_));
+    const Fp8BlockOperand ln1 = Operand(b.ln1_qt, b.ln1_st), ln2 = Operand(b.ln2_qt, b.ln2_st), act = Operand(b.act_qt, b.act_st);
+    if (merged_) {
+      FP8_RETURN_IF_ERROR(LinearForward(*b.qkv, b.ln1_out.get(), ln1, n, b.qkv_out.get(), training));
+    } else {
+      FP8_RETURN_IF_ERROR(LinearForward(*b.q, b.ln1_out.get(), ln1, n, b.q_act, training));
+      FP8_RETURN_IF_ERROR(LinearForward(*b.k, b.ln1_out.get(), ln1, n, b.k_act, training));
+      FP8_RETURN_IF_ERROR(LinearForward(*b.v, b.ln1_out.get(), ln1, n, b.v_act, training));
     }
-    FP8_RETURN_IF_ERROR(RopeForward(b.q_out.get(), n, t, h, hd, q_width_, cs, sn, stream_));
-    FP8_RETURN_IF_ERROR(RopeForward(b.k_out.get(), n, t, kv, hd, kv_width_, cs, sn, stream_));
-    FP8_RETURN_IF_ERROR(FlashAttentionForward(dims, b.q_out.get(), ql, b.k_out.get(), b.v_out.get(), kvl, b.att_y.get(), ql,
-                                              b.att_lse.get(), stream_));
+    if (cfg_.qk_norm) {
+      FP8_RETURN_IF_ERROR(HeadRmsNormForward(b.q_act, n, h, hd, q_ld_, p + b.q_norm, eps, b.q_norm_in, b.q_rstd.get(), stream_));
+      FP8_RETURN_IF_ERROR(HeadRmsNormForward(b.k_act, n, kv, hd, kv_ld_, p + b.k_norm, eps, b.k_norm_in, b.k_rstd.get(), stream_));
+      Mark("q/k norm fwd");
+    }
+    FP8_RETURN_IF_ERROR(RopeForward(b.q_act, n, t, h, hd, q_ld_, cs, sn, stream_));
+    FP8_RETURN_IF_ERROR(RopeForward(b.k_act, n, t, kv, hd, kv_ld_, cs, sn, stream_));
+    Mark("rope fwd");
+    FP8_RETURN_IF_ERROR(FlashAttentionForward(dims, b.q_act, ql, b.k_act, b.v_act, kvl, b.att_y.get(), yl, b.att_lse.get(), stream_));
+    Mark("attention fwd");
     FP8_RETURN_IF_ERROR(b.o->ForwardNoBias(b.att_y.get(), n, d_c_.get(), training));
-    FP8_RETURN_IF_ERROR(ResidualAddRmsNorm(b.x_in.get(), d_c_.get(), n, c, b.res_mid.get(), p + b.norm2, eps, b.ln2_out.get(),
-                                           b.rstd2.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.gate->ForwardNoBias(b.ln2_out.get(), n, b.gate_out.get(), training));
-    FP8_RETURN_IF_ERROR(b.up->ForwardNoBias(b.ln2_out.get(), n, b.up_out.get(), training));
-    FP8_RETURN_IF_ERROR(SwiGluForward(b.gate_out.get(), b.up_out.get(), n * in, b.act.get(), stream_));
-    FP8_RETURN_IF_ERROR(b.down->ForwardNoBias(b.act.get(), n, d_c_.get(), training));
+    FP8_RETURN_IF_ERROR(AddNorm(b.x_in.get(), d_c_.get(), b.res_mid.get(), p + b.norm2, b.rstd2.get(), b.ln2_out.get(), ln2, training));
+    if (merged_) {
+      FP8_RETURN_IF_ERROR(LinearForward(*b.gate_up, b.ln2_out.get(), ln2, n, b.gate_up_out.get(), training));
+    } else {
+      FP8_RETURN_IF_ERROR(LinearForward(*b.gate, b.ln2_out.get(), ln2, n, b.gate_act, training));
+      FP8_RETURN_IF_ERROR(LinearForward(*b.up, b.ln2_out.get(), ln2, n, b.up_act, training));
+    }
+    if (precast_) {
+      const kernels::ScaleFormat sf = precision_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32;
+      FP8_RETURN_IF_ERROR(SwiGluCastBlockwise(b.gate_act, b.up_act, n, in, gu_ld_, sf, act, CastAmax(training), stream_));
+      Mark("swiglu fwd + fp8 cast (fused)");
+    } else {
+      FP8_RETURN_IF_ERROR(SwiGluForwardRows(b.gate_act, b.up_act, n, in, gu_ld_, b.act.get(), stream_));
+      Mark("swiglu fwd");
+    }
+    FP8_RETURN_IF_ERROR(LinearForward(*b.down, b.act.get(), act, n, d_c_.get(), training));
     if (l + 1 < blocks_.size()) {
       Block& nb = blocks_[l + 1];
-      FP8_RETURN_IF_ERROR(ResidualAddRmsNorm(b.res_mid.get(), d_c_.get(), n, c, nb.x_in.get(), p + nb.norm1, eps, nb.ln1_out.get(),
-                                             nb.rstd1.get(), stream_));
+      FP8_RETURN_IF_ERROR(AddNorm(b.res_mid.get(), d_c_.get(), nb.x_in.get(), p + nb.norm1, nb.rstd1.get(), nb.ln1_out.get(),
+                                  Operand(nb.ln1_qt, nb.ln1_st), training));
     } else {
       FP8_RETURN_IF_ERROR(ResidualAddRmsNorm(b.res_mid.get(), d_c_.get(), n, c, res_final_.get(), p + norm_, eps, lnf_out_.get(),
                                              lnf_rstd_.get(), stream_));
     }
   }
+  Mark("final rmsnorm fwd");
   if (!head_cast_current_) FP8_RETURN_IF_ERROR(CastF32ToBf16(p + head_, v * c, head_bf16_.get(), stream_));
   head_cast_current_ = true;
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, true, n, v, c, 1.0f, lnf_out_.get(), c, head_bf16_.get(), c, 0.0f, logits_.get(), vocab_ld_, false));
+  Mark("head fwd GEMM (bf16)");
   FP8_RETURN_IF_ERROR(CrossEntropy(logits_.get(), targets_.get(), n, v, vocab_ld_, loss_scale / static_cast<float>(n), training,
                                    losses_.get(), stream_));
   FP8_RETURN_IF_ERROR(SumToDouble(losses_.get(), n, loss_sum_.get(), stream_));
+  Mark("cross-entropy fwd+bwd");
   double sum = 0;
   FP8_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
   FP8_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
@@ -371,36 +531,65 @@ Status CudaLlamaModel::BlockBackward(Block& b, int64_t li) {
   const float* p = params_.get();
   float* g = grads_.get();
   const float *cs = rope_cos_.get(), *sn = rope_sin_.get();
-  // MLP: gate and up both read ln2_out, so its gradient is the sum of their input gradients.
-  FP8_RETURN_IF_ERROR(b.down->Backward(dy_c_.get(), b.act.get(), n, d_act_.get(), /*bias_grad=*/false));
-  FP8_RETURN_IF_ERROR(SwiGluBackward(d_act_.get(), b.gate_out.get(), b.up_out.get(), n * in, d_gate_.get(), d_up_.get(), stream_));
-  FP8_RETURN_IF_ERROR(b.gate->Backward(d_gate_.get(), b.ln2_out.get(), n, d_c_.get(), false));
-  FP8_RETURN_IF_ERROR(b.up->Backward(d_up_.get(), b.ln2_out.get(), n, d_c2_.get(), false));
-  FP8_RETURN_IF_ERROR(AccumulateBf16(d_c2_.get(), n * c, d_c_.get(), stream_));
+  const Fp8BlockOperand ln1 = Operand(b.ln1_qt, b.ln1_st), ln2 = Operand(b.ln2_qt, b.ln2_st), act = Operand(b.act_qt, b.act_st);
+  // MLP: gate and up both read ln2_out, so its gradient is the sum of their input gradients (merged_:
+  // summed by the one dgrad GEMM).
+  FP8_RETURN_IF_ERROR(LinearBackward(*b.down, dy_c_.get(), b.act.get(), act, n, d_act_.get(), /*bias_grad=*/false));
+  if (merged_ && precast_ && !ws_->collect_fp8_stats) {
+    // SwiGLU's gradient is gate_up's dy: cast as it is computed (the statistics need the bf16 dy,
+    // so steps that collect them take the two passes below, which give the same bits).
+    const kernels::ScaleFormat sf = precision_.ue8m0 ? kernels::ScaleFormat::kUe8m0 : kernels::ScaleFormat::kFp32;
+    FP8_RETURN_IF_ERROR(SwiGluBackwardCastBlockwise(d_act_.get(), b.gate_act, b.up_act, n, in, gu_ld_, sf, b.gate_up->DyCast(), stream_));
+    Mark("swiglu bwd + fp8 cast (fused)");
+    FP8_RETURN_IF_ERROR(b.gate_up->BackwardCastDy(ln2, n, d_c_.get()));
+  } else if (merged_) {
+    FP8_RETURN_IF_ERROR(SwiGluBackwardRows(d_act_.get(), b.gate_act, b.up_act, n, in, gu_ld_, dgate_v_, dup_v_, stream_));
+    Mark("swiglu bwd");
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.gate_up, d_gate_.get(), b.ln2_out.get(), ln2, n, d_c_.get(), false));
+  } else {
+    FP8_RETURN_IF_ERROR(SwiGluBackwardRows(d_act_.get(), b.gate_act, b.up_act, n, in, gu_ld_, dgate_v_, dup_v_, stream_));
+    Mark("swiglu bwd");
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.gate, dgate_v_, b.ln2_out.get(), ln2, n, d_c_.get(), false));
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.up, dup_v_, b.ln2_out.get(), ln2, n, d_c2_.get(), false));
+    FP8_RETURN_IF_ERROR(AccumulateBf16(d_c2_.get(), n * c, d_c_.get(), stream_));
+    Mark("dx sums (bf16 accumulate)");
+  }
   FP8_RETURN_IF_ERROR(RmsNormBackward(d_c_.get(), b.res_mid.get(), p + b.norm2, b.rstd2.get(), n, c, dres_.get(), dy_c_.get(), g + b.norm2,
                                       col_scratch_.get(), stream_));
+  Mark("rmsnorm bwd");
   // Attention: dres_ is now d(res_mid).
   FP8_RETURN_IF_ERROR(b.o->Backward(dy_c_.get(), b.att_y.get(), n, d_att_.get(), false));
   const AttentionDims dims{batch_, h, t, hd, kv};
-  const HeadLayout ql = RowMajorHeads(t, hd, q_width_), kvl = RowMajorHeads(t, hd, kv_width_);
-  FP8_RETURN_IF_ERROR(FlashAttentionBackward(dims, b.q_out.get(), ql, b.k_out.get(), b.v_out.get(), kvl, b.att_y.get(), d_att_.get(), ql,
-                                             b.att_lse.get(), att_delta_.get(), dq_.get(), dk_.get(), dv_.get(), stream_));
-  FP8_RETURN_IF_ERROR(RopeBackward(dq_.get(), n, t, h, hd, q_width_, cs, sn, stream_));
-  FP8_RETURN_IF_ERROR(RopeBackward(dk_.get(), n, t, kv, hd, kv_width_, cs, sn, stream_));
+  const HeadLayout ql = RowMajorHeads(t, hd, q_ld_), kvl = RowMajorHeads(t, hd, kv_ld_), yl = RowMajorHeads(t, hd, q_width_);
+  FP8_RETURN_IF_ERROR(FlashAttentionBackward(dims, b.q_act, ql, b.k_act, b.v_act, kvl, b.att_y.get(), d_att_.get(), yl, b.att_lse.get(),
+                                             att_delta_.get(), dq_v_, dk_v_, dv_v_, stream_));
+  Mark("attention bwd");
+  FP8_RETURN_IF_ERROR(RopeBackward(dq_v_, n, t, h, hd, q_ld_, cs, sn, stream_));
+  FP8_RETURN_IF_ERROR(RopeBackward(dk_v_, n, t, kv, hd, kv_ld_, cs, sn, stream_));
+  Mark("rope bwd");
   if (cfg_.qk_norm) {
-    FP8_RETURN_IF_ERROR(HeadRmsNormBackward(dq_.get(), b.q_in.get(), n, h, hd, q_width_, p + b.q_norm, b.q_rstd.get(), g + b.q_norm,
+    FP8_RETURN_IF_ERROR(HeadRmsNormBackward(dq_v_, b.q_norm_in, n, h, hd, q_ld_, p + b.q_norm, b.q_rstd.get(), g + b.q_norm,
                                             col_scratch_.get(), stream_));
-    FP8_RETURN_IF_ERROR(HeadRmsNormBackward(dk_.get(), b.k_in.get(), n, kv, hd, kv_width_, p + b.k_norm, b.k_rstd.get(), g + b.k_norm,
+    FP8_RETURN_IF_ERROR(HeadRmsNormBackward(dk_v_, b.k_norm_in, n, kv, hd, kv_ld_, p + b.k_norm, b.k_rstd.get(), g + b.k_norm,
                                             col_scratch_.get(), stream_));
+    Mark("q/k norm bwd");
   }
-  const bool bias = cfg_.attention_bias;
-  FP8_RETURN_IF_ERROR(b.q->Backward(dq_.get(), b.ln1_out.get(), n, d_c_.get(), bias));
-  FP8_RETURN_IF_ERROR(b.k->Backward(dk_.get(), b.ln1_out.get(), n, d_c2_.get(), bias));
-  FP8_RETURN_IF_ERROR(AccumulateBf16(d_c2_.get(), n * c, d_c_.get(), stream_));
-  FP8_RETURN_IF_ERROR(b.v->Backward(dv_.get(), b.ln1_out.get(), n, d_c2_.get(), bias));
-  FP8_RETURN_IF_ERROR(AccumulateBf16(d_c2_.get(), n * c, d_c_.get(), stream_));
-  return RmsNormBackward(d_c_.get(), b.x_in.get(), p + b.norm1, b.rstd1.get(), n, c, dres_.get(), li > 0 ? dy_c_.get() : nullptr,
-                         g + b.norm1, col_scratch_.get(), stream_);
+  if (merged_) {
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.qkv, dq_.get(), b.ln1_out.get(), ln1, n, d_c_.get(), false));
+  } else {
+    const bool bias = cfg_.attention_bias;
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.q, dq_v_, b.ln1_out.get(), ln1, n, d_c_.get(), bias));
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.k, dk_v_, b.ln1_out.get(), ln1, n, d_c2_.get(), bias));
+    FP8_RETURN_IF_ERROR(AccumulateBf16(d_c2_.get(), n * c, d_c_.get(), stream_));
+    Mark("dx sums (bf16 accumulate)");
+    FP8_RETURN_IF_ERROR(LinearBackward(*b.v, dv_v_, b.ln1_out.get(), ln1, n, d_c2_.get(), bias));
+    FP8_RETURN_IF_ERROR(AccumulateBf16(d_c2_.get(), n * c, d_c_.get(), stream_));
+    Mark("dx sums (bf16 accumulate)");
+  }
+  FP8_RETURN_IF_ERROR(RmsNormBackward(d_c_.get(), b.x_in.get(), p + b.norm1, b.rstd1.get(), n, c, dres_.get(), li > 0 ? dy_c_.get() : nullptr,
+                                      g + b.norm1, col_scratch_.get(), stream_));
+  Mark("rmsnorm bwd");
+  return OkStatus();
 }
 
 Status CudaLlamaModel::Backward() {
@@ -414,16 +603,22 @@ Status CudaLlamaModel::Backward() {
   grads_fresh_ = false;
   // Head: dlnf = dlogits·W_head, dW_head (+)= dlogitsᵀ·lnf (tied: the embedding's first
   // contribution; the lookup's comes last).
+  Mark("(host gap before backward)");
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, false, false, n, c, v, 1.0f, logits_.get(), vocab_ld_, head_bf16_.get(), c, 0.0f, d_c_.get(), c, false));
+  Mark("head dgrad GEMM (bf16)");
   FP8_RETURN_IF_ERROR(GemmBf16(cublas_, true, false, v, c, n, 1.0f, logits_.get(), vocab_ld_, lnf_out_.get(), c, overwrite ? 0.0f : 1.0f,
                                g + head_, c, true));
+  Mark("head wgrad GEMM (bf16)");
   FP8_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dres_.get(), 0, sizeof(float) * n * c, stream_));
+  Mark("memset/copies");
   // Each RMSNorm backward also writes the residual gradient in bf16 (dy_c_): the operand of the
   // next linear layer's backward.
   FP8_RETURN_IF_ERROR(RmsNormBackward(d_c_.get(), res_final_.get(), p + norm_, lnf_rstd_.get(), n, c, dres_.get(), dy_c_.get(), g + norm_,
                                       col_scratch_.get(), stream_));
+  Mark("rmsnorm bwd");
   for (size_t li = blocks_.size(); li-- > 0;) FP8_RETURN_IF_ERROR(BlockBackward(blocks_[li], static_cast<int64_t>(li)));
   FP8_RETURN_IF_ERROR(token_groups_.AccumulateWteGrad(dres_.get(), g + embed_, stream_));
+  Mark("embedding bwd");
   if (precision_.recipe != Recipe::kFp8Tensorwise) return OkStatus();
   if (amax_reduce_) FP8_RETURN_IF_ERROR(amax_reduce_(amax_slots_.get(), amax_slots_.size(), stream_));
   for (CudaLinear* lin : linears_) FP8_RETURN_IF_ERROR(lin->ApplyScalingUpdates());

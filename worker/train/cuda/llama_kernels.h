@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "kernels/scaling.h"
 #include "worker/train/cuda/train_kernels.h"
 
 namespace fp8::train::cuda {
@@ -25,6 +26,19 @@ Status RmsNormForward(const float* x, const float* w, int64_t n, int64_t c, floa
 // RmsNormForward(out) into ln_out/rstd, in one pass, bitwise equal to the two.
 Status ResidualAddRmsNorm(const float* res, const bf16* y, int64_t n, int64_t c, float* out,
                           const float* w, float eps, bf16* ln_out, float* rstd, cudaStream_t s);
+// fp8-blockwise: the norm's output goes straight into the next linear layers' cast operand
+// (Fp8BlockOperand, train_kernels.h) and is never written in bf16. First the statistics:
+// RmsNormRstd writes the rstd RmsNormForward computes, ResidualAddRmsRstd the out and rstd of
+// ResidualAddRmsNorm (same bits). Then RmsNormCastBlockwise casts x·rstd·w, rounded to bf16 as
+// RmsNormForward writes it, into op: the bytes and scales Sm90Fp8Quantize1x128AndTransposed128x128
+// (E4M3) gives on RmsNormForward's output. n, c multiples of 16; x 16-byte aligned; amax_bits
+// (may be null) takes max |output| (DeviceFp8CastStats::amax's bits).
+Status RmsNormRstd(const float* x, int64_t n, int64_t c, float eps, float* rstd, cudaStream_t s);
+Status ResidualAddRmsRstd(const float* res, const bf16* y, int64_t n, int64_t c, float* out, float eps,
+                          float* rstd, cudaStream_t s);
+Status RmsNormCastBlockwise(const float* x, const float* rstd, const float* w, int64_t n, int64_t c,
+                            kernels::ScaleFormat sf, const Fp8BlockOperand& op, unsigned int* amax_bits,
+                            cudaStream_t s);
 // dx += ∂loss/∂x (fp32 residual gradient ACCUMULATES), dx_bf16 (may be null) = the updated dx
 // rounded to bf16, dw += ∂/∂w; scratch ≥ ColumnScratchFloats(n, c) floats (train_kernels.h).
 Status RmsNormBackward(const bf16* dout, const float* x, const float* w, const float* rstd,
@@ -54,5 +68,26 @@ Status RopeBackward(bf16* dx, int64_t n, int64_t t, int64_t heads, int64_t head_
 Status SwiGluForward(const bf16* gate, const bf16* up, int64_t n, bf16* out, cudaStream_t s);
 Status SwiGluBackward(const bf16* dout, const bf16* gate, const bf16* up, int64_t n, bf16* dgate,
                       bf16* dup, cudaStream_t s);
+// The same over rows: gate and up [rows, cols] at row pitch ld (the merged gate/up projection's
+// output [rows, 2·cols] has gate in its first cols columns and up in the rest: ld = 2·cols),
+// out and dout dense [rows, cols], dgate and dup at pitch ld like gate and up. The flat forms
+// are one row of these.
+Status SwiGluForwardRows(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int64_t ld,
+                         bf16* out, cudaStream_t s);
+Status SwiGluBackwardRows(const bf16* dout, const bf16* gate, const bf16* up, int64_t rows,
+                          int64_t cols, int64_t ld, bf16* dgate, bf16* dup, cudaStream_t s);
+// fp8-blockwise: silu(gate)·up over [rows, cols] (pitch ld as above), rounded to bf16 as
+// SwiGluForward writes it, cast straight into op (the down projection's operand) as
+// RmsNormCastBlockwise does. ld a multiple of 8, gate and up 16-byte aligned.
+Status SwiGluCastBlockwise(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int64_t ld,
+                           kernels::ScaleFormat sf, const Fp8BlockOperand& op, unsigned int* amax_bits,
+                           cudaStream_t s);
+// fp8-blockwise, merged gate/up: SwiGluBackwardRows' dgate and dup, which are the gate/up layer's
+// dy [rows, 2·cols] (ld = 2·cols, dgate first), rounded to bf16 as it writes them and cast
+// straight into dy (Fp8DyCast: the bytes and scales Sm90Fp8Quantize1x128WithTranspose gives on
+// that dy). rows a multiple of 16, cols of 128.
+Status SwiGluBackwardCastBlockwise(const bf16* dout, const bf16* gate, const bf16* up, int64_t rows,
+                                   int64_t cols, int64_t ld, kernels::ScaleFormat sf, const Fp8DyCast& dy,
+                                   cudaStream_t s);
 
 }  // namespace fp8::train::cuda

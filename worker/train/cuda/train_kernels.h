@@ -19,6 +19,28 @@ namespace fp8::train::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// fp8-blockwise's cast of a linear layer's input X [m, k] (device pointers), made once for the
+// forward GEMM and the backward's weight gradient, as Sm90Fp8Quantize1x128AndTransposed128x128
+// writes it: q [m, k] E4M3 in 1x128 tiles with scales s MN-major [k/128, m], and qt = Xᵀ [k, m]
+// E4M3 in 128x128 blocks with scales st [k/128, Sm90BlockScaleLd(m)]. The stage that produces X
+// (RMSNorm, SwiGLU) writes it instead of X itself (llama_kernels.h); CudaLinear reads it.
+struct Fp8BlockOperand {
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  uint8_t* qt = nullptr;
+  float* st = nullptr;
+};
+// fp8-blockwise's cast of a gradient dy [m, n] for a linear layer's backward, as
+// Sm90Fp8Quantize1x128WithTranspose (E4M3, MN-major scales) writes it: q [m, n] in 1x128 tiles
+// with scales s [n/128, m] (dgrad), and qt = dyᵀ [n, m] in 1x128 tiles with scales st [m/128, n]
+// (wgrad). CudaLinear::DyCast says where; a fused producer (the SwiGLU backward) writes it.
+struct Fp8DyCast {
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  uint8_t* qt = nullptr;
+  float* st = nullptr;
+};
+
 // out[n, c] = wte[tokens[n]] + wpe[n % t]   (fp32 residual stream)
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
                         int64_t t, int64_t c, float* out, cudaStream_t s);

@@ -70,13 +70,15 @@ __device__ __forceinline__ void Load8(const bf16* p, float (&f)[8]) {
     f[2 * k] = t.x, f[2 * k + 1] = t.y;
   }
 }
-__device__ __forceinline__ void Store8(bf16* p, const float (&f)[8]) {
+// 8 floats rounded to bf16 as the 16 bytes Store8 writes (element 0 in the low half of .x).
+__device__ __forceinline__ uint4 PackBf16x8(const float (&f)[8]) {
   uint4 u;
   __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
 #pragma unroll
   for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  *reinterpret_cast<uint4*>(p) = u;
+  return u;
 }
+__device__ __forceinline__ void Store8(bf16* p, const float (&f)[8]) { *reinterpret_cast<uint4*>(p) = PackBf16x8(f); }
 __device__ __forceinline__ void Load8(const float* p, float (&f)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
