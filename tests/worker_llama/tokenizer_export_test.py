@@ -14,11 +14,12 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import tempfile
 import unittest
 
 import numpy as np
+
+from hf_llama_test import dump_json, events, load_json, run  # the same directory
 
 WORKER = os.environ.get("FP8_WORKER", "fp8-worker")
 CORPUS = os.environ.get("FP8_TEST_CORPUS", "")
@@ -31,35 +32,9 @@ MODEL_VOCAB = 384  # >= the tokenizer's 256 bytes + merges + 2 added tokens
 N_LAYER = 2  # llama-tiny's
 
 
-def run(args, check=True):
-    p = subprocess.run([WORKER] + args, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"fp8-worker {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
-    return p
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def dump_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f)
-
-
 def slurp(path):
     with open(path, "rb") as f:
         return f.read()
-
-
-def events(stdout):
-    out = []
-    for line in stdout.splitlines():
-        if line.strip():
-            e = json.loads(line)
-            out += [{"type": k, **v} for k, v in e.items() if k != "time"]
-    return out
 
 
 def byte_to_unicode():

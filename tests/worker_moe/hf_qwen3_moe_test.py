@@ -17,6 +17,9 @@ import unittest
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "worker_llama"))
+from hf_llama_test import dump_json, events, load_json, read_safetensors, rms_norm, run  # noqa: E402
+
 WORKER = os.environ.get("FP8_WORKER", "fp8-worker")
 CORPUS = os.environ.get("FP8_TEST_CORPUS", "")
 EXIT_BAD_DATA, EXIT_INVALID_SPEC = 65, 64
@@ -36,32 +39,6 @@ CONFIGS = {
     "dense-first": {**BASE, "num_hidden_layers": 3, "norm_topk_prob": False, "mlp_only_layers": [0],
                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
 }
-
-
-def run(args, check=True):
-    p = subprocess.run([WORKER] + args, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"fp8-worker {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
-    return p
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def dump_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f)
-
-
-def events(stdout):
-    out = []
-    for line in stdout.splitlines():
-        if line.strip():
-            e = json.loads(line)
-            out += [{"type": k, **v} for k, v in e.items() if k != "time"]
-    return out
 
 
 def sparse(c, layer):
@@ -113,20 +90,6 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name != "__metadata__":
-            assert t["dtype"] == "F32", (name, t["dtype"])
-            b, e = t["data_offsets"]
-            out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
-    return out
-
-
 def write_model_dir(d, config, params):
     os.makedirs(d, exist_ok=True)
     dump_json(os.path.join(d, "config.json"), config)
@@ -134,10 +97,6 @@ def write_model_dir(d, config, params):
 
 
 # --- an independent Qwen3-MoE -----------------------------------------------------------------
-
-def rms_norm(x, w, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
 
 def rope_theta(c):
     return (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0))
