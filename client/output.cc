@@ -109,6 +109,20 @@ std::string ValueText(const google::protobuf::Value& v) {
   }
 }
 
+// A mixture-of-experts job's expert load, as the worker last reported it (absent for dense
+// models, so nothing is shown for them).
+void MoeRows(const fp8d::v1::Progress& p, std::vector<std::vector<std::string>>& rows) {
+  if (p.has_moe_load_min() && p.has_moe_load_max()) {
+    std::string load = Fixed(p.moe_load_min(), 2) + " .. " + Fixed(p.moe_load_max(), 2) + " × mean";
+    if (p.has_moe_load_cv()) load += ", CV " + Fixed(p.moe_load_cv(), 3);
+    rows.push_back({"Expert load:", load});
+  }
+  if (p.has_moe_dropped_fraction()) {
+    rows.push_back({"Dropped tokens:", Fixed(100 * p.moe_dropped_fraction(), 2) + "%"});
+  }
+  if (p.has_moe_aux_loss()) rows.push_back({"Aux loss:", Fixed(p.moe_aux_loss(), 4)});
+}
+
 // A calibration's result rows (the worker's `done` summary) instead of loss and tokens/s.
 void CalibrationRows(const Job& job, std::vector<std::vector<std::string>>& rows) {
   const auto& fields = job.result().fields();
@@ -202,6 +216,7 @@ void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
   } else if (job.has_progress() && job.progress().step() > 0) {
     rows.push_back({"Loss:", Fixed(job.progress().loss(), 4)});
     rows.push_back({"Tokens/s:", Rate(job.progress().tokens_per_second())});
+    MoeRows(job.progress(), rows);
   }
   if (job.has_checkpoint()) {
     rows.push_back({"Checkpoint:", job.checkpoint().path() + " (step " + std::to_string(job.checkpoint().step()) + ")"});

@@ -25,19 +25,20 @@ using google::protobuf::Reflection;
 
 constexpr int kMaxSymlinks = 40;  // the kernel's own limit (ELOOP)
 
-std::vector<std::string> Components(const std::string& path) {
-  std::vector<std::string> out;
+// The non-empty components of `path`, as views into it.
+std::vector<std::string_view> Components(const std::string& path) {
+  std::vector<std::string_view> out;
   size_t start = 0;
   while (start <= path.size()) {
     size_t slash = path.find('/', start);
     if (slash == std::string::npos) slash = path.size();
-    if (slash > start) out.push_back(path.substr(start, slash - start));
+    if (slash > start) out.emplace_back(path.data() + start, slash - start);
     start = slash + 1;
   }
   return out;
 }
 
-bool HasWildcard(const std::string& component) {
+bool HasWildcard(std::string_view component) {
   return component.find_first_of("*?[") != std::string::npos;
 }
 
@@ -56,29 +57,140 @@ Status Bad(std::string_view field, const std::string& why) {
   return InvalidArgumentError(std::string(field) + ": " + why);
 }
 
-// `value` (what the caller wrote, printed as such) resolved from `path` must lie under a root.
+// What one check has found out about the components it walked: the fields of one job share
+// their folders (data/ and the output_dir below one project folder), and each is looked at
+// once per check, as if every field were resolved at the same moment. Only a check's own
+// walks share it; the worker checks again before it opens anything.
+class Lookups {
+ public:
+  explicit Lookups(size_t reserved) { entries_.reserve(reserved); }
+  struct Entry {
+    bool missing = false;  // ENOENT or ENOTDIR: the rest of the path is taken as written
+    bool link = false;
+    std::string target;    // the symlink's, when `link`
+  };
+  const Entry* Find(const std::string& path) const {
+    for (const auto& [p, e] : entries_) {
+      if (p == path) return &e;
+    }
+    return nullptr;
+  }
+  const Entry& Add(const std::string& path, Entry entry) { return entries_.emplace_back(path, std::move(entry)).second; }
+
+ private:
+  std::vector<std::pair<std::string, Entry>> entries_;  // a handful: a linear search is the fastest
+};
+
+// A job's paths share a few folders: room for them without growing.
+constexpr size_t kLookupsReserved = 16;
+
+// lstat (and readlink for a symlink) of one component.
+StatusOr<Lookups::Entry> LookUp(const std::string& path) {
+  Lookups::Entry entry;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR) return InvalidArgumentError(std::string("cannot be resolved: ") + std::strerror(errno));
+    entry.missing = true;
+    return entry;
+  }
+  if (!S_ISLNK(st.st_mode)) return entry;
+  std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : PATH_MAX) + 1, '\0');
+  const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+  if (n <= 0 || static_cast<size_t>(n) >= target.size()) return InvalidArgumentError("cannot be resolved: unreadable symbolic link");
+  target.resize(static_cast<size_t>(n));
+  entry.link = true;
+  entry.target = std::move(target);
+  return entry;
+}
+
+// ResolvePath; `seen` (when not null) answers the components already looked at.
+StatusOr<std::string> Resolve(const std::string& path, Lookups* seen) {
+  if (path.empty() || path[0] != '/') return InvalidArgumentError("must be an absolute path");
+  // `rest` from `pos` on is what is left to walk (a symlink's target is spliced in front of
+  // it); `resolved` is the walk so far ("" is "/") and the very string lstat is given, so a
+  // path without symlinks costs no allocation per component (but the copy `seen` keeps).
+  std::string rest = path;
+  size_t pos = 0;
+  std::string resolved;
+  resolved.reserve(path.size() + 16);
+  bool missing = false;
+  int links = 0;
+  while (pos < rest.size()) {
+    if (rest[pos] == '/') {
+      ++pos;
+      continue;
+    }
+    size_t end = rest.find('/', pos);
+    if (end == std::string::npos) end = rest.size();
+    const std::string_view part(rest.data() + pos, end - pos);
+    pos = end;
+    if (part == ".") continue;
+    if (part == "..") {
+      // Below a directory that does not exist yet the kernel would apply it to whatever is
+      // created there later, which may be a symlink.
+      if (missing) return InvalidArgumentError("must not contain '..' below a directory that does not exist");
+      resolved.resize(std::min(resolved.size(), resolved.rfind('/')));
+      continue;
+    }
+    const size_t before = resolved.size();
+    resolved += '/';
+    resolved += part;
+    if (missing) continue;
+    const Lookups::Entry* known = seen != nullptr ? seen->Find(resolved) : nullptr;
+    Lookups::Entry looked;
+    if (known == nullptr) {
+      FP8_ASSIGN_OR_RETURN(looked, LookUp(resolved));
+      if (seen != nullptr) known = &seen->Add(resolved, std::move(looked));
+    }
+    const Lookups::Entry& entry = known != nullptr ? *known : looked;
+    if (entry.missing) {
+      missing = true;
+      continue;
+    }
+    if (!entry.link) continue;
+    if (++links > kMaxSymlinks) return InvalidArgumentError("cannot be resolved: too many levels of symbolic links");
+    const std::string target = entry.target;  // `entry` may move when `seen` grows
+    rest = target + "/" + rest.substr(pos);
+    pos = 0;
+    if (target[0] == '/') {
+      resolved.clear();
+    } else {
+      resolved.resize(before);  // the link's own name is replaced by its target
+    }
+  }
+  return resolved.empty() ? std::string("/") : resolved;
+}
+
+// `value` (what the caller wrote, printed as such) resolved from `path` must lie under a root;
+// `out` (when not null) receives what it resolved to.
 Status ResolvesUnderRoots(std::string_view field, const std::string& value, const std::string& path,
-                          const std::vector<std::string>& roots) {
-  auto resolved = ResolvePath(path);
+                          const std::vector<std::string>& roots, Lookups* seen, std::string* out = nullptr) {
+  auto resolved = Resolve(path, seen);
   if (!resolved.ok()) return Bad(field, value + ": " + resolved.status().message());
   for (const std::string& root : roots) {
-    if (Under(*resolved, root)) return OkStatus();
+    if (Under(*resolved, root)) {
+      if (out != nullptr) *out = *std::move(resolved);
+      return OkStatus();
+    }
   }
   return Bad(field, value + " is outside the allowed roots " + RootList(roots));
 }
 
 Status CheckGlob(std::string_view field, const std::string& value, const std::vector<std::string>& roots,
-                 PathCheck when) {
-  const std::vector<std::string> parts = Components(value);
+                 PathCheck when, Lookups* seen) {
   std::string literal;
+  literal.reserve(value.size());
   bool wild = false;
-  for (const std::string& part : parts) {
+  for (const std::string_view part : Components(value)) {
     if (part == "..") return Bad(field, value + ": a glob must not contain '..'");
     wild = wild || HasWildcard(part);
-    if (!wild) literal += "/" + part;
+    if (!wild) {
+      literal += '/';
+      literal += part;
+    }
   }
-  if (!wild) return ResolvesUnderRoots(field, value, value, roots);
-  FP8_RETURN_IF_ERROR(ResolvesUnderRoots(field, value, literal.empty() ? "/" : literal, roots));
+  if (!wild) return ResolvesUnderRoots(field, value, value, roots, seen);
+  FP8_RETURN_IF_ERROR(ResolvesUnderRoots(field, value, literal.empty() ? "/" : literal, roots, seen));
   if (when == PathCheck::kAtCreate) return OkStatus();
   // Each match: a wildcard may have matched a symlink that leaves the roots. The match itself
   // is not printed (its name is the target directory's).
@@ -86,7 +198,7 @@ Status CheckGlob(std::string_view field, const std::string& value, const std::ve
   const int rc = ::glob(value.c_str(), 0, nullptr, &g);
   Status status = OkStatus();
   for (size_t i = 0; rc == 0 && status.ok() && i < g.gl_pathc; ++i) {
-    auto resolved = ResolvePath(g.gl_pathv[i]);
+    auto resolved = Resolve(g.gl_pathv[i], seen);
     bool inside = false;
     for (const std::string& root : roots) inside = inside || (resolved.ok() && Under(*resolved, root));
     if (!inside) status = Bad(field, value + " matches a path outside the allowed roots " + RootList(roots));
@@ -169,30 +281,59 @@ const PathPlan& PlanFor(const Descriptor* d) {
   return *BuildPlan(d, *plans);
 }
 
-Status CheckPlanned(const Message& message, const PathPlan& plan, std::string_view prefix,
-                    const std::vector<std::string>& roots, PathCheck when) {
+// CheckPath with the check's `seen`; a single OUTPUT_DIR field's resolved value goes to
+// `resolved` (when not null).
+Status CheckOne(std::string_view field, const std::string& value, fp8d::v1::PathKind kind,
+                const std::vector<std::string>& roots, PathCheck when, Lookups* seen,
+                ResolvedPaths* resolved = nullptr) {
+  if (value.empty()) return OkStatus();
+  if (value[0] != '/') return Bad(field, "must be an absolute path");
+  // Only a glob's wildcards are special; in the other kinds `*` is a character of the name.
+  if (kind == fp8d::v1::INPUT_GLOB) return CheckGlob(field, value, roots, when, seen);
+  const bool output_dir = resolved != nullptr && kind == fp8d::v1::OUTPUT_DIR;
+  return ResolvesUnderRoots(field, value, value, roots, seen, output_dir ? &resolved->output_dir : nullptr);
+}
+
+// `name` is the message's own path in errors on entry and on return; each field's is built
+// in it in turn (a create checks every path, and only a refusal copies one).
+Status CheckPlanned(const Message& message, const PathPlan& plan, std::string& name,
+                    const std::vector<std::string>& roots, PathCheck when, Lookups* seen,
+                    ResolvedPaths* resolved) {
   const Reflection* r = message.GetReflection();
+  const size_t own = name.size();
+  std::string scratch;  // GetStringReference's buffer, for a field not held as a std::string
   for (const PathPlan::Step& step : plan.steps) {
     const FieldDescriptor* f = step.field;
-    const std::string name = Join(prefix, f->name());
+    name.resize(own);
+    if (own > 0) name += '.';
+    name += f->name();
+    const size_t field = name.size();
+    const auto index = [&](int j) {
+      name.resize(field);
+      name += '[' + std::to_string(j) + ']';
+    };
     if (step.message == nullptr) {
       if (f->is_repeated()) {
         for (int j = 0; j < r->FieldSize(message, f); ++j) {
-          FP8_RETURN_IF_ERROR(CheckPath(name + "[" + std::to_string(j) + "]", r->GetRepeatedString(message, f, j),
-                                        step.kind, roots, when));
+          index(j);
+          FP8_RETURN_IF_ERROR(CheckOne(name, r->GetRepeatedStringReference(message, f, j, &scratch), step.kind,
+                                       roots, when, seen));
         }
       } else {
-        FP8_RETURN_IF_ERROR(CheckPath(name, r->GetString(message, f), step.kind, roots, when));
+        FP8_RETURN_IF_ERROR(CheckOne(name, r->GetStringReference(message, f, &scratch), step.kind, roots, when,
+                                     seen, resolved));
       }
     } else if (f->is_repeated()) {
       for (int j = 0; j < r->FieldSize(message, f); ++j) {
-        FP8_RETURN_IF_ERROR(CheckPlanned(r->GetRepeatedMessage(message, f, j), *step.message,
-                                         name + "[" + std::to_string(j) + "]", roots, when));
+        index(j);
+        FP8_RETURN_IF_ERROR(CheckPlanned(r->GetRepeatedMessage(message, f, j), *step.message, name, roots, when,
+                                         seen, resolved));
       }
     } else if (r->HasField(message, f)) {
-      FP8_RETURN_IF_ERROR(CheckPlanned(r->GetMessage(message, f), *step.message, name, roots, when));
+      FP8_RETURN_IF_ERROR(CheckPlanned(r->GetMessage(message, f), *step.message, name, roots, when, seen, resolved));
     }
   }
+  name.resize(own);
   return OkStatus();
 }
 
@@ -207,73 +348,23 @@ std::vector<std::string> ResolveRoots(const std::vector<std::string>& roots) {
   return resolved;
 }
 
-StatusOr<std::string> ResolvePath(const std::string& path) {
-  if (path.empty() || path[0] != '/') return InvalidArgumentError("must be an absolute path");
-  // `rest` from `pos` on is what is left to walk (a symlink's target is spliced in front of
-  // it); `resolved` is the walk so far ("" is "/") and the very string lstat is given, so a
-  // path without symlinks costs no allocation per component.
-  std::string rest = path;
-  size_t pos = 0;
-  std::string resolved;
-  resolved.reserve(path.size() + 16);
-  bool missing = false;
-  int links = 0;
-  while (pos < rest.size()) {
-    if (rest[pos] == '/') {
-      ++pos;
-      continue;
-    }
-    size_t end = rest.find('/', pos);
-    if (end == std::string::npos) end = rest.size();
-    const std::string_view part(rest.data() + pos, end - pos);
-    pos = end;
-    if (part == ".") continue;
-    if (part == "..") {
-      // Below a directory that does not exist yet the kernel would apply it to whatever is
-      // created there later, which may be a symlink.
-      if (missing) return InvalidArgumentError("must not contain '..' below a directory that does not exist");
-      resolved.resize(std::min(resolved.size(), resolved.rfind('/')));
-      continue;
-    }
-    const size_t before = resolved.size();
-    resolved += '/';
-    resolved += part;
-    if (missing) continue;
-    struct stat st {};
-    if (::lstat(resolved.c_str(), &st) != 0) {
-      if (errno != ENOENT && errno != ENOTDIR) return InvalidArgumentError(std::string("cannot be resolved: ") + std::strerror(errno));
-      missing = true;
-      continue;
-    }
-    if (!S_ISLNK(st.st_mode)) continue;
-    if (++links > kMaxSymlinks) return InvalidArgumentError("cannot be resolved: too many levels of symbolic links");
-    std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : PATH_MAX) + 1, '\0');
-    const ssize_t n = ::readlink(resolved.c_str(), target.data(), target.size());
-    if (n <= 0 || static_cast<size_t>(n) >= target.size()) return InvalidArgumentError("cannot be resolved: unreadable symbolic link");
-    target.resize(static_cast<size_t>(n));
-    rest = target + "/" + rest.substr(pos);
-    pos = 0;
-    if (target[0] == '/') {
-      resolved.clear();
-    } else {
-      resolved.resize(before);  // the link's own name is replaced by its target
-    }
-  }
-  return resolved.empty() ? std::string("/") : resolved;
-}
+StatusOr<std::string> ResolvePath(const std::string& path) { return Resolve(path, nullptr); }
 
 Status CheckPath(std::string_view field, const std::string& value, fp8d::v1::PathKind kind,
                  const std::vector<std::string>& roots, PathCheck when) {
-  if (value.empty()) return OkStatus();
-  if (value[0] != '/') return Bad(field, "must be an absolute path");
-  // Only a glob's wildcards are special; in the other kinds `*` is a character of the name.
-  if (kind == fp8d::v1::INPUT_GLOB) return CheckGlob(field, value, roots, when);
-  return ResolvesUnderRoots(field, value, value, roots);
+  return CheckOne(field, value, kind, roots, when, nullptr);
 }
 
 Status CheckSpecPaths(const Message& message, std::string_view prefix, const std::vector<std::string>& roots,
-                      PathCheck when) {
-  return CheckPlanned(message, PlanFor(message.GetDescriptor()), prefix, roots, when);
+                      PathCheck when, ResolvedPaths* resolved) {
+  ResolvedPaths found;
+  Lookups seen(kLookupsReserved);
+  std::string name(prefix);
+  name.reserve(64);
+  FP8_RETURN_IF_ERROR(CheckPlanned(message, PlanFor(message.GetDescriptor()), name, roots, when, &seen,
+                                   resolved != nullptr ? &found : nullptr));
+  if (resolved != nullptr) *resolved = std::move(found);
+  return OkStatus();
 }
 
 std::vector<std::pair<std::string, fp8d::v1::PathKind>> PathFields(const Descriptor* descriptor) {

@@ -32,11 +32,20 @@ enum class PathCheck {
 // Each root resolved with realpath; a root that does not resolve is left out.
 std::vector<std::string> ResolveRoots(const std::vector<std::string>& roots);
 
+// What a passing check resolved, for a caller that would otherwise resolve it again.
+struct ResolvedPaths {
+  // The OUTPUT_DIR field's value as it resolved ("" when unset). A job has one: fp8d's
+  // output-dir admission takes it as its key instead of walking the path a second time.
+  std::string output_dir;
+};
+
 // INVALID_ARGUMENT "<field>: ..." for the first marked field of `message` (or of a message it
 // holds) that breaks the rule. `prefix` is the message's own path in errors ("job", or "" for
 // the worker's spec). `roots` are resolved (ResolveRoots); with none, every path is refused.
+// `resolved`, when given and the check passes, receives what it resolved.
 fp8::Status CheckSpecPaths(const google::protobuf::Message& message, std::string_view prefix,
-                           const std::vector<std::string>& roots, PathCheck when);
+                           const std::vector<std::string>& roots, PathCheck when,
+                           ResolvedPaths* resolved = nullptr);
 
 // The same for one value of a field of `kind`; empty is left to the validator (required or not).
 fp8::Status CheckPath(std::string_view field, const std::string& value, fp8d::v1::PathKind kind,

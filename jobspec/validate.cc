@@ -293,6 +293,60 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
   return rules;
 }
 
+// resources.expert_parallel beside the train spec it runs (job.resources and job.train). The
+// worker checks the same against the model it resolved (a mixture of experts from init_from too)
+// and its ranks (worker/train/moe_dispatch.h, CheckExpertParallel).
+struct ExpertParallelJob {
+  const TrainSpec& train;
+  const fp8d::v1::Resources& resources;
+  int degree() const { return resources.expert_parallel(); }
+  // The ranks the job gets (job.proto: ranks, or nodes × ranks_per_node; 0 = 1).
+  int64_t ranks() const {
+    if (resources.ranks() != 0) return resources.ranks();
+    if (resources.nodes() != 0) return int64_t{resources.nodes()} * std::max(1, resources.ranks_per_node());
+    return 1;
+  }
+};
+
+const std::vector<Rule<ExpertParallelJob>>& ExpertParallelRules() {
+  using J = ExpertParallelJob;
+  static const std::vector<Rule<J>> rules = {
+      {"resources.expert_parallel", [](const J& j) { return Ints(j.degree(), 0, 1024); }},
+      {"resources.expert_parallel.moe", "resources.expert_parallel",
+       [](const J& j) {
+         const bool built_dense = j.train.init_from().empty() && !j.train.model().has_moe();
+         return j.degree() > 1 && built_dense
+                    ? "more than 1 needs a mixture of experts (model.moe) (got " + std::to_string(j.degree()) + ")"
+                    : std::string();
+       }},
+      {"resources.expert_parallel.ranks", "resources.expert_parallel",
+       [](const J& j) {
+         return j.degree() > 1 && j.ranks() % j.degree() != 0
+                    ? "must divide the ranks (" + std::to_string(j.ranks()) + ") (got " + std::to_string(j.degree()) + ")"
+                    : std::string();
+       }},
+      {"resources.expert_parallel.num_experts", "resources.expert_parallel",
+       [](const J& j) {
+         if (j.degree() <= 1 || !j.train.init_from().empty() || !j.train.model().has_moe()) return std::string();
+         const int experts = j.train.model().moe().num_experts();
+         return experts % j.degree() != 0 ? "must divide model.moe.num_experts (" + std::to_string(experts) + ") (got " +
+                                                std::to_string(j.degree()) + ")"
+                                          : std::string();
+       }},
+      // fp8-tensorwise keeps one amax per expert weight, input and gradient a step, from the one
+      // cast each rank makes of each expert; a rank computing an expert for its group casts it
+      // once per member.
+      {"resources.expert_parallel.recipe", "resources.expert_parallel",
+       [](const J& j) {
+         return j.degree() > 1 && j.train.precision().recipe() == "fp8-tensorwise"
+                    ? "more than 1 runs with precision.recipe bf16 or fp8-blockwise, not fp8-tensorwise (got " +
+                          std::to_string(j.degree()) + ")"
+                    : std::string();
+       }},
+  };
+  return rules;
+}
+
 const std::vector<Rule<CalibrateSpec>>& CalibrateRules() {
   using C = CalibrateSpec;
   static const std::vector<Rule<C>> rules = {
@@ -360,6 +414,16 @@ fp8::Status ValidateTrainSpec(const TrainSpec& spec, std::string_view prefix) {
 
 fp8::Status ValidateCalibrateSpec(const CalibrateSpec& spec, std::string_view prefix) {
   return Validate(CalibrateRules(), spec, prefix);
+}
+
+fp8::Status ValidateExpertParallel(const TrainSpec& train, const fp8d::v1::Resources& resources, std::string_view prefix) {
+  return Validate(ExpertParallelRules(), ExpertParallelJob{train, resources}, prefix);
+}
+
+std::vector<std::string> ExpertParallelRuleIds() { return Ids(ExpertParallelRules()); }
+std::string FirstBrokenExpertParallelRule(const TrainSpec& train, const fp8d::v1::Resources& resources) {
+  const auto* rule = FirstBroken(ExpertParallelRules(), ExpertParallelJob{train, resources}).first;
+  return rule ? rule->id : "";
 }
 
 std::vector<std::string> TrainRuleIds() { return Ids(TrainRules()); }

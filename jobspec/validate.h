@@ -25,6 +25,10 @@ inline constexpr size_t kMaxPathLength = 4096;
 
 fp8::Status ValidateTrainSpec(const fp8d::v1::TrainSpec& spec, std::string_view prefix);
 fp8::Status ValidateCalibrateSpec(const fp8d::v1::CalibrateSpec& spec, std::string_view prefix);
+// resources.expert_parallel against the train spec it runs and the ranks the job asks for (both
+// defaulted); prefix "job" names "job.resources.expert_parallel".
+fp8::Status ValidateExpertParallel(const fp8d::v1::TrainSpec& train, const fp8d::v1::Resources& resources,
+                                   std::string_view prefix);
 
 // For the shared case table's coverage test (tests/spec_cases): every rule's id, and the id of
 // the first rule a spec breaks ("" when it breaks none).
@@ -32,5 +36,8 @@ std::vector<std::string> TrainRuleIds();
 std::vector<std::string> CalibrateRuleIds();
 std::string FirstBrokenTrainRule(const fp8d::v1::TrainSpec& spec);
 std::string FirstBrokenCalibrateRule(const fp8d::v1::CalibrateSpec& spec);
+// The same for the expert-parallel rules (spec_cases.json's "expert_parallel_cases").
+std::vector<std::string> ExpertParallelRuleIds();
+std::string FirstBrokenExpertParallelRule(const fp8d::v1::TrainSpec& train, const fp8d::v1::Resources& resources);
 
 }  // namespace fp8::jobspec

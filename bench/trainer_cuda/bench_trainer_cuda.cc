@@ -21,11 +21,15 @@
 // fp8-tensorwise's delayed scaling (PrecisionConfig; defaults 16, 0, max over the history).
 // --init-seed N (default 1) seeds the weight initialisation only (the batches stay the same):
 // two bf16 runs with different seeds give the loss comparison's noise floor.
+// --accum N: gradient accumulation, a step is N micro-batches of the shape's batch (forward and
+// backward each, the loss scaled by 1/N, the gradients summed), then one grad norm and one AdamW:
+// the optimizer's cost spread over N·B·T tokens. Tokens/s and MFU count all N micro-batches; the
+// row's shape reads "NAME/accN".
 //
 //   bench_trainer_cuda [--shapes gpt2-124m,d4096-l8,llama-1b] [--recipes bf16,fp8-tensorwise,fp8-blockwise]
 //                      [--steps 10] [--warmup 3] [--data 'DIR/train_*.bin'] [--json FILE]
 //                      [--loss-window N] [--breakdown] [--profile] [--batch N] [--cosine]
-//                      [--val 'DIR/val_*.bin' --eval-every N --eval-batches M]
+//                      [--val 'DIR/val_*.bin' --eval-every N --eval-batches M] [--accum N]
 // --breakdown: after each GPT shape's bf16 row, the step's operations timed one by one (step_breakdown.h).
 // --profile: after each Llama row, one more step with every operation the model enqueues timed
 // in place by CUDA events (op_timer.h), printed as a table by operation (step_profile.h); under
@@ -133,6 +137,7 @@ struct LossOptions {
   int eval_every = 0, eval_batches = 8;
   uint64_t init_seed = 1;
   bool profile = false;  // --profile: one more step, timed op by op, printed after the row
+  int accum = 1;         // --accum: micro-batches per optimizer step
 };
 
 // Linear warm-up over the first 5% of `total` steps, then cosine from lr to lr/10.
@@ -219,12 +224,18 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   double gn = 0;
   auto train_step = [&](int step, OpTimer* timer) -> std::optional<double> {
     CHECK_OK(model->ZeroGrad());
-    auto loss = model->Forward(in.data(), tg.data(), sh.batch, true, 1.0f);
-    if (!loss.ok()) {
-      std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
-      return std::nullopt;
+    double loss_sum = 0;
+    for (int micro = 0; micro < lo.accum; ++micro) {
+      if (micro > 0) fill_batch(step * lo.accum + micro);
+      auto loss = model->Forward(in.data(), tg.data(), sh.batch, true, 1.0f / static_cast<float>(lo.accum));
+      if (!loss.ok()) {
+        std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
+        return std::nullopt;
+      }
+      loss_sum += *loss;
+      CHECK_OK(model->Backward());
     }
-    CHECK_OK(model->Backward());
+    const double loss = loss_sum / lo.accum;
     if (timer) timer->Mark("(host gap before grad norm)", s);
     CHECK_OK(SumSquares(model->grads(), np, partial.get(), norm.get(), s));
     if (timer) timer->Mark("grad norm", s);
@@ -237,7 +248,7 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
     const float lr = lo.cosine ? CosineLr(6e-4f, step, warmup + steps) : 6e-4f;
     AdamWArgs a{lr, 0.9f, 0.95f, 1e-8f, 0.1f, static_cast<float>(1 - std::pow(0.9, k)), static_cast<float>(1 - std::pow(0.95, k)), clip};
     CHECK_OK(model->OptimizerStep(a, m.get(), v.get()));
-    return *loss;
+    return loss;
   };
   std::chrono::steady_clock::time_point t0;
   for (int step = 0; step < warmup + steps; ++step) {
@@ -245,7 +256,7 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
       cudaStreamSynchronize(s);
       t0 = std::chrono::steady_clock::now();
     }
-    fill_batch(step);
+    fill_batch(step * lo.accum);
     const std::optional<double> loss = train_step(step, nullptr);
     if (!loss) return std::nullopt;
     if (step == 0) r.loss_first = *loss;
@@ -265,7 +276,7 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
   if (cudaStreamSynchronize(s) != cudaSuccess || cudaGetLastError() != cudaSuccess) return std::nullopt;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.ms_per_step = 1e3 * secs / steps;
-  r.tokens_per_s = static_cast<double>(n) * steps / secs;
+  r.tokens_per_s = static_cast<double>(n) * lo.accum * steps / secs;
   r.mfu = r.tokens_per_s * TrainFlopsPerToken(cfg, np) / kH200DenseBf16Flops;
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
@@ -277,7 +288,7 @@ std::optional<Result> RunCase(const Shape& sh, Recipe recipe, int warmup, int st
       return std::nullopt;
     }
     model->SetOpTimer(timer->get());
-    fill_batch(warmup + steps);
+    fill_batch((warmup + steps) * lo.accum);
     const auto p0 = std::chrono::steady_clock::now();
     CHECK_OK((*timer)->Start(s));
     if (!train_step(warmup + steps, timer->get())) return std::nullopt;
@@ -336,8 +347,9 @@ int main(int argc, char** argv) {
     else if (a == "--margin") lo.precision.margin = std::atoi(next().c_str());
     else if (a == "--amax-most-recent") lo.precision.amax_most_recent = true;
     else if (a == "--init-seed") lo.init_seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--accum") lo.accum = std::max(1, std::atoi(next().c_str()));
     else {
-      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--profile] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent] [--init-seed N]\n");
+      std::fprintf(stderr, "usage: bench_trainer_cuda [--shapes a,b] [--recipes r,s] [--steps N] [--warmup N] [--data GLOB] [--json FILE] [--loss-window N] [--breakdown] [--profile] [--batch N] [--cosine] [--val GLOB] [--eval-every N] [--eval-batches M] [--amax-history N] [--margin N] [--amax-most-recent] [--init-seed N] [--accum N]\n");
       return 2;
     }
   }
@@ -390,7 +402,8 @@ int main(int argc, char** argv) {
         ++failures;
         continue;
       }
-      std::printf("%-10s %-15s %7.2fB %10.0f %7.1f%% %8.1f %9.1f %10.4f %10.4f\n", sh->name.c_str(), rname.c_str(), r->params / 1e9,
+      const std::string label = lo.accum > 1 ? sh->name + "/acc" + std::to_string(lo.accum) : sh->name;
+      std::printf("%-10s %-15s %7.2fB %10.0f %7.1f%% %8.1f %9.1f %10.4f %10.4f\n", label.c_str(), rname.c_str(), r->params / 1e9,
                   r->tokens_per_s, 100 * r->mfu, r->ms_per_step, r->mem_gib, r->loss_first,
                   loss_window > 0 ? r->loss_tail_mean : r->loss_last);
       std::fflush(stdout);
@@ -404,7 +417,7 @@ int main(int argc, char** argv) {
       }
       rows.push_back({{"shape", sh->name}, {"recipe", rname}, {"params", r->params}, {"tokens_per_s", r->tokens_per_s},
                       {"mfu", r->mfu}, {"ms_per_step", r->ms_per_step}, {"mem_gib", r->mem_gib}, {"loss_first", r->loss_first},
-                      {"loss_last", r->loss_last}, {"loss_tail_mean", r->loss_tail_mean}, {"loss_window", loss_window}, {"batch", sh->batch}, {"seq_len", sh->seq_len},
+                      {"loss_last", r->loss_last}, {"loss_tail_mean", r->loss_tail_mean}, {"loss_window", loss_window}, {"batch", sh->batch}, {"seq_len", sh->seq_len}, {"accum", lo.accum},
                       {"val_loss_final", r->val_loss_final}, {"val_losses", r->val_losses}});
     }
   }

@@ -75,7 +75,6 @@ Status PrintLlamaFusionTimes(int64_t n, int64_t c, int64_t in) {
   }
   const ScaleFormat sf = ScaleFormat::kFp32;
   const Fp8BlockOperand op{q.get(), sc.get(), qt.get(), sct.get()};
-  const Fp8DyCast dy{q.get(), sc.get(), qt.get(), sct.get()};
   const bf16* g = gu.get();
   const bf16* u = gu.get() + in;
   const double nc = static_cast<double>(n * c), ni = static_cast<double>(n * in);
@@ -102,15 +101,13 @@ Status PrintLlamaFusionTimes(int64_t n, int64_t c, int64_t in) {
       }),
       ni * (4 + 2 + 2 + 2));
   Row("swiglu + cast (fused)", TimeMs(s, [&] { return SwiGluCastBlockwise(g, u, n, in, 2 * in, sf, op, nullptr, s); }), ni * (4 + 2));
-  Row("swiglu backward -> bf16 dgate|dup, then dy cast (plain)",
+  Row("swiglu backward -> bf16 dgate|dup, then dy cast (shipped)",
       TimeMs(s, [&]() -> Status {
         FP8_RETURN_IF_ERROR(SwiGluBackwardRows(dout.get(), g, u, n, in, 2 * in, dgu.get(), dgu.get() + in, s));
         return kc::Sm90Fp8Quantize1x128WithTranspose(dgu.get(), n, 2 * in, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, q.get(),
                                                      sc.get(), qt.get(), sct.get(), s);
       }),
       ni * (2 + 4 + 4 + 4 + 4));
-  Row("swiglu backward + dy cast (fused)",
-      TimeMs(s, [&] { return SwiGluBackwardCastBlockwise(dout.get(), g, u, n, in, 2 * in, sf, dy, s); }), ni * (2 + 4 + 4));
   DeviceBuffer<float> dw, scratch;
   FP8_RETURN_IF_ERROR(dw.Allocate(static_cast<size_t>(c), "dw"));
   FP8_RETURN_IF_ERROR(scratch.Allocate(static_cast<size_t>(ColumnScratchFloats(n, c)), "scratch"));

@@ -132,6 +132,32 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
   auto& saturation = BuildGauge().Name("fp8d_job_fp8_saturation_fraction")
                          .Help("Fraction of the latest reported step's FP8 cast elements clipped to the FP8 max")
                          .Register(registry);
+  // Mixture-of-experts models only: the expert load of the latest reported step.
+  struct OptionalGauge {
+    prometheus::Family<prometheus::Gauge>& family;
+    bool (fp8d::v1::Progress::*has)() const;
+    double (fp8d::v1::Progress::*get)() const;
+  };
+  auto moe_gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
+    return BuildGauge().Name(name).Help(help).Register(registry);
+  };
+  using P = fp8d::v1::Progress;
+  const OptionalGauge moe[] = {
+      {moe_gauge("fp8d_job_moe_load_min",
+                 "Lowest expert load (tokens as a multiple of its layer's mean) of a running MoE job"),
+       &P::has_moe_load_min, &P::moe_load_min},
+      {moe_gauge("fp8d_job_moe_load_max",
+                 "Highest expert load (tokens as a multiple of its layer's mean) of a running MoE job"),
+       &P::has_moe_load_max, &P::moe_load_max},
+      {moe_gauge("fp8d_job_moe_load_cv",
+                 "Largest coefficient of variation of one MoE layer's expert loads"),
+       &P::has_moe_load_cv, &P::moe_load_cv},
+      {moe_gauge("fp8d_job_moe_dropped_fraction",
+                 "Fraction of expert assignments dropped past capacity"),
+       &P::has_moe_dropped_fraction, &P::moe_dropped_fraction},
+      {moe_gauge("fp8d_job_moe_aux_loss", "Load-balancing auxiliary loss of a running MoE job"),
+       &P::has_moe_aux_loss, &P::moe_aux_loss},
+  };
   double started = 0;
   auto& queue_hist = queue_wait.Add({}, JobSecondsBuckets());
   auto& run_hist = run_time.Add({}, JobSecondsBuckets());
@@ -157,6 +183,9 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
       if (job.progress().has_fp8_amax_max()) amax.Add(labels).Set(job.progress().fp8_amax_max());
       if (job.progress().has_fp8_saturation_fraction()) {
         saturation.Add(labels).Set(job.progress().fp8_saturation_fraction());
+      }
+      for (const OptionalGauge& g : moe) {
+        if ((job.progress().*g.has)()) g.family.Add(labels).Set((job.progress().*g.get)());
       }
     }
   }

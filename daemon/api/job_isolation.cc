@@ -39,8 +39,9 @@ fp8::Status InitFromIsModelDir(const fp8d::v1::Job& job) {
   return Bad(field, value + " has neither config.json (Hugging Face GPT-2) nor trainer_state.json (fp8d checkpoint)");
 }
 
-fp8::Status CheckPathsAndModelDir(const fp8d::v1::Job& job, const std::vector<std::string>& roots) {
-  FP8_RETURN_IF_ERROR(fp8::jobspec::CheckSpecPaths(job, "job", roots, fp8::jobspec::PathCheck::kAtCreate));
+fp8::Status CheckPathsAndModelDir(const fp8d::v1::Job& job, const std::vector<std::string>& roots,
+                                  fp8::jobspec::ResolvedPaths* resolved) {
+  FP8_RETURN_IF_ERROR(fp8::jobspec::CheckSpecPaths(job, "job", roots, fp8::jobspec::PathCheck::kAtCreate, resolved));
   return InitFromIsModelDir(job);
 }
 
@@ -109,8 +110,9 @@ std::vector<std::string> AllowedRoots(const IsolationOptions& options, int64_t r
   return fp8::jobspec::ResolveRoots(roots);
 }
 
-fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots, int64_t run_as_uid) {
-  const auto check = [&] { return CheckPathsAndModelDir(job, roots); };
+fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots, int64_t run_as_uid,
+                          fp8::jobspec::ResolvedPaths* resolved) {
+  const auto check = [&] { return CheckPathsAndModelDir(job, roots, resolved); };
   // Workers that run as fp8d's own uid see what fp8d sees.
   if (run_as_uid <= 0 || geteuid() != 0) return check();
   return AsFilesystemUser(run_as_uid, check);

@@ -1,5 +1,5 @@
 // Local isolation of jobs, decided at CreateJob: which uid a job's workers run as, which paths
-// it may read and write (under allowed roots, after resolving symlinks). The agent enforces the
+// it may read and write (under allowed roots, after resolving symlinks). The launcher enforces the
 // uid at launch. Which environment a job may set is job_env.h's.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "daemon/api/auth_policy.h"
 #include "fp8d/v1/job.pb.h"
+#include "jobspec/paths.h"
 
 namespace fp8d::api {
 
@@ -38,7 +39,9 @@ std::vector<std::string> AllowedRoots(const IsolationOptions& options, int64_t r
 // INVALID_ARGUMENT naming the field ("job.train.output_dir: ...") when a path field of the job
 // breaks jobspec/paths.h's rule for `roots`, or init_from names no model directory. When fp8d
 // is root and the job runs as `run_as_uid` (> 0), the filesystem is looked at with that user's
-// rights, so a refusal tells the caller nothing about paths the owner cannot see.
-fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots, int64_t run_as_uid);
+// rights, so a refusal tells the caller nothing about paths the owner cannot see. `resolved`,
+// when given, receives what the check resolved (the output_dir, as that user sees it).
+fp8::Status CheckJobPaths(const fp8d::v1::Job& job, const std::vector<std::string>& roots, int64_t run_as_uid,
+                          fp8::jobspec::ResolvedPaths* resolved = nullptr);
 
 }  // namespace fp8d::api

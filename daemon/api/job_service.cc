@@ -103,7 +103,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   fp8d::v1::CreateJobRequest parsed_request;
   const fp8::Status parsed = ParseRawRequest(*raw, &parsed_request);
   const fp8d::v1::CreateJobRequest* request = &parsed_request;
-  auto admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(*request) : parsed);
+  // Validation fills in the spec's defaults: what is stored is what was checked.
+  auto admitted = Admit(*context, "CreateJob", parsed.ok() ? ValidateCreateJobRequest(&parsed_request) : parsed);
   if (!admitted.ok()) return Refuse(context, admitted.status(), "CreateJob");
   const Principal principal = *admitted;
   const fp8::StatusOr<int64_t> run_as = RunAsUid(options_.isolation, principal);
@@ -111,7 +112,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   fp8::Status isolated = run_as.status();
   if (isolated.ok()) isolated = ValidateJobEnv(request->job(), options_.isolation.job_env_allow);
   const std::vector<std::string> roots = AllowedRoots(options_.isolation, run_as_uid);
-  if (isolated.ok()) isolated = CheckJobPaths(request->job(), roots, run_as_uid);
+  fp8::jobspec::ResolvedPaths resolved;
+  if (isolated.ok()) isolated = CheckJobPaths(request->job(), roots, run_as_uid, &resolved);
   if (!isolated.ok()) {
     AuditLog(principal, "CreateJob", "", isolated);
     return Refuse(context, isolated, "CreateJob");
@@ -125,8 +127,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   // The worker checks its paths again, against the same roots, before it opens them.
   fp8::jobspec::SetAllowedRoots(normalized.mutable_job(), roots);
   auto respond = Responder<Job>(reactor, response, "CreateJob");
-  boost::asio::post(io_, [this, respond, principal, req = std::move(normalized)]() mutable {
-    manager_->CreateJob(std::move(req), [respond, principal](fp8::StatusOr<Job> job) {
+  // The output-dir admission keys on the output_dir as resolved here (JobManager::CreateJob).
+  boost::asio::post(io_, [this, respond, principal, req = std::move(normalized),
+                          key = std::move(resolved.output_dir)]() mutable {
+    manager_->CreateJob(std::move(req), std::move(key), [respond, principal](fp8::StatusOr<Job> job) {
       AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
       respond(std::move(job));
     });

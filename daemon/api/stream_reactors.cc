@@ -450,11 +450,11 @@ class LogSession : public std::enable_shared_from_this<LogSession> {
   StreamGate<grpc::ByteBuffer> gate_;
   boost::asio::steady_timer timer_;  // io only
   std::mutex read_mu_;
-  std::unique_ptr<agent::RankStream> stream_;  // the log of attempt_, read on from where it stopped
+  std::unique_ptr<launcher::RankStream> stream_;  // the log of attempt_, read on from where it stopped
   int attempt_ = 0;
   bool had_log_ = false;
   // Set by a check that saw a newer attempt; the next read step opens it (blocking I/O).
-  std::function<fp8::StatusOr<std::unique_ptr<agent::RankStream>>()> open_;
+  std::function<fp8::StatusOr<std::unique_ptr<launcher::RankStream>>()> open_;
   int open_attempt_ = 0;
   bool terminal_seen_ = false;
 };

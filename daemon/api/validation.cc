@@ -49,20 +49,22 @@ int64_t DurationNanos(const google::protobuf::Duration& d) {
 }
 
 // The spec's checks are jobspec's, the worker's own: run on the spec as it will be stored, with
-// the defaults filled in.
-Status ValidateSpec(const fp8d::v1::Job& job) {
+// the defaults already filled in (ValidateCreateJobRequest).
+Status ValidateDefaultedSpec(const fp8d::v1::Job& job) {
   switch (job.spec_case()) {
     case fp8d::v1::Job::kTrain: {
-      fp8d::v1::TrainSpec spec = job.train();
-      fp8::jobspec::ApplyTrainDefaults(&spec);
+      const fp8d::v1::TrainSpec& spec = job.train();
       // init_from's directory is looked at with the owner's rights, with the paths
       // (job_isolation.h), not here as root.
-      return fp8::jobspec::ValidateTrainSpec(spec, "job.train");
+      FP8_RETURN_IF_ERROR(fp8::jobspec::ValidateTrainSpec(spec, "job.train"));
+      return fp8::jobspec::ValidateExpertParallel(spec, job.resources(), "job");
     }
     case fp8d::v1::Job::kCalibrate: {
-      fp8d::v1::CalibrateSpec spec = job.calibrate();
-      fp8::jobspec::ApplyCalibrateDefaults(&spec);
-      return fp8::jobspec::ValidateCalibrateSpec(spec, "job.calibrate");
+      if (job.resources().expert_parallel() > 1) {
+        return Bad("job.resources.expert_parallel", "applies to train jobs only (got " +
+                                                        std::to_string(job.resources().expert_parallel()) + ")");
+      }
+      return fp8::jobspec::ValidateCalibrateSpec(job.calibrate(), "job.calibrate");
     }
     case fp8d::v1::Job::SPEC_NOT_SET:
       return Bad("job", "exactly one of train or calibrate must be set");
@@ -198,7 +200,10 @@ Status ValidateJobName(std::string_view name, std::string_view field) {
   return OkStatus();
 }
 
-Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
+namespace {
+
+// ValidateCreateJobRequest's checks, on a request whose spec has its defaults.
+Status ValidateDefaultedRequest(const fp8d::v1::CreateJobRequest& request) {
   if (request.request_id().size() > kMaxRequestIdLength) {
     return Bad("request_id", "must be at most " + std::to_string(kMaxRequestIdLength) + " characters");
   }
@@ -212,7 +217,7 @@ Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
   if (HasControlChars(job.display_name())) {
     return Bad("job.display_name", "must not contain control characters");
   }
-  FP8_RETURN_IF_ERROR(ValidateSpec(job));
+  FP8_RETURN_IF_ERROR(ValidateDefaultedSpec(job));
   // kind is output only but a client may echo it back; it must then agree with the spec.
   if (job.kind() != fp8d::v1::JOB_KIND_UNSPECIFIED && job.kind() != fp8::jobspec::KindOf(job)) {
     return Bad("job.kind", "does not match the spec that is set");
@@ -223,6 +228,18 @@ Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
   FP8_RETURN_IF_ERROR(ValidateRetry(job.retry()));
   FP8_RETURN_IF_ERROR(ValidateTimeouts(job.timeouts()));
   return OkStatus();
+}
+
+}  // namespace
+
+Status ValidateCreateJobRequest(fp8d::v1::CreateJobRequest* request) {
+  if (request->has_job()) fp8::jobspec::ApplySpecDefaults(request->mutable_job());
+  return ValidateDefaultedRequest(*request);
+}
+
+Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request) {
+  fp8d::v1::CreateJobRequest copy = request;
+  return ValidateCreateJobRequest(&copy);
 }
 
 Status ValidateGetJobRequest(const fp8d::v1::GetJobRequest& request) {

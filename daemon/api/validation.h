@@ -27,6 +27,10 @@ inline constexpr int kMinPriority = -1000;
 inline constexpr int kMaxPriority = 1000;
 
 // CreateJob: the job body and request_id. Output-only fields are ignored (daemon/core/new_job.h clears them).
+// The spec is checked as it will be stored, with jobspec's defaults: this form writes them
+// into request->job() itself (jobspec::ApplySpecDefaults, which PrepareNewJob applies again to
+// the same effect: it is idempotent), so a create copies no spec; the const form, into a copy.
+fp8::Status ValidateCreateJobRequest(fp8d::v1::CreateJobRequest* request);
 fp8::Status ValidateCreateJobRequest(const fp8d::v1::CreateJobRequest& request);
 
 fp8::Status ValidateGetJobRequest(const fp8d::v1::GetJobRequest& request);

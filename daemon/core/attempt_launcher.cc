@@ -25,13 +25,13 @@ using fp8d::v1::JobState;
 
 AttemptLauncher::AttemptLauncher(boost::asio::io_context& io, const ManagerOptions& options,
                                  JobCache& cache, JobWriter& writer, JobSupervisor& supervisor,
-                                 agent::Agent& agent, const Clock* clock)
+                                 launcher::Launcher& launcher, const Clock* clock)
     : io_(io),
       options_(options),
       cache_(cache),
       writer_(writer),
       supervisor_(supervisor),
-      agent_(agent),
+      launcher_(launcher),
       clock_(clock),
       thread_(std::make_unique<BlockingWorker>("fp8d-launcher")) {}
 
@@ -68,7 +68,7 @@ std::string AttemptLauncher::ChooseResume(const JobEntry& e) const {
   return usable == 0 ? std::string() : e.checkpoints[usable - 1].path();
 }
 
-void AttemptLauncher::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& slots) {
+void AttemptLauncher::StartAttempt(JobEntry& e, const std::vector<launcher::Slot>& slots) {
   const int64_t now = clock_->NowMs();
   auto run = std::make_unique<AttemptRun>();
   run->number = e.job.attempt() + 1;
@@ -119,7 +119,7 @@ void AttemptLauncher::StartAttempt(JobEntry& e, const std::vector<agent::Slot>& 
       [name, record](store::JobStore& s) { return s.PutAttempt(name, record); });
 }
 
-StatusOr<agent::LaunchRequest> AttemptLauncher::MakeRequest(const JobEntry& e) const {
+StatusOr<launcher::LaunchRequest> AttemptLauncher::MakeRequest(const JobEntry& e) const {
   const std::string& name = e.job.name();
   const AttemptRun& run = *e.run;
   const std::string default_output = options_.data_dir + "/jobs/" + JobIdOf(name) + "/output";
@@ -127,7 +127,7 @@ StatusOr<agent::LaunchRequest> AttemptLauncher::MakeRequest(const JobEntry& e) c
   // A job stored before the allowlist (or before the operator narrowed it) is not launched
   // with an environment CreateJob would refuse now.
   FP8_RETURN_IF_ERROR(api::ValidateJobEnv(e.job, options_.job_env_allow));
-  agent::LaunchRequest request;
+  launcher::LaunchRequest request;
   request.job_id = JobIdOf(name);
   request.attempt = run.number;
   request.kind = spec.kind;
@@ -140,7 +140,7 @@ StatusOr<agent::LaunchRequest> AttemptLauncher::MakeRequest(const JobEntry& e) c
   request.uid = e.job.run_as_uid();
   if (options_.clean_worker_env) {
     std::map<std::string, std::string> env =
-        agent::AllowlistedEnvironment(environ, options_.worker_env_allow);
+        launcher::AllowlistedEnvironment(environ, options_.worker_env_allow);
     for (const auto& [k, v] : options_.worker_env) env[k] = v;
     for (const auto& [k, v] : e.job.env()) env[k] = v;
     request.env = std::move(env);
@@ -152,6 +152,9 @@ StatusOr<agent::LaunchRequest> AttemptLauncher::MakeRequest(const JobEntry& e) c
   request.account = res.slurm().account();
   request.qos = res.slurm().qos();
   request.constraint = res.slurm().constraint();
+  // The worker's spec is the train spec alone; how its ranks share out the experts comes with
+  // the rest of the placement, beside FP8D_WORLD_SIZE.
+  if (res.expert_parallel() > 1) request.extra_env["FP8D_EXPERT_PARALLEL"] = std::to_string(res.expert_parallel());
   if (const int64_t deadline = MsFromDuration(e.job.timeouts().attempt_deadline()); deadline > 0) {
     request.time_limit_ms = deadline + options_.cancel_grace_ms;  // fp8d stops it first
   }
@@ -168,7 +171,7 @@ void AttemptLauncher::Launch(const std::string& name, int number) {
     supervisor_.OnRunExited(*e);
     return;
   }
-  StatusOr<agent::LaunchRequest> request = MakeRequest(*e);
+  StatusOr<launcher::LaunchRequest> request = MakeRequest(*e);
   if (!request.ok()) {
     // The spec or its environment is refused: final, not retried.
     for (RankRun& r : run.ranks) r.exited = true;
@@ -178,23 +181,23 @@ void AttemptLauncher::Launch(const std::string& name, int number) {
   }
   const int64_t now = clock_->NowMs();
   for (RankRun& r : run.ranks) r.last_seen_ms = now;
-  auto result = std::make_shared<StatusOr<std::vector<agent::RankProcess>>>(fp8::InternalError("not launched"));
+  auto result = std::make_shared<StatusOr<std::vector<launcher::RankProcess>>>(fp8::InternalError("not launched"));
   OnLauncher(
       [this, result, request = std::move(request).value()] {
-        *result = agent_.Launch(request);
+        *result = launcher_.Launch(request);
         if (result->ok()) Failpoint("after_spawn");
       },
       [this, name, number, result] { OnLaunched(name, number, std::move(*result)); });
 }
 
 void AttemptLauncher::OnLaunched(const std::string& name, int number,
-                                 StatusOr<std::vector<agent::RankProcess>> result) {
+                                 StatusOr<std::vector<launcher::RankProcess>> result) {
   JobEntry* e = cache_.Find(name);
   if (e == nullptr || e->run == nullptr || e->run->number != number) return;
   AttemptRun& run = *e->run;
   if (!result.ok()) {
     spdlog::error("{}: launching attempt {} failed: {}", name, number, result.status().ToString());
-    for (RankRun& r : run.ranks) r.exited = true;  // the agent started none (or reaped them)
+    for (RankRun& r : run.ranks) r.exited = true;  // the launcher started none (or reaped them)
     if (!run.finished && e->job.state() == fp8d::v1::STARTING) {
       if (result.status().code() == fp8::StatusCode::kUnavailable) {
         // The controller could not write the attempt's own files (its disk, not the job's
@@ -219,7 +222,7 @@ void AttemptLauncher::OnLaunched(const std::string& name, int number,
   run.launched = true;
   run.start_ms = now;
   run.last_progress_ms = now;
-  for (const agent::RankProcess& p : *result) {
+  for (const launcher::RankProcess& p : *result) {
     if (p.rank < 0 || p.rank >= static_cast<int>(run.ranks.size())) continue;
     RankRun& r = run.ranks[p.rank];
     r.handle = p.handle;
@@ -246,8 +249,8 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
     int attempt = 0;
     std::string attempt_dir;
     // One per rank of the attempt: the saved launcher handle and offset, or an empty handle
-    // where the daemon died before saving it (the agent's search fills those in).
-    std::vector<agent::RankProcess> ranks;
+    // where the daemon died before saving it (the launcher's search fills those in).
+    std::vector<launcher::RankProcess> ranks;
   };
   auto adoptions = std::make_shared<std::vector<Adoption>>();
   const int64_t now = clock_->NowMs();
@@ -278,18 +281,18 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
       run->ranks.resize(record->attempt.ranks_size());
       for (int i = 0; i < record->attempt.ranks_size(); ++i) {
         const auto& p = record->attempt.ranks(i);
-        run->ranks[i].slot = agent::Slot{p.node(), p.gpu()};
+        run->ranks[i].slot = launcher::Slot{p.node(), p.gpu()};
         run->ranks[i].last_seen_ms = now;
         // Every rank of a RUNNING (or later) job has started, and those lines were consumed.
         run->ranks[i].started = state != fp8d::v1::STARTING;
-        adoption.ranks.push_back(agent::RankProcess{i, "", 0, 0});
+        adoption.ranks.push_back(launcher::RankProcess{i, "", 0, 0});
       }
       for (const store::RankRuntime& rt : record->runtime) {
         if (rt.rank < 0 || rt.rank >= static_cast<int>(run->ranks.size())) continue;
         RankRun& rank = run->ranks[rt.rank];
         rank.handle = rt.handle;
         rank.offset = rt.events_offset;
-        adoption.ranks[rt.rank] = agent::RankProcess{rt.rank, rt.handle, rt.events_offset, 0};
+        adoption.ranks[rt.rank] = launcher::RankProcess{rt.rank, rt.handle, rt.events_offset, 0};
       }
     }
     e.run = std::move(run);
@@ -305,8 +308,8 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
   auto results = std::make_shared<std::vector<Status>>();
   OnLauncher(
       [this, jobs_root, adoptions, results] {
-        std::map<std::string, std::vector<agent::RankProcess>> live;  // attempt dir -> ranks
-        if (auto found = agent_.FindWorkers(); found.ok()) {
+        std::map<std::string, std::vector<launcher::RankProcess>> live;  // attempt dir -> ranks
+        if (auto found = launcher_.FindWorkers(); found.ok()) {
           for (const auto& w : *found) {
             if (w.attempt_dir.rfind(jobs_root, 0) == 0) live[w.attempt_dir].push_back(w.process);
           }
@@ -316,7 +319,7 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
         for (Adoption& a : *adoptions) {
           auto it = live.find(a.attempt_dir);
           if (it != live.end()) {
-            for (const agent::RankProcess& p : it->second) {
+            for (const launcher::RankProcess& p : it->second) {
               if (p.rank < 0 || p.rank >= static_cast<int>(a.ranks.size())) continue;
               // The events file is the attempt's, whatever the process: a saved offset stays valid.
               a.ranks[p.rank].handle = p.handle;
@@ -329,7 +332,7 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
                                                   " has no recorded placement"));
             continue;
           }
-          results->push_back(agent_.AdoptForRecovery(JobIdOf(a.name), a.attempt, a.attempt_dir, a.ranks));
+          results->push_back(launcher_.AdoptForRecovery(JobIdOf(a.name), a.attempt, a.attempt_dir, a.ranks));
         }
         for (const auto& [dir, ranks] : live) KillStrays(jobs_root, dir, ranks);
       },
@@ -338,7 +341,7 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
           const Adoption& a = (*adoptions)[i];
           JobEntry* e = cache_.Find(a.name);
           if (e == nullptr || e->run == nullptr) continue;
-          for (const agent::RankProcess& p : a.ranks) {
+          for (const launcher::RankProcess& p : a.ranks) {
             if (p.rank < 0 || p.rank >= static_cast<int>(e->run->ranks.size()) || p.handle.empty()) continue;
             e->run->ranks[p.rank].handle = p.handle;
             if (p.pid > 0) e->run->record.attempt.mutable_ranks(p.rank)->set_pid(p.pid);
@@ -350,7 +353,7 @@ void AttemptLauncher::Readopt(std::vector<Recovered> jobs, std::function<void()>
 }
 
 void AttemptLauncher::KillStrays(const std::string& jobs_root, const std::string& attempt_dir,
-                                 const std::vector<agent::RankProcess>& ranks) {
+                                 const std::vector<launcher::RankProcess>& ranks) {
   // <jobs root><id>/attempt-<n>
   const std::string rest = attempt_dir.substr(jobs_root.size());
   const size_t slash = rest.find("/attempt-");
@@ -359,15 +362,15 @@ void AttemptLauncher::KillStrays(const std::string& jobs_root, const std::string
   const int attempt = std::atoi(rest.c_str() + slash + 9);
   spdlog::warn("recovery: {} worker(s) of job {} attempt {} run outside any recovered attempt; "
                "killing them", ranks.size(), job_id, attempt);
-  // Adopted, so the kill goes through the agent's pid-reuse checks; their exits are ignored.
-  std::vector<agent::RankProcess> adopt = ranks;
+  // Adopted, so the kill goes through the launcher's pid-reuse checks; their exits are ignored.
+  std::vector<launcher::RankProcess> adopt = ranks;
   for (auto& r : adopt) r.events_offset = 0;
-  Status st = agent_.Adopt(job_id, attempt, attempt_dir, adopt);
+  Status st = launcher_.Adopt(job_id, attempt, attempt_dir, adopt);
   if (!st.ok()) {
     spdlog::warn("recovery: stray workers of job {} attempt {}: {}", job_id, attempt, st.ToString());
     return;
   }
-  agent_.Signal(job_id, attempt, SIGKILL);
+  launcher_.Signal(job_id, attempt, SIGKILL);
 }
 
 void AttemptLauncher::Resume(JobEntry& e, Status adopted) {

@@ -1,6 +1,6 @@
 // AttemptLauncher: how an attempt comes to have workers. StartAttempt records the attempt and
 // persists QUEUED → STARTING with its placement (the launch intent) before anything is spawned;
-// Launch then asks the agent for the workers on the launcher thread (spawning writes spec.json
+// Launch then asks the launcher for the workers on the launcher thread (spawning writes spec.json
 // and creates files: off io) and OnLaunched saves their handles for re-adoption. After a
 // restart, Readopt is the same path's other end: each recovered attempt's ranks are found
 // again (by saved handle, or by their environment when the daemon died before saving it) and
@@ -10,7 +10,7 @@
 // Failing an attempt, stopping its workers and ending a run are the supervisor's: the launcher
 // hands those to it.
 //
-// THREADING: every method runs on io; agent calls that may block run on the launcher thread,
+// THREADING: every method runs on io; launcher calls that may block run on the launcher thread,
 // whose results are posted back to io (no-ops once the launcher is gone).
 #pragma once
 
@@ -21,7 +21,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/core/blocking_worker.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/job_cache.h"
@@ -34,13 +34,13 @@ namespace fp8d::core {
 class AttemptLauncher {
  public:
   AttemptLauncher(boost::asio::io_context& io, const ManagerOptions& options, JobCache& cache,
-                  JobWriter& writer, JobSupervisor& supervisor, agent::Agent& agent,
+                  JobWriter& writer, JobSupervisor& supervisor, launcher::Launcher& launcher,
                   const Clock* clock);
   // Runs the launches already posted (their results are dropped), then joins the thread.
   ~AttemptLauncher();
 
   // A new attempt of a QUEUED job on `slots`: persisted as STARTING, then launched.
-  void StartAttempt(JobEntry& e, const std::vector<agent::Slot>& slots);
+  void StartAttempt(JobEntry& e, const std::vector<launcher::Slot>& slots);
 
   // A recovered job with the attempt records the store holds for it.
   struct Recovered {
@@ -60,14 +60,14 @@ class AttemptLauncher {
  private:
   void Launch(const std::string& name, int attempt);
   void OnLaunched(const std::string& name, int attempt,
-                  StatusOr<std::vector<agent::RankProcess>> result);
+                  StatusOr<std::vector<launcher::RankProcess>> result);
   std::string ChooseResume(const JobEntry& e) const;
-  StatusOr<agent::LaunchRequest> MakeRequest(const JobEntry& e) const;
+  StatusOr<launcher::LaunchRequest> MakeRequest(const JobEntry& e) const;
   // One re-adopted (or not) attempt: supervision resumes, or the attempt ends.
   void Resume(JobEntry& e, Status adopted);
   // Launcher thread: kills live workers of `attempt_dir` that no recovered attempt owns.
   void KillStrays(const std::string& jobs_root, const std::string& attempt_dir,
-                  const std::vector<agent::RankProcess>& ranks);
+                  const std::vector<launcher::RankProcess>& ranks);
   // Runs `fn` on the launcher thread, then `then` on io.
   void OnLauncher(std::function<void()> fn, std::function<void()> then);
 
@@ -76,7 +76,7 @@ class AttemptLauncher {
   JobCache& cache_;
   JobWriter& writer_;
   JobSupervisor& supervisor_;
-  agent::Agent& agent_;
+  launcher::Launcher& launcher_;
   const Clock* clock_;
   bool stopped_ = false;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);

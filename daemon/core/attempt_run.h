@@ -9,14 +9,14 @@
 
 #include <google/protobuf/struct.pb.h>
 
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/store/job_store.h"
 
 namespace fp8d::core {
 
 // One rank of the current attempt, as the supervisor sees it.
 struct RankRun {
-  agent::Slot slot;
+  launcher::Slot slot;
   std::string handle;                   // the launcher's, saved for re-adoption (opaque here)
   int64_t offset = 0;                   // events consumed so far
   // The offset saved for re-adoption must not pass a line whose effect is not durable yet: a

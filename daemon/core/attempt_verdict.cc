@@ -35,25 +35,25 @@ bool Supervised(JobState state) { return state == fp8d::v1::STARTING || state ==
 // deadline plus the grace) is DEADLINE_EXCEEDED, a job Slurm can never start is INVALID_SPEC
 // (permanent); running out of memory is RESOURCE_EXHAUSTED, a cancel by someone else is a
 // crash of the attempt. All but INVALID_SPEC are retried from the last checkpoint.
-FailureClass ClassifyLauncherExit(agent::WorkerExit::Cause cause) {
+FailureClass ClassifyLauncherExit(launcher::WorkerExit::Cause cause) {
   switch (cause) {
-    case agent::WorkerExit::Cause::kNodeLost:
-    case agent::WorkerExit::Cause::kPreempted:
+    case launcher::WorkerExit::Cause::kNodeLost:
+    case launcher::WorkerExit::Cause::kPreempted:
       return fp8d::v1::NODE_LOST;
-    case agent::WorkerExit::Cause::kTimeLimit:
+    case launcher::WorkerExit::Cause::kTimeLimit:
       return fp8d::v1::DEADLINE_EXCEEDED;
-    case agent::WorkerExit::Cause::kRejected:
+    case launcher::WorkerExit::Cause::kRejected:
       return fp8d::v1::INVALID_SPEC;  // the same request would wait forever again
-    case agent::WorkerExit::Cause::kOutOfMemory:
+    case launcher::WorkerExit::Cause::kOutOfMemory:
       return fp8d::v1::RESOURCE_EXHAUSTED;  // retried once, as a worker's own out-of-memory
-    case agent::WorkerExit::Cause::kCancelledOutside:
-    case agent::WorkerExit::Cause::kProcess:
+    case launcher::WorkerExit::Cause::kCancelledOutside:
+    case launcher::WorkerExit::Cause::kProcess:
       return fp8d::v1::WORKER_CRASH;
   }
   return fp8d::v1::WORKER_CRASH;
 }
 
-Verdict OnEvent(const AttemptView& a, const agent::WorkerEvent& ev) {
+Verdict OnEvent(const AttemptView& a, const launcher::WorkerEvent& ev) {
   const WorkerEvent& event = ev.event;
   const bool terminal = IsTerminal(a.state);
   Verdict v;
@@ -130,7 +130,7 @@ Verdict OnEvent(const AttemptView& a, const agent::WorkerEvent& ev) {
   return Ignored("an event of an unknown kind");
 }
 
-Verdict OnExit(const AttemptView& a, const agent::WorkerExit& ex) {
+Verdict OnExit(const AttemptView& a, const launcher::WorkerExit& ex) {
   if (ex.rank < 0 || ex.rank >= static_cast<int>(a.ranks.size()) || a.ranks[ex.rank].exited) {
     return Ignored("an exit already handled");
   }
@@ -146,7 +146,7 @@ Verdict OnExit(const AttemptView& a, const agent::WorkerExit& ex) {
     v.uncounted = true;
     return v;
   }
-  if (ex.cause != agent::WorkerExit::Cause::kProcess) {
+  if (ex.cause != launcher::WorkerExit::Cause::kProcess) {
     // The launcher knows why the rank ended (Slurm's job state), whatever the ranks said.
     return Fail(ClassifyLauncherExit(ex.cause), ex.cause_message);
   }
@@ -223,8 +223,8 @@ Timeouts Timeouts::Of(const fp8d::v1::Timeouts& job, int64_t cancel_grace_ms) {
 
 Verdict DecideAttempt(const AttemptView& attempt, const SupervisorInput& input, int64_t now_ms,
                       const Timeouts& timeouts) {
-  if (const auto* ev = std::get_if<const agent::WorkerEvent*>(&input)) return OnEvent(attempt, **ev);
-  if (const auto* ex = std::get_if<const agent::WorkerExit*>(&input)) return OnExit(attempt, **ex);
+  if (const auto* ev = std::get_if<const launcher::WorkerEvent*>(&input)) return OnEvent(attempt, **ev);
+  if (const auto* ex = std::get_if<const launcher::WorkerExit*>(&input)) return OnExit(attempt, **ex);
   return OnTick(attempt, now_ms, timeouts);
 }
 

@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "fp8d/v1/job.pb.h"
 #include "fp8d/v1/worker_event.pb.h"
 
@@ -54,9 +54,9 @@ struct Timeouts {
 };
 
 struct TickInput {};
-// Events and exits come from the agent, for the rank they name (a rank of `ranks`).
+// Events and exits come from the launcher, for the rank they name (a rank of `ranks`).
 using SupervisorInput =
-    std::variant<const agent::WorkerEvent*, const agent::WorkerExit*, TickInput>;
+    std::variant<const launcher::WorkerEvent*, const launcher::WorkerExit*, TickInput>;
 
 struct Verdict {
   enum class Outcome {

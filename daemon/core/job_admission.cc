@@ -25,7 +25,7 @@ std::string OutputDirKey(const Job& job) {
 
 fp8::Status JobAdmission::CheckBackend(const Job& job) const {
   if (fp8::jobspec::SpecBackend(job) != "cuda") return fp8::OkStatus();
-  for (const auto& slot : agent_.Slots()) {
+  for (const auto& slot : launcher_.Slots()) {
     if (slot.gpu >= 0) return fp8::OkStatus();
   }
   return fp8::FailedPreconditionError(std::string(fp8::jobspec::SpecFieldPath(job)) + ".backend" +
@@ -42,14 +42,14 @@ void JobAdmission::BuildIndex() {
   built_ = true;
 }
 
-fp8::StatusOr<std::string> JobAdmission::Admit(const Job& job, const std::string& request_id) {
+fp8::StatusOr<std::string> JobAdmission::Admit(const Job& job, const std::string& request_id, std::string key) {
   FP8_RETURN_IF_ERROR(CheckBackend(job));
   if (!built_) BuildIndex();
-  const std::string key = OutputDirKey(job);
   if (key.empty()) return key;
-  const std::string& written = fp8::jobspec::SpecOutputDir(job);
-  auto it = output_dirs_.find(key);
-  if (it != output_dirs_.end()) {
+  // One lookup: a new entry is this create's claim; an existing one is checked first.
+  auto [it, fresh] = output_dirs_.try_emplace(key);
+  if (!fresh) {
+    const std::string& written = fp8::jobspec::SpecOutputDir(job);
     const OutputDirUser& user = it->second;
     // A retried create (same request_id) is the store's to deduplicate, not a second user.
     const bool retried = !request_id.empty() && user.request_id == request_id;
@@ -63,7 +63,7 @@ fp8::StatusOr<std::string> JobAdmission::Admit(const Job& job, const std::string
                                           "); wait for it to finish, or choose another output_dir");
     }
   }
-  output_dirs_[key] = OutputDirUser{"", request_id};  // claimed until Settle
+  it->second = OutputDirUser{"", request_id};  // claimed until Settle
   return key;
 }
 

@@ -1,6 +1,6 @@
 // JobAdmission: the checks a new job must pass against what this fp8d runs, beyond validation
 // of the request:
-//   - `backend: cuda` when no slot of the agent is a GPU is refused at create, the same for
+//   - `backend: cuda` when no slot of the launcher is a GPU is refused at create, the same for
 //     train and calibrate, instead of failing (or being retried) at start;
 //   - an output_dir that an active job writes to is refused, naming that job (two jobs in one
 //     checkpoint folder would overwrite each other's checkpoints).
@@ -8,7 +8,9 @@
 // each job's request_id (so a create retried across a restart is still the same create), and
 // kept by CreateJob; an entry whose job has since finished is stale and simply replaced. Its
 // keys are resolved paths, so a symlink alias of a folder in use is refused too; a refusal
-// prints the output_dir as the caller wrote it.
+// prints the output_dir as the caller wrote it. A create's key comes resolved from the API's
+// path check, run as the job's owner off the io thread; recovery's and Release's are resolved
+// here.
 //
 // THREADING: io thread only.
 #pragma once
@@ -17,7 +19,7 @@
 #include <unordered_map>
 
 #include "common/status.h"
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/core/job_cache.h"
 
 namespace fp8d::core {
@@ -27,12 +29,13 @@ std::string OutputDirKey(const fp8d::v1::Job& job);
 
 class JobAdmission {
  public:
-  JobAdmission(JobCache& cache, agent::Agent& agent) : cache_(cache), agent_(agent) {}
+  JobAdmission(JobCache& cache, launcher::Launcher& launcher) : cache_(cache), launcher_(launcher) {}
 
   // FAILED_PRECONDITION (naming the field, or the job using the output_dir), else the job's
   // output dir is claimed for this create until Settle: the key to settle it with ("" for a
-  // job without an output_dir).
-  fp8::StatusOr<std::string> Admit(const fp8d::v1::Job& job, const std::string& request_id);
+  // job without an output_dir). `key` is OutputDirKey(job), or what the API's path check
+  // resolved the same output_dir to (then no path is walked here).
+  fp8::StatusOr<std::string> Admit(const fp8d::v1::Job& job, const std::string& request_id, std::string key);
   // The create claimed under `key` was answered: its job now holds the dir, or (create failed)
   // nothing does.
   void Settle(const std::string& key, const fp8::StatusOr<fp8d::v1::Job>& created);
@@ -48,7 +51,7 @@ class JobAdmission {
   void BuildIndex();
 
   JobCache& cache_;
-  agent::Agent& agent_;
+  launcher::Launcher& launcher_;
   std::unordered_map<std::string, OutputDirUser> output_dirs_;
   bool built_ = false;
 };

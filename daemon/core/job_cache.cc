@@ -26,11 +26,10 @@ void JobCache::ForEach(const std::function<void(JobEntry&)>& fn) {
   for (auto& [name, e] : jobs_) fn(*e);
 }
 
-void JobCache::Add(Job job, std::optional<Job> delivered, int64_t now_ms) {
+void JobCache::Add(Job job, int64_t now_ms) {
   auto [it, inserted] = jobs_.try_emplace(job.name());
   if (!inserted) return;
   auto entry = std::make_unique<JobEntry>();
-  if (delivered) entry->delivered_copy = std::make_unique<Job>(std::move(*delivered));
   entry->create_seq = next_create_seq_++;
   entry->row_saved_ms = now_ms;
   if (job.state() == fp8d::v1::QUEUED) {

@@ -10,7 +10,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -75,10 +74,9 @@ class JobCache {
   size_t size() const { return jobs_.size(); }
   void ForEach(const std::function<void(JobEntry&)>& fn);
 
-  // A job read from the store (new, or recovered). `delivered`: what watchers were sent, when
-  // that is not `job`; empty: `job` is what was delivered until it first changes
-  // (JobEntry::BeforeChange). A job already cached is left as it is.
-  void Add(fp8d::v1::Job job, std::optional<fp8d::v1::Job> delivered, int64_t now_ms);
+  // A job read from the store (new, or recovered): it is what watchers were sent until it
+  // first changes (JobEntry::BeforeChange). A job already cached is left as it is.
+  void Add(fp8d::v1::Job job, int64_t now_ms);
   // Sets the job's state and keeps the queue index in step (JobEntry::BeforeChange first).
   void SetState(JobEntry& e, fp8d::v1::JobState to);
   // The entry has an attempt now (e.run is set).

@@ -94,14 +94,24 @@ void ApplyProgressEvent(const fp8d::v1::WorkerEvent::Progress& event, fp8d::v1::
   progress->set_tokens_per_second(event.tokens_per_sec());
   progress->set_mfu(event.mfu());
   progress->set_eta_seconds(event.eta_seconds());
-  // Only FP8 recipes report these; absent otherwise (not 0, which would be a real reading).
-  if (event.has_fp8_amax_max()) progress->set_fp8_amax_max(event.fp8_amax_max());
-  else progress->clear_fp8_amax_max();
-  if (event.has_fp8_saturation_fraction()) {
-    progress->set_fp8_saturation_fraction(event.fp8_saturation_fraction());
-  } else {
-    progress->clear_fp8_saturation_fraction();
-  }
+  // Only FP8 recipes (and MoE models) report these; absent otherwise (not 0, which would be a
+  // real reading).
+  using P = fp8d::v1::Progress;
+  using E = fp8d::v1::WorkerEvent::Progress;
+  auto copy_optional = [&](bool (E::*has)() const, double (E::*get)() const,
+                           void (P::*set)(double), void (P::*clear)()) {
+    if ((event.*has)()) (progress->*set)((event.*get)());
+    else (progress->*clear)();
+  };
+  copy_optional(&E::has_fp8_amax_max, &E::fp8_amax_max, &P::set_fp8_amax_max, &P::clear_fp8_amax_max);
+  copy_optional(&E::has_fp8_saturation_fraction, &E::fp8_saturation_fraction,
+                &P::set_fp8_saturation_fraction, &P::clear_fp8_saturation_fraction);
+  copy_optional(&E::has_moe_load_min, &E::moe_load_min, &P::set_moe_load_min, &P::clear_moe_load_min);
+  copy_optional(&E::has_moe_load_max, &E::moe_load_max, &P::set_moe_load_max, &P::clear_moe_load_max);
+  copy_optional(&E::has_moe_load_cv, &E::moe_load_cv, &P::set_moe_load_cv, &P::clear_moe_load_cv);
+  copy_optional(&E::has_moe_dropped_fraction, &E::moe_dropped_fraction,
+                &P::set_moe_dropped_fraction, &P::clear_moe_dropped_fraction);
+  copy_optional(&E::has_moe_aux_loss, &E::moe_aux_loss, &P::set_moe_aux_loss, &P::clear_moe_aux_loss);
 }
 
 }  // namespace fp8d::core

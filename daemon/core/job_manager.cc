@@ -12,13 +12,14 @@
 #include "daemon/core/job_lifecycle.h"
 #include "daemon/core/job_manager_impl.h"
 #include "daemon/core/new_job.h"
+#include "jobspec/kind.h"
 
 namespace fp8d::core {
 
 using fp8d::v1::CreateJobRequest;
 
 JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
-                               std::unique_ptr<store::JobStore> store, AgentFactory make_agent,
+                               std::unique_ptr<store::JobStore> store, LauncherFactory make_launcher,
                                const Clock* clock)
     : io_(io),
       options_(std::move(options)),
@@ -30,9 +31,9 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
   options_.data_dir = std::filesystem::absolute(options_.data_dir, ec).lexically_normal().string();
   if (options_.tick_ms <= 0) options_.tick_ms = 50;
   store_thread_ = std::make_unique<StoreThread>(io, *store_);
-  agent_ = make_agent(this);
-  FP8_CHECK(agent_ != nullptr);
-  admission_ = std::make_unique<JobAdmission>(cache_, *agent_);
+  launcher_ = make_launcher(this);
+  FP8_CHECK(launcher_ != nullptr);
+  admission_ = std::make_unique<JobAdmission>(cache_, *launcher_);
   writer_ = std::make_unique<StoreJobWriter>(io, cache_, *store_thread_, clock_,
                                              [this](const Job& gone) { admission_->Release(gone); });
   CreateBatcher::Hooks hooks;
@@ -41,7 +42,7 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
     store_thread_->Run<int>([on_store = std::move(on_store)](store::JobStore& s) { on_store(s); return 0; },
                             [on_io = std::move(on_io)](int) { on_io(); });
   };
-  hooks.created = [this](const Job& job) { cache_.Add(job, std::nullopt, NowMs()); };
+  hooks.created = [this](const Job& job) { cache_.Add(job, NowMs()); };
   hooks.current = [this](const std::string& name) -> std::optional<Job> {
     if (JobEntry* e = Find(name)) return e->delivered();
     return std::nullopt;
@@ -56,31 +57,31 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
                              .progress_flush_ms = options_.progress_flush_ms,
                              .runtime_flush_ms = options_.runtime_flush_ms,
                              .uniform01 = [this] { return Uniform01(); }},
-      cache_, *agent_, clock_, *writer_, static_cast<JobSupervisor::Owner&>(*this));
-  launcher_ = std::make_unique<AttemptLauncher>(io, options_, cache_, *writer_, *supervisor_,
-                                                *agent_, clock_);
+      cache_, *launcher_, clock_, *writer_, static_cast<JobSupervisor::Owner&>(*this));
+  attempt_launcher_ = std::make_unique<AttemptLauncher>(io, options_, cache_, *writer_, *supervisor_,
+                                                *launcher_, clock_);
 }
 
 JobManagerImpl::~JobManagerImpl() {
   alive_.reset();  // completions already posted to io become no-ops
   supervisor_.reset();  // cancels the tick
   creates_.reset();
-  agent_->Stop();
-  // Join the threads while the store and the agent they use still exist.
-  launcher_.reset();
+  launcher_->Stop();
+  // Join the threads while the store and the launcher they use still exist.
+  attempt_launcher_.reset();
   store_thread_.reset();
   writer_.reset();
-  agent_.reset();
+  launcher_.reset();
 }
 
-void JobManagerImpl::OnWorkerEvent(agent::WorkerEvent event) {
+void JobManagerImpl::OnWorkerEvent(launcher::WorkerEvent event) {
   std::weak_ptr<int> alive = alive_;
   boost::asio::post(io_, [this, alive, event = std::move(event)] {
     if (!alive.expired()) supervisor_->HandleEvent(event);
   });
 }
 
-void JobManagerImpl::OnWorkerExit(agent::WorkerExit exit) {
+void JobManagerImpl::OnWorkerExit(launcher::WorkerExit exit) {
   std::weak_ptr<int> alive = alive_;
   boost::asio::post(io_, [this, alive, exit = std::move(exit)] {
     if (!alive.expired()) supervisor_->HandleExit(exit);
@@ -102,7 +103,8 @@ double JobManagerImpl::Uniform01() {
 // ---------------------------------------------------------------------------------------------
 // CreateJob: checked and admitted here, written by the group commit (create_batcher.h).
 
-void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(StatusOr<Job>)> done) {
+void JobManagerImpl::CreateJob(CreateJobRequest request, std::optional<std::string> output_dir_key,
+                               std::function<void(StatusOr<Job>)> done) {
   if (shutting_down_) {
     done(fp8::UnavailableError("fp8d is shutting down; no new jobs are accepted"));
     return;
@@ -111,13 +113,21 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::function<void(Stat
   create.request_id = request.request_id();
   create.job = std::move(*request.mutable_job());
   create.job.set_request_id(create.request_id);
+  // The key was resolved from the output_dir as written; it is the stored one's only while
+  // PrepareNewJob leaves that string as it is (it rewrites `a/../b`, which need not resolve
+  // alike when `a` is a symlink).
+  std::string written;
+  if (output_dir_key) written = fp8::jobspec::SpecOutputDir(create.job);
   StatusOr<std::string> hash = PrepareNewJob(&create.job, cwd_, NowMs());
   if (!hash.ok()) {
     done(hash.status());
     return;
   }
   create.request_hash = std::move(hash).value();
-  StatusOr<std::string> admitted = admission_->Admit(create.job, create.request_id);
+  if (output_dir_key && fp8::jobspec::SpecOutputDir(create.job) != written) output_dir_key.reset();
+  StatusOr<std::string> admitted =
+      admission_->Admit(create.job, create.request_id,
+                        output_dir_key ? *std::move(output_dir_key) : OutputDirKey(create.job));
   if (!admitted.ok()) {
     done(admitted.status());
     return;
@@ -286,7 +296,7 @@ void JobManagerImpl::RankLog(const std::string& name, int rank, int attempt,
   };
   const std::string data_dir = options_.data_dir;
   store_thread_->Run<Answer>(
-      [agent = agent_.get(), data_dir, name, rank, attempt, cached](store::JobStore& s) {
+      [launcher = launcher_.get(), data_dir, name, rank, attempt, cached](store::JobStore& s) {
         Answer a;
         Job job;
         if (cached) {
@@ -315,8 +325,8 @@ void JobManagerImpl::RankLog(const std::string& name, int rank, int attempt,
         // The launcher opens it: the core knows neither its file names nor where it keeps them.
         RankLogSource source;
         source.attempt = n;
-        source.open = [agent, job_id = JobIdOf(name), n, dir = AttemptDirOf(data_dir, name, n), rank] {
-          return agent->OpenRankLog(job_id, n, dir, rank);
+        source.open = [launcher, job_id = JobIdOf(name), n, dir = AttemptDirOf(data_dir, name, n), rank] {
+          return launcher->OpenRankLog(job_id, n, dir, rank);
         };
         a.path = std::move(source);
         return a;
@@ -333,9 +343,9 @@ JobManager::ActiveCounts JobManagerImpl::CountActive() const {
 
 std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
                                           std::unique_ptr<store::JobStore> store,
-                                          AgentFactory make_agent, const Clock* clock) {
+                                          LauncherFactory make_launcher, const Clock* clock) {
   return std::make_unique<JobManagerImpl>(io, std::move(options), std::move(store),
-                                          std::move(make_agent), clock);
+                                          std::move(make_launcher), clock);
 }
 
 }  // namespace fp8d::core

@@ -1,18 +1,19 @@
 // JobManager: the controller's brain. It owns the in-memory view of active jobs, runs the
 // state machine (job_lifecycle.h), the scheduler (scheduler.h) and the supervisor (timers,
 // retries, cancellation), persists every transition through the store BEFORE acting on it or
-// acknowledging it, and drives the agent.
+// acknowledging it, and drives the launcher.
 //
 // Threading: single-threaded. Every public method must be called on `io` (post to it); every
 // callback is invoked on `io`. Store calls run on a separate store thread and post their
-// completion back, so no handler on `io` blocks on disk. Agent callbacks arrive on the
-// agent's thread and are posted to `io`.
+// completion back, so no handler on `io` blocks on disk. Launcher callbacks arrive on the
+// launcher's observer thread and are posted to `io`.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@
 #include <google/protobuf/empty.pb.h>
 
 #include "common/status.h"
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/core/clock.h"
 #include "daemon/store/job_store.h"
 #include "fp8d/v1/job_service.pb.h"
@@ -33,7 +34,7 @@ using fp8::StatusOr;
 struct ManagerOptions {
   std::string data_dir;                          // <data dir>/jobs/<id>/attempt-<n>/
   std::vector<std::string> worker_argv_prefix;   // how to run fp8-worker (tests: the test worker)
-  // Workers get only an allowlisted part of fp8d's environment (agent::AllowlistedEnvironment
+  // Workers get only an allowlisted part of fp8d's environment (launcher::AllowlistedEnvironment
   // with worker_env_allow), then worker_env, then the job's own env. Off: fp8d's whole one.
   bool clean_worker_env = false;
   std::vector<std::string> worker_env_allow;
@@ -65,12 +66,18 @@ class JobManager {
   // attempt owns, requeues attempts that never spawned (not counted against max_attempts),
   // then starts scheduling. `done` runs once recovery is finished.
   virtual void Start(std::function<void(Status)> done) = 0;
-  // Stops timers and the agent's observation; leaves workers running; flushes the store.
+  // Stops timers and the launcher's observation; leaves workers running; flushes the store.
   virtual void Shutdown(std::function<void()> done) = 0;
 
-  // `job` already validated by daemon/api/validation.h.
-  virtual void CreateJob(fp8d::v1::CreateJobRequest request,
+  // `job` already validated by daemon/api/validation.h. `output_dir_key`: its output_dir as
+  // the API's path check resolved it (jobspec::ResolvedPaths), taken as the output-dir
+  // admission's key so the io thread does not walk the path again; nullopt (a caller that
+  // checked no paths) and the manager resolves it itself.
+  virtual void CreateJob(fp8d::v1::CreateJobRequest request, std::optional<std::string> output_dir_key,
                          std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
+  void CreateJob(fp8d::v1::CreateJobRequest request, std::function<void(StatusOr<fp8d::v1::Job>)> done) {
+    CreateJob(std::move(request), std::nullopt, std::move(done));
+  }
   virtual void GetJob(fp8d::v1::GetJobRequest request,
                       std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
   virtual void ListJobs(fp8d::v1::ListJobsRequest request,
@@ -78,7 +85,7 @@ class JobManager {
   virtual void CancelJob(fp8d::v1::CancelJobRequest request,
                          std::function<void(StatusOr<fp8d::v1::Job>)> done) = 0;
   // Deletes a finished job: its store rows (one transaction), then its attempt folders through
-  // the agent. FAILED_PRECONDITION while it is active; its output dir is never touched.
+  // the launcher. FAILED_PRECONDITION while it is active; its output dir is never touched.
   virtual void DeleteJob(fp8d::v1::DeleteJobRequest request,
                          std::function<void(StatusOr<google::protobuf::Empty>)> done) = 0;
 
@@ -96,7 +103,7 @@ class JobManager {
   struct RankLogSource {
     int attempt = 0;
     // Blocking I/O: call off io. NOT_FOUND while the rank has written no log.
-    std::function<StatusOr<std::unique_ptr<agent::RankStream>>()> open;
+    std::function<StatusOr<std::unique_ptr<launcher::RankStream>>()> open;
   };
   virtual void RankLog(const std::string& name, int rank, int attempt,
                        std::function<void(StatusOr<RankLogSource>, bool job_terminal)> done) = 0;
@@ -111,11 +118,11 @@ class JobManager {
   virtual ActiveCounts CountActive() const = 0;
 };
 
-// The manager is the agent's listener, so it builds the agent itself through `make_agent`.
-using AgentFactory = std::function<std::unique_ptr<agent::Agent>(agent::AgentListener*)>;
+// The manager is the launcher's listener, so it builds the launcher itself through `make_launcher`.
+using LauncherFactory = std::function<std::unique_ptr<launcher::Launcher>(launcher::LauncherListener*)>;
 
 std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,
                                           std::unique_ptr<store::JobStore> store,
-                                          AgentFactory make_agent, const Clock* clock);
+                                          LauncherFactory make_launcher, const Clock* clock);
 
 }  // namespace fp8d::core

@@ -12,7 +12,7 @@
 // THREADING: everything here runs on the io_context's thread, one handler at a time, so the
 // in-memory state needs no locks. Blocking work goes to two BlockingWorker threads (the store
 // thread for SQLite, the launcher thread for spawning and re-adopting processes) and its
-// result is posted back to io. Agent callbacks arrive on the agent's thread and are posted to
+// result is posted back to io. Launcher callbacks arrive on the launcher's observer thread and are posted to
 // io as well. Every posted completion holds a weak reference to its unit's alive token, so a
 // completion that arrives after the manager is gone does nothing.
 #pragma once
@@ -44,17 +44,18 @@ using fp8d::v1::Job;
 using fp8d::v1::JobState;
 
 class JobManagerImpl final : public JobManager,
-                             private agent::AgentListener,
+                             private launcher::LauncherListener,
                              private JobSupervisor::Owner {
  public:
   JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
-                 std::unique_ptr<store::JobStore> store, AgentFactory make_agent,
+                 std::unique_ptr<store::JobStore> store, LauncherFactory make_launcher,
                  const Clock* clock);
   ~JobManagerImpl() override;
 
   void Start(std::function<void(Status)> done) override;
   void Shutdown(std::function<void()> done) override;
-  void CreateJob(fp8d::v1::CreateJobRequest request,
+  using JobManager::CreateJob;
+  void CreateJob(fp8d::v1::CreateJobRequest request, std::optional<std::string> output_dir_key,
                  std::function<void(StatusOr<Job>)> done) override;
   void GetJob(fp8d::v1::GetJobRequest request, std::function<void(StatusOr<Job>)> done) override;
   void ListJobs(fp8d::v1::ListJobsRequest request,
@@ -72,9 +73,9 @@ class JobManagerImpl final : public JobManager,
   ActiveCounts CountActive() const override;
 
  private:
-  // ---- agent listener (agent thread): post to io ----
-  void OnWorkerEvent(agent::WorkerEvent event) override;
-  void OnWorkerExit(agent::WorkerExit exit) override;
+  // ---- launcher listener (the launcher's observer thread): post to io ----
+  void OnWorkerEvent(launcher::WorkerEvent event) override;
+  void OnWorkerExit(launcher::WorkerExit exit) override;
   // ---- supervisor owner ----
   void ScheduleRound() override { Schedule(); }
   void OnTick(int64_t now) override { SweepFinishedJobs(now); }
@@ -109,8 +110,8 @@ class JobManagerImpl final : public JobManager,
   std::string cwd_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 
-  std::unique_ptr<agent::Agent> agent_;
-  // Declared after store_ and agent_: destroyed (joined) first, so no task outlives them.
+  std::unique_ptr<launcher::Launcher> launcher_;
+  // Declared after store_ and launcher_: destroyed (joined) first, so no task outlives them.
   std::unique_ptr<StoreThread> store_thread_;
 
   bool started_ = false;        // recovery finished: schedule and supervise
@@ -123,7 +124,7 @@ class JobManagerImpl final : public JobManager,
   std::unique_ptr<StoreJobWriter> writer_;
   std::unique_ptr<CreateBatcher> creates_;
   std::unique_ptr<JobSupervisor> supervisor_;
-  std::unique_ptr<AttemptLauncher> launcher_;
+  std::unique_ptr<AttemptLauncher> attempt_launcher_;
 
   std::mt19937_64 rng_{std::random_device{}()};
 };

@@ -45,7 +45,7 @@ void JobManagerImpl::Start(std::function<void(Status)> done) {
         if (alive.expired()) return;
         for (Job& job : jobs) {
           if (job.attempt() > 0 || job.state() != fp8d::v1::QUEUED) started->push_back(job.name());
-          cache_.Add(std::move(job), std::nullopt, NowMs());
+          cache_.Add(std::move(job), NowMs());
         }
       });
       return fp8::OkStatus();
@@ -115,7 +115,7 @@ void JobManagerImpl::Recover(std::vector<AttemptLauncher::Recovered> jobs,
     }
   }
   // Workers that may be running are accounted for before any new attempt can start.
-  launcher_->Readopt(std::move(jobs), [this, done = std::move(done)] {
+  attempt_launcher_->Readopt(std::move(jobs), [this, done = std::move(done)] {
     // Everything recovery wrote is queued before this barrier (FIFO store thread).
     store_thread_->Barrier([this, done] {
       started_ = true;
@@ -133,13 +133,13 @@ void JobManagerImpl::Recover(std::vector<AttemptLauncher::Recovered> jobs,
 void JobManagerImpl::Shutdown(std::function<void()> done) {
   shutting_down_ = true;
   supervisor_->Stop();  // no more events, exits or ticks
-  agent_->Stop();  // workers keep running; the next daemon re-adopts them
+  launcher_->Stop();  // workers keep running; the next daemon re-adopts them
   creates_->FailQueued(fp8::UnavailableError("fp8d is shutting down"));
   watchers_.EndAll(fp8::UnavailableError("fp8d is shutting down"));
-  launcher_->Stop();
+  attempt_launcher_->Stop();
   // A Launch already on the launcher thread must have its pids saved, or the next daemon
   // could not re-adopt (and would start a second copy of) those workers.
-  launcher_->Drain([this, done = std::move(done)]() mutable {
+  attempt_launcher_->Drain([this, done = std::move(done)]() mutable {
     cache_.ForEach([this](JobEntry& e) {
       if (e.run != nullptr && e.run->launched && !e.run->AllExited()) supervisor_->SaveAttempt(e);
     });

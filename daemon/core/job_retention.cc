@@ -1,5 +1,5 @@
 // DeleteJob and the job_ttl_after_finished sweep: a finished job's store rows go in one
-// transaction, then its attempt folders through the agent (both on the store thread, off io).
+// transaction, then its attempt folders through the launcher (both on the store thread, off io).
 // Only jobs the store holds as finished are deleted; a job still cached as active is refused.
 #include <spdlog/spdlog.h>
 
@@ -20,16 +20,16 @@ void JobManagerImpl::DeleteJob(fp8d::v1::DeleteJobRequest request,
     // Finished, but its last writes or rank exits are still in flight.
     return done(fp8::UnavailableError(name + " is still finishing; retry shortly"));
   }
-  agent::Agent* agent = agent_.get();
+  launcher::Launcher* launcher = launcher_.get();
   const std::string data_dir = options_.data_dir;
   store_thread_->Run<StatusOr<google::protobuf::Empty>>(
-      [data_dir, name, agent](store::JobStore& s) -> StatusOr<google::protobuf::Empty> {
+      [data_dir, name, launcher](store::JobStore& s) -> StatusOr<google::protobuf::Empty> {
         FP8_ASSIGN_OR_RETURN(std::vector<int32_t> attempts, s.DeleteJob(name));
         std::vector<std::string> dirs;
         for (int32_t n : attempts) dirs.push_back(AttemptDirOf(data_dir, name, n));
         // The record is gone (committed); a folder that cannot be removed is logged, not
         // undone: the job no longer exists either way.
-        if (Status st = agent->RemoveAttemptFiles(JobIdOf(name), dirs); !st.ok()) {
+        if (Status st = launcher->RemoveAttemptFiles(JobIdOf(name), dirs); !st.ok()) {
           spdlog::warn("{}: deleted, but its attempt files remain: {}", name, st.message());
         }
         return google::protobuf::Empty();

@@ -1,4 +1,4 @@
-// Scheduler rounds: build the snapshot of slots (agent slots minus those held by attempts
+// Scheduler rounds: build the snapshot of slots (launcher slots minus those held by attempts
 // whose workers have not all exited) and of the queue, let the pure planner (scheduler.h)
 // decide, fail what can never fit, and hand each placement to the AttemptLauncher.
 #include <algorithm>
@@ -27,7 +27,7 @@ void JobManagerImpl::Schedule() {
     return e;
   };
 
-  if (agent_->QueuesJobs()) {
+  if (launcher_->QueuesJobs()) {
     // The launcher has a queue of its own (Slurm): it places and starts the ranks when the
     // cluster has room, so every queued job is handed over now, with no local slots held.
     const std::vector<std::string> names(cache_.queued().begin(), cache_.queued().end());
@@ -35,7 +35,7 @@ void JobManagerImpl::Schedule() {
       JobEntry* e = schedulable(name);
       if (e == nullptr) continue;
       const int32_t ranks = std::max(1, e->job.resources().ranks());
-      launcher_->StartAttempt(*e, std::vector<agent::Slot>(ranks, agent::Slot{"slurm", -1}));
+      attempt_launcher_->StartAttempt(*e, std::vector<launcher::Slot>(ranks, launcher::Slot{"slurm", -1}));
     }
     return;
   }
@@ -50,7 +50,7 @@ void JobManagerImpl::Schedule() {
   }
   ScheduleInput input;
   bool any_free = false;
-  for (const agent::Slot& s : agent_->Slots()) {
+  for (const launcher::Slot& s : launcher_->Slots()) {
     int& h = held[{s.node, s.gpu}];
     input.slots.push_back(ClusterSlot{SlotRef{s.node, s.gpu}, h == 0});
     any_free = any_free || h == 0;
@@ -92,9 +92,9 @@ void JobManagerImpl::Schedule() {
   for (const Assignment& a : plan.assignments) {
     JobEntry* e = Find(a.name);
     if (e == nullptr) continue;
-    std::vector<agent::Slot> slots;
-    for (const SlotRef& r : a.ranks) slots.push_back(agent::Slot{r.node, r.gpu});
-    launcher_->StartAttempt(*e, slots);
+    std::vector<launcher::Slot> slots;
+    for (const SlotRef& r : a.ranks) slots.push_back(launcher::Slot{r.node, r.gpu});
+    attempt_launcher_->StartAttempt(*e, slots);
   }
 }
 

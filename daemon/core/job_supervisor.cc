@@ -52,11 +52,11 @@ AttemptView ViewOf(const JobEntry& e) {
 }  // namespace
 
 JobSupervisor::JobSupervisor(boost::asio::io_context& io, Options options, JobCache& cache,
-                             agent::Agent& agent, const Clock* clock, JobWriter& writer,
+                             launcher::Launcher& launcher, const Clock* clock, JobWriter& writer,
                              Owner& owner)
     : options_(options),
       cache_(cache),
-      agent_(agent),
+      launcher_(launcher),
       clock_(clock),
       writer_(writer),
       owner_(owner),
@@ -75,7 +75,7 @@ Verdict JobSupervisor::Decide(const JobEntry& e, const SupervisorInput& input, i
 // ---------------------------------------------------------------------------------------------
 // Events
 
-void JobSupervisor::HandleEvent(const agent::WorkerEvent& ev) {
+void JobSupervisor::HandleEvent(const launcher::WorkerEvent& ev) {
   if (stopped_) return;
   const std::string name = "jobs/" + ev.job_id;
   JobEntry* e = cache_.Find(name);
@@ -167,7 +167,7 @@ void JobSupervisor::HandleEvent(const agent::WorkerEvent& ev) {
 // ---------------------------------------------------------------------------------------------
 // Exits
 
-void JobSupervisor::HandleExit(const agent::WorkerExit& ex) {
+void JobSupervisor::HandleExit(const launcher::WorkerExit& ex) {
   if (stopped_) return;
   const std::string name = "jobs/" + ex.job_id;
   JobEntry* e = cache_.Find(name);
@@ -345,7 +345,7 @@ void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::st
 void JobSupervisor::TerminateWorkers(JobEntry& e) {
   AttemptRun& run = *e.run;
   if (!run.launched || run.AllExited()) return;
-  agent_.Signal(JobIdOf(e.job.name()), run.number, SIGTERM);
+  launcher_.Signal(JobIdOf(e.job.name()), run.number, SIGTERM);
   if (run.kill_at_ms == 0) run.kill_at_ms = NowMs() + options_.cancel_grace_ms;
   spdlog::info("{} attempt {}: SIGTERM sent; SIGKILL in {} if still running", e.job.name(),
                run.number, SecondsText(options_.cancel_grace_ms));
@@ -427,7 +427,7 @@ void JobSupervisor::Tick() {
       AttemptRun& run = *e->run;
       if (v.sigkill) {
         spdlog::warn("{} attempt {}: {}", name, run.number, v.message);
-        agent_.Signal(JobIdOf(name), run.number, SIGKILL);
+        launcher_.Signal(JobIdOf(name), run.number, SIGKILL);
         run.sigkill_sent = true;
       }
       if (run.launched && run.runtime_dirty && now - run.runtime_saved_ms >= options_.runtime_flush_ms)

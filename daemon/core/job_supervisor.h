@@ -1,4 +1,4 @@
-// JobSupervisor: the supervisor's glue. Worker events and exits (from the agent, posted to io
+// JobSupervisor: the supervisor's glue. Worker events and exits (from the launcher, posted to io
 // by the manager) and a periodic tick that reads the injected Clock (so tests drive time by
 // hand). Each input is judged by DecideAttempt (attempt_verdict.h, pure); this unit builds its
 // view of the attempt and applies the verdict: transitions, store writes, signals, and the
@@ -8,7 +8,7 @@
 // and how a run being stopped ends (Cancel, StopRun, OnRunExited); the launcher and recovery
 // call StopRun when a run must not go on.
 //
-// It reaches the rest of the manager only through what it is given: the job cache, the agent
+// It reaches the rest of the manager only through what it is given: the job cache, the launcher
 // (signals), the clock, the JobWriter (state changes and store writes) and its Owner (a
 // scheduling round when slots free up, and the tick).
 //
@@ -25,7 +25,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/status.h"
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/core/attempt_verdict.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/job_cache.h"
@@ -53,11 +53,11 @@ class JobSupervisor {
   };
 
   JobSupervisor(boost::asio::io_context& io, Options options, JobCache& cache,
-                agent::Agent& agent, const Clock* clock, JobWriter& writer, Owner& owner);
+                launcher::Launcher& launcher, const Clock* clock, JobWriter& writer, Owner& owner);
 
   // ---- inputs ----
-  void HandleEvent(const agent::WorkerEvent& ev);
-  void HandleExit(const agent::WorkerExit& ex);
+  void HandleEvent(const launcher::WorkerEvent& ev);
+  void HandleExit(const launcher::WorkerExit& ex);
   void ArmTick();
   // No more inputs or ticks (shutdown): events, exits and ticks are ignored from now on.
   void Stop();
@@ -97,7 +97,7 @@ class JobSupervisor {
 
   const Options options_;
   JobCache& cache_;
-  agent::Agent& agent_;
+  launcher::Launcher& launcher_;
   const Clock* clock_;
   JobWriter& writer_;
   Owner& owner_;

@@ -1,6 +1,6 @@
 # Included by daemon/core/CMakeLists.txt. fp8d_core: the JobManager (commands, transitions,
 # scheduling rounds, supervisor, recovery, watch fan-out) on top of the pure lifecycle and
-# scheduler libraries (lifecycle_scheduler.cmake), the store and the agent.
+# scheduler libraries (lifecycle_scheduler.cmake), the store and the launcher.
 find_package(Boost REQUIRED)
 find_package(spdlog REQUIRED)
 
@@ -22,5 +22,5 @@ add_library(fp8d_core
   new_job.cc
   watch_hub.cc)
 target_link_libraries(fp8d_core
-  PUBLIC fp8d_store fp8d_agent fp8d_lifecycle fp8d_scheduler fp8d_job_env fp8_jobspec fp8_proto fp8_common
+  PUBLIC fp8d_store fp8d_launcher fp8d_lifecycle fp8d_scheduler fp8d_job_env fp8_jobspec fp8_proto fp8_common
          Boost::headers spdlog::spdlog nlohmann_json::nlohmann_json Threads::Threads)

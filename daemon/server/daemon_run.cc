@@ -27,7 +27,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/http_listener.h"
 #include "daemon/api/http_metrics.h"
@@ -43,8 +43,8 @@
 namespace fp8d::server {
 namespace {
 
-agent::SlurmAgentOptions SlurmOptions(const ServerConfig& config) {
-  agent::SlurmAgentOptions o;
+launcher::SlurmLauncherOptions SlurmOptions(const ServerConfig& config) {
+  launcher::SlurmLauncherOptions o;
   o.partition = config.slurm.partition;
   o.account = config.slurm.account;
   o.qos = config.slurm.qos;
@@ -208,8 +208,8 @@ core::ManagerOptions ManagerOptionsFor(const ServerConfig& config, const std::st
   return options;
 }
 
-fp8::StatusOr<agent::LocalAgentOptions> LocalAgentOptionsFor(const ServerConfig& config) {
-  agent::LocalAgentOptions options;
+fp8::StatusOr<launcher::LocalLauncherOptions> LocalLauncherOptionsFor(const ServerConfig& config) {
+  launcher::LocalLauncherOptions options;
   options.cpu_slots = config.cpu_slots;
   if (config.gpus == "none") {
     options.detect_gpus = false;
@@ -274,13 +274,13 @@ class ManagerIo {
 
 std::unique_ptr<core::JobManager> NewManager(const ServerConfig& config, core::ManagerOptions options,
                                              std::unique_ptr<store::JobStore> job_store,
-                                             agent::LocalAgentOptions agent_options,
+                                             launcher::LocalLauncherOptions launcher_options,
                                              boost::asio::io_context& io, const core::Clock* clock) {
   return core::NewJobManager(
       io, std::move(options), std::move(job_store),
-      [agent_options, &config](agent::AgentListener* listener) {
-        if (config.launcher == "slurm") return agent::NewSlurmAgent(SlurmOptions(config), listener);
-        return agent::NewLocalAgent(agent_options, listener);
+      [launcher_options, &config](launcher::LauncherListener* listener) {
+        if (config.launcher == "slurm") return launcher::NewSlurmLauncher(SlurmOptions(config), listener);
+        return launcher::NewLocalLauncher(launcher_options, listener);
       },
       clock);
 }
@@ -450,13 +450,13 @@ int Run(const ServerConfig& config) {
   core::ManagerOptions options = ManagerOptionsFor(config, *data_dir);
   spdlog::info("worker: {}", fmt::join(options.worker_argv_prefix, " "));
   spdlog::info("launcher: {}", config.launcher);
-  auto agent_options = LocalAgentOptionsFor(config);
-  if (!agent_options.ok()) return LogErrorAndExit(agent_options.status(), 2);
+  auto launcher_options = LocalLauncherOptionsFor(config);
+  if (!launcher_options.ok()) return LogErrorAndExit(launcher_options.status(), 2);
 
   ManagerIo io;
   core::SystemClock clock;
   std::unique_ptr<core::JobManager> manager = NewManager(
-      config, std::move(options), std::move(job_store).value(), *agent_options, io.context(), &clock);
+      config, std::move(options), std::move(job_store).value(), *launcher_options, io.context(), &clock);
   // STATUS= is read on io, where the manager lives.
   io.Start([&manager] {
     const core::JobManager::ActiveCounts counts = manager->CountActive();

@@ -1,4 +1,4 @@
-// fp8d, the controller (docs/design.md §1, §7). Run wires the SQLite store, the local agent and
+// fp8d, the controller (docs/design.md §1, §7). Run wires the SQLite store, the local launcher and
 // the job manager (one io_context thread) to the gRPC JobService (gRPC's own threads), with the
 // health service reporting SERVING only once recovery has finished, and server reflection.
 //

@@ -52,7 +52,7 @@ struct ListResult {
 // What the controller must remember about a running rank to re-adopt it after a restart.
 struct RankRuntime {
   int32_t rank = 0;
-  // The launcher's handle for the rank (agent::RankProcess::handle): stored and returned as
+  // The launcher's handle for the rank (launcher::RankProcess::handle): stored and returned as
   // is, never parsed here. One line of text; empty when none was recorded.
   std::string handle;
   int64_t events_offset = 0;   // bytes of the rank's events already consumed

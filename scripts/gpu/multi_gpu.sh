@@ -4,7 +4,7 @@
 #   1. worker_train_cuda_test, which on 2 GPUs includes CudaDataParallel (2 `fp8-worker train`
 #      processes over NCCL against 1 process with the same global batch), and calibrate_cuda_test
 #   2. data-parallel throughput: `fp8-worker train` on 1 GPU and on 2 GPUs (same per-GPU batch)
-#   3. the whole system: fp8d with its agent finding the GPUs (nvidia-smi), a 2-rank CUDA job
+#   3. the whole system: fp8d with its launcher finding the GPUs (nvidia-smi), a 2-rank CUDA job
 #      submitted with fp8ctl, watched to the end, described (ranks placed on GPUs 0 and 1)
 #   4. (LOSS_STEPS=N) scripts/gpu/trainer_cuda_loss.sh with its runs spread over the GPUs
 #   device run: bash scripts/gpu/multi_gpu.sh

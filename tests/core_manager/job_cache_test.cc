@@ -40,10 +40,10 @@ class JobCacheTest : public ::testing::Test {
 };
 
 TEST_F(JobCacheTest, QueuedJobsAreIndexedInCreationOrderAndLeaveTheIndexWhenTheyStart) {
-  cache_.Add(MakeJob("jobs/b", fp8d::v1::QUEUED), std::nullopt, 0);
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), std::nullopt, 0);
-  cache_.Add(MakeJob("jobs/c", fp8d::v1::RUNNING), std::nullopt, 0);
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::FAILED), std::nullopt, 0);  // cached already: ignored
+  cache_.Add(MakeJob("jobs/b", fp8d::v1::QUEUED), 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), 0);
+  cache_.Add(MakeJob("jobs/c", fp8d::v1::RUNNING), 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::FAILED), 0);  // cached already: ignored
   ASSERT_EQ(cache_.size(), 3u);
   EXPECT_EQ(cache_.Find("jobs/a")->job.state(), fp8d::v1::QUEUED);
   EXPECT_LT(cache_.Find("jobs/b")->create_seq, cache_.Find("jobs/a")->create_seq);
@@ -64,7 +64,7 @@ TEST_F(JobCacheTest, QueuedJobsAreIndexedInCreationOrderAndLeaveTheIndexWhenThey
 }
 
 TEST_F(JobCacheTest, AStateChangeIsPublishedOnlyOnceDurableAndProgressNeverOvertakesIt) {
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::STARTING), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::STARTING), 0);
   JobEntry& e = *cache_.Find("jobs/a");
   const int64_t running = Change(e, fp8d::v1::RUNNING);
   cache_.PublishChange(e, /*now_ms=*/5);  // progress while RUNNING is being written
@@ -86,7 +86,7 @@ TEST_F(JobCacheTest, AStateChangeIsPublishedOnlyOnceDurableAndProgressNeverOvert
 }
 
 TEST_F(JobCacheTest, AJobIsHeldOnceUntilItFirstChangesAndTheChangeWaitsForItsWrite) {
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), 0);
   JobEntry& e = *cache_.Find("jobs/a");
   EXPECT_EQ(&e.delivered(), &e.job) << "a job that never changed needs no second copy";
   e.BeforeChange();  // as the scheduler does before it sets the error of an unschedulable job
@@ -101,7 +101,7 @@ TEST_F(JobCacheTest, AJobIsHeldOnceUntilItFirstChangesAndTheChangeWaitsForItsWri
 }
 
 TEST_F(JobCacheTest, ATransitionWriteCarriesTheProgressBeforeIt) {
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::RUNNING), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::RUNNING), 0);
   JobEntry& e = *cache_.Find("jobs/a");
   cache_.PublishChange(e, 5);
   EXPECT_TRUE(e.row_dirty);
@@ -110,7 +110,7 @@ TEST_F(JobCacheTest, ATransitionWriteCarriesTheProgressBeforeIt) {
 }
 
 TEST_F(JobCacheTest, AFinishedJobIsEvictedOnlyOnceItsWritesAreDurableAndItsWorkersGone) {
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::RUNNING), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::RUNNING), 0);
   JobEntry& e = *cache_.Find("jobs/a");
   e.run = std::make_unique<AttemptRun>();
   e.run->ranks.resize(2);
@@ -137,7 +137,7 @@ TEST_F(JobCacheTest, AFinishedJobIsEvictedOnlyOnceItsWritesAreDurableAndItsWorke
 }
 
 TEST_F(JobCacheTest, AQueuedJobCancelledBeforeItRanLeavesEveryIndex) {
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED), 0);
   JobEntry& e = *cache_.Find("jobs/a");
   cache_.Durable(e, Change(e, fp8d::v1::CANCELLED));
   ASSERT_NE(cache_.EvictIfDone("jobs/a"), nullptr);
@@ -145,7 +145,7 @@ TEST_F(JobCacheTest, AQueuedJobCancelledBeforeItRanLeavesEveryIndex) {
 }
 
 TEST_F(JobCacheTest, AListedJobShowsTheNewestVersionWatchersSaw) {
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::RUNNING, 3), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::RUNNING, 3), 0);
   cache_.PublishChange(*cache_.Find("jobs/a"), 1);  // v4, not yet written
   EXPECT_EQ(cache_.Newest(MakeJob("jobs/a", fp8d::v1::RUNNING, 3)).version(), 4);
   EXPECT_EQ(cache_.Newest(MakeJob("jobs/a", fp8d::v1::RUNNING, 5)).version(), 5);
@@ -158,20 +158,20 @@ TEST_F(JobCacheTest, RunningCountsOnlyJobsWithAnAttemptInAnActiveState) {
       {"jobs/c", fp8d::v1::CANCELLING}, {"jobs/w", fp8d::v1::RETRY_WAIT},
       {"jobs/f", fp8d::v1::FAILED}};
   for (const auto& [name, state] : jobs) {
-    cache_.Add(MakeJob(name, state), std::nullopt, 0);
+    cache_.Add(MakeJob(name, state), 0);
     cache_.Find(name)->run = std::make_unique<AttemptRun>();
     cache_.AddRun(*cache_.Find(name));
   }
-  cache_.Add(MakeJob("jobs/q", fp8d::v1::QUEUED), std::nullopt, 0);
+  cache_.Add(MakeJob("jobs/q", fp8d::v1::QUEUED), 0);
   EXPECT_EQ(cache_.CountRunning(), 3);
 }
 
-TEST_F(JobCacheTest, RecoveryHandsInTheDeliveredCopy) {
-  Job delivered = MakeJob("jobs/a", fp8d::v1::QUEUED, 9);
-  delivered.set_priority(5);
-  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED, 9), delivered, 42);
-  EXPECT_EQ(cache_.Find("jobs/a")->delivered().priority(), 5);
-  EXPECT_EQ(cache_.Find("jobs/a")->row_saved_ms, 42);
+TEST_F(JobCacheTest, ARecoveredJobIsHeldOnceAndItsRowCountsAsSavedWhenItWasLoaded) {
+  cache_.Add(MakeJob("jobs/a", fp8d::v1::QUEUED, 9), 42);
+  const JobEntry& e = *cache_.Find("jobs/a");
+  EXPECT_EQ(&e.delivered(), &e.job) << "a recovered job needs no second copy until it changes";
+  EXPECT_EQ(e.delivered().version(), 9);
+  EXPECT_EQ(e.row_saved_ms, 42);
   int seen = 0;
   cache_.ForEach([&](JobEntry& e) { seen += e.job.name() == "jobs/a"; });
   EXPECT_EQ(seen, 1);

@@ -1,4 +1,4 @@
-// JobSupervisor alone: the cache, a FakeAgent, a ManualClock, and the fixture itself as its
+// JobSupervisor alone: the cache, a FakeLauncher, a ManualClock, and the fixture itself as its
 // JobWriter and Owner, recording what it is asked to do (transitions, store writes, rounds,
 // evictions, ticks).
 #include "daemon/core/job_supervisor.h"
@@ -12,7 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
-#include "tests/core_manager/fake_agent.h"
+#include "tests/core_manager/fake_launcher.h"
 
 namespace fp8d::core::testing {
 namespace {
@@ -42,7 +42,7 @@ class JobSupervisorTest : public ::testing::Test, private JobWriter, private Job
         JobSupervisor::Options{.tick_ms = 1, .cancel_grace_ms = kGraceMs,
                                .progress_flush_ms = 200, .runtime_flush_ms = 1000,
                                .uniform01 = [] { return 0.5; }},
-        cache_, agent_, &clock_, static_cast<JobWriter&>(*this), static_cast<JobSupervisor::Owner&>(*this));
+        cache_, launcher_, &clock_, static_cast<JobWriter&>(*this), static_cast<JobSupervisor::Owner&>(*this));
   }
 
   // ---- JobWriter, minus the store: a transition "commits" at once, writes are recorded ----
@@ -67,7 +67,7 @@ class JobSupervisorTest : public ::testing::Test, private JobWriter, private Job
     job.set_state(fp8d::v1::STARTING);
     job.set_version(1);
     job.mutable_retry()->set_max_attempts(1);
-    cache_.Add(job, std::nullopt, kStartMs);
+    cache_.Add(job, kStartMs);
     JobEntry& e = *cache_.Find(name);
     e.counted_attempts = 1;
     e.run = std::make_unique<AttemptRun>();
@@ -83,9 +83,9 @@ class JobSupervisorTest : public ::testing::Test, private JobWriter, private Job
     return e;
   }
 
-  static agent::WorkerEvent Started(const std::string& job_id, int attempt, int rank,
+  static launcher::WorkerEvent Started(const std::string& job_id, int attempt, int rank,
                                     int64_t offset_after) {
-    agent::WorkerEvent ev;
+    launcher::WorkerEvent ev;
     ev.job_id = job_id;
     ev.attempt = attempt;
     ev.rank = rank;
@@ -95,8 +95,8 @@ class JobSupervisorTest : public ::testing::Test, private JobWriter, private Job
     return ev;
   }
 
-  static agent::WorkerExit Exit(const std::string& job_id, int rank, int code, int sig = 0) {
-    agent::WorkerExit ex;
+  static launcher::WorkerExit Exit(const std::string& job_id, int rank, int code, int sig = 0) {
+    launcher::WorkerExit ex;
     ex.job_id = job_id;
     ex.attempt = 1;
     ex.rank = rank;
@@ -111,8 +111,8 @@ class JobSupervisorTest : public ::testing::Test, private JobWriter, private Job
 
   boost::asio::io_context io_;
   ManualClock clock_{kStartMs};
-  std::shared_ptr<FakeAgentState> agent_state_ = std::make_shared<FakeAgentState>();
-  FakeAgent agent_{agent_state_, nullptr};
+  std::shared_ptr<FakeLauncherState> launcher_state_ = std::make_shared<FakeLauncherState>();
+  FakeLauncher launcher_{launcher_state_, nullptr};
   JobCache cache_{[](const Job&) {}};
   std::vector<TransitionCall> transitions_;
   std::vector<StoreCall> writes_;
@@ -173,7 +173,7 @@ TEST_F(JobSupervisorTest, AFailedRankFailsTheAttemptStopsTheOthersAndKillsThemAf
   EXPECT_NE(transitions_[1].message.find("attempt 1 failed"), std::string::npos)
       << transitions_[1].message;
   EXPECT_EQ(e.run->record.attempt.ranks(0).exit_status(), 3);
-  auto signals = agent_state_->Signals();
+  auto signals = launcher_state_->Signals();
   ASSERT_EQ(signals.size(), 1u);
   EXPECT_EQ(signals[0].job_id, "a");
   EXPECT_EQ(signals[0].sig, SIGTERM);
@@ -182,10 +182,10 @@ TEST_F(JobSupervisorTest, AFailedRankFailsTheAttemptStopsTheOthersAndKillsThemAf
   supervisor_->ArmTick();
   clock_.Advance(kGraceMs - 1);
   RunOneTick();
-  EXPECT_EQ(agent_state_->Signals().size(), 1u) << "SIGKILL before the grace was over";
+  EXPECT_EQ(launcher_state_->Signals().size(), 1u) << "SIGKILL before the grace was over";
   clock_.Advance(1);
   RunOneTick();
-  signals = agent_state_->Signals();
+  signals = launcher_state_->Signals();
   ASSERT_EQ(signals.size(), 2u);
   EXPECT_EQ(signals[1].sig, SIGKILL);
   EXPECT_TRUE(e.run->sigkill_sent);
@@ -245,7 +245,7 @@ TEST_F(JobSupervisorTest, CancelDecidesByStateInOnePlace) {
     cache_.SetState(e, row.state);
     transitions_.clear();
     writes_.clear();
-    const size_t signals_before = agent_state_->Signals().size();
+    const size_t signals_before = launcher_state_->Signals().size();
     std::optional<fp8::Status> answer;
     supervisor_->Cancel(e, [&](fp8::Status st) { answer = st; });
     if (row.barrier) {
@@ -258,7 +258,7 @@ TEST_F(JobSupervisorTest, CancelDecidesByStateInOnePlace) {
     std::vector<JobState> written;
     for (const auto& t : transitions_) written.push_back(t.to);
     EXPECT_EQ(written, row.writes);
-    EXPECT_EQ(agent_state_->Signals().size() - signals_before, static_cast<size_t>(row.sigterms));
+    EXPECT_EQ(launcher_state_->Signals().size() - signals_before, static_cast<size_t>(row.sigterms));
     if (row.code == fp8::StatusCode::kFailedPrecondition) {
       EXPECT_NE(answer->message().find(fp8d::v1::JobState_Name(row.state)), std::string::npos)
           << answer->message();
@@ -285,13 +285,13 @@ TEST_F(JobSupervisorTest, StopRunWaitsForTheLaunchThenStopsLiveWorkersOrEndsTheR
   cache_.SetState(e, fp8d::v1::CANCELLING);
   e.run->launched = false;
   supervisor_->StopRun(e);
-  EXPECT_TRUE(agent_state_->Signals().empty()) << "no workers yet: nothing to signal";
+  EXPECT_TRUE(launcher_state_->Signals().empty()) << "no workers yet: nothing to signal";
   EXPECT_FALSE(e.run->exit_handled);
 
   e.run->launched = true;
   supervisor_->StopRun(e);
-  ASSERT_EQ(agent_state_->Signals().size(), 1u);
-  EXPECT_EQ(agent_state_->Signals()[0].sig, SIGTERM);
+  ASSERT_EQ(launcher_state_->Signals().size(), 1u);
+  EXPECT_EQ(launcher_state_->Signals()[0].sig, SIGTERM);
 
   e.run->ranks[0].exited = true;
   supervisor_->StopRun(e);

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -32,8 +33,8 @@ TEST_F(ManagerTest, CreateFillsDefaultsAndRunsToSuccess) {
   EXPECT_EQ(MsFromDuration(job.timeouts().heartbeat_timeout()), 30000);
   EXPECT_EQ(MsFromDuration(job.timeouts().progress_timeout()), 300000);
 
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
-  const agent::LaunchRequest launch = agent_->Launch(0);
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 1; }));
+  const launcher::LaunchRequest launch = launcher_->Launch(0);
   EXPECT_EQ(launch.job_id, JobIdOf(name));
   EXPECT_EQ(launch.attempt, 1);
   EXPECT_EQ(launch.kind, "train");
@@ -84,7 +85,7 @@ TEST_F(ManagerTest, CreateFillsDefaultsAndRunsToSuccess) {
   EXPECT_EQ(std::vector<fp8d::v1::JobState>(to.end() - 3, to.end()),
             (std::vector<fp8d::v1::JobState>{fp8d::v1::STARTING, fp8d::v1::RUNNING,
                                              fp8d::v1::SUCCEEDED}));
-  EXPECT_TRUE(agent_->Signals().empty());
+  EXPECT_TRUE(launcher_->Signals().empty());
 }
 
 TEST_F(ManagerTest, RelativeOutputDirIsMadeAbsoluteAtCreate) {
@@ -95,6 +96,37 @@ TEST_F(ManagerTest, RelativeOutputDirIsMadeAbsoluteAtCreate) {
   ASSERT_TRUE(created.ok());
   const std::string out = created->train().output_dir();
   EXPECT_EQ(out, (std::filesystem::current_path() / "runs/a").string());
+}
+
+// The output-dir admission keys on the output_dir as the API's path check resolved it, and
+// resolves it itself where that answer may not be the stored path's: a caller without one, or
+// an output_dir PrepareNewJob rewrote (`sub/../x` is `x` lexically, not through a symlink).
+TEST_F(ManagerTest, AnOutputDirInUseIsFoundByTheKeyTheApiResolvedOrByItsStoredPath) {
+  StartManager();
+  const auto create = [&](const std::string& output_dir, std::optional<std::string> key) {
+    fp8d::v1::CreateJobRequest request;
+    *request.mutable_job() = TrainJob();
+    request.mutable_job()->mutable_train()->set_output_dir(output_dir);
+    std::optional<fp8::StatusOr<Job>> result;
+    manager_->CreateJob(std::move(request), std::move(key), [&](fp8::StatusOr<Job> r) { result = std::move(r); });
+    EXPECT_TRUE(RunUntil([&] { return result.has_value(); }));
+    return result.value_or(fp8::InternalError("create timed out"));
+  };
+  auto a = create(data_dir_ + "/alias-a", data_dir_ + "/real");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = create(data_dir_ + "/alias-b", data_dir_ + "/real");
+  EXPECT_EQ(b.status().code(), fp8::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b.status().message().rfind("output_dir " + data_dir_ + "/alias-b is used by " + a->name(), 0), 0u)
+      << b.status().message();
+  EXPECT_TRUE(create(data_dir_ + "/real-2", data_dir_ + "/real-2").ok());
+
+  // Stored as <data>/c: the key resolved from what was written is not taken.
+  auto c = create(data_dir_ + "/sub/../c", data_dir_ + "/elsewhere");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->train().output_dir(), data_dir_ + "/c");
+  auto d = create(data_dir_ + "/c", std::nullopt);
+  EXPECT_EQ(d.status().code(), fp8::StatusCode::kFailedPrecondition) << d.status().ToString();
+  EXPECT_TRUE(create(data_dir_ + "/d", data_dir_ + "/elsewhere").ok()) << "the unused key was claimed";
 }
 
 TEST_F(ManagerTest, CreateWithoutSpecIsInvalidArgument) {
@@ -111,7 +143,7 @@ TEST_F(ManagerTest, WatchSendsEveryVersionInOrderAndResumes) {
   ASSERT_TRUE(created.ok());
   const std::string name = created->name();
   auto rec = WatchJob(name);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 1; }));
   Emit(name, 1, 0, {{"type", "started"}});
   ASSERT_TRUE(WaitState(name, fp8d::v1::RUNNING));
   // Late subscriber resuming from the current version: only what comes after.
@@ -195,7 +227,7 @@ TEST_F(ManagerTest, RankLogOpensTheRankLogOfAnAttemptThroughTheLauncher) {
     EXPECT_TRUE(RunUntil([&] { return a.done; }));
     return a;
   };
-  // The FakeAgent starts no process, so the rank has written no log yet.
+  // The FakeLauncher starts no process, so the rank has written no log yet.
   Answer none = ask(0, 0);
   ASSERT_TRUE(none.source.ok()) << none.source.status().ToString();
   EXPECT_EQ(none.source->attempt, 1);
@@ -235,7 +267,7 @@ TEST_F(ManagerTest, CreateIsIdempotentOnRequestId) {
 }
 
 TEST_F(ManagerTest, ConcurrentCreatesAreGroupCommitted) {
-  agent_->slots.clear();  // nothing runs: only the creates matter here
+  launcher_->slots.clear();  // nothing runs: only the creates matter here
   StartManager();
   constexpr int kJobs = 20;
   std::vector<std::optional<fp8::StatusOr<Job>>> results(kJobs);
@@ -261,7 +293,7 @@ TEST_F(ManagerTest, ConcurrentCreatesAreGroupCommitted) {
 // Closed-loop clients come back one by one after their batch is answered: the next batch waits
 // (briefly) for as many callers as the last one had instead of going out with the first.
 TEST_F(ManagerTest, AfterABigBatchTheNextWaitsForAsManyCallers) {
-  agent_->slots.clear();
+  launcher_->slots.clear();
   StartManager();
   auto create_all = [&](int n) {
     std::vector<std::optional<fp8::StatusOr<Job>>> results(n);
@@ -290,7 +322,7 @@ TEST_F(ManagerTest, AfterABigBatchTheNextWaitsForAsManyCallers) {
 }
 
 TEST_F(ManagerTest, ListPagesPassThrough) {
-  agent_->slots.clear();
+  launcher_->slots.clear();
   StartManager();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(TrainJob()).ok());
   auto page1 = List(2);
@@ -307,27 +339,27 @@ TEST_F(ManagerTest, ListPagesPassThrough) {
 TEST_F(ManagerTest, GangHoldsAllSlotsUntilEveryRankExits) {
   StartManager();  // two slots
   const std::string big = CreateRunning(TrainJob(2));
-  ASSERT_EQ(agent_->Launch(0).slots.size(), 2u);
+  ASSERT_EQ(launcher_->Launch(0).slots.size(), 2u);
   auto small = Create(TrainJob(1));
   ASSERT_TRUE(small.ok());
   RunFor(20);
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
   EXPECT_EQ(StateOf(small->name()), fp8d::v1::QUEUED);
 
   // One rank done is not enough: the gang holds both slots until both exit.
   Emit(big, 1, 0, {{"type", "done"}, {"result", {{"final_loss", 1.0}}}});
   Exit(big, 1, 0, 0);
   RunFor(20);
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
   Emit(big, 1, 1, {{"type", "done"}});
   Exit(big, 1, 1, 0);
   ASSERT_TRUE(WaitState(big, fp8d::v1::SUCCEEDED));
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(small->name()));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).job_id, JobIdOf(small->name()));
 }
 
 TEST_F(ManagerTest, HigherPriorityGoesFirst) {
-  agent_->slots = {agent::Slot{"node-a", -1}};
+  launcher_->slots = {launcher::Slot{"node-a", -1}};
   StartManager();
   const std::string running = CreateRunning(TrainJob());
   Job low = TrainJob();
@@ -338,8 +370,8 @@ TEST_F(ManagerTest, HigherPriorityGoesFirst) {
   auto h = Create(high);
   ASSERT_TRUE(l.ok() && h.ok());
   FinishAttempt(running, 1, 1);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(h->name()));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).job_id, JobIdOf(h->name()));
 }
 
 TEST_F(ManagerTest, JobLargerThanTheClusterFails) {
@@ -350,7 +382,7 @@ TEST_F(ManagerTest, JobLargerThanTheClusterFails) {
   Job job = *Get(created->name());
   EXPECT_EQ(job.error().failure_class(), fp8d::v1::INVALID_SPEC);
   EXPECT_NE(job.error().message().find("ranks"), std::string::npos) << job.error().message();
-  EXPECT_EQ(agent_->LaunchCount(), 0u);
+  EXPECT_EQ(launcher_->LaunchCount(), 0u);
 }
 
 }  // namespace

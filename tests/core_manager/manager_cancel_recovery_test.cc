@@ -15,7 +15,7 @@ namespace {
 using fp8d::v1::Job;
 
 TEST_F(ManagerTest, CancelQueuedJobIsImmediateAndIdempotent) {
-  agent_->slots = {agent::Slot{"node-a", -1}};
+  launcher_->slots = {launcher::Slot{"node-a", -1}};
   StartManager();
   const std::string running = CreateRunning(TrainJob());
   auto queued = Create(TrainJob());
@@ -32,11 +32,11 @@ TEST_F(ManagerTest, CancelQueuedJobIsImmediateAndIdempotent) {
   FinishAttempt(running, 1, 1);
   ASSERT_TRUE(WaitState(running, fp8d::v1::SUCCEEDED));
   RunFor(20);
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
 }
 
 TEST_F(ManagerTest, CancelRunningJobTermsThenKillsThenCancels) {
-  agent_->slots = {agent::Slot{"node-a", -1}};
+  launcher_->slots = {launcher::Slot{"node-a", -1}};
   StartManager();
   const std::string name = CreateRunning(TrainJob());
   auto next = Create(TrainJob());
@@ -59,13 +59,13 @@ TEST_F(ManagerTest, CancelRunningJobTermsThenKillsThenCancels) {
   clock_.Advance(40'000);
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGKILL); }));
   EXPECT_EQ(StateOf(name), fp8d::v1::CANCELLING);
-  EXPECT_EQ(agent_->LaunchCount(), 1u) << "the slot is held until the rank exits";
+  EXPECT_EQ(launcher_->LaunchCount(), 1u) << "the slot is held until the rank exits";
   Exit(name, 1, 0, -1, SIGKILL);
   ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
   ASSERT_TRUE(RunUntil([&] { return rec->ended; }));
   EXPECT_EQ(rec->updates.back().state(), fp8d::v1::CANCELLED);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(next->name()));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).job_id, JobIdOf(next->name()));
   EXPECT_EQ(Cancel(name)->state(), fp8d::v1::CANCELLED);
 }
 
@@ -92,7 +92,7 @@ TEST_F(ManagerTest, CancelBeforeTheWorkersStartLaunchesNothing) {
   EXPECT_TRUE((*reply)->state() == fp8d::v1::CANCELLING || (*reply)->state() == fp8d::v1::CANCELLED);
   ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
   RunFor(20);
-  EXPECT_EQ(agent_->LaunchCount(), 0u);
+  EXPECT_EQ(launcher_->LaunchCount(), 0u);
   Job full = *Get(name, /*full=*/true);
   std::vector<fp8d::v1::JobState> to;
   for (const auto& ev : full.events()) to.push_back(ev.to_state());
@@ -127,7 +127,7 @@ TEST_F(ManagerTest, CancelDuringRetryWaitIsImmediate) {
   EXPECT_EQ(cancelled->state(), fp8d::v1::CANCELLED);
   clock_.Advance(10'000);
   RunFor(30);
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
 }
 
 TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
@@ -139,10 +139,10 @@ TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
   const int64_t offset = Offset(name, 1, 0);
 
   RestartManager();  // adopt_status OK: the workers survived
-  ASSERT_EQ(agent_->AdoptCount(), 1u);
+  ASSERT_EQ(launcher_->AdoptCount(), 1u);
   {
-    std::lock_guard<std::mutex> lock(agent_->mu);
-    const auto& adopt = agent_->adopts[0];
+    std::lock_guard<std::mutex> lock(launcher_->mu);
+    const auto& adopt = launcher_->adopts[0];
     EXPECT_EQ(adopt.job_id, JobIdOf(name));
     EXPECT_EQ(adopt.attempt, 1);
     EXPECT_EQ(adopt.attempt_dir, data_dir_ + "/jobs/" + JobIdOf(name) + "/attempt-1");
@@ -152,7 +152,7 @@ TEST_F(ManagerTest, RecoveryReadoptsLiveWorkersAndKeepsSupervising) {
   }
   EXPECT_EQ(StateOf(name), fp8d::v1::RUNNING);
   EXPECT_EQ(Get(name)->progress().step(), 3) << "progress survived the restart";
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
 
   // Supervision continues: the adopted worker finishes (exit status unknowable: the done
   // line decides).
@@ -190,7 +190,7 @@ TEST_F(ManagerTest, ProgressIsWrittenInBatchesAndSurvivesACrash) {
   EXPECT_EQ(update_jobs_calls_->load(), 1) << "nothing new: no second write";
 
   CrashAndRestartManager();  // no Shutdown: only what was written survives
-  ASSERT_EQ(agent_->AdoptCount(), 1u);
+  ASSERT_EQ(launcher_->AdoptCount(), 1u);
   EXPECT_EQ(StateOf(name), fp8d::v1::RUNNING);
   EXPECT_EQ(Get(name)->progress().step(), 5);
 }
@@ -212,11 +212,11 @@ TEST_F(ManagerTest, RecoveryRequeuesWhenWorkersAreGoneWithoutCountingTheAttempt)
   Emit(name, 1, 0, {{"type", "checkpoint"}, {"step", 4}, {"path", "/ck/step-4"}});
   ASSERT_TRUE(RunUntil([&] { return Get(name)->checkpoint().step() == 4; }));
 
-  agent_->adopt_status = fp8::NotFoundError("pid 4000 is gone");
+  launcher_->adopt_status = fp8::NotFoundError("pid 4000 is gone");
   RestartManager();
   // max_attempts is 1, yet the job runs again: the lost attempt does not count.
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  const agent::LaunchRequest second = agent_->Launch(1);
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  const launcher::LaunchRequest second = launcher_->Launch(1);
   EXPECT_EQ(second.attempt, 2);
   EXPECT_EQ(second.resume_from, "/ck/step-4");
   Job full = *Get(name, /*full=*/true);
@@ -245,17 +245,17 @@ TEST_F(ManagerTest, RecoveryFinishesStoppingWorkersOfAFailedAttempt) {
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGTERM); }));
 
   CrashAndRestartManager();  // the SIGKILL that was due is lost with the old daemon
-  ASSERT_EQ(agent_->AdoptCount(), 1u);
+  ASSERT_EQ(launcher_->AdoptCount(), 1u);
   size_t terms = 0;
-  for (const auto& s : agent_->Signals()) terms += s.sig == SIGTERM;
+  for (const auto& s : launcher_->Signals()) terms += s.sig == SIGTERM;
   EXPECT_EQ(terms, 2u);
   clock_.Advance(5'000);  // grace over, backoff over
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGKILL); }));
   RunFor(30);
-  EXPECT_EQ(agent_->LaunchCount(), 1u) << "no new attempt beside the old workers";
+  EXPECT_EQ(launcher_->LaunchCount(), 1u) << "no new attempt beside the old workers";
   Exit(name, 1, 0, -1, 0, /*adopted=*/true);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).attempt, 2);
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).attempt, 2);
   Job full = *Get(name, /*full=*/true);
   ASSERT_GE(full.attempts_size(), 1);
   EXPECT_TRUE(full.attempts(0).has_end_time());
@@ -266,7 +266,7 @@ TEST_F(ManagerTest, RecoveryFinishesACancelWhoseWorkersAreGone) {
   StartManager();
   const std::string name = CreateRunning(TrainJob());
   ASSERT_EQ(Cancel(name)->state(), fp8d::v1::CANCELLING);
-  agent_->adopt_status = fp8::NotFoundError("gone");
+  launcher_->adopt_status = fp8::NotFoundError("gone");
   RestartManager();
   ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
 }
@@ -278,30 +278,30 @@ TEST_F(ManagerTest, RecoveryKeepsCancellingAnAdoptedJob) {
   RestartManager();
   EXPECT_EQ(StateOf(name), fp8d::v1::CANCELLING);
   size_t terms = 0;
-  for (const auto& s : agent_->Signals()) terms += s.sig == SIGTERM;
+  for (const auto& s : launcher_->Signals()) terms += s.sig == SIGTERM;
   EXPECT_EQ(terms, 2u) << "SIGTERM again after the restart";
   Exit(name, 1, 0, -1, 0, /*adopted=*/true);
   ASSERT_TRUE(WaitState(name, fp8d::v1::CANCELLED));
 }
 
 TEST_F(ManagerTest, RecoveryRequeuedJobKeepsItsPlaceInTheQueue) {
-  agent_->slots = {agent::Slot{"node-a", -1}};
+  launcher_->slots = {launcher::Slot{"node-a", -1}};
   StartManager();
   const std::string running = CreateRunning(TrainJob());
   auto queued = Create(TrainJob());
   ASSERT_TRUE(queued.ok());
-  agent_->adopt_status = fp8::NotFoundError("gone");
+  launcher_->adopt_status = fp8::NotFoundError("gone");
   RestartManager();
   // The running job's workers are gone: both jobs need the one slot again, FIFO.
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).job_id, JobIdOf(running));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).job_id, JobIdOf(running));
   EXPECT_EQ(StateOf(queued->name()), fp8d::v1::QUEUED);
 }
 
 TEST_F(ManagerTest, RecoveryOfADeepQueueCachesEveryJobInCreationOrder) {
   // More jobs than one recovery chunk (4096 are handed from the store thread to io at a time):
   // every chunk must arrive whole and in order.
-  agent_->slots = {agent::Slot{"node-a", -1}};
+  launcher_->slots = {launcher::Slot{"node-a", -1}};
   std::vector<store::CreateRequest> requests;
   for (int i = 0; i < 9000; ++i) {
     store::CreateRequest r;
@@ -313,8 +313,8 @@ TEST_F(ManagerTest, RecoveryOfADeepQueueCachesEveryJobInCreationOrder) {
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   StartManager();
   // FIFO across the whole queue: the oldest job gets the one slot.
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
-  EXPECT_EQ(agent_->Launch(0).job_id, JobIdOf((*created)[0].job.name()));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 1; }));
+  EXPECT_EQ(launcher_->Launch(0).job_id, JobIdOf((*created)[0].job.name()));
   // Cancelling a queued job is immediate only for a job in the manager's cache (otherwise it
   // answers UNAVAILABLE "being recovered"): the jobs on both sides of each chunk boundary and
   // the last one are there.

@@ -22,16 +22,16 @@ TEST_F(ManagerTest, CrashRetriesAfterBackoffFromCheckpointThenFails) {
   Job waiting = *Get(name);
   EXPECT_EQ(waiting.error().failure_class(), fp8d::v1::WORKER_CRASH);
   EXPECT_EQ(waiting.attempt(), 1);
-  EXPECT_TRUE(agent_->Signals().empty()) << "nothing left to signal: the only rank is gone";
+  EXPECT_TRUE(launcher_->Signals().empty()) << "nothing left to signal: the only rank is gone";
 
   // Backoff: initial 1 s, no jitter. Not a millisecond early.
   clock_.Advance(999);
   RunFor(30);
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
   EXPECT_EQ(StateOf(name), fp8d::v1::RETRY_WAIT);
   clock_.Advance(1);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  const agent::LaunchRequest second = agent_->Launch(1);
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  const launcher::LaunchRequest second = launcher_->Launch(1);
   EXPECT_EQ(second.attempt, 2);
   EXPECT_EQ(second.resume_from, "/ck/step-10");
   EXPECT_EQ(second.attempt_dir, data_dir_ + "/jobs/" + JobIdOf(name) + "/attempt-2");
@@ -51,7 +51,7 @@ TEST_F(ManagerTest, CrashRetriesAfterBackoffFromCheckpointThenFails) {
   EXPECT_EQ(failed.attempts(1).resumed_from(), "/ck/step-10");
   EXPECT_EQ(failed.attempts(1).ranks(0).exit_status(), 1);
   RunFor(20);
-  EXPECT_EQ(agent_->LaunchCount(), 2u);
+  EXPECT_EQ(launcher_->LaunchCount(), 2u);
 }
 
 TEST_F(ManagerTest, BackoffGrowsWithEachAttempt) {
@@ -63,14 +63,14 @@ TEST_F(ManagerTest, BackoffGrowsWithEachAttempt) {
   ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
   EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::INTERNAL_ERROR);
   clock_.Advance(1000);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
   Exit(name, 2, 0, 75);
   ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT));
   clock_.Advance(1999);  // second backoff is 2 s
   RunFor(30);
-  EXPECT_EQ(agent_->LaunchCount(), 2u);
+  EXPECT_EQ(launcher_->LaunchCount(), 2u);
   clock_.Advance(1);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 3; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 3; }));
 }
 
 TEST_F(ManagerTest, PermanentExitFailsWithoutRetry) {
@@ -91,7 +91,7 @@ TEST_F(ManagerTest, PermanentExitFailsWithoutRetry) {
   EXPECT_EQ(Get(b)->error().failure_class(), fp8d::v1::DATA_ERROR);
   clock_.Advance(120'000);
   RunFor(30);
-  EXPECT_EQ(agent_->LaunchCount(), 2u) << "no retries of permanent failures";
+  EXPECT_EQ(launcher_->LaunchCount(), 2u) << "no retries of permanent failures";
 }
 
 TEST_F(ManagerTest, ExitZeroWithoutDoneIsACrash) {
@@ -125,10 +125,10 @@ TEST_F(ManagerTest, MissingHeartbeatIsHungAndTheGroupIsKilled) {
   clock_.Advance(1);
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGKILL); }));
   // The backoff (1 s) is over, but the next attempt waits until the old one has exited.
-  EXPECT_EQ(agent_->LaunchCount(), 1u);
+  EXPECT_EQ(launcher_->LaunchCount(), 1u);
   Exit(name, 1, 0, -1, SIGKILL);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).attempt, 2);
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).attempt, 2);
 }
 
 TEST_F(ManagerTest, NoProgressWithinProgressTimeoutIsHung) {
@@ -165,7 +165,7 @@ TEST_F(ManagerTest, RankThatNeverStartsIsHungAfterProgressTimeout) {
   auto created = Create(spec);
   ASSERT_TRUE(created.ok());
   const std::string name = created->name();
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 1; }));
   ASSERT_TRUE(WaitState(name, fp8d::v1::STARTING));
   // The launch completes on the launcher thread and is posted back: the timeout counts from
   // then, so wait until the manager has recorded the pid before moving the clock.
@@ -209,13 +209,13 @@ TEST_F(ManagerTest, NumericRetriesFromAnEarlierCheckpoint) {
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGTERM); }));
   Exit(name, 1, 0, 75);
   clock_.Advance(1'000);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).resume_from, "/ck/step-10");
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).resume_from, "/ck/step-10");
   EXPECT_EQ(Get(name)->checkpoint().path(), "/ck/step-20") << "the newest is still reported";
 }
 
 TEST_F(ManagerTest, LaunchFailureFailsTheAttempt) {
-  agent_->launch_status = fp8::NotFoundError("fp8-worker: no such file");
+  launcher_->launch_status = fp8::NotFoundError("fp8-worker: no such file");
   StartManager();
   Job spec = TrainJob();
   spec.mutable_retry()->set_max_attempts(1);
@@ -248,8 +248,8 @@ TEST_F(ManagerTest, OneRankFailingStopsTheWholeGang) {
   Emit(name, 1, 0, {{"type", "done"}, {"result", {{"interrupted", true}}}});
   Exit(name, 1, 0, 75);
   clock_.Advance(1'000);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
-  EXPECT_EQ(agent_->Launch(1).slots.size(), 2u);
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
+  EXPECT_EQ(launcher_->Launch(1).slots.size(), 2u);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ void ManagerTest::SetUp() {
   ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
   data_dir_ = tmpl;
   store_ = store::NewMemoryJobStore();
-  agent_->slots = {agent::Slot{"node-a", -1}, agent::Slot{"node-a", -1}};
+  launcher_->slots = {launcher::Slot{"node-a", -1}, launcher::Slot{"node-a", -1}};
 }
 
 void ManagerTest::TearDown() {
@@ -41,10 +41,10 @@ ManagerOptions ManagerTest::Options() const {
 void ManagerTest::StartManager() { StartManager(Options()); }
 
 void ManagerTest::StartManager(ManagerOptions options) {
-  auto state = agent_;
+  auto state = launcher_;
   manager_ = NewJobManager(
       io_, std::move(options), std::make_unique<SharedStore>(store_, create_calls_, update_jobs_calls_, fail_writes_),
-      [state](agent::AgentListener* l) { return std::make_unique<FakeAgent>(state, l); }, &clock_);
+      [state](launcher::LauncherListener* l) { return std::make_unique<FakeLauncher>(state, l); }, &clock_);
   bool done = false;
   fp8::Status status;
   manager_->Start([&](fp8::Status st) {
@@ -154,7 +154,7 @@ std::shared_ptr<WatchRecord> ManagerTest::WatchJob(const std::string& name, int6
 }
 
 void ManagerTest::Emit(const std::string& name, int attempt, int rank, nlohmann::json event) {
-  agent::WorkerEvent ev;
+  launcher::WorkerEvent ev;
   ev.job_id = JobIdOf(name);
   ev.attempt = attempt;
   ev.rank = rank;
@@ -172,17 +172,17 @@ void ManagerTest::Emit(const std::string& name, int attempt, int rank, nlohmann:
   int64_t& offset = offsets_[name + "/" + std::to_string(attempt) + "/" + std::to_string(rank)];
   offset += static_cast<int64_t>(ev.raw.size()) + 1;
   ev.offset_after = offset;
-  agent::AgentListener* listener;
+  launcher::LauncherListener* listener;
   {
-    std::lock_guard<std::mutex> lock(agent_->mu);
-    listener = agent_->listener;
+    std::lock_guard<std::mutex> lock(launcher_->mu);
+    listener = launcher_->listener;
   }
   listener->OnWorkerEvent(std::move(ev));
 }
 
 void ManagerTest::EmitGarbage(const std::string& name, int attempt, int rank,
                               const std::string& line) {
-  agent::WorkerEvent ev;
+  launcher::WorkerEvent ev;
   ev.job_id = JobIdOf(name);
   ev.attempt = attempt;
   ev.rank = rank;
@@ -191,7 +191,7 @@ void ManagerTest::EmitGarbage(const std::string& name, int attempt, int rank,
   int64_t& offset = offsets_[name + "/" + std::to_string(attempt) + "/" + std::to_string(rank)];
   offset += static_cast<int64_t>(line.size()) + 1;
   ev.offset_after = offset;
-  agent_->listener->OnWorkerEvent(std::move(ev));
+  launcher_->listener->OnWorkerEvent(std::move(ev));
 }
 
 int64_t ManagerTest::Offset(const std::string& name, int attempt, int rank) {
@@ -200,14 +200,14 @@ int64_t ManagerTest::Offset(const std::string& name, int attempt, int rank) {
 
 void ManagerTest::Exit(const std::string& name, int attempt, int rank, int exit_code, int signal,
                        bool adopted) {
-  agent::WorkerExit ex;
+  launcher::WorkerExit ex;
   ex.job_id = JobIdOf(name);
   ex.attempt = attempt;
   ex.rank = rank;
   ex.exit_code = exit_code;
   ex.signal = signal;
   ex.adopted = adopted;
-  agent_->listener->OnWorkerExit(ex);
+  launcher_->listener->OnWorkerExit(ex);
 }
 
 Job ManagerTest::TrainJob(int ranks) const {
@@ -226,13 +226,13 @@ Job ManagerTest::TrainJob(int ranks) const {
 
 std::string ManagerTest::CreateRunning(Job job) {
   const int ranks = std::max(1, job.resources().ranks());
-  const size_t launches_before = agent_->LaunchCount();
+  const size_t launches_before = launcher_->LaunchCount();
   auto created = Create(std::move(job));
   EXPECT_TRUE(created.ok()) << created.status().ToString();
   if (!created.ok()) return "";
   const std::string name = created->name();
-  EXPECT_TRUE(RunUntil([&] { return agent_->LaunchCount() > launches_before; }));
-  const int attempt = agent_->Launch(agent_->LaunchCount() - 1).attempt;
+  EXPECT_TRUE(RunUntil([&] { return launcher_->LaunchCount() > launches_before; }));
+  const int attempt = launcher_->Launch(launcher_->LaunchCount() - 1).attempt;
   for (int r = 0; r < ranks; ++r) Emit(name, attempt, r, {{"type", "started"}, {"rank", r}});
   EXPECT_TRUE(WaitState(name, fp8d::v1::RUNNING));
   // The launch result comes back from the launcher thread; timeouts count from it, so tests
@@ -257,7 +257,7 @@ void ManagerTest::FinishAttempt(const std::string& name, int attempt, int ranks)
 }
 
 bool ManagerTest::HasSignal(const std::string& name, int attempt, int sig) const {
-  for (const auto& s : agent_->Signals()) {
+  for (const auto& s : launcher_->Signals()) {
     if (s.job_id == JobIdOf(name) && s.attempt == attempt && s.sig == sig) return true;
   }
   return false;

@@ -1,4 +1,4 @@
-// Fixture for JobManager tests: a manager on a memory store with a FakeAgent and a
+// Fixture for JobManager tests: a manager on a memory store with a FakeLauncher and a
 // ManualClock, driven from the test thread (which is the io thread: the test only calls the
 // manager between io.run_for slices). Waits are "until a condition holds", bounded by a
 // generous wall-clock limit that only a bug reaches; time as the manager sees it moves only
@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/core/job_manager.h"
-#include "tests/core_manager/fake_agent.h"
+#include "tests/core_manager/fake_launcher.h"
 
 namespace fp8d::core::testing {
 
@@ -35,7 +35,7 @@ class ManagerTest : public ::testing::Test {
   ManagerOptions Options() const;
   void StartManager();
   void StartManager(ManagerOptions options);
-  // Shutdown + destroy (workers "keep running" in the FakeAgent's world), then Start again on
+  // Shutdown + destroy (workers "keep running" in the FakeLauncher's world), then Start again on
   // the same store.
   void RestartManager();
   // Destroys the manager without Shutdown (a crash, as far as the manager can tell), then
@@ -54,7 +54,7 @@ class ManagerTest : public ::testing::Test {
   bool WaitState(const std::string& name, fp8d::v1::JobState state);
   std::shared_ptr<WatchRecord> WatchJob(const std::string& name, int64_t since_version = 0);
 
-  // The workers' side, as the agent would report it.
+  // The workers' side, as the launcher would report it.
   void Emit(const std::string& name, int attempt, int rank, nlohmann::json event);
   void EmitGarbage(const std::string& name, int attempt, int rank, const std::string& line);
   void Exit(const std::string& name, int attempt, int rank, int exit_code, int signal = 0,
@@ -72,7 +72,7 @@ class ManagerTest : public ::testing::Test {
 
   boost::asio::io_context io_;
   ManualClock clock_{1'800'000'000'000};
-  std::shared_ptr<FakeAgentState> agent_ = std::make_shared<FakeAgentState>();
+  std::shared_ptr<FakeLauncherState> launcher_ = std::make_shared<FakeLauncherState>();
   std::shared_ptr<store::JobStore> store_;
   std::shared_ptr<std::atomic<int>> create_calls_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> update_jobs_calls_ = std::make_shared<std::atomic<int>>(0);

@@ -50,18 +50,18 @@ TEST_F(ManagerTest, TheLaunchWaitsForItsIntentToBeDurable) {
   auto created = Create(TrainJob());
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   RunFor(500);
-  EXPECT_EQ(agent_->LaunchCount(), 0u) << "workers started before STARTING was written";
+  EXPECT_EQ(launcher_->LaunchCount(), 0u) << "workers started before STARTING was written";
   EXPECT_EQ(Get(created->name())->state(), fp8d::v1::QUEUED);
   *fail_writes_ = false;
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 1; }));
   EXPECT_EQ(store_->GetJob(created->name())->state(), fp8d::v1::STARTING);
 }
 
 TEST_F(ManagerTest, AControllerSideLaunchErrorIsRetriedWithoutCountingAnAttempt) {
   StartManager();
   {
-    std::lock_guard<std::mutex> lock(agent_->mu);
-    agent_->launch_status = fp8::UnavailableError("writing spec.json.tmp: No space left on device");
+    std::lock_guard<std::mutex> lock(launcher_->mu);
+    launcher_->launch_status = fp8::UnavailableError("writing spec.json.tmp: No space left on device");
   }
   Job spec = TrainJob();
   spec.mutable_retry()->set_max_attempts(1);
@@ -70,11 +70,11 @@ TEST_F(ManagerTest, AControllerSideLaunchErrorIsRetriedWithoutCountingAnAttempt)
   const std::string name = created->name();
   ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT)) << "max_attempts 1, but this one must not count";
   {
-    std::lock_guard<std::mutex> lock(agent_->mu);
-    agent_->launch_status = fp8::OkStatus();
+    std::lock_guard<std::mutex> lock(launcher_->mu);
+    launcher_->launch_status = fp8::OkStatus();
   }
   clock_.Advance(1000);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
   Emit(name, 2, 0, {{"type", "started"}});
   ASSERT_TRUE(WaitState(name, fp8d::v1::RUNNING));
   FinishAttempt(name, 2, 1);
@@ -92,22 +92,22 @@ TEST_F(ManagerTest, ARankNeverStartedAfterARestartIsRetriedWithoutCountingAnAtte
   auto created = Create(spec);
   ASSERT_TRUE(created.ok());
   const std::string name = created->name();
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 1; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 1; }));
   Emit(name, 1, 0, {{"type", "started"}});
   // What recovery's adopt reports for a rank with neither a process nor an events file.
-  agent::WorkerExit never;
+  launcher::WorkerExit never;
   never.job_id = JobIdOf(name);
   never.attempt = 1;
   never.rank = 1;
   never.adopted = true;
   never.never_started = true;
-  agent_->listener->OnWorkerExit(never);
+  launcher_->listener->OnWorkerExit(never);
   ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT)) << "max_attempts 1, but this one must not count";
   EXPECT_EQ(Get(name)->error().failure_class(), fp8d::v1::CONTROLLER_RESTART);
   ASSERT_TRUE(RunUntil([&] { return HasSignal(name, 1, SIGTERM); })) << "rank 0 was left running";
   Exit(name, 1, 0, -1, SIGTERM);
   clock_.Advance(1000);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
   Emit(name, 2, 0, {{"type", "started"}});
   Emit(name, 2, 1, {{"type", "started"}});
   ASSERT_TRUE(WaitState(name, fp8d::v1::RUNNING));
@@ -125,7 +125,7 @@ TEST_F(ManagerTest, OutOfMemoryAtTheSameStepTwiceIsPermanent) {
   Exit(name, 1, 0, 75);
   ASSERT_TRUE(WaitState(name, fp8d::v1::RETRY_WAIT)) << "the first out-of-memory is retried";
   clock_.Advance(1000);
-  ASSERT_TRUE(RunUntil([&] { return agent_->LaunchCount() == 2; }));
+  ASSERT_TRUE(RunUntil([&] { return launcher_->LaunchCount() == 2; }));
   Emit(name, 2, 0, {{"type", "started"}});
   ASSERT_TRUE(WaitState(name, fp8d::v1::RUNNING));
   Emit(name, 2, 0, {{"type", "progress"}, {"step", 7}, {"total_steps", 10}});

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/agent/event_reader.h"
+#include "daemon/launcher/event_reader.h"
 #include "daemon/core/attempt_verdict.h"
 
 namespace fp8d::core {
@@ -73,7 +73,7 @@ struct Exit {
   int signal = 0;
   bool adopted = false;
   bool never_started = false;
-  agent::WorkerExit::Cause cause = agent::WorkerExit::Cause::kProcess;
+  launcher::WorkerExit::Cause cause = launcher::WorkerExit::Cause::kProcess;
 };
 struct Tick {};
 
@@ -112,7 +112,7 @@ std::string Error(const std::string& cls, const std::string& message = "boom") {
 }
 
 const std::vector<Row>& Rows() {
-  using C = agent::WorkerExit::Cause;
+  using C = launcher::WorkerExit::Cause;
   static const std::vector<Row> rows = {
       // ---- events that change nothing but the rank's liveness --------------------------------
       {.name = "heartbeat", .attempt = Running(), .input = Event{1, R"({"time":1.5,"heartbeat":{}})"},
@@ -361,11 +361,11 @@ class VerdictTable : public ::testing::TestWithParam<size_t> {};
 TEST_P(VerdictTable, Row) {
   const Row& row = Rows()[GetParam()];
   SCOPED_TRACE(row.name);
-  agent::WorkerEvent event;
-  agent::WorkerExit exit;
+  launcher::WorkerEvent event;
+  launcher::WorkerExit exit;
   SupervisorInput input = TickInput{};
   if (const Event* e = std::get_if<Event>(&row.input)) {
-    std::optional<fp8d::v1::WorkerEvent> parsed = agent::ParseEventLine(e->line);
+    std::optional<fp8d::v1::WorkerEvent> parsed = launcher::ParseEventLine(e->line);
     ASSERT_TRUE(parsed.has_value()) << e->line;
     event.rank = e->rank;
     event.event = *parsed;

@@ -85,6 +85,34 @@ TEST(Validation, InitFromIsCheckedAtCreate) {
   std::filesystem::remove_all(dir);
 }
 
+// The output-dir admission keys on what the path check resolved (JobManager::CreateJob): a
+// symlink alias of a folder must give that folder, and fields that share folders one answer.
+TEST(Validation, ThePathCheckHandsBackTheOutputDirAsItResolved) {
+  const std::string dir = ::testing::TempDir() + "/fp8d-resolved-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/real");
+  std::filesystem::create_directory_symlink(dir + "/real", dir + "/alias");
+  const std::string real = std::filesystem::canonical(dir + "/real").string();
+  CreateJobRequest r = ValidRequest();
+  auto* t = r.mutable_job()->mutable_train();
+  t->mutable_data()->set_train(dir + "/alias/data/*.bin");
+  t->set_output_dir(dir + "/alias/run-1");
+  fp8::jobspec::ResolvedPaths resolved;
+  const std::vector<std::string> roots = {"/"};
+  ASSERT_TRUE(api::CheckJobPaths(r.job(), roots, 0, &resolved).ok());
+  EXPECT_EQ(resolved.output_dir, real + "/run-1");
+  EXPECT_EQ(resolved.output_dir, *fp8::jobspec::ResolvePath(t->output_dir()));
+  // Refused: nothing is handed back.
+  t->set_output_dir(dir + "/alias/run-2");
+  resolved = {};
+  EXPECT_FALSE(api::CheckJobPaths(r.job(), {real + "/elsewhere"}, 0, &resolved).ok());
+  EXPECT_TRUE(resolved.output_dir.empty());
+  t->clear_output_dir();
+  ASSERT_TRUE(api::CheckJobPaths(r.job(), roots, 0, &resolved).ok());
+  EXPECT_TRUE(resolved.output_dir.empty());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Validation, MessagesStartWithTheFieldPath) {
   CreateJobRequest r = ValidRequest();
   r.mutable_job()->mutable_train()->mutable_training()->set_learning_rate(-1);
@@ -387,6 +415,30 @@ TEST(Output, CalibrationShowsItsResultNotLossAndTokens) {
   EXPECT_NE(out.str().find("/models/out-fp8"), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("Loss"), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("Tokens/s"), std::string::npos) << out.str();
+}
+
+TEST(Output, AnMoeJobShowsItsExpertLoadAndADenseOneDoesNot) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/moe");
+  job.set_kind(fp8d::v1::TRAIN);
+  job.set_state(fp8d::v1::RUNNING);
+  job.mutable_progress()->set_step(40);
+  job.mutable_progress()->set_loss(2.5);
+  std::ostringstream dense;
+  client::PrintJob(job, client::OutputFormat::kTable, dense);
+  EXPECT_EQ(dense.str().find("Expert load"), std::string::npos) << dense.str();
+  EXPECT_EQ(dense.str().find("Aux loss"), std::string::npos) << dense.str();
+  fp8d::v1::Progress& p = *job.mutable_progress();
+  p.set_moe_load_min(0.8125);
+  p.set_moe_load_max(1.25);
+  p.set_moe_load_cv(0.2049);
+  p.set_moe_dropped_fraction(0.0125);
+  p.set_moe_aux_loss(0.01012);
+  std::ostringstream moe;
+  client::PrintJob(job, client::OutputFormat::kTable, moe);
+  EXPECT_NE(moe.str().find("0.81 .. 1.25 × mean, CV 0.205"), std::string::npos) << moe.str();
+  EXPECT_NE(moe.str().find("1.25%"), std::string::npos) << moe.str();
+  EXPECT_NE(moe.str().find("0.0101"), std::string::npos) << moe.str();
 }
 
 TEST(Output, CancelledReadsCancelledAndTheFirstEventHasNoFrom) {

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "client/contexts.h"
-#include "daemon/agent/agent.h"
+#include "daemon/launcher/launcher.h"
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/job_isolation.h"
 
@@ -215,7 +215,7 @@ TEST(Isolation, WorkerEnvironmentAllowlist) {
   std::vector<char*> env;
   for (auto& e : raw) env.push_back(e.data());
   env.push_back(nullptr);
-  auto out = agent::AllowlistedEnvironment(env.data(), {"MY_TOOL_*"});
+  auto out = launcher::AllowlistedEnvironment(env.data(), {"MY_TOOL_*"});
   EXPECT_EQ(out.count("AWS_SECRET_ACCESS_KEY"), 0u);
   EXPECT_EQ(out.count("OTHER"), 0u);
   EXPECT_EQ(out.at("LC_ALL"), "C");
@@ -224,7 +224,7 @@ TEST(Isolation, WorkerEnvironmentAllowlist) {
   EXPECT_EQ(out.at("PATH"), "/bin");
   EXPECT_EQ(out.at("MY_TOOL_X"), "1");
   EXPECT_EQ(out.at("LD_LIBRARY_PATH"), "/opt/lib");
-  EXPECT_EQ(agent::AllowlistedEnvironment(env.data(), {}).count("MY_TOOL_X"), 0u);
+  EXPECT_EQ(launcher::AllowlistedEnvironment(env.data(), {}).count("MY_TOOL_X"), 0u);
 }
 
 TEST(Contexts, ResolveAndUse) {

@@ -656,42 +656,57 @@ def case_http(base):
         d.stop()
 
 
-def case_fp8_metrics(base):
-    """The real fp8-worker trains a tiny model with an FP8 recipe: its amax and saturation reach
-    /metrics (plain HTTP on loopback, no auth), and the store commit histogram counts commits."""
+def real_worker_daemon(base):
+    """fp8d with the real fp8-worker, metrics on plain HTTP (loopback, no auth), and shards of
+    the corpus in a shared dir: (daemon, stubs, channel, shared dir, metrics URL)."""
     shared = shared_dir(base)
     sh(ARGS.real_worker, "prepare-data", "--text", ARGS.corpus, "--out", f"{shared}/data")
     hport = free_port()
     d = Daemon(base, ["--listen", "127.0.0.1:0", "--loopback-role", "submitter", "--allowed-root", shared,
                       "--http-listen", f"127.0.0.1:{hport}"],
                env={"FP8_NUM_THREADS": "1"}, worker=ARGS.real_worker)
+    d.wait_address()
+    ch = grpc.insecure_channel(d.address)
+    wait_serving(ch)
+    return d, stubs(ch), ch, shared, f"http://127.0.0.1:{hport}/metrics"
+
+
+def long_running_job(shared, recipe, preset="tiny"):
+    job = train_job(f"{shared}/out", f"{shared}/data/train_*.bin")
+    job.train.model.preset = preset
+    job.train.precision.recipe = recipe
+    job.train.training.max_steps = 100000
+    job.train.training.logging_steps = 1
+    job.train.training.per_device_train_batch_size = 2
+    return job
+
+
+def wait_for_sample(url, name, job_name, timeout=120):
+    """Scrapes until `name` has a sample for the job: (value, parsed families of that scrape)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    value, text = None, None
+    end = time.time() + timeout
+    while time.time() < end and value is None:
+        code, text = curl(url)
+        if code == 200:
+            value = sample({f.name: f for f in text_string_to_metric_families(text)}, name, job=job_name)
+        time.sleep(0.3)
+    return value, check_metrics_text(text)
+
+
+def case_fp8_metrics(base):
+    """The real fp8-worker trains a tiny model with an FP8 recipe: its amax and saturation reach
+    /metrics (plain HTTP on loopback, no auth), and the store commit histogram counts commits."""
+    d, s, ch, shared, url = real_worker_daemon(base)
     try:
-        d.wait_address()
-        ch = grpc.insecure_channel(d.address)
-        wait_serving(ch)
-        s = stubs(ch)
-        job = train_job(f"{shared}/out", f"{shared}/data/train_*.bin")
-        job.train.precision.recipe = "fp8-tensorwise"
-        job.train.training.max_steps = 100000
-        job.train.training.logging_steps = 1
-        job.train.training.per_device_train_batch_size = 2
-        created = s.CreateJob(PB.svc.CreateJobRequest(job=job), timeout=30)
-        url = f"http://127.0.0.1:{hport}/metrics"
-        amax = text = None
-        end = time.time() + 120
-        while time.time() < end and not amax:
-            code, text = curl(url)
-            if code == 200:
-                from prometheus_client.parser import text_string_to_metric_families
-                fams = {f.name: f for f in text_string_to_metric_families(text)}
-                amax = sample(fams, "fp8d_job_fp8_amax_max", job=created.name)
-            time.sleep(0.3)
-        families = check_metrics_text(text)
+        created = s.CreateJob(PB.svc.CreateJobRequest(job=long_running_job(shared, "fp8-tensorwise")), timeout=30)
+        amax, families = wait_for_sample(url, "fp8d_job_fp8_amax_max", created.name)
         expect(amax and amax > 0, f"fp8d_job_fp8_amax_max for the running FP8 job: {amax}")
         sat = sample(families, "fp8d_job_fp8_saturation_fraction", job=created.name)
         expect(sat is not None and 0 <= sat <= 1, f"fp8d_job_fp8_saturation_fraction in [0, 1]: {sat}")
         got = s.GetJob(PB.svc.GetJobRequest(name=created.name), timeout=10).progress
         expect(got.HasField("fp8_amax_max"), f"GetJob's progress carries fp8_amax_max ({got.fp8_amax_max})")
+        expect(not got.HasField("moe_load_cv"), "a dense model's progress has no moe_load_cv")
         commits = sample(families, "fp8d_store_commit_seconds_count")
         expect(commits and commits >= 2, f"fp8d_store_commit_seconds counts the create and the start ({commits})")
         cancel_and_wait(s, created.name)
@@ -700,8 +715,52 @@ def case_fp8_metrics(base):
         d.stop()
 
 
+def case_moe_progress(base):
+    """The real fp8-worker trains moe-tiny: the expert load it reports reaches GetJob, /metrics
+    and fp8ctl describe."""
+    d, s, ch, shared, url = real_worker_daemon(base)
+    try:
+        created = s.CreateJob(PB.svc.CreateJobRequest(job=long_running_job(shared, "bf16", "moe-tiny")), timeout=30)
+        cv, families = wait_for_sample(url, "fp8d_job_moe_load_cv", created.name)
+        expect(cv is not None and cv >= 0, f"fp8d_job_moe_load_cv for the running MoE job: {cv}")
+        lo = sample(families, "fp8d_job_moe_load_min", job=created.name)
+        hi = sample(families, "fp8d_job_moe_load_max", job=created.name)
+        expect(lo is not None and hi is not None and 0 <= lo <= 1 <= hi,
+               f"fp8d_job_moe_load_min <= 1 <= fp8d_job_moe_load_max ({lo}, {hi})")
+        dropped = sample(families, "fp8d_job_moe_dropped_fraction", job=created.name)
+        expect(dropped is not None and 0 <= dropped <= 1, f"fp8d_job_moe_dropped_fraction in [0, 1]: {dropped}")
+        aux = sample(families, "fp8d_job_moe_aux_loss", job=created.name)
+        expect(aux is not None and aux > 0, f"fp8d_job_moe_aux_loss of softmax-topk routing: {aux}")
+        got = s.GetJob(PB.svc.GetJobRequest(name=created.name), timeout=10).progress
+        expect(got.HasField("moe_load_cv") and got.HasField("moe_aux_loss"),
+               f"GetJob's progress carries the expert load (cv {got.moe_load_cv})")
+        p = subprocess.run([ARGS.fp8ctl, "--server", d.address, "describe", created.name],
+                           capture_output=True, text=True, timeout=30)
+        expect(p.returncode == 0 and "Expert load:" in p.stdout and "Aux loss:" in p.stdout,
+               f"fp8ctl describe shows the expert load ({p.stdout.strip()} {p.stderr.strip()})")
+        cancel_and_wait(s, created.name)
+        # resources.expert_parallel reaches the ranks: two ranks share out the experts.
+        job = train_job(f"{shared}/out-ep", f"{shared}/data/train_*.bin")
+        job.train.model.preset = "moe-tiny"
+        job.train.training.max_steps = 3
+        job.resources.ranks = 2
+        job.resources.expert_parallel = 2
+        ep = s.CreateJob(PB.svc.CreateJobRequest(job=job), timeout=30)
+        end = time.time() + 120
+        got = s.GetJob(PB.svc.GetJobRequest(name=ep.name), timeout=10)
+        while time.time() < end and got.state not in (PB.job.SUCCEEDED, PB.job.FAILED, PB.job.CANCELLED):
+            time.sleep(0.3)
+            got = s.GetJob(PB.svc.GetJobRequest(name=ep.name), timeout=10)
+        expect(got.state == PB.job.SUCCEEDED, f"the expert-parallel job succeeds ({got.state}, {got.error.message})")
+        degree = got.result.fields["expert_parallel"].number_value
+        expect(degree == 2, f"its ranks ran with expert_parallel 2 ({degree})")
+        ch.close()
+    finally:
+        d.stop()
+
+
 CASES = [case_nonloopback_refused, case_tls_tokens, case_mtls, case_rotation, case_http, case_fp8_metrics,
-         case_isolation]
+         case_moe_progress, case_isolation]
 
 
 def main():

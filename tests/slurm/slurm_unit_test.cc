@@ -4,9 +4,9 @@
 
 #include <set>
 
-#include "daemon/agent/slurm_command.h"
+#include "daemon/launcher/slurm_command.h"
 
-namespace fp8d::agent {
+namespace fp8d::launcher {
 namespace {
 
 TEST(SlurmParse, SqueueLines) {
@@ -74,7 +74,7 @@ TEST(SlurmParse, ReasonsThatNeverResolve) {
 using Cause = WorkerExit::Cause;
 
 // Whether the Slurm launcher can end a rank with Cause `c` (every Cause today), through a switch
-// with no default: a Cause added to agent.h stops this file from compiling until it is sorted
+// with no default: a Cause added to launcher.h stops this file from compiling until it is sorted
 // here, and then the coverage test below asks for its table row. Values that name no Cause: false.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wswitch"
@@ -199,4 +199,4 @@ TEST(SlurmCommand, CollectsOutputAndExitCode) {
 }
 
 }  // namespace
-}  // namespace fp8d::agent
+}  // namespace fp8d::launcher

@@ -1,9 +1,9 @@
 // fp8-test-worker: a stand-in for fp8-worker that speaks the worker contract (docs/design.md §4,
-// event schema in worker/common/events.h) and misbehaves on request, so the agent, the
+// event schema in worker/common/events.h) and misbehaves on request, so the launcher, the
 // manager and the integration tests can exercise every failure path with real processes and
 // no FP8 math.
 //
-// Usage (as the agent starts it):  fp8-test-worker <train|calibrate> --spec <path>/spec.json
+// Usage (as the launcher starts it):  fp8-test-worker <train|calibrate> --spec <path>/spec.json
 //
 // What to do is read from, in increasing precedence:
 //   1. defaults (below);
@@ -61,7 +61,7 @@
 //     (as the real trainer does, docs/architecture.md);
 //   - `done` {result: {final_step, resumed_from_step, final_loss}} at the end, exit 0.
 //   - stderr (rank-<r>.log) gets the FP8D_* / CUDA_VISIBLE_DEVICES environment and the list
-//     of open fds at start, so tests can check what the agent handed over.
+//     of open fds at start, so tests can check what the launcher handed over.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -104,7 +104,7 @@ struct Config {
   bool spawn_child = false;
 };
 
-// ---- events: one line per write(2) on stdout, so the agent never sees a torn line --------
+// ---- events: one line per write(2) on stdout, so the launcher never sees a torn line --------
 
 std::mutex g_write_mu;
 
@@ -379,7 +379,7 @@ void LogEnvironmentAndFds() {
     ::closedir(d);
   }
   std::fprintf(stderr, "fds %s\n", fds.c_str());
-  // Where stdio points and whether stdout/stderr append (the agent opens them O_APPEND).
+  // Where stdio points and whether stdout/stderr append (the launcher opens them O_APPEND).
   for (int fd = 0; fd <= 2; ++fd) {
     char target[4096] = {};
     std::string link = "/proc/self/fd/" + std::to_string(fd);

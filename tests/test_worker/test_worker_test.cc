@@ -1,5 +1,5 @@
 // The fault-injection worker itself: its knobs do what main.cc documents, so the tests of the
-// agent, the manager and the integration can trust it.
+// launcher, the manager and the integration can trust it.
 #include <sys/wait.h>
 #include <unistd.h>
 

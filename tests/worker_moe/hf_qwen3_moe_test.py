@@ -163,23 +163,11 @@ def numpy_qwen3_moe_logits(c, p, tokens):
     return x @ g["lm_head.weight"].T, min(margins)
 
 
-class HfQwen3MoeTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="fp8-moe-")
-        cls.dir = cls.tmp.name
-        run(["prepare-data", "--text", CORPUS, "--out", os.path.join(cls.dir, "data")])
-        cls.train_glob = os.path.join(cls.dir, "data", "train_*.bin")
-        cls.val_glob = os.path.join(cls.dir, "data", "val_*.bin")
-        cls.params, cls.dirs = {}, {}
-        for i, (name, config) in enumerate(CONFIGS.items()):
-            cls.params[name] = qwen3_moe_params(config, np.random.default_rng(200 + i))
-            cls.dirs[name] = os.path.join(cls.dir, name)
-            write_model_dir(cls.dirs[name], config, cls.params[name])
+class MoeHfCase(unittest.TestCase):
+    """What the tests of both MoE families do with fp8-worker: evaluate, train a spec, and check
+    its logits against the family's numpy forward (`numpy_logits`, set by the subclass)."""
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+    numpy_logits = None
 
     def evaluate(self, *args):
         return json.loads(run(["evaluate"] + list(args)).stdout)
@@ -200,7 +188,7 @@ class HfQwen3MoeTest(unittest.TestCase):
         tokens = [3, 101, 7, 255, 0, 42, 42, 200, 17, 64, 9, 128, 5]
         got = self.evaluate("--model", model_dir, "--tokens", ",".join(map(str, tokens)), "--recipe", "fp32")
         got = np.array(got["logits"], dtype=np.float64)
-        want, margin = numpy_qwen3_moe_logits(config, params, tokens)
+        want, margin = self.numpy_logits(config, params, tokens)
         self.assertGreater(margin, 1e-4, "a token's k-th and next expert nearly tie: pick another seed")
         self.assertEqual(got.shape, want.shape)
         self.assertGreater(np.abs(want).max(), 1.0)
@@ -208,6 +196,27 @@ class HfQwen3MoeTest(unittest.TestCase):
         print(f"{label}: max |fp8d - numpy| / max |numpy| = {rel:.3g} (closest routing tie {margin:.2g})",
               file=sys.stderr)
         self.assertLess(rel, tol, label)
+
+
+class HfQwen3MoeTest(MoeHfCase):
+    numpy_logits = staticmethod(numpy_qwen3_moe_logits)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="fp8-moe-")
+        cls.dir = cls.tmp.name
+        run(["prepare-data", "--text", CORPUS, "--out", os.path.join(cls.dir, "data")])
+        cls.train_glob = os.path.join(cls.dir, "data", "train_*.bin")
+        cls.val_glob = os.path.join(cls.dir, "data", "val_*.bin")
+        cls.params, cls.dirs = {}, {}
+        for i, (name, config) in enumerate(CONFIGS.items()):
+            cls.params[name] = qwen3_moe_params(config, np.random.default_rng(200 + i))
+            cls.dirs[name] = os.path.join(cls.dir, name)
+            write_model_dir(cls.dirs[name], config, cls.params[name])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
 
     # --- must show -----------------------------------------------------------------------------
 

@@ -276,7 +276,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CudaLlamaTraining,
                                            Case{kVariants[3], Recipe::kFp8Blockwise, 2e-2, 0}),
                          CaseName);
 
-// `fp8-worker train` on the llama-tiny preset with backend cuda, as the agent runs it: it ends
+// `fp8-worker train` on the llama-tiny preset with backend cuda, as the launcher runs it: it ends
 // SUCCEEDED (exit 0, a done event), the loss falls, and the checkpoint loads into the CPU model.
 TEST(CudaLlamaWorker, LlamaTinyPresetTrainsOnCudaAndTheCpuReadsItsCheckpoint) {
   SKIP_WITHOUT_GPU();

@@ -169,32 +169,6 @@ TEST_P(FusedBlockCast, SwiGluAtARowPitchEqualsDenseInputs) {
   ExpectSameCast(fused, plain);
 }
 
-// The merged gate/up layer's dy = [dgate | dup] cast inside the SwiGLU backward: the bytes and
-// scales of SwiGluBackwardRows' output cast by Sm90Fp8Quantize1x128WithTranspose.
-TEST_P(FusedBlockCast, SwiGluBackwardCastEqualsBackwardThenCast) {
-  SKIP_WITHOUT_GPU();
-  const auto [n, c, sf] = GetParam();
-  const size_t nc = static_cast<size_t>(n * c);
-  Dev<bf16> merged(ToBf16(Random(2 * nc, 31, 2.0f))), dout(ToBf16(Random(nc, 32))), dy(2 * nc);
-  const bf16* g = merged.get();
-  const bf16* u = merged.get() + c;
-  Dev<uint8_t> q_p(std::vector<uint8_t>(2 * nc, 0xA5)), qt_p(std::vector<uint8_t>(2 * nc, 0xA5));
-  Dev<uint8_t> q_f(std::vector<uint8_t>(2 * nc, 0xA5)), qt_f(std::vector<uint8_t>(2 * nc, 0xA5));
-  const size_t s_n = static_cast<size_t>(2 * c / 128 * n), st_n = static_cast<size_t>(n / 128 * 2 * c);
-  Dev<float> s_p(std::vector<float>(s_n, -7.0f)), st_p(std::vector<float>(st_n, -7.0f));
-  Dev<float> s_f(std::vector<float>(s_n, -7.0f)), st_f(std::vector<float>(st_n, -7.0f));
-  ASSERT_OK(SwiGluBackwardRows(dout.get(), g, u, n, c, 2 * c, dy.get(), dy.get() + c, nullptr));
-  ASSERT_OK(kc::Sm90Fp8Quantize1x128WithTranspose(dy.get(), n, 2 * c, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor, q_p.get(),
-                                                  s_p.get(), qt_p.get(), st_p.get(), nullptr));
-  ASSERT_OK(SwiGluBackwardCastBlockwise(dout.get(), g, u, n, c, 2 * c, sf, Fp8DyCast{q_f.get(), s_f.get(), qt_f.get(), st_f.get()},
-                                        nullptr));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_TRUE(BitwiseEqual(q_f.Host(), q_p.Host())) << "dy bytes";
-  EXPECT_TRUE(BitwiseEqual(s_f.Host(), s_p.Host())) << "dy scales";
-  EXPECT_TRUE(BitwiseEqual(qt_f.Host(), qt_p.Host())) << "dyᵀ bytes";
-  EXPECT_TRUE(BitwiseEqual(st_f.Host(), st_p.Host())) << "dyᵀ scales";
-}
-
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedBlockCast, ::testing::ValuesIn(kShapes), ShapeName);
 
 TEST(FusedBlockCastArgs, RefusesShapesTheCastCannotTile) {

@@ -87,7 +87,7 @@ TEST_P(RmsNorm, ResidualAddFusedEqualsTwoSteps) {
   EXPECT_TRUE(BitwiseEqual(rstd.Host(), rstd2.Host()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Widths, RmsNorm, ::testing::Values(64, 100, 2048, 3072));
+INSTANTIATE_TEST_SUITE_P(Widths, RmsNorm, ::testing::Values(64, 100, 2048, 3072, 8192));
 
 // Per-head norm on `heads` heads of rows whose pitch leaves other columns (as q inside a wider
 // projection output): those must stay untouched.

@@ -15,6 +15,7 @@
 #include "worker/calibrate/eval_loss.h"
 #include "worker/calibrate/eval_model.h"
 #include "worker/calibrate/model_input.h"
+#include "worker/calibrate/moe_tensors.h"
 #include "worker/calibrate/report.h"
 #include "worker/calibrate/tensor_convert.h"
 #include "worker/safetensors/safetensors.h"
@@ -496,6 +497,7 @@ StatusOr<json> RunCalibration(const CalibrateOptions& opts, const RunControls& c
   FP8_ASSIGN_OR_RETURN(std::optional<json> finished, CheckOutputDir(opts, in, paths, fingerprint));
   if (finished) return *finished;
 
+  FP8_RETURN_IF_ERROR(CheckMoeTensors(in));
   FP8_ASSIGN_OR_RETURN(Plan plan, PlanConversion(in, opts));
   // CUDA when this build has it and a GPU is visible (spec field backend), the CPU otherwise.
   FP8_ASSIGN_OR_RETURN(std::unique_ptr<WeightConverter> converter, MakeWeightConverter(opts.backend));

@@ -1,7 +1,7 @@
 // The worker's side of docs/design.md §4: events on stdout, one JSON object per line, each a
 // fp8d.v1.WorkerEvent (proto/fp8d/v1/worker_event.proto, the contract with the daemon) printed
 // by protobuf's JSON printer. Thread-safe: the heartbeat thread and the training loop write
-// through the same EventWriter, a line at a time, flushed at once (stdout is a file the agent
+// through the same EventWriter, a line at a time, flushed at once (stdout is a file the launcher
 // tails, so a line must never be torn).
 #pragma once
 

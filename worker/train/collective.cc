@@ -1,16 +1,35 @@
 #include "worker/train/collective.h"
 
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <numeric>
 
 namespace fp8::train {
 namespace {
+
+// The counts of an all-to-all: one per rank, none negative, and what this rank sends itself is
+// what it expects from itself.
+Status CheckCounts(int rank, int world, const std::vector<int64_t>& send, const std::vector<int64_t>& recv) {
+  if (send.size() != static_cast<size_t>(world) || recv.size() != static_cast<size_t>(world))
+    return InvalidArgumentError("all-to-all: " + std::to_string(world) + " counts per side expected, got " +
+                                std::to_string(send.size()) + " and " + std::to_string(recv.size()));
+  for (int r = 0; r < world; ++r)
+    if (send[static_cast<size_t>(r)] < 0 || recv[static_cast<size_t>(r)] < 0)
+      return InvalidArgumentError("all-to-all: negative count for rank " + std::to_string(r));
+  if (send[static_cast<size_t>(rank)] != recv[static_cast<size_t>(rank)])
+    return InvalidArgumentError("all-to-all: rank " + std::to_string(rank) + " sends itself " +
+                                std::to_string(send[static_cast<size_t>(rank)]) + " elements but expects " +
+                                std::to_string(recv[static_cast<size_t>(rank)]));
+  return OkStatus();
+}
 
 class SingleProcess final : public Collective {
  public:
@@ -19,6 +38,21 @@ class SingleProcess final : public Collective {
   Status AllReduceSum(float*, size_t) override { return OkStatus(); }
   Status AllReduceMax(float*, size_t) override { return OkStatus(); }
   Status Barrier() override { return OkStatus(); }
+  Status AllToAllV(const float* send, const std::vector<int64_t>& sc, float* recv, const std::vector<int64_t>& rc) override {
+    return Copy(send, sc, recv, rc);
+  }
+  Status AllToAllV(const int64_t* send, const std::vector<int64_t>& sc, int64_t* recv,
+                   const std::vector<int64_t>& rc) override {
+    return Copy(send, sc, recv, rc);
+  }
+
+ private:
+  template <typename T>
+  Status Copy(const T* send, const std::vector<int64_t>& sc, T* recv, const std::vector<int64_t>& rc) {
+    FP8_RETURN_IF_ERROR(CheckCounts(0, 1, sc, rc));
+    std::copy_n(send, sc[0], recv);
+    return OkStatus();
+  }
 };
 
 class GlooCollective final : public Collective {
@@ -42,7 +76,35 @@ class GlooCollective final : public Collective {
     return OkStatus();
   }
 
+  Status AllToAllV(const float* send, const std::vector<int64_t>& sc, float* recv, const std::vector<int64_t>& rc) override {
+    return Exchange(send, sc, recv, rc);
+  }
+  Status AllToAllV(const int64_t* send, const std::vector<int64_t>& sc, int64_t* recv,
+                   const std::vector<int64_t>& rc) override {
+    return Exchange(send, sc, recv, rc);
+  }
+
  private:
+  template <typename T>
+  Status Exchange(const T* send, const std::vector<int64_t>& sc, T* recv, const std::vector<int64_t>& rc) {
+    FP8_RETURN_IF_ERROR(CheckCounts(rank(), world_size(), sc, rc));
+    // Gloo wraps each side in a buffer of the summed size: an empty side gets a one-element
+    // stand-in, so no buffer is made over a null pointer.
+    T empty_send{}, empty_recv{};
+    const bool no_send = std::accumulate(sc.begin(), sc.end(), int64_t{0}) == 0;
+    const bool no_recv = std::accumulate(rc.begin(), rc.end(), int64_t{0}) == 0;
+    try {
+      gloo::AlltoallvOptions opts(ctx_);
+      opts.setInput(no_send ? &empty_send : const_cast<T*>(send), sc);  // only read
+      opts.setOutput(no_recv ? &empty_recv : recv, rc);
+      opts.setTag(tag_++);
+      gloo::alltoallv(opts);
+    } catch (const std::exception& e) {
+      return UnavailableError(std::string("gloo alltoallv failed: ") + e.what());
+    }
+    return OkStatus();
+  }
+
   using ReduceFn = void (*)(void*, const void*, const void*, size_t);
   Status AllReduce(float* data, size_t n, ReduceFn reduce) {
     try {

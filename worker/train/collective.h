@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -22,9 +23,18 @@ class Collective {
   // In place: data[i] = max over ranks of data[i] (fp8-tensorwise amaxes).
   virtual Status AllReduceMax(float* data, size_t n) = 0;
   virtual Status Barrier() = 0;
+  // Personalized exchange with variable counts (expert parallelism moves token rows with it).
+  // `send_counts[r]` elements of `send` go to rank r, the blocks in rank order; `recv_counts[r]`
+  // elements from rank r land in `recv`, in rank order. Both vectors have world_size() entries
+  // and every pair must agree (what r sends to q is what q expects from r); a zero count sends
+  // nothing. The block for this rank itself is copied.
+  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, float* recv,
+                           const std::vector<int64_t>& recv_counts) = 0;
+  virtual Status AllToAllV(const int64_t* send, const std::vector<int64_t>& send_counts, int64_t* recv,
+                           const std::vector<int64_t>& recv_counts) = 0;
 };
 
-// world_size 1: every call is a no-op.
+// world_size 1: the reductions are no-ops and AllToAllV copies its one block.
 std::unique_ptr<Collective> MakeSingleProcessCollective();
 
 // Gloo over TCP on loopback, rendezvous through files in `rendezvous_dir` (shared by the

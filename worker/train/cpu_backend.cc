@@ -1,9 +1,12 @@
 // TrainBackend on the CPU: the spec's CausalLm (either family) + AdamW, gradients and scalars all-reduced in FP32 over a
 // Collective in a fixed order (so a run is bit-reproducible across layouts and resumes).
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
+#include "worker/train/llama_model.h"
+#include "worker/train/moe_dispatch.h"
 #include "worker/train/trainer.h"
 
 namespace fp8::train {
@@ -11,15 +14,30 @@ namespace {
 
 class CpuBackend final : public TrainBackend {
  public:
-  CpuBackend(const TrainSpec& spec, Collective& coll)
+  CpuBackend(const TrainSpec& spec, Collective& coll, int expert_parallel)
       : spec_(spec), coll_(coll), owned_(MakeCausalLm(spec.model, spec.precision)), model_(*owned_),
-        adam_(spec.training, spec.precision.bf16_moments, model_.tensors(), model_.num_params()) {}
+        adam_(spec.training, spec.precision.bf16_moments, model_.tensors(), model_.num_params()) {
+    ep_.collective = &coll_;
+    ep_.degree = expert_parallel;
+    ep_.experts = spec.model.moe.num_experts;
+  }
 
   int rank() const override { return coll_.rank(); }
   int world_size() const override { return coll_.world_size(); }
   CausalLm& host() override { return model_; }
   AdamW& host_adam() override { return adam_; }
-  Status Init() override { return OkStatus(); }
+  Status Init() override {
+    // The resolved spec: a mixture of experts from init_from counts too.
+    FP8_RETURN_IF_ERROR(moe::CheckExpertParallel(spec_, ep_.degree, world_size()));
+    if (ep_.degree == 1) return OkStatus();
+    auto* llama = dynamic_cast<LlamaModel*>(&model_);
+    if (!llama) return InvalidArgumentError("resources.expert_parallel: the model has no mixture of experts");
+    llama->SetExpertParallel(&ep_);
+    std::fprintf(stderr, "fp8-worker: expert parallel %d: rank %d computes experts %d-%d of each MoE layer for ranks %d-%d\n",
+                 ep_.degree, rank(), ep_.first_local_expert(), ep_.first_local_expert() + ep_.local_experts() - 1,
+                 ep_.group_first(), ep_.group_first() + ep_.degree - 1);
+    return OkStatus();
+  }
   Status Start(bool, const nlohmann::json&) override {  // LoadCheckpoint restored the scaling state
     model_.DeferScalingUpdates(world_size() > 1);
     return OkStatus();
@@ -34,6 +52,7 @@ class CpuBackend final : public TrainBackend {
   StatusOr<double> MicroStep(const int32_t* inputs, const int32_t* targets, int batch, float loss_scale) override {
     const double loss = model_.Forward(inputs, targets, batch);
     model_.Backward(loss_scale);
+    FP8_RETURN_IF_ERROR(ep_.status);  // an expert-parallel exchange failed (a peer is gone)
     // fp8-tensorwise: every rank's histories take the same (max-reduced) amaxes. (One rank:
     // Backward has already fed them in.)
     if (std::vector<float> amax = world_size() > 1 ? model_.PendingAmaxes() : std::vector<float>(); !amax.empty()) {
@@ -69,7 +88,9 @@ class CpuBackend final : public TrainBackend {
   Fp8CastStats TakeFp8CastStats() override { return model_.TakeFp8CastStats(); }
   MoeRoutingStats RoutingStats() const override { return model_.routing_stats(); }
   StatusOr<double> EvalLoss(const int32_t* inputs, const int32_t* targets, int batch) override {
-    return model_.Forward(inputs, targets, batch, /*training=*/false);
+    const double loss = model_.Forward(inputs, targets, batch, /*training=*/false);
+    FP8_RETURN_IF_ERROR(ep_.status);
+    return loss;
   }
 
   Status AllReduceSum(double* v, int n) override {
@@ -78,6 +99,10 @@ class CpuBackend final : public TrainBackend {
     FP8_RETURN_IF_ERROR(coll_.AllReduceSum(buf.data(), buf.size()));
     for (int i = 0; i < n; ++i) v[i] = buf[static_cast<size_t>(i)];
     return OkStatus();
+  }
+
+  void AddResultFields(nlohmann::json* result) const override {
+    if (spec_.model.moe.enabled()) (*result)["expert_parallel"] = ep_.degree;
   }
 
   Status SyncHost() override { return OkStatus(); }
@@ -90,13 +115,16 @@ class CpuBackend final : public TrainBackend {
   CausalLm& model_;
   AdamW adam_;
   std::vector<float> routing_counts_;  // the step's, summed over the ranks
+  moe::ExpertParallel ep_;             // degree 1: every expert on every rank
 };
 
 }  // namespace
 
 TrainResult RunTraining(const TrainSpec& spec, const TrainOptions& options, Collective& collective,
                         worker::EventWriter& events) {
-  return RunTraining(spec, options, [&](const TrainSpec& s) { return std::make_unique<CpuBackend>(s, collective); }, events);
+  return RunTraining(spec, options,
+                     [&](const TrainSpec& s) { return std::make_unique<CpuBackend>(s, collective, options.expert_parallel); },
+                     events);
 }
 
 }  // namespace fp8::train

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "worker/train/hf_mixtral.h"
 #include "worker/train/hf_qwen3_moe.h"
 
 namespace fp8::train {
@@ -20,6 +21,7 @@ constexpr Family kFamilies[] = {
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {kQwen3MoeArchitecture, "qwen3_moe"},  // its MoE fields: hf_qwen3_moe.h
+    {kMixtralArchitecture, "mixtral"},     // Mistral's attention, its MoE fields: hf_mixtral.h
 };
 
 const Family* FamilyOf(const json& c) {
@@ -107,7 +109,7 @@ Status CheckSemantics(const json& c, const Family& f, const std::string& where) 
     return Refuse(where, c, "attention_bias",
                   "with it " + arch + " puts a bias on o_proj too; fp8d's attention biases are Qwen2's (q/k/v only)");
   // A sliding window that is used: Mistral's whenever set, Qwen's with use_sliding_window.
-  if (arch == "MistralForCausalLM" && !Unset(c, "sliding_window"))
+  if ((arch == "MistralForCausalLM" || arch == kMixtralArchitecture) && !Unset(c, "sliding_window"))
     return Refuse(where, c, "sliding_window", "fp8d's attention is full causal attention (null)");
   if ((arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == kQwen3MoeArchitecture) &&
       !Unset(c, "use_sliding_window") &&
@@ -167,6 +169,7 @@ StatusOr<ModelConfig> LlamaConfigFromHf(const json& c, const std::string& file) 
   const std::string arch = family->architecture;
   m.qk_norm = arch == "Qwen3ForCausalLM" || arch == kQwen3MoeArchitecture;
   if (arch == kQwen3MoeArchitecture) FP8_RETURN_IF_ERROR(ReadQwen3MoeConfig(c, where, &m));
+  if (arch == kMixtralArchitecture) FP8_RETURN_IF_ERROR(ReadMixtralConfig(c, where, &m));
   return m;
 }
 
@@ -224,7 +227,7 @@ HfLayout LlamaHfLayout(const ModelConfig& cfg) {
     c["attention_bias"] = false;
     c["mlp_bias"] = false;
     c["pretraining_tp"] = 1;
-  } else if (arch == "MistralForCausalLM") {
+  } else if (arch == "MistralForCausalLM" || arch == kMixtralArchitecture) {
     c["sliding_window"] = nullptr;
   } else {  // Qwen2, Qwen3, Qwen3-MoE
     c["use_sliding_window"] = false;
@@ -234,10 +237,11 @@ HfLayout LlamaHfLayout(const ModelConfig& cfg) {
   if (arch == kQwen3MoeArchitecture) {
     AddQwen3MoeConfig(cfg, &c);
     l.refusal = Qwen3MoeExportRefusal(cfg);
-  } else if (cfg.moe.enabled()) {
+  } else if (cfg.moe.enabled() && arch != kMixtralArchitecture) {
     l.refusal = arch + " has no mixture of experts";
   }
   l.config = std::move(c);
+  if (arch == kMixtralArchitecture) AddMixtralLayout(cfg, &l);
   l.generation_config = {{"_from_model_config", true}};
   return l;
 }

@@ -50,8 +50,8 @@ StatusOr<ModelSource> OpenHuggingFace(const fs::path& dir) {
     FP8_ASSIGN_OR_RETURN(src.config, LlamaConfigFromHf(c, src.config_path));
   } else {
     const char* kKnown =
-        "; fp8d imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and"
-        " Qwen3MoeForCausalLM";
+        "; fp8d imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM,"
+        " Qwen3ForCausalLM and Qwen3MoeForCausalLM";
     if (c.contains("architectures")) return DataLossError(src.config_path + ": field \"architectures\" is " + c["architectures"].dump() + kKnown);
     if (c.contains("model_type")) return DataLossError(src.config_path + ": field \"model_type\" is " + c["model_type"].dump() + kKnown);
     return DataLossError(src.config_path + ": neither \"architectures\" nor \"model_type\" names the model" + kKnown);

@@ -1,8 +1,9 @@
 // Models in and out, for every family: Hugging Face directories and fp8d checkpoints as sources
 // of weights (`train.init_from`, `fp8-worker export`, `fp8-worker evaluate`), and the Hugging
 // Face export. What differs between the families (config.json's fields, tensor names and
-// orientation) is theirs: hf_gpt2.h, hf_llama.h. The rest (shards, dtypes, the atomic export
-// directory, the checks that every tensor is there once with its shape) is here, once.
+// orientation) is theirs: hf_gpt2.h, hf_llama.h (with hf_qwen3_moe.h and hf_mixtral.h). The rest
+// (shards, dtypes, the atomic export directory, the checks that every tensor is there once with
+// its shape) is here, once.
 #pragma once
 
 #include <cstdint>
@@ -71,8 +72,8 @@ struct ModelSource {
 };
 
 // Reads the shape: from config.json (GPT2LMHeadModel, or LlamaForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, MistralForCausalLM; any other architecture, or a field fp8d's model cannot
-// honour, is refused naming the field) or from trainer_state.json (an fp8d step-N directory or
+// Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM; any other
+// architecture, or a field fp8d's model cannot honour, is refused naming the field) or from trainer_state.json (an fp8d step-N directory or
 // a directory of them: the newest). Errors name the file. Nothing is written.
 StatusOr<ModelSource> OpenModelSource(const std::string& path);
 

@@ -3,7 +3,8 @@
 // attention (q/k norms) and, in every layer not in mlp_only_layers, a softmax-topk router
 // (mlp.gate.weight) over num_experts SwiGLU experts (mlp.experts.<e>.{gate,up,down}_proj.weight,
 // one tensor per expert as transformers writes them). fp8d's names are these, so the weights map
-// one to one; a missing expert is a missing tensor named by hf_model.cc.
+// one to one; a missing expert is a missing tensor named by hf_model.cc. What it shares with
+// Mixtral (the routing fields, the export refusal of other routers) is hf_moe_common.h.
 #pragma once
 
 #include <string>
@@ -11,11 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "worker/train/hf_moe_common.h"
 #include "worker/train/spec.h"
 
 namespace fp8::train {
 
-inline constexpr const char* kQwen3MoeArchitecture = "Qwen3MoeForCausalLM";
+inline constexpr const char* kQwen3MoeArchitecture = kQwen3MoeFamily.architecture;
 
 // model.moe from config.json: num_experts, num_experts_per_tok, moe_intermediate_size,
 // norm_topk_prob, router_aux_loss_coef; decoder_sparse_step must be 1 and mlp_only_layers the

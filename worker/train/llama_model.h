@@ -12,7 +12,9 @@
 // DeepSeek-V3's mlp.gate.e_score_correction_bias [E], a parameter without gradient that the
 // bias update moves), the experts mlp.experts.<e>.{gate,up,down}_proj (Qwen3-MoE's names, so a
 // checkpoint stores every expert by its id) and the shared experts mlp.shared_experts.* (one
-// SwiGLU MLP num_shared_experts × moe_intermediate_size wide, DeepSeek-V3's layout).
+// SwiGLU MLP num_shared_experts × moe_intermediate_size wide, DeepSeek-V3's layout). With expert
+// parallelism (SetExpertParallel, moe_dispatch.h) each rank computes its group's rows of its own
+// experts and keeps every expert's parameters.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,9 @@ class LlamaModel final : public CausalLm {
   double AuxLoss() const override { return aux_loss_; }
   std::vector<float> TakeRoutingCounts() override;
   void FinishRoutingStep(const std::vector<float>& counts) override;
+  // Spreads the experts' compute over `ep`'s group (degree > 1; checked by CheckExpertParallel).
+  // `ep` outlives the model's steps; an exchange that fails lands in ep->status.
+  void SetExpertParallel(moe::ExpertParallel* ep);
 
  private:
   struct Expert {
@@ -58,6 +63,13 @@ class LlamaModel final : public CausalLm {
     moe::Routing routing;
     moe::Dispatch dispatch;
     std::vector<float> xp, g, u, act, out, sg, su, sact;
+    // expert parallelism: the last Forward's exchange, the rows this rank computed for its group
+    // (input [received, C], gate/up/activation [received, I], output [received, C]), each
+    // (member, local expert, linear)'s forward operand for backward, and the members' expert
+    // gradients passing through [G, L, expert size]
+    moe::RowExchange exchange;
+    std::vector<float> xr, gr, ur, actr, outr, dr, dxr, member_grads;
+    std::vector<std::vector<float>> kept_xq;
   };
   struct Block {
     int64_t norm1 = 0, norm2 = 0, q_norm = -1, k_norm = -1;  // offsets (-1: no q/k norm)
@@ -78,6 +90,12 @@ class LlamaModel final : public CausalLm {
                         float* act, float* y);
   void SwiGluMlpBackward(Expert& e, const float* dy, const float* x, const float* g, const float* u,
                          const float* act, int64_t m, int64_t width, float* dx);
+  // The routed experts on the permuted rows m.xp → m.out, and back from moe_dout_ → moe_dxp_:
+  // here, or spread over the expert-parallel group.
+  void ExpertsForward(MoeMlp& m, bool training);
+  void ExpertsBackward(MoeMlp& m);
+  void SpreadExpertsForward(MoeMlp& m, bool training);
+  void SpreadExpertsBackward(MoeMlp& m);
 
   void Resize(int batch);
 
@@ -97,6 +115,7 @@ class LlamaModel final : public CausalLm {
   int sparse_layers_ = 0;
   std::vector<float> routing_counts_;
   std::vector<float> moe_dout_, moe_dxp_, moe_dweight_, moe_dlogits_, moe_scratch_;
+  moe::ExpertParallel* ep_ = nullptr;  // null: every expert here
 };
 
 }  // namespace fp8::train

@@ -1,6 +1,7 @@
 // LlamaModel's mixture-of-experts MLP (llama_model.h): the FP32 router, the tokens permuted by
 // expert into one contiguous layout, every expert's SwiGLU MLP on its rows through the recipe's
-// linear layers, the weighted combine, the shared experts, and the same backwards.
+// linear layers, the weighted combine, the shared experts, and the same backwards. With expert
+// parallelism the experts' part runs on the group's ranks (moe_dispatch.h).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -78,6 +79,117 @@ void LlamaModel::SwiGluMlpBackward(Expert& e, const float* dy, const float* x, c
   Add(dx, dx_up, m * c);
 }
 
+void LlamaModel::SetExpertParallel(moe::ExpertParallel* ep) {
+  const MoeConfig& e = cfg_.moe;
+  FP8_CHECK(ep && ep->degree > 1 && e.num_experts == ep->experts && e.num_experts % ep->degree == 0);
+  // The members' gradients travel as one block per member: expert x's three matrices must follow
+  // expert x - 1's (AddMoeParamTensors' order).
+  const int64_t size = 3 * e.moe_intermediate_size * static_cast<int64_t>(cfg_.d_model);
+  for (Block& b : blocks_) {
+    if (!b.moe) continue;
+    const int64_t first = b.moe->experts[0].gate.w;
+    for (int x = 0; x < e.num_experts; ++x) {
+      const Expert& ex = b.moe->experts[static_cast<size_t>(x)];
+      FP8_CHECK(ex.gate.w == first + x * size && ex.up.w == ex.gate.w + size / 3 && ex.down.w == ex.up.w + size / 3);
+    }
+  }
+  ep_ = ep;
+}
+
+void LlamaModel::ExpertsForward(MoeMlp& m, bool training) {
+  if (ep_) return SpreadExpertsForward(m, training);
+  const int64_t c = cfg_.d_model, width = cfg_.moe.moe_intermediate_size;
+  // Every expert runs, also on no rows: its FP8 casts then count in every rank's amaxes alike.
+  for (int64_t ex = 0; ex < cfg_.moe.num_experts; ++ex) {
+    const int64_t r0 = m.dispatch.offsets[static_cast<size_t>(ex)];
+    const int64_t m_e = m.dispatch.offsets[static_cast<size_t>(ex + 1)] - r0;
+    Expert& expert = m.experts[static_cast<size_t>(ex)];
+    for (Linear* l : {&expert.gate, &expert.up, &expert.down}) l->xq.resize(static_cast<size_t>(m_e * l->in));
+    SwiGluMlpForward(expert, m.xp.data() + r0 * c, m_e, width, training,
+                     m.g.data() + r0 * width, m.u.data() + r0 * width, m.act.data() + r0 * width,
+                     m.out.data() + r0 * c);
+  }
+}
+
+void LlamaModel::ExpertsBackward(MoeMlp& m) {
+  if (ep_) return SpreadExpertsBackward(m);
+  const int64_t c = cfg_.d_model, width = cfg_.moe.moe_intermediate_size;
+  for (int64_t ex = 0; ex < cfg_.moe.num_experts; ++ex) {
+    const int64_t r0 = m.dispatch.offsets[static_cast<size_t>(ex)];
+    const int64_t m_e = m.dispatch.offsets[static_cast<size_t>(ex + 1)] - r0;
+    SwiGluMlpBackward(m.experts[static_cast<size_t>(ex)], moe_dout_.data() + r0 * c, m.xp.data() + r0 * c,
+                      m.g.data() + r0 * width, m.u.data() + r0 * width, m.act.data() + r0 * width, m_e, width,
+                      moe_dxp_.data() + r0 * c);
+  }
+}
+
+// Each (member j, local expert l) block runs as member j would run expert l on its own rows: the
+// same rows in the same order, the same FP8 blocks, the same GEMM shapes, so the same bits.
+void LlamaModel::SpreadExpertsForward(MoeMlp& m, bool training) {
+  const int64_t c = cfg_.d_model, width = cfg_.moe.moe_intermediate_size;
+  const int g = ep_->degree, l = ep_->local_experts();
+  std::fill(m.out.begin(), m.out.end(), 0.0f);  // what a failed exchange leaves (the step fails anyway)
+  auto ex = moe::ExchangeRowCounts(*ep_, m.dispatch);
+  if (!ex.ok()) return;
+  m.exchange = std::move(ex).value();
+  const int64_t rows = m.exchange.received;
+  m.xr.resize(static_cast<size_t>(rows * c));
+  m.outr.resize(m.xr.size());
+  m.gr.resize(static_cast<size_t>(rows * width));
+  m.ur.resize(m.gr.size());
+  m.actr.resize(m.gr.size());
+  m.kept_xq.resize(static_cast<size_t>(3 * g * l));
+  if (!moe::SendRows(*ep_, m.exchange, m.xp.data(), c, m.xr.data()).ok()) return;
+  int64_t r0 = 0;
+  for (int j = 0; j < g; ++j) {
+    for (int e = 0; e < l; ++e) {
+      const int64_t m_e = m.exchange.member_expert_rows[static_cast<size_t>(j * l + e)];
+      Expert& expert = m.experts[static_cast<size_t>(ep_->first_local_expert() + e)];
+      Linear* linears[3] = {&expert.gate, &expert.up, &expert.down};
+      for (Linear* lin : linears) lin->xq.resize(static_cast<size_t>(m_e * lin->in));
+      SwiGluMlpForward(expert, m.xr.data() + r0 * c, m_e, width, training, m.gr.data() + r0 * width,
+                       m.ur.data() + r0 * width, m.actr.data() + r0 * width, m.outr.data() + r0 * c);
+      if (training)
+        for (int k = 0; k < 3; ++k) m.kept_xq[static_cast<size_t>((j * l + e) * 3 + k)].swap(linears[k]->xq);
+      r0 += m_e;
+    }
+  }
+  (void)moe::ReturnRows(*ep_, m.exchange, m.outr.data(), c, m.out.data());
+}
+
+// The members' accumulated gradients of this rank's experts come in, each block adds its rows'
+// dW to its member's, and they go back: every rank's grads() hold what it would have computed.
+void LlamaModel::SpreadExpertsBackward(MoeMlp& m) {
+  const int64_t c = cfg_.d_model, width = cfg_.moe.moe_intermediate_size;
+  const int g = ep_->degree, l = ep_->local_experts();
+  const int64_t size = 3 * width * c, rows = m.exchange.received;
+  float* all_experts = grads_.data() + m.experts[0].gate.w;
+  m.dr.resize(static_cast<size_t>(rows * c));
+  m.dxr.resize(m.dr.size());
+  m.member_grads.resize(static_cast<size_t>(g * l * size));
+  std::fill_n(moe_dxp_.data(), m.dispatch.rows() * c, 0.0f);  // what a failed exchange leaves
+  if (!moe::SendRows(*ep_, m.exchange, moe_dout_.data(), c, m.dr.data()).ok()) return;
+  if (!moe::ExchangeWithMembers(*ep_, all_experts, l * size, m.member_grads.data()).ok()) return;
+  int64_t r0 = 0;
+  for (int j = 0; j < g; ++j) {
+    for (int e = 0; e < l; ++e) {
+      const int64_t m_e = m.exchange.member_expert_rows[static_cast<size_t>(j * l + e)];
+      Expert& expert = m.experts[static_cast<size_t>(ep_->first_local_expert() + e)];
+      float* dw = grads_.data() + expert.gate.w;
+      float* member = m.member_grads.data() + static_cast<int64_t>(j * l + e) * size;
+      std::copy_n(member, size, dw);
+      Linear* linears[3] = {&expert.gate, &expert.up, &expert.down};
+      for (int k = 0; k < 3; ++k) linears[k]->xq.swap(m.kept_xq[static_cast<size_t>((j * l + e) * 3 + k)]);
+      SwiGluMlpBackward(expert, m.dr.data() + r0 * c, m.xr.data() + r0 * c, m.gr.data() + r0 * width,
+                        m.ur.data() + r0 * width, m.actr.data() + r0 * width, m_e, width, m.dxr.data() + r0 * c);
+      std::copy_n(dw, size, member);
+      r0 += m_e;
+    }
+  }
+  if (!moe::ReturnRows(*ep_, m.exchange, m.dxr.data(), c, moe_dxp_.data()).ok()) return;
+  (void)moe::ExchangeWithMembers(*ep_, m.member_grads.data(), l * size, all_experts);
+}
+
 void LlamaModel::MoeForward(MoeMlp& m, int sparse_index, const float* x, int64_t n, bool training, float* y) {
   const MoeConfig& e = cfg_.moe;
   const int64_t c = cfg_.d_model, experts = e.num_experts, width = e.moe_intermediate_size, k = e.experts_per_token;
@@ -93,21 +205,12 @@ void LlamaModel::MoeForward(MoeMlp& m, int sparse_index, const float* x, int64_t
   m.dispatch = moe::BuildDispatch(m.routing, capacity);
   const int64_t rows = m.dispatch.rows();
   m.xp.resize(static_cast<size_t>(rows * c));
-  m.g.resize(static_cast<size_t>(rows * width));
+  m.g.resize(static_cast<size_t>(ep_ ? 0 : rows * width));  // spread: the group's rows are kept in gr/ur/actr
   m.u.resize(m.g.size());
   m.act.resize(m.g.size());
   m.out.resize(m.xp.size());
   moe::PermuteRows(x, m.dispatch, c, m.xp.data());
-  // Every expert runs, also on no rows: its FP8 casts then count in every rank's amaxes alike.
-  for (int64_t ex = 0; ex < experts; ++ex) {
-    const int64_t r0 = m.dispatch.offsets[static_cast<size_t>(ex)];
-    const int64_t m_e = m.dispatch.offsets[static_cast<size_t>(ex + 1)] - r0;
-    Expert& expert = m.experts[static_cast<size_t>(ex)];
-    for (Linear* l : {&expert.gate, &expert.up, &expert.down}) l->xq.resize(static_cast<size_t>(m_e * l->in));
-    SwiGluMlpForward(expert, m.xp.data() + r0 * c, m_e, width, training,
-                     m.g.data() + r0 * width, m.u.data() + r0 * width, m.act.data() + r0 * width,
-                     m.out.data() + r0 * c);
-  }
+  ExpertsForward(m, training);
   std::fill_n(y, n * c, 0.0f);
   moe::Combine(m.out.data(), m.dispatch, m.routing.weight.data(), c, y);
   if (!m.shared.empty()) {
@@ -142,13 +245,7 @@ void LlamaModel::MoeBackward(MoeMlp& m, const float* dy, const float* x, int64_t
   Fit(moe_dweight_, n * k);
   Fit(moe_dlogits_, n * experts);
   moe::CombineBackward(dy, m.out.data(), m.dispatch, m.routing.weight.data(), c, moe_dout_.data(), moe_dweight_.data());
-  for (int64_t ex = 0; ex < experts; ++ex) {
-    const int64_t r0 = m.dispatch.offsets[static_cast<size_t>(ex)];
-    const int64_t m_e = m.dispatch.offsets[static_cast<size_t>(ex + 1)] - r0;
-    SwiGluMlpBackward(m.experts[static_cast<size_t>(ex)], moe_dout_.data() + r0 * c, m.xp.data() + r0 * c,
-                      m.g.data() + r0 * width, m.u.data() + r0 * width, m.act.data() + r0 * width, m_e, width,
-                      moe_dxp_.data() + r0 * c);
-  }
+  ExpertsBackward(m);
   moe::PermuteRowsBackward(moe_dxp_.data(), m.dispatch, c, /*accumulate=*/false, dx);
   // The router: through the combine weights, plus the load-balancing loss (softmax-topk).
   moe::RouteBackward(e.router, m.routing, moe_dweight_.data(), e.norm_topk_prob, moe_dlogits_.data());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kernels/parallel.h"
 
@@ -107,6 +108,89 @@ void CombineBackward(const float* dy, const float* expert_out, const Dispatch& d
       }
     }
   });
+}
+
+Status CheckExpertParallel(const TrainSpec& spec, int degree, int world_size) {
+  const std::string field = "resources.expert_parallel: ";
+  const std::string got = " (got " + std::to_string(degree) + ")";
+  if (degree < 1 || degree > 1024) return InvalidArgumentError(field + "must be in [0, 1024]" + got);
+  if (degree == 1) return OkStatus();
+  const MoeConfig& moe = spec.model.moe;
+  if (!moe.enabled())
+    return InvalidArgumentError(field + "more than 1 needs a mixture of experts (model.moe)" + got);
+  if (world_size % degree != 0)
+    return InvalidArgumentError(field + "must divide the ranks (" + std::to_string(world_size) + ")" + got);
+  if (moe.num_experts % degree != 0)
+    return InvalidArgumentError(field + "must divide model.moe.num_experts (" + std::to_string(moe.num_experts) + ")" +
+                                got);
+  // Its delayed scaling keeps one amax per expert weight, input and gradient a step, taken from
+  // the one cast each rank makes of each expert; a rank that computes an expert for its whole
+  // group casts it once per member.
+  if (spec.precision.recipe == Recipe::kFp8Tensorwise)
+    return InvalidArgumentError(field + "more than 1 runs with precision.recipe bf16 or fp8-blockwise, not "
+                                "fp8-tensorwise" + got);
+  return OkStatus();
+}
+
+namespace {
+
+// `per_member[j]` for member j of the group, 0 for every other rank.
+std::vector<int64_t> ForMembers(const ExpertParallel& ep, const std::vector<int64_t>& per_member) {
+  std::vector<int64_t> counts(static_cast<size_t>(ep.world_size()), 0);
+  for (int j = 0; j < ep.degree; ++j) counts[static_cast<size_t>(ep.group_first() + j)] = per_member[static_cast<size_t>(j)];
+  return counts;
+}
+
+std::vector<int64_t> Scaled(const std::vector<int64_t>& rows, int64_t c) {
+  std::vector<int64_t> out(rows);
+  for (int64_t& v : out) v *= c;
+  return out;
+}
+
+// Runs one exchange unless an earlier one failed; remembers the first failure.
+template <typename F>
+Status Guarded(ExpertParallel& ep, F exchange) {
+  if (ep.status.ok()) ep.status = exchange();
+  return ep.status;
+}
+
+}  // namespace
+
+StatusOr<RowExchange> ExchangeRowCounts(ExpertParallel& ep, const Dispatch& d) {
+  const int g = ep.degree, l = ep.local_experts();
+  FP8_CHECK(static_cast<int>(d.offsets.size()) == ep.experts + 1);
+  std::vector<int64_t> rows_per_expert(static_cast<size_t>(ep.experts));
+  for (int e = 0; e < ep.experts; ++e)
+    rows_per_expert[static_cast<size_t>(e)] = d.offsets[static_cast<size_t>(e + 1)] - d.offsets[static_cast<size_t>(e)];
+  RowExchange ex;
+  ex.member_expert_rows.assign(static_cast<size_t>(g * l), 0);
+  const std::vector<int64_t> per_member(static_cast<size_t>(g), l);
+  FP8_RETURN_IF_ERROR(Guarded(ep, [&] {
+    return ep.collective->AllToAllV(rows_per_expert.data(), ForMembers(ep, per_member), ex.member_expert_rows.data(),
+                                    ForMembers(ep, per_member));
+  }));
+  std::vector<int64_t> send(static_cast<size_t>(g), 0), recv(static_cast<size_t>(g), 0);
+  for (int j = 0; j < g; ++j) {
+    send[static_cast<size_t>(j)] = d.offsets[static_cast<size_t>((j + 1) * l)] - d.offsets[static_cast<size_t>(j * l)];
+    for (int e = 0; e < l; ++e) recv[static_cast<size_t>(j)] += ex.member_expert_rows[static_cast<size_t>(j * l + e)];
+    ex.received += recv[static_cast<size_t>(j)];
+  }
+  ex.send_rows = ForMembers(ep, send);
+  ex.recv_rows = ForMembers(ep, recv);
+  return ex;
+}
+
+Status SendRows(ExpertParallel& ep, const RowExchange& ex, const float* rows, int64_t c, float* received) {
+  return Guarded(ep, [&] { return ep.collective->AllToAllV(rows, Scaled(ex.send_rows, c), received, Scaled(ex.recv_rows, c)); });
+}
+
+Status ReturnRows(ExpertParallel& ep, const RowExchange& ex, const float* received, int64_t c, float* rows) {
+  return Guarded(ep, [&] { return ep.collective->AllToAllV(received, Scaled(ex.recv_rows, c), rows, Scaled(ex.send_rows, c)); });
+}
+
+Status ExchangeWithMembers(ExpertParallel& ep, const float* send, int64_t per_member, float* recv) {
+  const std::vector<int64_t> counts = ForMembers(ep, std::vector<int64_t>(static_cast<size_t>(ep.degree), per_member));
+  return Guarded(ep, [&] { return ep.collective->AllToAllV(send, counts, recv, counts); });
 }
 
 }  // namespace fp8::train::moe

@@ -12,6 +12,7 @@
 #include "worker/data/shards.h"
 #include "worker/train/collective.h"
 #include "worker/train/hf_model.h"
+#include "worker/train/moe_dispatch.h"
 #include "worker/train/spec.h"
 #include "worker/train/trainer.h"
 
@@ -81,9 +82,10 @@ int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
   if (spec->backend == Backend::kCuda && !cuda_built)
     return InvalidSpec(events, "backend: cuda is not available in this build of fp8-worker (use auto or cpu)");
 
-  int rank = 0, world = 1, heartbeat_ms = 2000, timeout_s = 300;
+  int rank = 0, world = 1, heartbeat_ms = 2000, timeout_s = 300, expert_parallel = 1;
   std::string env_error;
   if (!ParseIntEnv("FP8D_RANK", &rank, &env_error) || !ParseIntEnv("FP8D_WORLD_SIZE", &world, &env_error) ||
+      !ParseIntEnv("FP8D_EXPERT_PARALLEL", &expert_parallel, &env_error) ||
       !ParseIntEnv("FP8D_HEARTBEAT_MS", &heartbeat_ms, &env_error) ||
       !ParseIntEnv("FP8D_COLLECTIVE_TIMEOUT_S", &timeout_s, &env_error))
     return InvalidSpec(events, env_error);
@@ -96,6 +98,7 @@ int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
   opts.resume_from = resume_from;
   opts.heartbeat_ms = heartbeat_ms;
   opts.tty_progress = ::isatty(STDERR_FILENO) != 0;
+  opts.expert_parallel = expert_parallel == 0 ? 1 : expert_parallel;  // resources.expert_parallel: 0 = 1
 
   // Both families train on either backend (the CUDA one picks its model by architecture,
   // cuda_causal_lm.h); auto takes the GPU when there is one, but for a mixture of experts.
@@ -103,7 +106,8 @@ int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
   if (moe && spec->backend == Backend::kCuda)
     return InvalidSpec(events, "model.moe: the cuda backend does not run MoE yet" +
                                    (spec->init_from.empty() ? std::string() : " (init_from is a mixture of experts)"));
-  if (cuda_built && spec->backend != Backend::kCpu && !moe) {
+  // Expert parallelism is the CPU backend's (which refuses it for a dense model).
+  if (cuda_built && spec->backend != Backend::kCpu && !moe && opts.expert_parallel == 1) {
     if (cuda.available()) {
       return cuda.run(*spec, opts, {rank, world, Env("FP8D_RENDEZVOUS_DIR"), std::chrono::seconds(timeout_s)}, events).exit_code;
     }
@@ -114,6 +118,12 @@ int TrainMain(int argc, char** argv, const CudaTrainerEntryPoints& cuda) {
       return InvalidSpec(events, "backend: cuda requested but no CUDA device is visible");
     }
   }
+
+  // A spec that builds its model is checked before the rendezvous (a wrong degree is refused at
+  // once, not after waiting for peers); the CPU backend checks a model from init_from.
+  if (spec->init_from.empty())
+    if (Status s = moe::CheckExpertParallel(*spec, opts.expert_parallel, world); !s.ok())
+      return InvalidSpec(events, s.message());
 
   std::unique_ptr<Collective> coll;
   if (world == 1) {

@@ -173,6 +173,20 @@ StatusOr<double> Loop::Evaluate() {
   int count = 0;
   std::vector<int> mine;
   for (int i = be_.rank(); i < kEvalSequences; i += be_.world_size()) mine.push_back(i);
+  // Experts spread over ranks exchange rows in every forward: then each rank runs as many
+  // batches as rank 0 (which has the most sequences), a rank with fewer repeating its first
+  // sequence in a batch whose loss it leaves out.
+  const size_t per_batch = static_cast<size_t>(b);
+  const size_t batches = (mine.size() + per_batch - 1) / per_batch;
+  const size_t most = static_cast<size_t>((kEvalSequences + be_.world_size() - 1) / be_.world_size());
+  const size_t lockstep_batches = opt_.expert_parallel > 1 ? (most + per_batch - 1) / per_batch : batches;
+  for (size_t pad = batches; pad < lockstep_batches; ++pad) {
+    inputs_.resize(static_cast<size_t>(t));
+    targets_.resize(inputs_.size());
+    val_->Sample(static_cast<uint64_t>(spec_.training.seed) ^ kEvalStream, static_cast<uint64_t>(mine.empty() ? 0 : mine[0]),
+                 inputs_.data(), targets_.data());
+    FP8_RETURN_IF_ERROR(be_.EvalLoss(inputs_.data(), targets_.data(), 1).status());
+  }
   for (size_t i = 0; i < mine.size(); i += static_cast<size_t>(b)) {
     const int n = static_cast<int>(std::min(mine.size() - i, static_cast<size_t>(b)));
     // Consecutive in `mine` are `world` apart; sample them one at a time into the batch.

@@ -33,6 +33,9 @@ struct TrainOptions {
   // Tests: behave as if SIGTERM arrived right after this step completed (0: never).
   int64_t stop_after_step = 0;
   bool tty_progress = false;    // a live progress line on stderr
+  // resources.expert_parallel (FP8D_EXPERT_PARALLEL): ranks per group that share out the experts
+  // (moe_dispatch.h); 1: every rank computes every expert.
+  int expert_parallel = 1;
 };
 
 // This process's place among the data-parallel ranks (FP8D_RANK, FP8D_WORLD_SIZE) and where

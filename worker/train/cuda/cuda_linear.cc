@@ -366,22 +366,13 @@ Status CudaLinear::Backward(const bf16* dy, const Fp8BlockOperand& x, int64_t m,
   return BackwardBlockwise(dy, x.qt, x.st, m, dx);
 }
 
-Status CudaLinear::BackwardCastDy(const Fp8BlockOperand& x, int64_t m, bf16* dx) {
-  if (p_.recipe != Recipe::kFp8Blockwise || b_ != nullptr)
-    return FailedPreconditionError("a cast dy (DyCast) is for fp8-blockwise layers without a bias");
-  if (ws_->collect_fp8_stats) return FailedPreconditionError("the cast statistics need dy itself: Backward(bf16 dy)");
-  return BackwardBlockwise(nullptr, x.qt, x.st, m, dx);
-}
-
 Status CudaLinear::BackwardBlockwise(const bf16* dy, const uint8_t* xt, const float* xts, int64_t m, bf16* dx) {
   const ScaleFormat sf = BlockScaleFormat();
-  if (dy != nullptr) {
-    // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
-    FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
-                                                              ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
-    FP8_RETURN_IF_ERROR(CountCast(dy, m * out_, nullptr, Fp8Format::kE4M3));
-    Mark(kDyCast);
-  }
+  // dy along N (for dgrad) and dyᵀ along M (for wgrad) in one pass.
+  FP8_RETURN_IF_ERROR(kc::Sm90Fp8Quantize1x128WithTranspose(dy, m, out_, Fp8Format::kE4M3, sf, kc::Sm90ScaleLayout::kMnMajor,
+                                                            ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get(), s_));
+  FP8_RETURN_IF_ERROR(CountCast(dy, m * out_, nullptr, Fp8Format::kE4M3));
+  Mark(kDyCast);
   if (dx) {
     // Wᵀ in 128x128 blocks: the forward cast it with W (W has not changed since).
     FP8_RETURN_IF_ERROR(kc::Sm90GemmFp8BlockwiseCublasLt(*lt_, ws_->aq.get(), Fp8Format::kE4M3, ws_->as.get(), wqt_.get(), Fp8Format::kE4M3,

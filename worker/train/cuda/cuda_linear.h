@@ -88,12 +88,6 @@ class CudaLinear {
   Status Backward(const bf16* dy, const bf16* x, int64_t m, bf16* dx, bool bias_grad = true);
   // Backward of Forward(Fp8BlockOperand): x is that forward's operand.
   Status Backward(const bf16* dy, const Fp8BlockOperand& x, int64_t m, bf16* dx, bool bias_grad = true);
-  // fp8-blockwise: where this layer's backward keeps dy's cast (the shared workspace, so valid
-  // only until the next layer's backward), for a producer of dy that casts it itself; then
-  // BackwardCastDy runs the backward of a bias-free layer from that cast. The cast statistics
-  // see nothing of such a dy: take Backward(bf16 dy) while collecting them.
-  Fp8DyCast DyCast() const { return {ws_->aq.get(), ws_->as.get(), ws_->aqt.get(), ws_->ast.get()}; }
-  Status BackwardCastDy(const Fp8BlockOperand& x, int64_t m, bf16* dx);
   // Backward of a layer whose input was gelu(pre): dpre = gelu'(pre) ∘ (dy·W), and the bias
   // gradient of the layer that produced pre, Σ dpre, added to `pre_bias_grad` (that layer's
   // Backward then runs with bias_grad = false). dW, db of this layer as in Backward.
@@ -150,8 +144,7 @@ class CudaLinear {
   Status EnsureWeightCast();
   // fp8-blockwise: y = x·Wᵀ from x's 1x128 cast (scales MN-major), W's cast made if needed.
   Status GemmForwardBlockwise(const uint8_t* xq, const float* xs, int64_t m, bf16* y);
-  // fp8-blockwise backward with xᵀ's 128x128 cast (xt, its scales xts) for wgrad; dy null: its
-  // cast is in DyCast() already.
+  // fp8-blockwise backward with xᵀ's 128x128 cast (xt, its scales xts) for wgrad.
   Status BackwardBlockwise(const bf16* dy, const uint8_t* xt, const float* xts, int64_t m, bf16* dx);
   // Counts a training cast's input when collecting (scale_inv: the cast's; null for blockwise).
   template <typename T>

@@ -82,12 +82,5 @@ Status SwiGluBackwardRows(const bf16* dout, const bf16* gate, const bf16* up, in
 Status SwiGluCastBlockwise(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int64_t ld,
                            kernels::ScaleFormat sf, const Fp8BlockOperand& op, unsigned int* amax_bits,
                            cudaStream_t s);
-// fp8-blockwise, merged gate/up: SwiGluBackwardRows' dgate and dup, which are the gate/up layer's
-// dy [rows, 2·cols] (ld = 2·cols, dgate first), rounded to bf16 as it writes them and cast
-// straight into dy (Fp8DyCast: the bytes and scales Sm90Fp8Quantize1x128WithTranspose gives on
-// that dy). rows a multiple of 16, cols of 128.
-Status SwiGluBackwardCastBlockwise(const bf16* dout, const bf16* gate, const bf16* up, int64_t rows,
-                                   int64_t cols, int64_t ld, kernels::ScaleFormat sf, const Fp8DyCast& dy,
-                                   cudaStream_t s);
 
 }  // namespace fp8::train::cuda

@@ -53,7 +53,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(int rank, int world_size, c
   if (rank == 0) {
     if (int rc = get_id(&id); rc != 0) return NcclError(c->lib_, rc, "ncclGetUniqueId");
     const fs::path tmp = id_path.string() + ".tmp";
-    std::error_code ec;  // the agent makes the directory; a rank started by hand may not have it
+    std::error_code ec;  // the launcher makes the directory; a rank started by hand may not have it
     fs::create_directories(rendezvous_dir, ec);
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

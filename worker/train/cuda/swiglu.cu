@@ -99,42 +99,6 @@ struct SwiGluTileRows {
   }
 };
 
-// SwiGLU's backward cast for the merged gate/up layer: dgate and dup of [rows, cols] are that
-// layer's dy [rows, 2·cols]; a CTA computes the gate tile and the up tile of one 128x128 position
-// from one read of dout, gate and up (bf16-rounded as SwiGluBackwardRowsKernel stores them) and
-// casts both with the lean transposing cast (1x128 along rows and along columns), so the bf16
-// gradient never goes through memory. a: the cast of [rows, 2·cols]; cols a multiple of 128.
-__global__ void __launch_bounds__(kernels::cuda::kSm90TransposeThreads, 2)
-    SwiGluBackwardCastKernel(const bf16* dout, const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int64_t ld,
-                             const kernels::cuda::Sm90TransposeCastArgs a) {
-  namespace kc = kernels::cuda;
-  __shared__ __align__(16) kc::Sm90TransposeCastScratch sm;
-  const int64_t row0 = int64_t{blockIdx.y} * 128;
-  const int64_t col = int64_t{blockIdx.x} * 128 + (threadIdx.x % 16) * 8;
-  const int r_in_tile = (threadIdx.x / 16) * 8;
-  uint4 raw_g[8], raw_u[8];
-#pragma unroll
-  for (int p = 0; p < 8; ++p) {
-    const int64_t r = row0 + r_in_tile + p;
-    if (r < rows && col < cols) {
-      float d[8], g[8], u[8], dg[8], du[8];
-      Load8(dout + r * cols + col, d);
-      Load8(gate + r * ld + col, g);
-      Load8(up + r * ld + col, u);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) SwiGluGrad(d[k], g[k], u[k], dg[k], du[k]);
-      raw_g[p] = PackBf16x8(dg);
-      raw_u[p] = PackBf16x8(du);
-    } else {
-      raw_g[p] = raw_u[p] = make_uint4(0, 0, 0, 0);
-    }
-  }
-  kc::Sm90TransposeCastTile<kernels::Fp8Format::kE4M3, kc::Sm90TransposedTiles::k1x128>(raw_g, a, blockIdx.y, blockIdx.x, sm);
-  __syncthreads();  // the scratch is the second tile's
-  kc::Sm90TransposeCastTile<kernels::Fp8Format::kE4M3, kc::Sm90TransposedTiles::k1x128>(raw_u, a, blockIdx.y,
-                                                                                        blockIdx.x + static_cast<uint32_t>(cols / 128), sm);
-}
-
 Status CheckRows(int64_t rows, int64_t cols, int64_t ld) {
   if (rows < 0 || cols < 0 || ld < cols)
     return InvalidArgumentError("swiglu: rows " + std::to_string(rows) + ", cols " + std::to_string(cols) + ", pitch " + std::to_string(ld) +
@@ -164,23 +128,6 @@ Status SwiGluBackwardRows(const bf16* dout, const bf16* gate, const bf16* up, in
     LAUNCH_CHECK();
   }
   SwiGluBackwardRowsKernel<1><<<RowsGrid(rows, cols), kThreads, 0, s>>>(dout, gate, up, rows, cols, ld, dgate, dup);
-  LAUNCH_CHECK();
-}
-
-Status SwiGluBackwardCastBlockwise(const bf16* dout, const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int64_t ld,
-                                   kernels::ScaleFormat sf, const Fp8DyCast& dy, cudaStream_t s) {
-  FP8_RETURN_IF_ERROR(CheckRows(rows, cols, ld));
-  if (rows < 16 || rows % 16 != 0 || cols < 128 || cols % 128 != 0 || ld % 8 != 0)
-    return InvalidArgumentError("SwiGluBackwardCastBlockwise: rows a positive multiple of 16, cols of 128, pitch of 8 (" __FILE__ ")");
-  if ((rows + 127) / 128 > 65535) return InvalidArgumentError("SwiGluBackwardCastBlockwise: rows too large");
-  if (!Vec8(8, {dout, gate, up, dy.q, dy.qt}) || dy.s == nullptr || dy.st == nullptr)
-    return InvalidArgumentError("SwiGluBackwardCastBlockwise: inputs and casts 16-byte aligned, scales set");
-  // dy = [dgate | dup] is [rows, 2·cols]; MN-major scales as Sm90Fp8Quantize1x128WithTranspose's.
-  const int64_t n2 = 2 * cols;
-  const kernels::cuda::Sm90TransposeCastArgs a{nullptr, rows, n2, sf == kernels::ScaleFormat::kUe8m0, dy.q, dy.s, 1, rows,
-                                               dy.qt, dy.st, 1, n2};
-  const dim3 grid(static_cast<unsigned>(cols / 128), static_cast<unsigned>((rows + 127) / 128));
-  SwiGluBackwardCastKernel<<<grid, kernels::cuda::kSm90TransposeThreads, 0, s>>>(dout, gate, up, rows, cols, ld, a);
   LAUNCH_CHECK();
 }
 

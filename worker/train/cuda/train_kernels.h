@@ -30,16 +30,6 @@ struct Fp8BlockOperand {
   uint8_t* qt = nullptr;
   float* st = nullptr;
 };
-// fp8-blockwise's cast of a gradient dy [m, n] for a linear layer's backward, as
-// Sm90Fp8Quantize1x128WithTranspose (E4M3, MN-major scales) writes it: q [m, n] in 1x128 tiles
-// with scales s [n/128, m] (dgrad), and qt = dyᵀ [n, m] in 1x128 tiles with scales st [m/128, n]
-// (wgrad). CudaLinear::DyCast says where; a fused producer (the SwiGLU backward) writes it.
-struct Fp8DyCast {
-  uint8_t* q = nullptr;
-  float* s = nullptr;
-  uint8_t* qt = nullptr;
-  float* st = nullptr;
-};
 
 // out[n, c] = wte[tokens[n]] + wpe[n % t]   (fp32 residual stream)
 Status EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, int64_t n,
