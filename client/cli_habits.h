@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small pieces of fp8ctl's command line that people bring from kubectl and sbatch: "did you
 // mean" for a mistyped command, case-insensitive states, label flags, shell completion.
 // Pure functions, so api_unit_test covers them without a daemon.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8ctl contexts, as kubeconfig does: ~/.config/fp8d/config.yaml (or $XDG_CONFIG_HOME/fp8d)
 // holds named contexts and the current one:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8ctl: the command-line client of fp8d (README "fp8ctl").
 //
 // Exit codes: 0 ok; 1 the job failed or was cancelled (watch, submit --wait), or `wait` did not
@@ -14,11 +15,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 #include <absl/synchronization/mutex.h>
+#include <google/protobuf/util/time_util.h>
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
@@ -345,6 +348,7 @@ int List(JobClient& client, const Flags& flags, OutputFormat format) {
   fp8d::v1::ListJobsRequest request;
   if (auto rc = SetListFilters(flags, request)) return *rc;
   request.set_label_selector(flags.selector);
+  request.set_owner(flags.owner);
   request.set_page_token(flags.page_token);
   request.set_page_size(flags.page_size > 0 ? flags.page_size : 500);
   std::vector<Job> jobs;
@@ -357,7 +361,7 @@ int List(JobClient& client, const Flags& flags, OutputFormat format) {
     if (flags.page_size > 0 || next.empty()) break;
     request.set_page_token(next);
   }
-  fp8d::client::PrintJobs(jobs, format, std::cout);
+  fp8d::client::PrintJobs(jobs, format, std::cout, TerminalColumns());
   if (flags.page_size > 0 && !next.empty()) std::cerr << "next page: --page-token " << next << "\n";
   return kExitOk;
 }
@@ -420,38 +424,155 @@ int WaitFor(JobClient& client, const std::string& address, const std::string& na
   return kExitJobFailed;
 }
 
-// -o json: NDJSON, one {"rank", "line"} object per log line; otherwise the bytes as they come.
-int PrintLogs(JobClient& client, const std::string& name, const Flags& flags, OutputFormat format) {
-  fp8d::v1::GetJobLogsRequest request;
-  request.set_name(name);
-  request.set_rank(flags.rank);
-  request.set_attempt(flags.attempt);
-  request.set_follow(flags.follow);
-  const bool json_lines = format == OutputFormat::kJson;
-  std::string pending;
-  auto emit_line = [&](const std::string& line) {
-    // A log may hold any bytes: invalid UTF-8 becomes U+FFFD so each line stays valid JSON.
-    std::cout << nlohmann::json({{"rank", flags.rank}, {"line", line}})
-                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-              << "\n";
-  };
-  fp8::Status st = client.GetJobLogs(request, [&](const std::string& data) {
-    if (!json_lines) {
-      std::cout.write(data.data(), static_cast<std::streamsize>(data.size()));
-      std::cout.flush();
-      return;
-    }
-    pending += data;
+// The ranks `logs` reads: --rank alone, else every rank of the job (Resources as stored).
+fp8::StatusOr<std::vector<int>> LogRanks(JobClient& client, const std::string& name, const Flags& flags) {
+  if (flags.rank >= 0) return std::vector<int>{flags.rank};
+  auto job = client.GetJob(name);
+  if (!job.ok()) return job.status();
+  const auto& r = job->resources();
+  const int count = r.ranks() > 0 ? r.ranks() : std::max(1, r.nodes()) * std::max(1, r.ranks_per_node());
+  std::vector<int> ranks(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) ranks[static_cast<size_t>(i)] = i;
+  return ranks;
+}
+
+// One rank's log as lines: complete lines go to `emit` (holding `out_mu`, so the ranks of a
+// followed job do not interleave inside a line); Finish hands on an unterminated last line.
+class RankLines {
+ public:
+  RankLines(std::function<void(const std::string&)> emit, std::mutex& out_mu)
+      : emit_(std::move(emit)), out_mu_(out_mu) {}
+  void Add(const std::string& data) {
+    pending_ += data;
     size_t start = 0, nl;
-    while ((nl = pending.find('\n', start)) != std::string::npos) {
-      emit_line(pending.substr(start, nl - start));
+    std::lock_guard lock(out_mu_);
+    while ((nl = pending_.find('\n', start)) != std::string::npos) {
+      emit_(pending_.substr(start, nl - start));
       start = nl + 1;
     }
-    pending.erase(0, start);
+    pending_.erase(0, start);
     std::cout.flush();
+  }
+  void Finish() {
+    std::lock_guard lock(out_mu_);
+    if (!pending_.empty()) emit_(pending_);
+    pending_.clear();
+    std::cout.flush();
+  }
+
+ private:
+  std::function<void(const std::string&)> emit_;
+  std::mutex& out_mu_;
+  std::string pending_;
+};
+
+// Where the last `tail` lines of `log` start (a last line without its newline counts as one).
+size_t TailStart(const std::string& log, int tail) {
+  if (tail == 0) return log.size();
+  size_t pos = log.size();
+  if (pos > 0 && log[pos - 1] == '\n') --pos;
+  int seen = 0;
+  while (pos > 0) {
+    const size_t nl = log.rfind('\n', pos - 1);
+    if (nl == std::string::npos) return 0;
+    if (++seen == tail) return nl + 1;
+    pos = nl;
+  }
+  return 0;
+}
+
+// One rank of `logs`. With --tail the log so far is read whole and only its last N lines are
+// printed; with --follow too, the stream then skips the bytes already read and goes on.
+fp8::Status RankLog(JobClient& client, fp8d::v1::GetJobLogsRequest request, int tail,
+                    const std::function<void(const std::string&)>& emit, std::mutex& out_mu) {
+  RankLines lines(emit, out_mu);
+  size_t skip = 0;
+  if (tail >= 0) {
+    std::string all;
+    fp8d::v1::GetJobLogsRequest now = request;
+    now.set_follow(false);
+    fp8::Status st = client.GetJobLogs(now, [&](const std::string& data) { all += data; });
+    // A rank with no log yet has no tail; followed, it is waited for like any other.
+    if (!st.ok() && !(request.follow() && st.code() == fp8::StatusCode::kNotFound)) return st;
+    skip = all.size();
+    lines.Add(all.substr(TailStart(all, tail)));
+    if (!request.follow()) {
+      lines.Finish();
+      return fp8::OkStatus();
+    }
+  }
+  fp8::Status st = client.GetJobLogs(request, [&](const std::string& data) {
+    if (skip >= data.size()) {
+      skip -= data.size();
+      return;
+    }
+    lines.Add(data.substr(skip));
+    skip = 0;
   });
-  if (json_lines && !pending.empty()) emit_line(pending);
-  return st.ok() ? kExitOk : ReportError(st);
+  lines.Finish();
+  return st;
+}
+
+// -o json: NDJSON, one {"rank", "line"} object per log line. Otherwise one rank's log as it
+// is; a job's several ranks (no --rank) each line prefixed `[rank N] `, rank by rank, or all
+// at once with --follow. A rank that has written no log yet is skipped while others have one.
+int PrintLogs(JobClient& client, const std::string& name, const Flags& flags, OutputFormat format) {
+  auto ranks = LogRanks(client, name, flags);
+  if (!ranks.ok()) return ReportError(ranks.status());
+  const bool json_lines = format == OutputFormat::kJson;
+  const bool prefixed = flags.rank < 0 && ranks->size() > 1;
+  fp8d::v1::GetJobLogsRequest request;
+  request.set_name(name);
+  request.set_attempt(flags.attempt);
+  request.set_follow(flags.follow);
+  if (!json_lines && !prefixed && flags.tail < 0) {
+    // One rank, whole: its bytes as they come, not cut into lines.
+    request.set_rank(ranks->front());
+    fp8::Status st = client.GetJobLogs(request, [&](const std::string& data) {
+      std::cout.write(data.data(), static_cast<std::streamsize>(data.size()));
+      std::cout.flush();
+    });
+    return st.ok() ? kExitOk : ReportError(st);
+  }
+  std::mutex out_mu;
+  auto emitter = [&](int rank) -> std::function<void(const std::string&)> {
+    if (json_lines) {
+      // A log may hold any bytes: invalid UTF-8 becomes U+FFFD so each line stays valid JSON.
+      return [rank](const std::string& line) {
+        std::cout << nlohmann::json({{"rank", rank}, {"line", line}})
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                  << "\n";
+      };
+    }
+    const std::string prefix = prefixed ? "[rank " + std::to_string(rank) + "] " : "";
+    return [prefix](const std::string& line) { std::cout << prefix << line << "\n"; };
+  };
+  std::vector<fp8::Status> results(ranks->size());
+  auto read_rank = [&](size_t i) {
+    fp8d::v1::GetJobLogsRequest r = request;
+    r.set_rank((*ranks)[i]);
+    results[i] = RankLog(client, r, flags.tail, emitter((*ranks)[i]), out_mu);
+  };
+  if (flags.follow && ranks->size() > 1) {
+    std::vector<std::thread> readers;
+    for (size_t i = 0; i < ranks->size(); ++i) readers.emplace_back(read_rank, i);
+    for (auto& t : readers) t.join();
+  } else {
+    for (size_t i = 0; i < ranks->size(); ++i) read_rank(i);
+  }
+  const fp8::Status* first_error = nullptr;
+  size_t missing = 0;
+  for (const auto& st : results) {
+    if (st.ok()) continue;
+    if (st.code() == fp8::StatusCode::kNotFound && ranks->size() > 1) {
+      ++missing;
+      if (first_error == nullptr) first_error = &st;
+      continue;
+    }
+    return ReportError(st);
+  }
+  if (missing == ranks->size()) return ReportError(*first_error);
+  return kExitOk;
 }
 
 int Delete(JobClient& client, const std::string& name, OutputFormat format) {
@@ -461,19 +582,109 @@ int Delete(JobClient& client, const std::string& name, OutputFormat format) {
   return kExitOk;
 }
 
-int Cancel(JobClient& client, const std::string& name, OutputFormat format) {
-  auto cancelled = client.CancelJob(name);
-  if (!cancelled.ok()) return ReportError(cancelled.status());
-  if (format == OutputFormat::kTable) {
-    std::cout << cancelled->name() << " " << fp8d::v1::JobState_Name(cancelled->state()) << "\n";
-  } else {
-    fp8d::client::PrintJob(*cancelled, format, std::cout);
+// The jobs `cancel` is asked for: its arguments, or with -l every active job whose labels
+// match (finished ones cannot be cancelled). INVALID_ARGUMENT for neither or both.
+fp8::StatusOr<std::vector<std::string>> CancelTargets(JobClient& client, const Flags& flags) {
+  if (flags.jobs.empty() == flags.selector.empty()) {
+    return fp8::InvalidArgumentError("cancel: give job names or -l SELECTOR (one of the two)");
   }
+  std::vector<std::string> names;
+  for (const auto& j : flags.jobs) names.push_back(fp8d::client::NormalizeJobName(j));
+  if (flags.selector.empty()) return names;
+  fp8d::v1::ListJobsRequest request;
+  request.set_label_selector(flags.selector);
+  request.set_page_size(1000);
+  while (true) {
+    auto page = client.ListJobs(request);
+    if (!page.ok()) return page.status();
+    for (const auto& j : page->jobs()) {
+      if (!IsTerminal(j.state())) names.push_back(j.name());
+    }
+    if (page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  return names;
+}
+
+// One job as before; several (names or -l) only with --yes, else they are listed and nothing
+// is cancelled (exit 1). Each is tried; a refusal is reported and the rest go on (exit 3).
+int Cancel(JobClient& client, const Flags& flags, OutputFormat format) {
+  auto targets = CancelTargets(client, flags);
+  if (!targets.ok()) return ReportError(targets.status());
+  const bool bulk = targets->size() > 1 || !flags.selector.empty();
+  if (targets->size() > 1 && !flags.yes) {
+    std::cout << "would cancel " << targets->size() << " jobs:\n";
+    for (const auto& n : *targets) std::cout << "  " << n << "\n";
+    std::cerr << "fp8ctl: nothing cancelled; pass --yes to cancel " << targets->size() << " jobs\n";
+    return kExitJobFailed;
+  }
+  std::vector<Job> cancelled;
+  int exit_code = kExitOk;
+  for (const auto& name : *targets) {
+    auto result = client.CancelJob(name);
+    if (!result.ok()) {
+      exit_code = ReportError(fp8::Status(result.status().code(), name + ": " + std::string(result.status().message())));
+      continue;
+    }
+    if (format == OutputFormat::kTable) {
+      std::cout << result->name() << " " << fp8d::v1::JobState_Name(result->state()) << "\n";
+    } else if (!bulk) {
+      fp8d::client::PrintJob(*result, format, std::cout);
+    }
+    cancelled.push_back(std::move(*result));
+  }
+  if (bulk && format != OutputFormat::kTable) fp8d::client::PrintJobs(cancelled, format, std::cout);
+  if (bulk && format == OutputFormat::kTable) {
+    std::cout << "cancelled " << cancelled.size() << " of " << targets->size() << " jobs\n";
+  }
+  return exit_code;
+}
+
+// fp8ctl's line, then the server's (GetServerInfo): a server that cannot be asked is an error.
+int Version(JobClient& client) {
+  PrintVersion();
+  auto info = client.GetServerInfo();
+  if (!info.ok()) {
+    return ReportError(fp8::Status(info.status().code(), "server: " + std::string(info.status().message())));
+  }
+  std::cout << "server: " << info->version() << ", launcher " << info->launcher() << "\n";
   return kExitOk;
 }
 
 // The commands that talk to fp8d. The connection is resolved and its credentials checked
 // before any file is read or call made.
+int Queues(JobClient& client, OutputFormat format) {
+  auto queues = client.ListQueues();
+  if (!queues.ok()) return ReportError(queues.status());
+  fp8d::client::PrintQueues(*queues, format, std::cout);
+  return kExitOk;
+}
+
+// `--since 7d`: days as well as the durations of job files (job_file.h).
+int Usage(JobClient& client, const Flags& flags, OutputFormat format) {
+  fp8d::v1::GetUsageRequest request;
+  request.set_by(flags.usage_by);
+  if (!flags.usage_since.empty()) {
+    int64_t ms = 0;
+    const std::string& text = flags.usage_since;
+    if (text.size() > 1 && text.back() == 'd' &&
+        text.find_first_not_of("0123456789") == text.size() - 1) {
+      ms = std::stoll(text.substr(0, text.size() - 1)) * 86'400'000;
+    } else {
+      auto d = fp8d::client::ParseDuration(text);
+      if (!d.ok()) return ReportError(fp8::InvalidArgumentError("--since: " + std::string(d.status().message())));
+      ms = google::protobuf::util::TimeUtil::DurationToMilliseconds(*d);
+    }
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    *request.mutable_since() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(now - ms);
+  }
+  auto usage = client.GetUsage(request);
+  if (!usage.ok()) return ReportError(usage.status());
+  fp8d::client::PrintUsage(*usage, flags.usage_by, format, std::cout);
+  return kExitOk;
+}
+
 int RunServerCommand(const Commands& c, Flags& flags, OutputFormat format) {
   flags.connection.server = flags.server;
   auto connection = fp8d::client::ResolveConnection(flags.connection);
@@ -495,7 +706,10 @@ int RunServerCommand(const Commands& c, Flags& flags, OutputFormat format) {
   if (c.wait->parsed()) return WaitFor(client, address, name, flags);
   if (c.logs->parsed()) return PrintLogs(client, name, flags, format);
   if (c.del->parsed()) return Delete(client, name, format);
-  if (c.cancel->parsed()) return Cancel(client, name, format);
+  if (c.cancel->parsed()) return Cancel(client, flags, format);
+  if (c.version->parsed()) return Version(client);
+  if (c.queues->parsed()) return Queues(client, format);
+  if (c.usage->parsed()) return Usage(client, flags, format);
   return kExitUsage;
 }
 
@@ -527,7 +741,7 @@ static int Fp8ctlMain(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
-  if (commands.version->parsed()) return PrintVersion();
+  if (commands.version->parsed() && flags.client_only) return PrintVersion();
   if (commands.help->parsed()) return PrintHelp(app, overview, flags.help_topic);
   if (commands.completion->parsed()) return PrintCompletion(app, flags.shell);
   if (commands.use_context->parsed()) return UseContext(flags.context_name);

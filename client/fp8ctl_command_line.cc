@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "client/fp8ctl_command_line.h"
 
 #include <set>
@@ -29,6 +30,7 @@ CLI::App* AddListCommand(CommandBuilder& b, Flags& f) {
   list->add_option("--state", f.state, "QUEUED, RUNNING, SUCCEEDED, ... (any case)");
   list->add_option("--kind", f.kind, "TRAIN or CALIBRATE");
   list->add_option("-l,--selector", f.selector, "label selector: k=v,k2!=v,k3,!k4");
+  list->add_option("--owner", f.owner, "only jobs of this owner; `me`: your own");
   list->add_option("--page-size", f.page_size, "one page of this size (prints the next page token)")
       ->check(CLI::Range(1, 1000));
   list->add_option("--page-token", f.page_token, "continue a paged listing");
@@ -48,10 +50,21 @@ CLI::App* AddLogsCommand(CommandBuilder& b, Flags& f) {
   CLI::App* logs = b.Add("logs", "print a rank's log");
   if (!b.Built(logs)) return logs;
   logs->add_option("JOB", f.job, "jobs/<id> or <id>")->required();
-  logs->add_option("--rank", f.rank, "rank (default 0)");
+  logs->add_option("--rank", f.rank, "only this rank (default: every rank, lines prefixed [rank N])")
+      ->check(CLI::NonNegativeNumber);
   logs->add_option("--attempt", f.attempt, "attempt (default: the current one)");
+  logs->add_option("--tail", f.tail, "only the last N lines of each rank")->check(CLI::NonNegativeNumber);
   logs->add_flag("-f,--follow", f.follow, "keep printing until the job ends");
   return logs;
+}
+
+CLI::App* AddCancelCommand(CommandBuilder& b, Flags& f) {
+  CLI::App* cancel = b.Add("cancel", "cancel jobs by name or label selector (--yes for more than one)");
+  if (!b.Built(cancel)) return cancel;
+  cancel->add_option("JOB", f.jobs, "jobs/<id> or <id>, one or more");
+  cancel->add_option("-l,--selector", f.selector, "every active job whose labels match: k=v,k2!=v,k3,!k4");
+  cancel->add_flag("-y,--yes", f.yes, "cancel more than one job (without it, print them and exit 1)");
+  return cancel;
 }
 
 void AddConfigCommand(CommandBuilder& b, Flags& f, Commands& c) {
@@ -88,7 +101,7 @@ std::string FirstCommandWord(const CLI::App& app, int argc, char** argv) {
 
 const std::vector<std::string>& CommandNames() {
   static const std::vector<std::string> names = {"submit", "get",    "list",   "watch",   "wait",
-                                                 "logs",   "cancel", "delete", "describe", "config",
+                                                 "logs",   "cancel", "delete", "describe", "queues", "usage", "config",
                                                  "version", "help",  "completion"};
   return names;
 }
@@ -110,11 +123,19 @@ Commands AddCommands(CommandBuilder& b, Flags& f) {
   c.watch = AddJobCommand(b, f, "watch", "follow a job's progress until it ends");
   c.wait = AddWaitCommand(b, f);
   c.logs = AddLogsCommand(b, f);
-  c.cancel = AddJobCommand(b, f, "cancel", "cancel a job");
+  c.cancel = AddCancelCommand(b, f);
   c.del = AddJobCommand(b, f, "delete", "delete a finished job: its record and attempt files, never its output dir");
   c.describe = AddJobCommand(b, f, "describe", "show a job with its attempts and events");
+  c.queues = b.Add("queues", "list the scheduler's queues: quota, in use, borrowed, pending");
+  c.usage = b.Add("usage", "GPU-seconds and CPU-slot-seconds of the stored attempts, per owner or queue");
+  if (b.Built(c.usage)) {
+    c.usage->add_option("--since", f.usage_since, "only the last DURATION (7d, 12h, 30m); default: all")
+        ->option_text("DURATION");
+    c.usage->add_option("--by", f.usage_by, "owner | queue")->check(CLI::IsMember({"owner", "queue"}));
+  }
   AddConfigCommand(b, f, c);
-  c.version = b.Add("version", "print fp8ctl's version, git commit and build type");
+  c.version = b.Add("version", "print fp8ctl's and the server's version, git commit and build type");
+  if (b.Built(c.version)) c.version->add_flag("--client", f.client_only, "only fp8ctl's, without asking the server");
   c.help = b.Add("help", "help for fp8ctl or one command");
   if (b.Built(c.help)) c.help->add_option("COMMAND", f.help_topic, "the command to explain");
   c.completion = b.Add("completion", "print a shell completion script (bash or zsh)");

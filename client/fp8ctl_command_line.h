@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8ctl's command line: every command's CLI11 subcommand and options, bound to one Flags.
 #pragma once
 
@@ -26,14 +27,21 @@ struct Flags {
   std::string file, request_id;
   std::vector<std::string> labels;
   bool wait = false, parsable = false;
-  // list
-  std::string state, kind, page_token, selector;
+  // list (selector also for cancel -l)
+  std::string state, kind, page_token, selector, owner;
   int page_size = 0;
+  // cancel: several names, or -l; --yes confirms more than one
+  std::vector<std::string> jobs;
+  bool yes = false;
   // wait
   std::string for_condition, timeout_text = "0";
-  // logs
-  int rank = 0, attempt = 0;
+  // logs: rank -1 = every rank of the job, each line prefixed; tail -1 = the whole log
+  int rank = -1, attempt = 0, tail = -1;
   bool follow = false;
+  // version: only fp8ctl's, without asking the server
+  bool client_only = false;
+  // usage
+  std::string usage_since, usage_by = "owner";
   // config use-context, help, completion
   std::string context_name, help_topic, shell;
 };
@@ -64,7 +72,7 @@ class CommandBuilder {
 
 // The subcommands; one that was not built is the builder's `unused`.
 struct Commands {
-  CLI::App *submit, *get, *list, *watch, *wait, *logs, *cancel, *del, *describe;
+  CLI::App *submit, *get, *list, *watch, *wait, *logs, *cancel, *del, *describe, *queues, *usage;
   CLI::App *use_context, *get_contexts, *version, *help, *completion;
 };
 

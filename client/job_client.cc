@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "client/job_client.h"
 
 #include <arpa/inet.h>
@@ -162,6 +163,36 @@ Status JobClient::DeleteJob(const std::string& name) {
   AddToken(&context);
   google::protobuf::Empty response;
   return FromGrpc(stub_->DeleteJob(&context, request, &response));
+}
+
+StatusOr<fp8d::v1::ListQueuesResponse> JobClient::ListQueues() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  AddToken(&context);
+  fp8d::v1::ListQueuesResponse response;
+  grpc::Status st = stub_->ListQueues(&context, fp8d::v1::ListQueuesRequest(), &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+StatusOr<fp8d::v1::GetUsageResponse> JobClient::GetUsage(const fp8d::v1::GetUsageRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  AddToken(&context);
+  fp8d::v1::GetUsageResponse response;
+  grpc::Status st = stub_->GetUsage(&context, request, &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+StatusOr<fp8d::v1::ServerInfo> JobClient::GetServerInfo() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  AddToken(&context);
+  fp8d::v1::ServerInfo response;
+  grpc::Status st = stub_->GetServerInfo(&context, fp8d::v1::GetServerInfoRequest(), &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
 }
 
 Status JobClient::WatchJob(const std::string& name, int64_t since_version,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8_client: a small synchronous client for fp8d's JobService and health service. fp8ctl and
 // the integration tests use it; it holds no server logic, only the RPCs and their status.
 #pragma once
@@ -58,6 +59,9 @@ class JobClient {
   StatusOr<fp8d::v1::ListJobsResponse> ListJobs(const fp8d::v1::ListJobsRequest& request);
   StatusOr<fp8d::v1::Job> CancelJob(const std::string& name);
   Status DeleteJob(const std::string& name);
+  StatusOr<fp8d::v1::ListQueuesResponse> ListQueues();
+  StatusOr<fp8d::v1::GetUsageResponse> GetUsage(const fp8d::v1::GetUsageRequest& request);
+  StatusOr<fp8d::v1::ServerInfo> GetServerInfo();
 
   // Streams WatchJob until the stream ends or `on_update` returns false. Returns the stream's
   // final status (OK when the job reached a terminal state, CANCELLED when stopped by the

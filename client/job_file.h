@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job files for fp8ctl submit: YAML or JSON with the fields of fp8d.v1.Job (snake_case).
 // The YAML tree fills the Job through its descriptor (no proto JSON detour), so an unknown field
 // is reported with its path ("unknown field job.train.trainig"), a string field written as a

@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "client/output.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -211,6 +213,14 @@ void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
       {"Ended:", Time(job.end_time())},
       {"Version:", std::to_string(job.version())},
   };
+  if (!job.queue().empty()) rows.push_back({"Queue:", job.queue()});
+  if (job.has_preemptible() && !job.preemptible()) rows.push_back({"Preemptible:", "no"});
+  if (job.depends_on_size() > 0) {
+    std::string deps;
+    for (const auto& d : job.depends_on()) deps += (deps.empty() ? "" : ", ") + d;
+    rows.push_back({"Depends on:", deps});
+  }
+  if (!job.pending_reason().empty()) rows.push_back({"Pending reason:", job.pending_reason()});
   if (job.kind() == fp8d::v1::CALIBRATE) {
     CalibrationRows(job, rows);
   } else if (job.has_progress() && job.progress().step() > 0) {
@@ -225,7 +235,92 @@ void PrintJob(const Job& job, OutputFormat format, std::ostream& out) {
   Table(out, rows);
 }
 
-void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& out) {
+// Why a job is where it is, on one line: its pending_reason (waiting for slots, a dependency,
+// Slurm), else for a FAILED job its error; "-" for none.
+std::string ReasonText(const Job& job) {
+  std::string s = !job.pending_reason().empty()     ? job.pending_reason()
+                  : job.state() == fp8d::v1::FAILED ? ErrorText(job)
+                                                    : "";
+  for (char& c : s) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return s.empty() ? "-" : s;
+}
+
+// How a table gives up width: `column` is cut down to `floor` characters (its cells end in
+// "..."), or with floor 0 left out.
+struct Shrink {
+  size_t column;
+  size_t floor;
+};
+
+// A table at most `columns` wide: while it is wider, the steps are taken in order. A table
+// whose other columns are wider still is printed as it is then.
+void FitTable(std::ostream& out, std::vector<std::vector<std::string>>& rows, int columns,
+              const std::vector<Shrink>& steps) {
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) widths[i] = std::max(widths[i], r[i].size());
+  const std::vector<size_t> natural = widths;
+  std::vector<bool> dropped(widths.size(), false);
+  size_t total = 2 * (widths.size() - 1);
+  for (size_t w : widths) total += w;
+  const size_t room = static_cast<size_t>(std::max(columns - 1, 1));  // the last cell never touches the edge
+  for (const Shrink& step : steps) {
+    if (total <= room) break;
+    if (dropped[step.column]) continue;
+    if (step.floor == 0) {
+      dropped[step.column] = true;
+      total -= widths[step.column] + 2;
+      continue;
+    }
+    const size_t floor = std::max<size_t>(step.floor, 4);
+    const size_t cut = std::min(total - room, widths[step.column] > floor ? widths[step.column] - floor : 0);
+    widths[step.column] -= cut;
+    total -= cut;
+  }
+  // Leaving a column out may have freed more than was needed: the cut columns get it back,
+  // in the order they were cut.
+  for (const Shrink& step : steps) {
+    if (total >= room || dropped[step.column] || step.floor == 0) continue;
+    const size_t regain = std::min(room - total, natural[step.column] - widths[step.column]);
+    widths[step.column] += regain;
+    total += regain;
+  }
+  std::vector<size_t> kept_widths;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    if (!dropped[i]) kept_widths.push_back(widths[i]);
+  }
+  for (const auto& r : rows) {
+    std::vector<std::string> cells;
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (dropped[i]) continue;
+      cells.push_back(r[i].size() > widths[i] ? r[i].substr(0, widths[i] - 3) + "..." : r[i]);
+    }
+    Row(out, cells, kept_widths);
+  }
+}
+
+namespace {
+
+// A list response as one JSON or YAML document, with its list key present even when empty, so
+// scripts can index it.
+void PrintListDocument(const google::protobuf::Message& message, const char* list_key, OutputFormat format,
+                       std::ostream& out) {
+  json j = json::parse(MessageToJson(message));
+  if (!j.contains(list_key)) j[list_key] = json::array();
+  if (format == OutputFormat::kJson) {
+    out << j.dump(1) << "\n";
+  } else {
+    YAML::Emitter y;
+    EmitYaml(y, j);
+    out << y.c_str() << "\n";
+  }
+}
+
+}  // namespace
+
+void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& out, int columns) {
   if (format == OutputFormat::kName) {
     for (const auto& j : jobs) out << j.name() << "\n";
     return;
@@ -233,26 +328,72 @@ void PrintJobs(const std::vector<Job>& jobs, OutputFormat format, std::ostream& 
   if (format != OutputFormat::kTable) {
     fp8d::v1::ListJobsResponse all;
     for (const auto& j : jobs) *all.add_jobs() = j;
-    // Always a `jobs` key, even when empty, so scripts can index it.
-    json j = json::parse(MessageToJson(all));
-    if (!j.contains("jobs")) j["jobs"] = json::array();
-    if (format == OutputFormat::kJson) {
-      out << j.dump(1) << "\n";
-    } else {
-      YAML::Emitter y;
-      EmitYaml(y, j);
-      out << y.c_str() << "\n";
-    }
+    PrintListDocument(all, "jobs", format, out);
     return;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "DISPLAY NAME", "KIND", "STATE", "ATTEMPT", "STEP", "AGE"}};
+      {"NAME", "DISPLAY NAME", "OWNER", "KIND", "STATE", "ATTEMPT", "STEP", "AGE", "REASON"}};
   for (const auto& j : jobs) {
     rows.push_back({j.name(), j.display_name().empty() ? "-" : j.display_name(),
-                    fp8d::v1::JobKind_Name(j.kind()), fp8d::v1::JobState_Name(j.state()),
-                    std::to_string(j.attempt()), StepText(j), Age(j.create_time())});
+                    j.owner().empty() ? "-" : j.owner(), fp8d::v1::JobKind_Name(j.kind()),
+                    fp8d::v1::JobState_Name(j.state()), std::to_string(j.attempt()), StepText(j),
+                    Age(j.create_time()), ReasonText(j)});
+  }
+  // For 80 columns: the reason and names are cut first, then KIND and ATTEMPT go, then the
+  // reason is cut to its header.
+  FitTable(out, rows, columns, {{8, 16}, {1, 12}, {2, 8}, {3, 0}, {5, 0}, {8, 6}});
+}
+
+void PrintQueues(const fp8d::v1::ListQueuesResponse& queues, OutputFormat format, std::ostream& out) {
+  if (format == OutputFormat::kName) {
+    for (const auto& q : queues.queues()) out << q.name() << "\n";
+    return;
+  }
+  if (format != OutputFormat::kTable) {
+    PrintListDocument(queues, "queues", format, out);
+    return;
+  }
+  // GPU and CPU-slot figures side by side as "gpus/cpu": a cluster usually has one kind only.
+  auto pair = [](int64_t gpus, int64_t cpus) { return std::to_string(gpus) + "/" + std::to_string(cpus); };
+  std::vector<std::vector<std::string>> rows = {
+      {"QUEUE", "QUOTA (GPU/CPU)", "IN USE", "BORROWED", "WEIGHT", "PENDING", "RUNNING", "PRINCIPALS"}};
+  for (const auto& q : queues.queues()) {
+    std::ostringstream w;
+    w << q.weight();
+    std::string principals;
+    for (const auto& p : q.principals()) principals += (principals.empty() ? "" : ",") + p;
+    rows.push_back({q.name(), pair(q.quota_gpus(), q.quota_cpu_slots()), pair(q.used_gpus(), q.used_cpu_slots()),
+                    pair(q.borrowed_gpus(), q.borrowed_cpu_slots()), w.str(), std::to_string(q.pending_jobs()),
+                    std::to_string(q.running_jobs()), principals.empty() ? "*" : principals});
   }
   Table(out, rows);
+  out << "cluster: " << queues.cluster_gpus() << " GPU slots, " << queues.cluster_cpu_slots() << " CPU slots\n";
+}
+
+void PrintUsage(const fp8d::v1::GetUsageResponse& usage, const std::string& by, OutputFormat format,
+                std::ostream& out) {
+  if (format == OutputFormat::kName) {
+    for (const auto& r : usage.rows()) out << r.key() << "\n";
+    return;
+  }
+  if (format != OutputFormat::kTable) {
+    PrintListDocument(usage, "rows", format, out);
+    return;
+  }
+  std::string key = by.empty() ? "OWNER" : by;
+  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::toupper(c); });
+  std::vector<std::vector<std::string>> rows = {{key, "GPU-SECONDS", "GPU-HOURS", "CPU-SLOT-SECONDS", "CPU-SLOT-HOURS", "ATTEMPTS"}};
+  double gpu = 0, cpu = 0;
+  for (const auto& r : usage.rows()) {
+    rows.push_back({r.key().empty() ? "-" : r.key(), Fixed(r.gpu_seconds(), 0), Fixed(r.gpu_seconds() / 3600, 2),
+                    Fixed(r.cpu_slot_seconds(), 0), Fixed(r.cpu_slot_seconds() / 3600, 2), std::to_string(r.attempts())});
+    gpu += r.gpu_seconds();
+    cpu += r.cpu_slot_seconds();
+  }
+  Table(out, rows);
+  out << "total: " << Fixed(gpu, 0) << " GPU-seconds, " << Fixed(cpu, 0) << " CPU-slot-seconds; from "
+      << (usage.has_since() ? Time(usage.since()) : std::string("the first stored attempt")) << " to "
+      << Time(usage.until()) << "\n";
 }
 
 void PrintDescribe(const Job& job, OutputFormat format, std::ostream& out) {

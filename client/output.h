@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How fp8ctl prints jobs: `table` for people, `json` (proto JSON, snake_case) and `yaml` for
 // scripts, and the one-line progress view of `watch`.
 #pragma once
@@ -22,7 +23,18 @@ std::string MessageToJsonLine(const google::protobuf::Message& message);
 std::string MessageToYaml(const google::protobuf::Message& message);
 
 void PrintJob(const fp8d::v1::Job& job, OutputFormat format, std::ostream& out);
-void PrintJobs(const std::vector<fp8d::v1::Job>& jobs, OutputFormat format, std::ostream& out);
+// The table (NAME, DISPLAY NAME, OWNER, KIND, STATE, ATTEMPT, STEP, AGE, REASON) fits in
+// `columns` where it can: REASON, DISPLAY NAME and OWNER are cut with "...", then KIND and
+// ATTEMPT are left out.
+void PrintJobs(const std::vector<fp8d::v1::Job>& jobs, OutputFormat format, std::ostream& out,
+               int columns = 80);
+// `fp8ctl queues`: one row per queue (quota, in use, borrowed, pending, running), or the
+// ListQueuesResponse as JSON/YAML; `name` prints the queue names.
+void PrintQueues(const fp8d::v1::ListQueuesResponse& queues, OutputFormat format, std::ostream& out);
+// `fp8ctl usage`: one row per owner or queue with GPU and CPU-slot hours and seconds, or the
+// GetUsageResponse as JSON/YAML; `name` prints the keys. `by` names the key column.
+void PrintUsage(const fp8d::v1::GetUsageResponse& usage, const std::string& by, OutputFormat format,
+                std::ostream& out);
 // The job plus its attempts and events (GetJob with JOB_VIEW_FULL).
 void PrintDescribe(const fp8d::v1::Job& job, OutputFormat format, std::ostream& out);
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Label selectors as kubectl's -l: "k=v,k2!=v,k3,!k4". Parsed by the API's validation (a bad
 // selector is INVALID_ARGUMENT naming label_selector) and matched by the store against each
 // job's labels, so fp8ctl only passes the text on.

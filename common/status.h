@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status / StatusOr in the style of absl::Status, used inside every part of fp8d.
 // Codes are the canonical gRPC codes, so the API edge maps them 1:1 and never needs UNKNOWN
 // for a case the code can name.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes data/corpus.txt: a self-written, procedurally generated English corpus (no third-party
 text, so it carries no license beyond the project's). Deterministic: the same file every run.
 It only needs to be English-like enough for a byte-level model's loss to fall visibly.

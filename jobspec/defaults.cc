@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jobspec/defaults.h"
 
 #include <string>
@@ -136,6 +137,7 @@ void ApplyTrainDefaults(fp8d::v1::TrainSpec* spec) {
   if (t->eval_steps() == 0) t->set_eval_steps(100);
   if (t->save_steps() == 0) t->set_save_steps(500);
   if (t->save_total_limit() == 0) t->set_save_total_limit(3);
+  if (t->report_to().empty()) t->add_report_to("none");
 
   DefaultString("auto", spec->mutable_backend());
 }
@@ -153,6 +155,7 @@ void ApplyCalibrateDefaults(fp8d::v1::CalibrateSpec* spec) {
 
   DefaultString("quantize", spec->mutable_direction());
   DefaultString("auto", spec->mutable_backend());
+  DefaultString("auto", spec->mutable_output_format());
 }
 
 void ApplySpecDefaults(fp8d::v1::Job* job) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ONE place the defaults of a job spec live. A field left 0, "" or unset means "the
 // default" (proto3 cannot tell them apart); ApplyXDefaults writes the default into it, so what
 // follows (validation, the worker, GetJob) sees the effective spec. Idempotent, never fails:

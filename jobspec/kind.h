@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job kind and the fields every kind has, from ONE exhaustive switch over the spec oneof:
 // a third kind added to job.proto fails to compile here (kind.cc builds with -Werror=switch)
 // instead of being silently labelled as one of the others.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one check of a job's paths, run by fp8d at create and by fp8-worker before it opens them.
 // Which fields are paths is declared once, in job.proto (`[(fp8d.v1.path) = ...]`):
 // CheckSpecPaths walks a message by its descriptor and checks every marked field, so a new

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jobspec/validate.h"
 
 #include <algorithm>
@@ -48,6 +49,15 @@ std::string Path(const std::string& p, bool required) {
 std::string Patterns(const google::protobuf::RepeatedPtrField<std::string>& patterns) {
   for (int i = 0; i < patterns.size(); ++i) {
     const std::string why = Path(patterns[i], true);
+    if (!why.empty()) return "entry " + std::to_string(i) + ": " + why;
+  }
+  return "";
+}
+
+// training.report_to's entries: where the run's scalars go (worker/train/tensorboard_writer.h).
+std::string ReportTo(const google::protobuf::RepeatedPtrField<std::string>& entries) {
+  for (int i = 0; i < entries.size(); ++i) {
+    const std::string why = OneOf(entries[i], {"none", "tensorboard"});
     if (!why.empty()) return "entry " + std::to_string(i) + ": " + why;
   }
   return "";
@@ -287,6 +297,14 @@ const std::vector<Rule<TrainSpec>>& TrainRules() {
       {"training.save_total_limit", [](const T& s) { return AtLeast(s.training().save_total_limit(), 1); }},
       {"training.export",
        [](const T& s) { return s.training().export_().empty() ? "" : OneOf(s.training().export_(), {"hf"}); }},
+      {"training.report_to", [](const T& s) { return ReportTo(s.training().report_to()); }},
+      // As in Hugging Face's TrainingArguments: "none" means no reporting, so it stands alone.
+      {"training.report_to.none", "training.report_to",
+       [](const T& s) {
+         const auto& r = s.training().report_to();
+         return r.size() > 1 && std::find(r.begin(), r.end(), "none") != r.end() ? "none must be the only entry"
+                                                                                 : std::string();
+       }},
       {"output_dir", [](const T& s) { return Path(s.output_dir(), true); }},
       {"backend", [](const T& s) { return OneOf(s.backend(), {"auto", "cpu", "cuda"}); }},
   };
@@ -378,6 +396,25 @@ const std::vector<Rule<CalibrateSpec>>& CalibrateRules() {
        [](const C& s) { const double v = s.activations().percentile(); return Real(v, v > 0 && v <= 100, "(0, 100]"); }},
       {"direction", [](const C& s) { return OneOf(s.direction(), {"quantize", "dequantize"}); }},
       {"backend", [](const C& s) { return OneOf(s.backend(), {"auto", "cpu", "cuda"}); }},
+      {"output_format", [](const C& s) { return OneOf(s.output_format(), {"auto", "compressed-tensors", "deepseek"}); }},
+      // vLLM's and SGLang's fp8 loaders (quantization/fp8.py) read `weight_scale_inv` only for
+      // block weights: per-tensor and per-channel weights there want `weight_scale`.
+      {"output_format.granularity", "output_format",
+       [](const C& s) {
+         return s.output_format() == "deepseek" && s.weights().granularity() != "block"
+                    ? "deepseek holds block weights only (got weights.granularity \"" + s.weights().granularity() +
+                          "\"); use compressed-tensors or auto"
+                    : std::string();
+       }},
+      // Fp8Config in the same files raises for block weights with activation_scheme static.
+      {"output_format.activations", "output_format",
+       [](const C& s) {
+         return s.output_format() == "deepseek" && !s.activations().data().empty()
+                    ? "deepseek holds dynamic activations only (vLLM's and SGLang's fp8 loaders refuse block "
+                      "weights with static activation scales); leave activations.data out, or use "
+                      "compressed-tensors with weights.granularity channel or tensor"
+                    : std::string();
+       }},
   };
   return rules;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ONE validator per job kind, called by the API at create (daemon/api/validation.cc, prefix
 // "job.train" / "job.calibrate") and by fp8-worker on spec.json (prefix ""), so the daemon
 // refuses at create everything the worker would refuse. Call it on a spec that went through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8 (E4M3fn, E5M2), BF16 and FP16 scalar conversions (docs/design.md §6). CPU reference: the CUDA
 // kernels must reproduce these bit for bit. Semantics match cuda_fp8.h's
 // __nv_cvt_float_to_fp8(x, __NV_SATFINITE | __NV_NOSAT, __NV_E4M3 | __NV_E5M2).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GEMMs, CPU reference. Layout follows cuBLASLt's FP8 rule ("TN"): A is [M, K] row-major,
 // B is [N, K] row-major, C = A · Bᵀ is [M, N] row-major, FP32 accumulation.
 #pragma once

@@ -1,5 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 // A minimal thread pool for the CPU reference: ParallelFor over [0, n) in contiguous chunks.
-// Threads = FP8_NUM_THREADS or hardware_concurrency, read once at first use; the calling
+// Threads = FP8_NUM_THREADS or the cores this process may run on (its CPU affinity), read once
+// at first use (fp8-worker sets FP8_NUM_THREADS to a rank's share); the calling
 // thread is one of them. A ParallelFor called from inside another one, or while another
 // thread's ParallelFor holds the pool, runs inline on its caller (no deadlock, no waiting).
 // The chunking depends only on n, min_chunk and the thread count.

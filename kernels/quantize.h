@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Quantize/dequantize, CPU reference (docs/design.md §6). All matrices are row-major [rows, cols].
 // Tile shapes and the layout of their scale_inv arrays:
 //   1x128   (activations, gradients):     scale_inv [rows, ceil(cols/128)]

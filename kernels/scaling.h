@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scales (docs/design.md §6): scale_inv = max(amax, kAmaxFloor) / fp8_max in FP32, or rounded
 // up to a power of two (ue8m0). Quantization divides by scale_inv: q = cast(x / scale_inv);
 // dequantization multiplies: x ≈ float(q) * scale_inv. (DeepSeek-V3 stores scale_inv.)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Numerics statistics of a quantize→dequantize round trip, for reports (calibration, trainer).
 #pragma once
 

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Quick start: installs what is missing, builds, starts fp8d on loopback, submits a real tiny
-# FP8 (blockwise) training job on the shipped corpus, watches it to the end, shows it, and
-# stops the daemon (workers are never left behind: the job has finished by then).
+# SPDX-License-Identifier: Apache-2.0
+# Quick start: installs what building and running need (not the test tools: scripts/test.sh
+# installs those), builds, starts fp8d on loopback, submits a real tiny FP8 (blockwise)
+# training job on the shipped corpus, watches it to the end, shows it (`fp8ctl describe`, also
+# when it failed), and stops the daemon (workers are never left behind: the job has finished by
+# then).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-bash scripts/install-deps.sh
-BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+bash scripts/install-deps.sh --build-only
+# Its own build dir by default: the suites stay off (GoogleTest is a test package), which must
+# not switch them off in a developer's build/.
+BUILD_DIR=${BUILD_DIR:-build-demo}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DFP8D_BUILD_TESTS=OFF -DFP8D_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target fp8d fp8ctl fp8-worker
 
 FP8D="$BUILD_DIR/bin/fp8d"
@@ -39,7 +45,9 @@ done
 
 JOB=$("$FP8CTL" submit -f examples/demo.yaml -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
 echo "submitted $JOB"
-"$FP8CTL" watch "$JOB"
-status=$?
-"$FP8CTL" describe "$JOB"
+# set -e would end the script at a failed job, before the describe a newcomer needs then.
+status=0
+"$FP8CTL" watch "$JOB" || status=$?
+"$FP8CTL" describe "$JOB" || true
+[ "$status" -eq 0 ] || echo "demo: $JOB did not succeed (fp8ctl watch exited $status); fp8d's log: $RUN_DIR/fp8d.log" >&2
 exit $status

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A throw-away Slurm cluster on this one machine, for tests, CI and benches:
 #
 #   scripts/slurm-cluster.sh start DIR [NODES]   # munge + slurmctld + NODES slurmd (default 2)

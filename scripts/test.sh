@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The project's test command (README): installs missing packages, builds everything, runs the
 # whole suite with CTest. GPU tests skip themselves on machines without a GPU.
 set -euo pipefail

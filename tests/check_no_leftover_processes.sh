@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest fixture cleanup (fp8d_processes): after every test that starts fp8d or workers, none of
 # the fp8d / fp8-worker / fp8-test-worker processes of this build tree may still run. Any found
 # are listed, killed (so one leak does not poison the next run) and fail this test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Worker event lines (proto/fp8d/v1/worker_event.proto as JSON) in the flat shape the worker
 // tests read: {"type": <the payload's key>, "time": t, <the payload's fields>...}, with proto
 // JSON's int64 strings ("42") and non-finite doubles ("NaN") turned back into numbers. Which

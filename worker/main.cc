@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8-worker: compute program (docs/design.md §4). One process per rank; NDJSON events on stdout,
 // the human log on stderr.
 #include <cstdio>
@@ -6,7 +7,7 @@
 #include <string>
 
 #include "worker/common/events.h"
-#include "worker/common/slurm_env.h"
+#include "worker/common/launch_env.h"
 #include "worker/calibrate/calibrate_main.h"
 #include "worker/data/prepare_data_main.h"
 #include "worker/train/model_tools_main.h"
@@ -57,7 +58,13 @@ int Dispatch(int argc, char** argv) {
     return fp8::worker::kExitInvalidSpec;
   }
   const std::string cmd = argv[1];
-  fp8::worker::AdoptSlurmRankEnvironment();  // ranks started by srun (fp8d's Slurm launcher)
+  // Ranks as fp8d, torchrun, Open MPI or srun started them, and the CPU threads each gets.
+  if (fp8::Status s = fp8::worker::AdoptLaunchEnvironment(); !s.ok()) {
+    std::fprintf(stderr, "fp8-worker: %s\n", s.message().c_str());
+    fp8::worker::EventWriter events;
+    events.Emit(fp8::worker::ErrorEvent(fp8::worker::WorkerEvent::INVALID_SPEC, s.message()));
+    return fp8::worker::kExitInvalidSpec;
+  }
   if (cmd == "train") return fp8::train::TrainMain(argc - 2, argv + 2, CudaTrainer());
   if (cmd == "prepare-data") return fp8::data::PrepareDataMain(argc - 2, argv + 2);
   if (cmd == "export") return fp8::train::ExportMain(argc - 2, argv + 2);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calibration throughput and memory (issue 5): generates a Llama-like BF16 model of about 1 GB
 // (three shards), then runs `fp8-worker calibrate` in a fresh child process (this binary
 // re-executed, so the generator's memory is not inherited) and reports GB/s of input and the

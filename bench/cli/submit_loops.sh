@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Submission throughput from scripts (issue 19 item 5): LOOPS shell loops in parallel, each
 # submitting PER_LOOP jobs one `fp8ctl submit` at a time, against a fresh fp8d; the same loops
 # with `sbatch` against a one-node Slurm when SLURM_CLUSTER (the path of

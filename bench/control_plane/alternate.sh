@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs two builds' control_plane_bench alternately on one machine (A B A B ...) and prints the
 # median of each number per build, so a change of the create path is measured against a
 # baseline in the same run. Each build's bench starts that build's own fp8d.

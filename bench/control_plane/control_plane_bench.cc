@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Control-plane benchmark: starts fp8d (with the fault-injection worker) as a separate
 // process and measures, from this process over loopback gRPC:
 //   1. failure detection: worker SIGKILL → the state change reaches a WatchJob client;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Profiles what fp8d spends on CreateJob: runs one build's control_plane_bench and records
 # fp8d with perf from the end of the failure-detection phase to the end of the create phase,
 # then prints the functions with the most samples (self and with children).

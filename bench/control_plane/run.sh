@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds and runs the control-plane benchmark; prints the numbers docs/performance.md quotes.
 #   bench/control_plane/run.sh [build dir] [-- extra flags for control_plane_bench]
 set -euo pipefail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Throughput of the CPU reference kernels on this machine: Sgemm GFLOP/s (both micro-kernels,
 // all threads and one thread) and quantize / fake-quantize GB/s of FP32 input.
 // Usage: bench_kernels_cpu [--quick]   (FP8_NUM_THREADS sets the pool size)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_kernels_cuda: bandwidth of the sm_90 quantization kernels next to a device-to-device
 // copy measured in the same run, and TFLOPS of the FP8 blockwise GEMMs (cuBLASLt and the own
 // wgmma kernel, with their ratio and calc_diff) next to the cuBLASLt BF16 GEMM.

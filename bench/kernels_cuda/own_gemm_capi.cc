@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // C entry points of the own blockwise FP8 GEMM for scripts/gpu/deepgemm_vs_own.py, which loads
 // this library with ctypes and times our kernel with DeepGEMM's own timer (kineto, an 8 GB
 // memset before each call) on DeepGEMM's own inputs, in the same process as DeepGEMM.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Remote API benchmark: CreateJob and GetJob throughput and latency percentiles with 64 clients
 // (a thread and a connection each, one call in flight each), against two fp8d on loopback: one
 // plaintext without auth, one TLS with bearer tokens. Each fp8d runs with one CPU slot held by a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "bench/slurm/slurm_scheduler_clock.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When Slurm 22.05's slurmctld will next look at a batch job, read from its own log, so a bench
 // can submit every job at the same moment of Slurm's scheduling cycle.
 //

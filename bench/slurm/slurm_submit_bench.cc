@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Submit → RUNNING on a one-node Slurm cluster (scripts/slurm-cluster.sh), three ways, N times
 // each, interleaved (the order rotates every round):
 //   sbatch alone: `sbatch --wrap 'srun … sh -c "echo started; sleep …"'`, timed until the task's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_store: durable CreateJobs throughput of the SQLite JobStore at several batch sizes
 // (group commit), and the start-up path with many stored jobs (open + ListActiveJobs).
 //

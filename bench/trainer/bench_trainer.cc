@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU training throughput (tokens/s) of fp8-worker's trainer, per model size and recipe, on
 // byte-level shards of the shipped corpus. Prints a Markdown table.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The trainer's fused causal attention (worker/train/cuda/sm90_flash_attention.h) alone, at the
 // two trainer shapes, with q/k/v read out of the fused [B, T, 3C] qkv buffer and y written as
 // [B, T, C], as the model does. Each shape runs, in the same process: the mma.sync kernels only,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training throughput of the CUDA trainer: for each shape and recipe, a model (GPT-2 shapes, or
 // a Llama-family model: llama-1b, llama-3b, qwen3-0.6b at B=4, T=2048, llama-bytes) trained for a few
 // warm-up steps then `--steps` timed steps (forward, backward, grad norm, clipping, AdamW — the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "bench/trainer_cuda/llama_fusions.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a bf16 training step's time goes, without a profiler (none reads kernel times on the
 // GPU machine's image but ncu): each operation the step runs, timed alone at the model's shapes
 // with CUDA events (mean of several launches after one warm-up) and multiplied by how often one

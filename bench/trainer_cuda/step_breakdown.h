@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_trainer_cuda --breakdown: each operation of a bf16 training step timed alone at the
 // model's shapes, times how often a step runs it (step_breakdown.cc says how).
 #pragma once

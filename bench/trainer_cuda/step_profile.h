@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_trainer_cuda --profile: a training step's device time by operation (OpTimer's totals),
 // largest first, with each one's share of the step and totals by kind (GEMMs, FP8 casts, the
 // rest), so the table says where the next millisecond is.

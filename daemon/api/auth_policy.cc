@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/api/auth_policy.h"
 
 #include <pwd.h>
@@ -10,6 +11,7 @@
 #include <grpcpp/security/auth_context.h>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace fp8d::api {
@@ -257,7 +259,8 @@ fp8::StatusOr<Principal> ChainAuthPolicy::Authenticate(const CallerInfo& caller)
 
 bool IsReadOnlyMethod(std::string_view method) {
   return method == "GetJob" || method == "ListJobs" || method == "WatchJob" ||
-         method == "GetJobLogs";
+         method == "GetJobLogs" || method == "ListQueues" || method == "GetUsage" ||
+         method == "GetServerInfo";
 }
 
 fp8::Status AuthorizeMethod(const Principal& principal, std::string_view method) {
@@ -277,17 +280,15 @@ fp8::Status AuthorizeOwner(const Principal& principal, const std::string& owner,
 void AuditLog(const Principal& principal, std::string_view method, std::string_view job,
               const fp8::Status& result) {
   static std::shared_ptr<spdlog::logger> audit = [] {
-    auto existing = spdlog::get("audit");
+    auto existing = spdlog::get(kAuditLoggerName);
     if (existing != nullptr) return existing;
-    auto logger = spdlog::default_logger()->clone("audit");
-    // The whole line is one JSON object: the time from spdlog, the fields from AuditLog.
-    logger->set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z",%v)");
-    spdlog::register_logger(logger);
+    // A sink of its own: a pattern set on a sink shared with the default logger would be
+    // the default logger's too.
+    auto logger = spdlog::stderr_color_mt(kAuditLoggerName);
+    logger->set_pattern(kAuditPattern);
+    logger->set_level(spdlog::level::trace);
     return logger;
   }();
-  // Built only when written: under --log-level warn a create would otherwise pay for a JSON
-  // line nobody reads, on the manager's io thread.
-  if (!audit->should_log(spdlog::level::info)) return;
   nlohmann::json line = {{"audit", true},
                          {"principal", principal.name},
                          {"role", RoleName(principal.role)},

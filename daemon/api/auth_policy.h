@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Authentication and authorization at the API edge (gRPC and HTTP alike). A caller is first
 // described transport-neutrally (CallerInfo), then each configured source (one AuthPolicy class
 // per source: bearer tokens, the mTLS client certificate, the local peer) is asked in turn who
@@ -161,7 +162,14 @@ fp8::Status AuthorizeMethod(const Principal& principal, std::string_view method)
 fp8::Status AuthorizeOwner(const Principal& principal, const std::string& owner,
                            std::string_view method, const std::string& job);
 
-// One JSON line on the "audit" logger: principal, method, job, result.
+// The logger audit lines go to, and their pattern: the whole line is one JSON object, the
+// time from spdlog, the fields from AuditLog. fp8d registers it (daemon/server/log_setup.h);
+// without that, AuditLog makes one on stderr. Its level lets every line through.
+inline constexpr const char* kAuditLoggerName = "audit";
+inline constexpr const char* kAuditPattern = R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z",%v)";
+
+// One JSON line on the "audit" logger: principal, method, job, result. Written whatever the
+// daemon's log level.
 void AuditLog(const Principal& principal, std::string_view method, std::string_view job,
               const fp8::Status& result);
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/api/http_listener.h"
 
 #include <array>
@@ -115,11 +116,14 @@ class ManagerBackend final : public HttpBackend {
  public:
   ManagerBackend(asio::io_context& io, asio::io_context& manager_io, core::JobManager* manager,
                  std::shared_ptr<const AuthPolicy> auth, std::function<bool()> ready,
-                 std::shared_ptr<Lifeline> lifeline, std::chrono::milliseconds timeout)
+                 std::function<bool()> live, std::shared_ptr<Lifeline> lifeline,
+                 std::chrono::milliseconds timeout)
       : io_(io), manager_io_(manager_io), manager_(manager), auth_(std::move(auth)),
-        ready_(std::move(ready)), lifeline_(std::move(lifeline)), timeout_(timeout) {}
+        ready_(std::move(ready)), live_(std::move(live)), lifeline_(std::move(lifeline)),
+        timeout_(timeout) {}
 
   bool Ready() const override { return ready_(); }
+  bool Live() const override { return !live_ || live_(); }
 
   fp8::StatusOr<Principal> Authenticate(const CallerInfo& caller) const override {
     return auth_->Authenticate(caller);
@@ -142,6 +146,10 @@ class ManagerBackend final : public HttpBackend {
                 std::function<void(fp8::StatusOr<fp8d::v1::ListJobsResponse>)> done) override {
     Ask<fp8d::v1::ListJobsResponse>([request](core::JobManager* m, auto answer) { m->ListJobs(request, answer); },
                                     std::move(done));
+  }
+
+  void Figures(std::function<void(fp8::StatusOr<core::ManagerFigures>)> done) override {
+    Ask<core::ManagerFigures>([](core::JobManager* m, auto answer) { answer(m->Figures()); }, std::move(done));
   }
 
  private:
@@ -185,6 +193,7 @@ class ManagerBackend final : public HttpBackend {
   core::JobManager* manager_;
   std::shared_ptr<const AuthPolicy> auth_;
   std::function<bool()> ready_;
+  std::function<bool()> live_;
   std::shared_ptr<Lifeline> lifeline_;
   std::chrono::milliseconds timeout_;
 };
@@ -336,7 +345,7 @@ class HttpListener::Impl {
        HttpOptions options, std::function<bool()> ready)
       : options_(std::move(options)), lifeline_(std::make_shared<Lifeline>()),
         caps_(std::make_shared<ConnectionCaps>(options_.max_connections, options_.max_connections_per_peer)),
-        backend_(io_, manager_io, manager, std::move(auth), std::move(ready), lifeline_,
+        backend_(io_, manager_io, manager, std::move(auth), std::move(ready), options_.live, lifeline_,
                  std::chrono::milliseconds(options_.manager_timeout_ms)),
         acceptor_(asio::make_strand(io_)), retry_(acceptor_.get_executor()) {}
 

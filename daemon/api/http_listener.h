@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP listener beside gRPC (--http-listen): /healthz, /readyz, /metrics (Prometheus text)
 // and a read-only JSON view of jobs in the proto3 JSON mapping (/v1/jobs, /v1/jobs/{id},
 // /v1/jobs/{id}/events), with the same TLS and auth sources as gRPC. Asynchronous Boost.Beast
@@ -33,6 +34,8 @@ struct HttpOptions {
   int max_connections_per_peer = 16;  // by address: one client cannot take them all
   int request_timeout_ms = 10000;     // from accept to the whole request (TLS handshake included)
   int manager_timeout_ms = 10000;
+  // Answers /healthz (false: 503); empty: always live.
+  std::function<bool()> live;
 };
 
 class HttpListener {

@@ -1,9 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/api/http_metrics.h"
 
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -11,6 +15,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+
+#include "common/version.h"
+#include "daemon/api/process_metrics.h"
 
 namespace fp8d::api {
 
@@ -24,11 +31,6 @@ using prometheus::Histogram;
 const Histogram::BucketBoundaries& LatencyBuckets() {
   static const Histogram::BucketBoundaries b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                 0.05,   0.1,   0.25,   0.5,   1,    2.5};
-  return b;
-}
-
-const Histogram::BucketBoundaries& JobSecondsBuckets() {
-  static const Histogram::BucketBoundaries b = {1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600};
   return b;
 }
 
@@ -64,8 +66,6 @@ GrpcMetrics& Grpc() {
 }
 
 constexpr int kStatusCodes = static_cast<int>(fp8::StatusCode::kUnauthenticated) + 1;
-
-double Seconds(const google::protobuf::Timestamp& t) { return t.seconds() + t.nanos() * 1e-9; }
 
 }  // namespace
 
@@ -103,7 +103,95 @@ void RecordGrpcCall(std::string_view method, fp8::StatusCode code, double second
 
 void RecordStoreCommit(double seconds) { Store().commit.Observe(seconds); }
 
-std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
+namespace {
+
+using fp8d::v1::JobKind;
+
+// fp8d_build_info, the capacity gauges and the process metrics.
+void AddDaemonFamilies(prometheus::Registry& registry, const core::ManagerFigures& figures) {
+  BuildGauge().Name("fp8d_build_info")
+      .Help("Always 1; the labels say which fp8d this is")
+      .Register(registry)
+      .Add({{"version", fp8::kVersion}, {"commit", fp8::kGitCommit}, {"build_type", fp8::kBuildType}})
+      .Set(1);
+  if (figures.slots) {
+    auto& slots = BuildGauge().Name("fp8d_slots")
+                      .Help("Slots of the node (kind gpu or cpu): those it offers (state total) and "
+                            "those attempts hold (state used)")
+                      .Register(registry);
+    const core::SlotCounts& c = *figures.slots;
+    slots.Add({{"kind", "gpu"}, {"state", "total"}}).Set(static_cast<double>(c.gpu_total));
+    slots.Add({{"kind", "gpu"}, {"state", "used"}}).Set(static_cast<double>(c.gpu_used));
+    slots.Add({{"kind", "cpu"}, {"state", "total"}}).Set(static_cast<double>(c.cpu_total));
+    slots.Add({{"kind", "cpu"}, {"state", "used"}}).Set(static_cast<double>(c.cpu_used));
+  }
+  // Per scheduler queue (fp8d's `queues:`, or the one queue `default`).
+  if (figures.queues.queues_size() > 0) {
+    auto& used = BuildGauge().Name("fp8d_queue_used_slots")
+                     .Help("Slots (kind gpu or cpu) the queue's jobs hold").Register(registry);
+    auto& pending = BuildGauge().Name("fp8d_queue_pending_jobs").Help("QUEUED jobs of the queue").Register(registry);
+    auto& preemptions = BuildCounter().Name("fp8d_queue_preemptions_total")
+                            .Help("Jobs of the queue the scheduler preempted since fp8d started")
+                            .Register(registry);
+    for (const fp8d::v1::QueueStatus& q : figures.queues.queues()) {
+      used.Add({{"queue", q.name()}, {"kind", "gpu"}}).Set(static_cast<double>(q.used_gpus()));
+      used.Add({{"queue", q.name()}, {"kind", "cpu"}}).Set(static_cast<double>(q.used_cpu_slots()));
+      pending.Add({{"queue", q.name()}}).Set(static_cast<double>(q.pending_jobs()));
+      preemptions.Add({{"queue", q.name()}}).Increment(static_cast<double>(q.preemptions()));
+    }
+  }
+  if (std::optional<ProcessFigures> p = ReadProcessFigures()) {
+    BuildCounter().Name("process_cpu_seconds_total").Help("Total user and system CPU time spent in seconds")
+        .Register(registry).Add({}).Increment(p->cpu_seconds);
+    BuildGauge().Name("process_resident_memory_bytes").Help("Resident memory size in bytes")
+        .Register(registry).Add({}).Set(p->resident_bytes);
+    BuildGauge().Name("process_open_fds").Help("Number of open file descriptors")
+        .Register(registry).Add({}).Set(p->open_fds);
+    BuildGauge().Name("process_start_time_seconds")
+        .Help("Start time of the process since unix epoch in seconds")
+        .Register(registry).Add({}).Set(p->start_time_seconds);
+  }
+}
+
+// Prometheus' cumulative buckets from a CountHistogram's per-bucket counts.
+void Replay(Histogram& h, const core::CountHistogram& from) {
+  std::vector<double> increments(from.counts.begin(), from.counts.end());
+  h.ObserveMultiple(increments, from.sum);
+}
+
+// The counters and histograms kept across deletions, every kind present (zeros included) so a
+// series exists before its first increment.
+void AddJobCounters(prometheus::Registry& registry, const core::JobCounters& counters) {
+  auto& attempts = BuildCounter().Name("fp8d_job_attempts_started_total")
+                       .Help("Attempts started, by job kind").Register(registry);
+  auto& failures = BuildCounter().Name("fp8d_job_failures_total")
+                       .Help("Attempts that ended with a failure class (retried, requeued by "
+                             "preemption, or final) and queued jobs failed before a start "
+                             "(unschedulable, a dependency failed), by job kind and failure class")
+                       .Register(registry);
+  auto& queue_wait = BuildHistogram().Name("fp8d_job_queue_wait_seconds")
+                         .Help("Create to first start, by job kind").Register(registry);
+  auto& run_time = BuildHistogram().Name("fp8d_job_run_seconds")
+                       .Help("First start to end, for finished jobs that started, by job kind")
+                       .Register(registry);
+  for (int k = fp8d::v1::TRAIN; k <= fp8d::v1::CALIBRATE; ++k) {
+    const std::string kind = fp8d::v1::JobKind_Name(k);
+    auto it = counters.by_kind().find(static_cast<JobKind>(k));
+    const core::KindCounters empty;
+    const core::KindCounters& c = it == counters.by_kind().end() ? empty : it->second;
+    attempts.Add({{"kind", kind}}).Increment(static_cast<double>(c.attempts_started));
+    for (const auto& [failure_class, n] : c.failures) {
+      failures.Add({{"kind", kind}, {"failure_class", fp8d::v1::FailureClass_Name(failure_class)}})
+          .Increment(static_cast<double>(n));
+    }
+    Replay(queue_wait.Add({{"kind", kind}}, c.queue_wait.bounds), c.queue_wait);
+    Replay(run_time.Add({{"kind", kind}}, c.run_time.bounds), c.run_time);
+  }
+}
+
+}  // namespace
+
+std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs, const core::ManagerFigures& figures) {
   prometheus::Registry registry;
   auto& by_state = BuildGauge().Name("fp8d_jobs")
                        .Help("Jobs by state and kind").Register(registry);
@@ -112,15 +200,8 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
       by_state.Add({{"state", fp8d::v1::JobState_Name(s)}, {"kind", fp8d::v1::JobKind_Name(k)}});
     }
   }
-  auto& attempts = BuildGauge().Name("fp8d_job_attempts_started")
-                       .Help("Attempts started, summed over the jobs fp8d keeps").Register(registry);
-  auto& failures = BuildGauge().Name("fp8d_job_failures")
-                       .Help("Jobs whose latest error has this failure class (failed, or retrying)")
-                       .Register(registry);
-  auto& queue_wait = BuildHistogram().Name("fp8d_job_queue_wait_seconds")
-                         .Help("Create to first start, for jobs that started").Register(registry);
-  auto& run_time = BuildHistogram().Name("fp8d_job_run_seconds")
-                       .Help("First start to end, for finished jobs").Register(registry);
+  AddJobCounters(registry, figures.counters);
+  AddDaemonFamilies(registry, figures);
   auto& step = BuildGauge().Name("fp8d_job_step").Help("Latest step of a running job").Register(registry);
   auto& total = BuildGauge().Name("fp8d_job_total_steps").Help("Total steps of a running job").Register(registry);
   auto& loss = BuildGauge().Name("fp8d_job_loss").Help("Latest training loss of a running job").Register(registry);
@@ -158,24 +239,11 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
       {moe_gauge("fp8d_job_moe_aux_loss", "Load-balancing auxiliary loss of a running MoE job"),
        &P::has_moe_aux_loss, &P::moe_aux_loss},
   };
-  double started = 0;
-  auto& queue_hist = queue_wait.Add({}, JobSecondsBuckets());
-  auto& run_hist = run_time.Add({}, JobSecondsBuckets());
   for (const fp8d::v1::Job& job : jobs) {
     by_state.Add({{"state", fp8d::v1::JobState_Name(job.state())},
                   {"kind", fp8d::v1::JobKind_Name(job.kind())}}).Increment();
-    started += job.attempt();
-    if (job.error().failure_class() != fp8d::v1::FAILURE_CLASS_UNSPECIFIED) {
-      failures.Add({{"failure_class", fp8d::v1::FailureClass_Name(job.error().failure_class())}}).Increment();
-    }
-    if (job.has_start_time() && job.has_create_time()) {
-      queue_hist.Observe(std::max(0.0, Seconds(job.start_time()) - Seconds(job.create_time())));
-    }
-    if (job.has_start_time() && job.has_end_time()) {
-      run_hist.Observe(std::max(0.0, Seconds(job.end_time()) - Seconds(job.start_time())));
-    }
     if (job.state() == fp8d::v1::RUNNING && job.has_progress()) {
-      const prometheus::Labels labels = {{"job", job.name()}};
+      const prometheus::Labels labels = {{kJobLabel, job.name()}};
       step.Add(labels).Set(static_cast<double>(job.progress().step()));
       total.Add(labels).Set(static_cast<double>(job.progress().total_steps()));
       loss.Add(labels).Set(job.progress().loss());
@@ -189,7 +257,6 @@ std::string RenderMetrics(const std::vector<fp8d::v1::Job>& jobs) {
       }
     }
   }
-  attempts.Add({}).Set(started);
   std::vector<prometheus::MetricFamily> families = registry.Collect();
   for (auto& f : Grpc().registry.Collect()) families.push_back(std::move(f));
   for (auto& f : Store().registry.Collect()) families.push_back(std::move(f));

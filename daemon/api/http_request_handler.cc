@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/api/http_request_handler.h"
 
 #include <map>
@@ -150,14 +151,24 @@ void ListJobs(const HttpRequest& req, const std::map<std::string, std::string>& 
   });
 }
 
-// Every job, page by page, each page asked for when the previous one has arrived.
+// The manager's figures, then every job, page by page, each page asked for when the previous
+// one has arrived.
 struct MetricsScrape : std::enable_shared_from_this<MetricsScrape> {
   HttpBackend& backend;
   unsigned version;
   Done done;
+  core::ManagerFigures figures;
   std::vector<fp8d::v1::Job> jobs;
 
   MetricsScrape(HttpBackend& b, unsigned v, Done d) : backend(b), version(v), done(std::move(d)) {}
+
+  void Start() {
+    backend.Figures([self = shared_from_this()](fp8::StatusOr<core::ManagerFigures> figures) {
+      if (!figures.ok()) return self->done(ErrorResponse(self->version, figures.status()));
+      self->figures = std::move(figures).value();
+      self->Next("");
+    });
+  }
 
   void Next(const std::string& token) {
     fp8d::v1::ListJobsRequest list;
@@ -168,7 +179,7 @@ struct MetricsScrape : std::enable_shared_from_this<MetricsScrape> {
       for (auto& j : *page->mutable_jobs()) self->jobs.push_back(std::move(j));
       if (!page->next_page_token().empty()) return self->Next(page->next_page_token());
       self->done(TextResponse(self->version, 200, "text/plain; version=0.0.4; charset=utf-8",
-                              RenderMetrics(self->jobs)));
+                              RenderMetrics(self->jobs, self->figures)));
     });
   }
 };
@@ -190,7 +201,11 @@ void Route(const HttpRequest& req, const HttpCaller& caller, HttpBackend& backen
   // reveal nothing but liveness and readiness.
   if (path == "/healthz" || path == "/readyz") {
     if (!read_only) return done(MethodNotAllowed(req, path));
-    if (path == "/healthz") return done(TextResponse(req.version(), 200, "text/plain", "ok\n"));
+    if (path == "/healthz") {
+      return done(backend.Live() ? TextResponse(req.version(), 200, "text/plain", "ok\n")
+                                 : TextResponse(req.version(), 503, "text/plain",
+                                                "the job manager's thread is not answering\n"));
+    }
     return done(backend.Ready() ? TextResponse(req.version(), 200, "text/plain", "ready\n")
                                 : TextResponse(req.version(), 503, "text/plain", "recovering\n"));
   }
@@ -217,7 +232,7 @@ void Route(const HttpRequest& req, const HttpCaller& caller, HttpBackend& backen
     return done(ErrorResponse(req.version(), fp8::UnavailableError("fp8d is recovering its jobs")));
   }
   if (path == "/metrics") {
-    return std::make_shared<MetricsScrape>(backend, req.version(), std::move(done))->Next("");
+    return std::make_shared<MetricsScrape>(backend, req.version(), std::move(done))->Start();
   }
   const auto query = QueryParams(q == std::string::npos ? "" : std::string_view(target).substr(q + 1));
   if (path == "/v1/jobs") return ListJobs(req, query, backend, std::move(done));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP listener's request step without sockets: parser limits, a status line for every
 // malformed request, the routes (/healthz, /readyz, /metrics, /v1/jobs...) and the finishing of a
 // response (HEAD keeps the headers GET would send and drops the body). The listener calls these
@@ -17,6 +18,7 @@
 
 #include "common/status.h"
 #include "daemon/api/auth_policy.h"
+#include "daemon/core/job_counters.h"
 #include "fp8d/v1/job_service.pb.h"
 
 namespace fp8d::api {
@@ -31,6 +33,9 @@ class HttpBackend {
  public:
   virtual ~HttpBackend() = default;
   virtual bool Ready() const = 0;
+  // /healthz: false when the manager's io thread has stopped turning (daemon/server's io
+  // watchdog). A backend without a manager thread to watch is always live.
+  virtual bool Live() const { return true; }
   virtual fp8::StatusOr<Principal> Authenticate(const CallerInfo& caller) const = 0;
   // OK when the principal may call `method` ("HttpPOST", ...); records the audit line.
   virtual fp8::Status AuthorizeAndAudit(const Principal& principal, std::string_view method,
@@ -39,6 +44,10 @@ class HttpBackend {
                       std::function<void(fp8::StatusOr<fp8d::v1::Job>)> done) = 0;
   virtual void ListJobs(const fp8d::v1::ListJobsRequest& request,
                         std::function<void(fp8::StatusOr<fp8d::v1::ListJobsResponse>)> done) = 0;
+  // The manager's counters and slots for /metrics. A backend without a manager has none.
+  virtual void Figures(std::function<void(fp8::StatusOr<core::ManagerFigures>)> done) {
+    done(core::ManagerFigures{});
+  }
 };
 
 // What the transport knows about the caller beyond CallerInfo.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which variables a job may set in its workers' environment (Job.env). A worker may run as
 // root (--allow-root-jobs) or as fp8d's own user (--run-jobs-as-owner=false), so a variable
 // that makes the loader, a shell, an interpreter or a library load code or open a path of the

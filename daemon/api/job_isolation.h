@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Local isolation of jobs, decided at CreateJob: which uid a job's workers run as, which paths
 // it may read and write (under allowed roots, after resolving symlinks). The launcher enforces the
 // uid at launch. Which environment a job may set is job_env.h's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/api/job_service.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "daemon/api/http_metrics.h"
 #include "daemon/api/job_env.h"
+#include "daemon/api/queue_admission.h"
 #include "daemon/api/status_mapping.h"
 #include "daemon/api/stream_reactors.h"
 #include "daemon/api/validation.h"
@@ -59,6 +61,45 @@ grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, const fp8
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// Any caller may read every job (GetJob), so the rule that limits depends_on is the owner rule
+// of cancel and delete: a caller that is not an admin depends only on its own jobs. Each
+// dependency is read through GetJob (on io: the cache, else the store); one that does not
+// exist is left to the manager's check, which names the field as well. INVALID_ARGUMENT naming
+// the first entry (in depends_on order) of another owner.
+void CheckDependencyOwners(core::JobManager* manager, const Principal& principal, const Job& job,
+                           std::function<void(fp8::Status)> then) {
+  if (principal.role == Role::kAdmin || job.depends_on_size() == 0) return then(fp8::OkStatus());
+  struct Pending {
+    std::vector<fp8::Status> results;
+    size_t left;
+    std::function<void(fp8::Status)> then;
+  };
+  const size_t n = static_cast<size_t>(job.depends_on_size());
+  auto pending = std::make_shared<Pending>(Pending{std::vector<fp8::Status>(n), n, std::move(then)});
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& name = job.depends_on(static_cast<int>(i));
+    fp8d::v1::GetJobRequest get;
+    get.set_name(name);
+    manager->GetJob(std::move(get), [pending, principal, i, name](fp8::StatusOr<Job> dep) {
+      fp8::Status& result = pending->results[i];
+      if (dep.ok()) {
+        if (!AuthorizeOwner(principal, dep->owner(), "CreateJob", name).ok()) {
+          result = fp8::InvalidArgumentError("job.depends_on[" + std::to_string(i) + "]: " + name +
+                                             " is owned by " + dep->owner() +
+                                             "; only its owner or an admin may depend on it");
+        }
+      } else if (dep.status().code() != fp8::StatusCode::kNotFound) {
+        result = dep.status();
+      }
+      if (--pending->left > 0) return;
+      for (const fp8::Status& st : pending->results) {
+        if (!st.ok()) return pending->then(st);
+      }
+      pending->then(fp8::OkStatus());
+    });
+  }
 }
 
 }  // namespace
@@ -114,6 +155,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   const std::vector<std::string> roots = AllowedRoots(options_.isolation, run_as_uid);
   fp8::jobspec::ResolvedPaths resolved;
   if (isolated.ok()) isolated = CheckJobPaths(request->job(), roots, run_as_uid, &resolved);
+  if (isolated.ok()) isolated = AdmitToQueue(options_.queues, principal.name, parsed_request.mutable_job());
   if (!isolated.ok()) {
     AuditLog(principal, "CreateJob", "", isolated);
     return Refuse(context, isolated, "CreateJob");
@@ -130,10 +172,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   // The output-dir admission keys on the output_dir as resolved here (JobManager::CreateJob).
   boost::asio::post(io_, [this, respond, principal, req = std::move(normalized),
                           key = std::move(resolved.output_dir)]() mutable {
-    manager_->CreateJob(std::move(req), std::move(key), [respond, principal](fp8::StatusOr<Job> job) {
-      AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
-      respond(std::move(job));
-    });
+    auto create = [this, respond, principal](fp8d::v1::CreateJobRequest req, std::optional<std::string> key) {
+      manager_->CreateJob(std::move(req), std::move(key), [respond, principal](fp8::StatusOr<Job> job) {
+        AuditLog(principal, "CreateJob", job.ok() ? job->name() : "", job.status());
+        respond(std::move(job));
+      });
+    };
+    if (req.job().depends_on_size() == 0) return create(std::move(req), std::move(key));
+    const Job job = req.job();
+    CheckDependencyOwners(manager_, principal, job,
+                          [create, respond, principal, req = std::move(req), key = std::move(key)](fp8::Status owners) mutable {
+                            if (!owners.ok()) {
+                              AuditLog(principal, "CreateJob", "", owners);
+                              return respond(owners);
+                            }
+                            create(std::move(req), std::move(key));
+                          });
   });
   return reactor;
 }
@@ -161,6 +215,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   if (!admitted.ok()) return Refuse(context, admitted.status(), "ListJobs");
   auto* reactor = context->DefaultReactor();
   if (req.page_size() == 0) req.set_page_size(50);
+  if (req.owner() == "me") req.set_owner(admitted->name);
   boost::asio::post(io_, [this, reactor, response, req = std::move(req)]() mutable {
     manager_->ListJobs(std::move(req), Responder<fp8d::v1::ListJobsResponse>(reactor, response, "ListJobs"));
   });
@@ -228,6 +283,47 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
       });
     });
   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* raw,
+                                                     grpc::ByteBuffer* response) {
+  fp8d::v1::ListQueuesRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "ListQueues", parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "ListQueues");
+  auto* reactor = context->DefaultReactor();
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->ListQueues(std::move(req), Responder<fp8d::v1::ListQueuesResponse>(reactor, response, "ListQueues"));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetUsage(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* response) {
+  fp8d::v1::GetUsageRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "GetUsage", parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "GetUsage");
+  auto* reactor = context->DefaultReactor();
+  boost::asio::post(io_, [this, reactor, response, req = std::move(request)]() mutable {
+    manager_->GetUsage(std::move(req), Responder<fp8d::v1::GetUsageResponse>(reactor, response, "GetUsage"));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* raw,
+                                                        grpc::ByteBuffer* response) {
+  fp8d::v1::GetServerInfoRequest request;
+  const fp8::Status parsed = ParseRawRequest(*raw, &request);
+  auto admitted = Admit(*context, "GetServerInfo", parsed);
+  if (!admitted.ok()) return Refuse(context, admitted.status(), "GetServerInfo");
+  // Fixed at start-up: answered here, without a trip through the manager's io.
+  auto* reactor = context->DefaultReactor();
+  Responder<fp8d::v1::ServerInfo>(reactor, response, "GetServerInfo")(options_.server_info);
   return reactor;
 }
 

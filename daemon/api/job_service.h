@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d.v1.JobService on gRPC's callback API. A handler authorizes, validates, then posts one
 // command to the manager's io_context and returns its reactor; the reactor finishes from the
 // callback the manager posts back. No handler blocks a gRPC thread or the io thread: log files
@@ -26,6 +27,9 @@ struct JobServiceOptions {
   int log_reader_threads = 2;
   int watch_writer_threads = 0;  // 0 = half the cores, at least 2, at most 8
   IsolationOptions isolation;    // run-as uid and path roots of new jobs
+  std::vector<core::QueueConfig> queues;  // Job.queue's choices (queue_admission.h); empty: `default`
+  // What GetServerInfo answers: the daemon knows its version and launcher, the API layer not.
+  fp8d::v1::ServerInfo server_info;
 };
 
 // Every method is registered raw (bytes in, bytes out) and parses its own request: gRPC's
@@ -40,7 +44,10 @@ using RawJobService = fp8d::v1::JobService::WithRawCallbackMethod_CreateJob<
                 fp8d::v1::JobService::WithRawCallbackMethod_CancelJob<
                     fp8d::v1::JobService::WithRawCallbackMethod_GetJobLogs<
                         fp8d::v1::JobService::WithRawCallbackMethod_DeleteJob<
-                            fp8d::v1::JobService::CallbackService>>>>>>>;
+                            fp8d::v1::JobService::WithRawCallbackMethod_ListQueues<
+                                fp8d::v1::JobService::WithRawCallbackMethod_GetUsage<
+                                    fp8d::v1::JobService::WithRawCallbackMethod_GetServerInfo<
+                                        fp8d::v1::JobService::CallbackService>>>>>>>>>>;
 
 class JobServiceImpl final : public RawJobService {
  public:
@@ -65,6 +72,12 @@ class JobServiceImpl final : public RawJobService {
                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
   // Serialized fp8d.v1.WatchJobResponse messages out.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // grpc.reflection.v1.ServerReflection, beside the v1alpha service gRPC's plugin registers.
 // Answers from the generated descriptor pool, which holds every service fp8d serves.
 #pragma once

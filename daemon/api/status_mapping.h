@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8::StatusCode values are the canonical gRPC codes (common/status.h), so the mapping is 1:1
 // and the API never turns a named failure into UNKNOWN.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Server-streaming reactors for WatchJob and GetJobLogs. Each keeps at most one write in flight
 // (gRPC's rule) and queues the rest; Finish is only ever called with no write in flight, and
 // nothing touches a reactor after its OnDone. State the manager's callbacks reach lives in a

@@ -1,8 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/api/validation.h"
 
 #include <cmath>
 
 #include "common/label_selector.h"
+#include "daemon/core/dependencies.h"
 #include "jobspec/defaults.h"
 #include "jobspec/kind.h"
 #include "jobspec/validate.h"
@@ -202,6 +204,19 @@ Status ValidateJobName(std::string_view name, std::string_view field) {
 
 namespace {
 
+// The form of each entry; whether each names a job the caller may depend on is the manager's
+// check (daemon/core/dependencies.h) and the owner rule's (job_service.cc).
+Status ValidateDependsOn(const google::protobuf::RepeatedPtrField<std::string>& depends_on) {
+  if (depends_on.size() > fp8d::core::kMaxDependencies) {
+    return Bad("job.depends_on", "at most " + std::to_string(fp8d::core::kMaxDependencies) +
+                                     " dependencies, got " + std::to_string(depends_on.size()));
+  }
+  for (int i = 0; i < depends_on.size(); ++i) {
+    FP8_RETURN_IF_ERROR(ValidateJobName(depends_on[i], "job.depends_on[" + std::to_string(i) + "]"));
+  }
+  return OkStatus();
+}
+
 // ValidateCreateJobRequest's checks, on a request whose spec has its defaults.
 Status ValidateDefaultedRequest(const fp8d::v1::CreateJobRequest& request) {
   if (request.request_id().size() > kMaxRequestIdLength) {
@@ -227,6 +242,7 @@ Status ValidateDefaultedRequest(const fp8d::v1::CreateJobRequest& request) {
   FP8_RETURN_IF_ERROR(ValidateLabels(job.labels()));
   FP8_RETURN_IF_ERROR(ValidateRetry(job.retry()));
   FP8_RETURN_IF_ERROR(ValidateTimeouts(job.timeouts()));
+  FP8_RETURN_IF_ERROR(ValidateDependsOn(job.depends_on()));
   return OkStatus();
 }
 
@@ -254,6 +270,7 @@ Status ValidateListJobsRequest(const fp8d::v1::ListJobsRequest& request) {
   FP8_RETURN_IF_ERROR(InRange("page_size", request.page_size(), 0, kMaxPageSize));
   if (request.page_token().size() > 1024) return Bad("page_token", "is not a token this server issued");
   if (request.label_selector().size() > 4096) return Bad("label_selector", "longer than 4096 bytes");
+  if (request.owner().size() > 256) return Bad("owner", "longer than 256 bytes");
   return fp8::ParseLabelSelector(request.label_selector()).status();
 }
 

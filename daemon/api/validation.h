@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request validation for JobService (docs/design.md §3). Every check names the offending
 // field with its full path ("job.train.training.learning_rate: must be in (0, 10]") so a client
 // can point at the line of its job file. The spec's own checks and defaults are fp8_jobspec's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttemptLauncher (attempt_launcher.h): start, launch, re-adopt.
 #include "daemon/core/attempt_launcher.h"
 
@@ -236,8 +237,8 @@ void AttemptLauncher::OnLaunched(const std::string& name, int number,
     if (st.ok()) Failpoint("after_pid_save");
   });
   spdlog::info("{}: attempt {} launched {} rank(s)", name, number, run.ranks.size());
-  // A cancel or a failure verdict that came while the workers were being started.
-  if (e->job.state() == fp8d::v1::CANCELLING || run.finished) supervisor_.StopRun(*e);
+  // A cancel, a failure verdict or a preemption that came while the workers were being started.
+  if (e->job.state() == fp8d::v1::CANCELLING || run.finished || run.preempt_durable) supervisor_.StopRun(*e);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttemptLauncher: how an attempt comes to have workers. StartAttempt records the attempt and
 // persists QUEUED → STARTING with its placement (the launch intent) before anything is spawned;
 // Launch then asks the launcher for the workers on the launcher thread (spawning writes spec.json

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The current (or last) attempt of a job, as the manager's supervision tracks it.
 #pragma once
 
@@ -45,6 +46,12 @@ struct AttemptRun {
   int64_t last_progress_ms = 0;  // progress timeout counts from here (RUNNING)
   int64_t kill_at_ms = 0;        // SIGKILL the groups at this time; 0 = not terminating
   bool sigkill_sent = false;
+  // PreemptAttempt asked this run to stop (job_preemption.cc): SIGTERM goes out once the
+  // PREEMPTED intent is durable, and the attempt ends PREEMPTED. The scheduler may count its
+  // slots as soon free; they are free once every rank exited (AllExited).
+  bool preempting = false;
+  std::string preempt_reason;    // the job's pending_reason once it is QUEUED again
+  bool preempt_durable = false;  // the intent is in the store: SIGTERM may go out
   bool exit_handled = false;     // OnRunExited ran (it must run once)
   bool runtime_dirty = false;    // offsets changed since the last PutAttempt
   int64_t runtime_saved_ms = 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/core/attempt_verdict.h"
 
 #include <algorithm>
@@ -53,6 +54,27 @@ FailureClass ClassifyLauncherExit(launcher::WorkerExit::Cause cause) {
   return fp8d::v1::WORKER_CRASH;
 }
 
+// An exit that finished the rank's work: `done` (not interrupted) and exit 0, or a re-adopted
+// process (status unknowable) that reported `done`.
+bool FinishedWell(const RankView& rank, const launcher::WorkerExit& ex) {
+  if (!rank.done || ex.cause != launcher::WorkerExit::Cause::kProcess) return false;
+  return ex.adopted || (ex.signal == 0 && ex.exit_code == 0);
+}
+
+std::string HowItEnded(const launcher::WorkerExit& ex) {
+  if (ex.cause != launcher::WorkerExit::Cause::kProcess) return "ended: " + ex.cause_message;
+  if (ex.adopted) return "exited";
+  if (ex.signal != 0) return "was killed by signal " + std::to_string(ex.signal);
+  return "exited with code " + std::to_string(ex.exit_code);
+}
+
+// ClassifyExit, except that exit 76 means PREEMPTED only when the daemon asked for it: a worker
+// that stops that way on its own crashed as far as the job is concerned.
+FailureClass ExitClass(const AttemptView& a, int exit_code, int signal) {
+  const FailureClass cls = ClassifyExit(exit_code, signal);
+  return cls == fp8d::v1::PREEMPTED && !a.preempting ? fp8d::v1::WORKER_CRASH : cls;
+}
+
 Verdict OnEvent(const AttemptView& a, const launcher::WorkerEvent& ev) {
   const WorkerEvent& event = ev.event;
   const bool terminal = IsTerminal(a.state);
@@ -61,6 +83,11 @@ Verdict OnEvent(const AttemptView& a, const launcher::WorkerEvent& ev) {
     case WorkerEvent::kHeartbeat:
     case WorkerEvent::kMetric:
       return v;  // the rank is alive; that is all they say to the supervisor
+
+    case WorkerEvent::kPreempted:
+      // The rank stopped at a step boundary after its checkpoint (whose own event carries
+      // it): its exit says what follows.
+      return v;
 
     case WorkerEvent::kPending:
       // From a launcher with its own queue (Slurm): nothing runs yet, so the clocks start over.
@@ -101,7 +128,7 @@ Verdict OnEvent(const AttemptView& a, const launcher::WorkerEvent& ev) {
 
     case WorkerEvent::kDone: {
       // A worker stopped by SIGTERM checkpoints and reports `done` with interrupted=true, then
-      // exits 75: its work is not finished, so that `done` must not count (it matters for
+      // exits 76: its work is not finished, so that `done` must not count (it matters for
       // re-adopted workers, whose exit status is unknowable and whose events are the verdict).
       const auto& fields = event.done().result().fields();
       const auto it = fields.find("interrupted");
@@ -112,7 +139,9 @@ Verdict OnEvent(const AttemptView& a, const launcher::WorkerEvent& ev) {
     }
 
     case WorkerEvent::kError: {
-      if (a.finished || a.state == fp8d::v1::CANCELLING || terminal) {
+      // A rank being preempted may fail on its way out (a collective cut short): the
+      // attempt ends PREEMPTED all the same.
+      if (a.finished || a.preempting || a.state == fp8d::v1::CANCELLING || terminal) {
         v.final_line = true;
         return v;
       }
@@ -137,6 +166,15 @@ Verdict OnExit(const AttemptView& a, const launcher::WorkerExit& ex) {
   if (a.finished || a.state == fp8d::v1::CANCELLING || IsTerminal(a.state)) return {};
   const std::string who = "rank " + std::to_string(ex.rank);
   const RankView& rank = a.ranks[ex.rank];
+  if (a.preempting && !FinishedWell(rank, ex)) {
+    // The daemon asked for it: however the rank ended (exit 76 after its checkpoint, SIGKILL
+    // after the grace, a launcher's verdict), the job did nothing wrong.
+    Verdict v = Fail(fp8d::v1::PREEMPTED,
+                     a.preempt_reason + " (" + who + " " + HowItEnded(ex) +
+                         "); requeued, not counted as an attempt");
+    v.uncounted = true;
+    return v;
+  }
   if (ex.never_started) {
     // The controller stopped part-way through launching the attempt: the job did nothing
     // wrong. Its other ranks are stopped and the attempt is retried without counting.
@@ -154,11 +192,11 @@ Verdict OnExit(const AttemptView& a, const launcher::WorkerExit& ex) {
     // Not our child: the exit status is unknowable, the events are the verdict.
     if (!rank.done) return Fail(fp8d::v1::WORKER_CRASH, who + " exited without reporting done");
   } else if (ex.signal != 0) {
-    return Fail(ClassifyExit(ex.exit_code, ex.signal),
+    return Fail(ExitClass(a, ex.exit_code, ex.signal),
                 who + " was killed by signal " + std::to_string(ex.signal) + " (" +
                     strsignal(ex.signal) + ")");
   } else if (ex.exit_code != 0) {
-    return Fail(ClassifyExit(ex.exit_code, 0), who + " exited with code " + std::to_string(ex.exit_code));
+    return Fail(ExitClass(a, ex.exit_code, 0), who + " exited with code " + std::to_string(ex.exit_code));
   } else if (!rank.done) {
     return Fail(fp8d::v1::WORKER_CRASH, who + " exited 0 without reporting done");
   }
@@ -179,10 +217,12 @@ Verdict OnTick(const AttemptView& a, int64_t now, const Timeouts& t) {
   const bool any_live = std::any_of(a.ranks.begin(), a.ranks.end(), [](const RankView& r) { return !r.exited; });
   v.sigkill = a.launched && a.kill_at_ms != 0 && !a.sigkill_sent && now >= a.kill_at_ms && any_live;
   if (v.sigkill) {
-    v.message = "still running " + SecondsText(t.cancel_grace_ms) + " after SIGTERM; SIGKILL";
+    const int64_t grace = a.preempting ? t.preemption_grace_ms : t.cancel_grace_ms;
+    v.message = "still running " + SecondsText(grace) + " after SIGTERM; SIGKILL";
   }
   v.requeue = a.state == fp8d::v1::RETRY_WAIT && now >= a.retry_at_ms;
-  if (a.finished || !a.launched || !Supervised(a.state)) return v;
+  // A preempted attempt is bounded by its grace: a rank writing its checkpoint is not hung.
+  if (a.finished || a.preempting || !a.launched || !Supervised(a.state)) return v;
 
   if (t.attempt_deadline_ms > 0 && now - a.start_ms > t.attempt_deadline_ms) {
     return Fail(fp8d::v1::DEADLINE_EXCEEDED,
@@ -212,12 +252,14 @@ Verdict OnTick(const AttemptView& a, int64_t now, const Timeouts& t) {
 
 }  // namespace
 
-Timeouts Timeouts::Of(const fp8d::v1::Timeouts& job, int64_t cancel_grace_ms) {
+Timeouts Timeouts::Of(const fp8d::v1::Timeouts& job, int64_t cancel_grace_ms,
+                      int64_t preemption_grace_ms) {
   Timeouts t;
   t.attempt_deadline_ms = MsFromDuration(job.attempt_deadline());
   t.heartbeat_ms = MsFromDuration(job.heartbeat_timeout());
   t.progress_ms = MsFromDuration(job.progress_timeout());
   t.cancel_grace_ms = cancel_grace_ms;
+  t.preemption_grace_ms = preemption_grace_ms;
   return t;
 }
 

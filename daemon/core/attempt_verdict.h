@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The supervisor's decisions as one pure function: given what is known of a job's current
 // attempt, one input (a worker event, a rank's exit, or a tick of the clock), the time and the
 // timeouts, it says what follows. No I/O and no manager: job_supervisor.cc builds the view,
@@ -37,6 +38,10 @@ struct AttemptView {
   int64_t last_progress_ms = 0;   // the progress timeout counts from here (RUNNING)
   int64_t kill_at_ms = 0;         // SIGKILL due at this time; 0 = not terminating
   bool sigkill_sent = false;
+  // The scheduler asked the attempt to stop (PreemptAttempt): its ranks' ends are PREEMPTED,
+  // not failures, unless a rank finished its work; no timeouts apply during the grace.
+  bool preempting = false;
+  std::string preempt_reason;     // e.g. "preempted by jobs/x"
   int64_t retry_at_ms = 0;        // RETRY_WAIT → QUEUED at this time
   int64_t newest_checkpoint_step = -1;  // -1: none
   std::string pending_reason;     // shown while a launcher queue holds the attempt
@@ -49,8 +54,10 @@ struct Timeouts {
   int64_t heartbeat_ms = 0;
   int64_t progress_ms = 0;       // no progress while RUNNING, or not every rank started yet
   int64_t cancel_grace_ms = 0;   // SIGTERM → SIGKILL
+  int64_t preemption_grace_ms = 0;  // SIGTERM → SIGKILL of a preempted attempt
 
-  static Timeouts Of(const fp8d::v1::Timeouts& job, int64_t cancel_grace_ms);
+  static Timeouts Of(const fp8d::v1::Timeouts& job, int64_t cancel_grace_ms,
+                     int64_t preemption_grace_ms = 0);
 };
 
 struct TickInput {};
@@ -68,7 +75,7 @@ struct Verdict {
   fp8d::v1::FailureClass failure = fp8d::v1::FAILURE_CLASS_UNSPECIFIED;
   // kFail: the job's error message. kKeepRunning: why an input was ignored ("" = routine).
   std::string message;
-  bool uncounted = false;  // kFail: not counted against max_attempts
+  bool uncounted = false;  // kFail: not counted against max_attempts (PREEMPTED, ...)
 
   // From an event of the input's rank.
   bool rank_started = false;        // `started`
@@ -83,7 +90,7 @@ struct Verdict {
   std::optional<fp8d::v1::WorkerEvent::Checkpoint> checkpoint;  // a newer checkpoint
 
   // From a tick.
-  bool sigkill = false;  // the cancel grace is over and ranks still run
+  bool sigkill = false;  // the cancel (or preemption) grace is over and ranks still run
   bool requeue = false;  // RETRY_WAIT's backoff has elapsed
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/core/blocking_worker.h"
 
 #include <pthread.h>

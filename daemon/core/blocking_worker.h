@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A thread that runs blocking work (SQLite, process spawning) one task at a time, in the
 // order the tasks were posted. The manager keeps the io_context free of disk I/O by sending
 // such work here and posting the result back to io (job_manager.h: "no handler on io blocks

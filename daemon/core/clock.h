@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Injectable clock: the manager reads time only through this, so tests drive time by hand.
 #pragma once
 

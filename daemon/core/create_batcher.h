@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CreateBatcher: CreateJob's group commit. Creates queue up while one batch is being written;
 // the next batch takes everything that queued meanwhile, so N concurrent creates cost ~1-2
 // fsyncs, not N. A create is answered only once its batch is durable, and a created job is

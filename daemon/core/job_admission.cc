@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobAdmission (job_admission.h).
 #include "daemon/core/job_admission.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobAdmission: the checks a new job must pass against what this fp8d runs, beyond validation
 // of the request:
 //   - `backend: cuda` when no slot of the launcher is a GPU is refused at create, the same for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobCache: the manager's in-memory jobs -- every non-terminal job, and terminal ones until
 // their workers exit and their writes are durable -- with the indexes that let timers and
 // scheduling rounds cost what is active rather than what is cached, and the outbox that hands

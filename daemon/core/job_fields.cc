@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/core/job_fields.h"
 
 #include <cmath>
@@ -66,6 +67,7 @@ int32_t RpcCodeFor(FailureClass failure) {
     case fp8d::v1::NODE_LOST: return 14;           // UNAVAILABLE
     case fp8d::v1::CONTROLLER_RESTART: return 14;
     case fp8d::v1::RESOURCE_EXHAUSTED: return 8;   // RESOURCE_EXHAUSTED
+    case fp8d::v1::DEPENDENCY_FAILED: return 9;    // FAILED_PRECONDITION: a dependency did not succeed
     case fp8d::v1::WORKER_CRASH:
     case fp8d::v1::NUMERIC:
     case fp8d::v1::INTERNAL_ERROR:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pure helpers the manager uses to translate job fields: names and folders, the worker's
 // spec.json, and the mapping from worker events
 // (worker/common/events.h) to Job.progress / Job.checkpoint / Job.result. No I/O, no state.

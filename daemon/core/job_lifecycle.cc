@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiled with -Werror=switch (lifecycle_scheduler.cmake): every switch over JobState or
 // FailureClass names every enumerator and has NO default, so adding a state or a class to the
 // proto breaks the build here until someone decides what it means.
@@ -20,18 +21,20 @@ using fp8d::v1::RUNNING;
 using fp8d::v1::STARTING;
 using fp8d::v1::SUCCEEDED;
 
-constexpr std::array<Transition, 14> kTransitions = {{
+constexpr std::array<Transition, 16> kTransitions = {{
     {QUEUED, STARTING, "(1) the scheduler reserved all ranks' slots"},
-    {QUEUED, FAILED, "(4u) unschedulable: asks more ranks than the cluster has"},
+    {QUEUED, FAILED, "(4u) unschedulable (asks more ranks than the cluster has), or a dependency did not succeed"},
     {QUEUED, CANCELLED, "(6q) cancel requested while queued"},
     {STARTING, RUNNING, "(2) every rank reported started"},
     {STARTING, FAILED, "(4) permanent failure, or attempts used up"},
     {STARTING, RETRY_WAIT, "(4') retryable failure with attempts left"},
     {STARTING, CANCELLING, "(6) cancel requested while workers start"},
+    {STARTING, QUEUED, "(8) preempted: requeued, not counted as an attempt"},
     {RUNNING, SUCCEEDED, "(3) every rank reported done and exited 0"},
     {RUNNING, FAILED, "(4) permanent failure, or attempts used up"},
     {RUNNING, RETRY_WAIT, "(4') retryable failure with attempts left"},
     {RUNNING, CANCELLING, "(6) cancel requested while workers run"},
+    {RUNNING, QUEUED, "(8) preempted: requeued, not counted as an attempt"},
     {RETRY_WAIT, QUEUED, "(5) backoff elapsed"},
     {RETRY_WAIT, CANCELLED, "(6q) cancel requested while waiting to retry"},
     {CANCELLING, CANCELLED, "(7) every rank has exited"},
@@ -85,6 +88,7 @@ bool IsRetryable(FailureClass failure) {
   switch (failure) {
     case fp8d::v1::INVALID_SPEC:
     case fp8d::v1::DATA_ERROR:
+    case fp8d::v1::DEPENDENCY_FAILED:
       return false;
     case fp8d::v1::WORKER_CRASH:
     case fp8d::v1::HUNG:
@@ -94,6 +98,7 @@ bool IsRetryable(FailureClass failure) {
     case fp8d::v1::CONTROLLER_RESTART:
     case fp8d::v1::INTERNAL_ERROR:
     case fp8d::v1::RESOURCE_EXHAUSTED:  // once: see StateAfterFailure's caller
+    case fp8d::v1::PREEMPTED:           // always: never counts against max_attempts
       return true;
     case fp8d::v1::FAILURE_CLASS_UNSPECIFIED:
       return false;
@@ -116,6 +121,8 @@ FailureClass ClassifyExit(int exit_code, int signal) {
     case 70:  // EX_SOFTWARE
     case 75:  // EX_TEMPFAIL
       return fp8d::v1::INTERNAL_ERROR;
+    case 76:  // stopped by SIGTERM after its checkpoint (the verdict checks it was asked for)
+      return fp8d::v1::PREEMPTED;
     default:
       return fp8d::v1::WORKER_CRASH;
   }
@@ -133,12 +140,15 @@ int ExitCodeFor(FailureClass failure) {
       return 75;
     case fp8d::v1::WORKER_CRASH:
       return 1;
+    case fp8d::v1::PREEMPTED:
+      return 76;
     case fp8d::v1::HUNG:
     case fp8d::v1::DEADLINE_EXCEEDED:
     case fp8d::v1::NODE_LOST:
     case fp8d::v1::NUMERIC:
     case fp8d::v1::CONTROLLER_RESTART:
     case fp8d::v1::RESOURCE_EXHAUSTED:
+    case fp8d::v1::DEPENDENCY_FAILED:
       return -1;
     case fp8d::v1::FailureClass_INT_MIN_SENTINEL_DO_NOT_USE_:
     case fp8d::v1::FailureClass_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -174,11 +184,14 @@ int64_t BackoffMs(const fp8d::v1::RetryPolicy& policy, int attempt, double unifo
 }
 
 bool CountsAsAttempt(const fp8d::v1::Attempt& attempt) {
-  return attempt.failure_class() != fp8d::v1::CONTROLLER_RESTART && !attempt.controller_fault();
+  return attempt.failure_class() != fp8d::v1::CONTROLLER_RESTART &&
+         attempt.failure_class() != fp8d::v1::PREEMPTED && !attempt.controller_fault();
 }
 
 JobState StateAfterFailure(const fp8d::v1::RetryPolicy& policy, FailureClass failure,
                            int attempt) {
+  // A preempted job did nothing wrong and has no reason to wait: back in the queue at once.
+  if (failure == fp8d::v1::PREEMPTED) return fp8d::v1::QUEUED;
   const EffectiveRetryPolicy p = ResolveRetryPolicy(policy);
   if (IsRetryable(failure) && attempt < p.max_attempts) return fp8d::v1::RETRY_WAIT;
   return fp8d::v1::FAILED;

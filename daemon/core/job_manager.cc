@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobManager: construction, the API's commands and the plumbing they share. See
 // job_manager_impl.h for how the implementation is split and why it needs no locks.
 #include <algorithm>
@@ -36,13 +37,27 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
   admission_ = std::make_unique<JobAdmission>(cache_, *launcher_);
   writer_ = std::make_unique<StoreJobWriter>(io, cache_, *store_thread_, clock_,
                                              [this](const Job& gone) { admission_->Release(gone); });
+  writer_->OnCommitted([this](const Job& job, const fp8d::v1::JobEvent& event) {
+    counters_.Count(job, event);
+    // Dependencies act on a terminal state once it is published (after this hook returns).
+    if (IsTerminal(job.state()) && (job.depends_on_size() > 0 || dependencies_.HasDependents(job.name()))) {
+      Job finished;
+      finished.set_name(job.name());
+      finished.set_state(job.state());
+      *finished.mutable_depends_on() = job.depends_on();
+      Defer([this, finished = std::move(finished)] { OnJobFinished(finished); });
+    }
+  });
   CreateBatcher::Hooks hooks;
   hooks.run_on_store = [this](std::function<void(store::JobStore&)> on_store,
                               std::function<void()> on_io) {
     store_thread_->Run<int>([on_store = std::move(on_store)](store::JobStore& s) { on_store(s); return 0; },
                             [on_io = std::move(on_io)](int) { on_io(); });
   };
-  hooks.created = [this](const Job& job) { cache_.Add(job, NowMs()); };
+  hooks.created = [this](const Job& job) {
+    cache_.Add(job, NowMs());
+    if (job.depends_on_size() > 0) RegisterDependent(job.name());
+  };
   hooks.current = [this](const std::string& name) -> std::optional<Job> {
     if (JobEntry* e = Find(name)) return e->delivered();
     return std::nullopt;
@@ -54,6 +69,7 @@ JobManagerImpl::JobManagerImpl(boost::asio::io_context& io, ManagerOptions optio
       io,
       JobSupervisor::Options{.tick_ms = options_.tick_ms,
                              .cancel_grace_ms = options_.cancel_grace_ms,
+                             .preemption_grace_ms = options_.preemption_grace_ms,
                              .progress_flush_ms = options_.progress_flush_ms,
                              .runtime_flush_ms = options_.runtime_flush_ms,
                              .uniform01 = [this] { return Uniform01(); }},
@@ -125,6 +141,19 @@ void JobManagerImpl::CreateJob(CreateJobRequest request, std::optional<std::stri
   }
   create.request_hash = std::move(hash).value();
   if (output_dir_key && fp8::jobspec::SpecOutputDir(create.job) != written) output_dir_key.reset();
+  if (create.job.depends_on_size() == 0) return AdmitCreate(std::move(create), std::move(output_dir_key), std::move(done));
+  // Only a job with depends_on pays for the check (a store read per finished dependency).
+  const Job job = create.job;
+  CheckDependencies(job, [this, create = std::move(create), output_dir_key = std::move(output_dir_key),
+                          done = std::move(done)](Status checked) mutable {
+    if (!checked.ok()) return done(checked);
+    if (shutting_down_) return done(fp8::UnavailableError("fp8d is shutting down; no new jobs are accepted"));
+    AdmitCreate(std::move(create), std::move(output_dir_key), std::move(done));
+  });
+}
+
+void JobManagerImpl::AdmitCreate(store::CreateRequest create, std::optional<std::string> output_dir_key,
+                                 std::function<void(StatusOr<Job>)> done) {
   StatusOr<std::string> admitted =
       admission_->Admit(create.job, create.request_id,
                         output_dir_key ? *std::move(output_dir_key) : OutputDirKey(create.job));
@@ -198,6 +227,7 @@ void JobManagerImpl::ListJobs(fp8d::v1::ListJobsRequest request,
   auto selector = fp8::ParseLabelSelector(request.label_selector());
   if (!selector.ok()) return done(selector.status());
   filter.labels = std::move(selector).value();
+  filter.owner = request.owner();  // `me` already resolved to the caller at the API edge
   store_thread_->Run<StatusOr<store::ListResult>>(
       [filter](store::JobStore& s) { return s.ListJobs(filter); },
       [this, done = std::move(done)](StatusOr<store::ListResult> result) {
@@ -339,6 +369,23 @@ JobManager::ActiveCounts JobManagerImpl::CountActive() const {
   counts.queued = static_cast<int64_t>(cache_.queued().size());
   counts.running = cache_.CountRunning();
   return counts;
+}
+
+ManagerFigures JobManagerImpl::Figures() const {
+  ManagerFigures figures;
+  figures.counters = counters_;
+  figures.queues = QueueView();
+  if (launcher_->QueuesJobs()) return figures;
+  // Held as the scheduler counts them: every rank of a run whose workers have not all exited.
+  SlotCounts slots;
+  for (const launcher::Slot& s : launcher_->Slots()) ++(s.gpu >= 0 ? slots.gpu_total : slots.cpu_total);
+  for (const std::string& name : cache_.with_run()) {
+    const JobEntry* e = cache_.Find(name);
+    if (e == nullptr || e->run == nullptr || e->run->AllExited()) continue;
+    for (const RankRun& r : e->run->ranks) ++(r.slot.gpu >= 0 ? slots.gpu_used : slots.cpu_used);
+  }
+  figures.slots = slots;
+  return figures;
 }
 
 std::unique_ptr<JobManager> NewJobManager(boost::asio::io_context& io, ManagerOptions options,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobManager: the controller's brain. It owns the in-memory view of active jobs, runs the
 // state machine (job_lifecycle.h), the scheduler (scheduler.h) and the supervisor (timers,
 // retries, cancellation), persists every transition through the store BEFORE acting on it or
@@ -23,6 +24,8 @@
 #include "common/status.h"
 #include "daemon/launcher/launcher.h"
 #include "daemon/core/clock.h"
+#include "daemon/core/queues.h"
+#include "daemon/core/job_counters.h"
 #include "daemon/store/job_store.h"
 #include "fp8d/v1/job_service.pb.h"
 
@@ -43,6 +46,7 @@ struct ManagerOptions {
   // launch (it may predate the allowlist, or the operator may have narrowed it since).
   std::vector<std::string> job_env_allow;
   int64_t cancel_grace_ms = 10000;               // SIGTERM → SIGKILL
+  int64_t preemption_grace_ms = 30000;           // SIGTERM → SIGKILL of a preempted attempt
   int64_t tick_ms = 50;                          // supervisor timer resolution
   int64_t create_batch_max = 512;                // group-commit batch size
   // Longest wait for a group-commit batch to fill up (create_batcher.cc: Flush); 0: none.
@@ -54,6 +58,8 @@ struct ManagerOptions {
   std::function<double()> uniform01;
   // Finished jobs older than this (since end_time) are deleted like DeleteJob; 0 keeps them.
   int64_t job_ttl_after_finished_ms = 0;
+  // The scheduler's queues (queues.h); empty: one queue `default` whose quota is the cluster.
+  std::vector<QueueConfig> queues;
 };
 
 class JobManager {
@@ -116,6 +122,15 @@ class JobManager {
     int64_t running = 0;
   };
   virtual ActiveCounts CountActive() const = 0;
+  // The counters kept across deletions and the slots offered and held, for /metrics. On io.
+  virtual ManagerFigures Figures() const = 0;
+  // The queues with their quota, use and waiting jobs, from the in-memory view (ListQueues).
+  virtual void ListQueues(fp8d::v1::ListQueuesRequest request,
+                          std::function<void(StatusOr<fp8d::v1::ListQueuesResponse>)> done) = 0;
+  // Accounting from the stored attempts, on the store thread (usage.h). INVALID_ARGUMENT
+  // naming `by` unless it is owner or queue.
+  virtual void GetUsage(fp8d::v1::GetUsageRequest request,
+                        std::function<void(StatusOr<fp8d::v1::GetUsageResponse>)> done) = 0;
 };
 
 // The manager is the launcher's listener, so it builds the launcher itself through `make_launcher`.

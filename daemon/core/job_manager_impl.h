@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JobManager: the API's commands, the wiring of the units, recovery and shutdown.
 //   job_manager.cc      construction and the commands from the API (create, get, list, cancel,
 //                       watch, log source)
 //   job_scheduling.cc   scheduler rounds: the snapshot of slots and queue, the pure planner
 //   job_recovery.cc     Start (recovery before SERVING) and Shutdown
 //   job_retention.cc    DeleteJob and the job_ttl_after_finished sweep
+//   job_dependencies.cc depends_on: the create check, the gate, failing waiting jobs
 // and the units it wires together, each its own file and test (docs/architecture.md):
 //   StoreThread (the store thread), JobCache (the jobs in memory), JobWriter (the one way a
 //   state changes), CreateBatcher (group commit), JobAdmission (backend and output-dir checks),
@@ -29,6 +31,7 @@
 
 #include "daemon/core/attempt_launcher.h"
 #include "daemon/core/create_batcher.h"
+#include "daemon/core/dependencies.h"
 #include "daemon/core/job_admission.h"
 #include "daemon/core/job_cache.h"
 #include "daemon/core/job_manager.h"
@@ -39,6 +42,10 @@
 
 namespace fp8d::core {
 
+namespace testing {
+class ManagerTest;
+}  // namespace testing
+
 using fp8d::v1::FailureClass;
 using fp8d::v1::Job;
 using fp8d::v1::JobState;
@@ -46,6 +53,9 @@ using fp8d::v1::JobState;
 class JobManagerImpl final : public JobManager,
                              private launcher::LauncherListener,
                              private JobSupervisor::Owner {
+  // The manager tests preempt through it (ManagerTest::Preempt) until the scheduler's plan does.
+  friend class testing::ManagerTest;
+
  public:
   JobManagerImpl(boost::asio::io_context& io, ManagerOptions options,
                  std::unique_ptr<store::JobStore> store, LauncherFactory make_launcher,
@@ -71,6 +81,14 @@ class JobManagerImpl final : public JobManager,
   void RankLog(const std::string& name, int rank, int attempt,
                std::function<void(StatusOr<RankLogSource>, bool job_terminal)> done) override;
   ActiveCounts CountActive() const override;
+  void ListQueues(fp8d::v1::ListQueuesRequest request,
+                  std::function<void(StatusOr<fp8d::v1::ListQueuesResponse>)> done) override;
+  // job_accounting.cc
+  void GetUsage(fp8d::v1::GetUsageRequest request,
+                std::function<void(StatusOr<fp8d::v1::GetUsageResponse>)> done) override;
+  ManagerFigures Figures() const override;
+  // ListQueues' answer (job_scheduling.cc), also for /metrics.
+  fp8d::v1::ListQueuesResponse QueueView() const;
 
  private:
   // ---- launcher listener (the launcher's observer thread): post to io ----
@@ -90,6 +108,42 @@ class JobManagerImpl final : public JobManager,
 
   // ---- scheduling (job_scheduling.cc) ----
   void Schedule();
+
+  // ---- dependencies (job_dependencies.cc) ----
+  // The create's depends_on against the existing jobs (dependencies.h: CheckDependsOn); a
+  // dependency that has finished is read from the store.
+  void CheckDependencies(const Job& job, std::function<void(Status)> then);
+  // The rest of CreateJob once its dependencies are checked: admission, then the group commit.
+  void AdmitCreate(store::CreateRequest create, std::optional<std::string> output_dir_key,
+                   std::function<void(StatusOr<Job>)> done);
+  DependencyOutcome DependencyOutcomeOf(const std::string& name) const;
+  // The scheduler's gate: false while a job's first attempt waits on a dependency.
+  bool DependenciesMet(const JobEntry& e) const;
+  // A cached QUEUED job with depends_on joins the index (after its create, or at recovery).
+  void RegisterDependent(const std::string& name);
+  // Reads the outcome of dependencies that are not cached and were not recorded.
+  void ResolveDependencies(std::vector<std::string> names);
+  // Sets the waiting job's pending_reason, or fails it; true when it may be scheduled now.
+  bool EvaluateDependent(JobEntry& e);
+  void FailDependent(JobEntry& e, const std::string& message);
+  void OnDependencyOutcome(const std::string& dependency, DependencyOutcome outcome);
+  // A terminal state of `job` is durable (the writer's hook) / the job was deleted.
+  void OnJobFinished(const Job& job);
+  void OnJobDeleted(const std::string& name);
+  // Recovery: every waiting job rejoins the index; one on a dependency cycle fails.
+  void RecoverDependencies();
+  DependencyIndex dependencies_;
+
+  // ---- preemption (job_preemption.cc) ----
+  // Asks a STARTING or RUNNING job's attempt to stop so its slots can go to other work: the
+  // PREEMPTED intent is made durable, then every rank gets SIGTERM (fp8-worker checkpoints at
+  // the next step boundary and exits) and SIGKILL after preemption_grace_ms. The run is marked
+  // `preempting` at once (AttemptRun), so a scheduling round may count its slots as soon free;
+  // they are free once every rank exited. The job goes back to QUEUED with `reason` as its
+  // pending_reason, the attempt ends PREEMPTED (not counted against max_attempts) and the next
+  // attempt resumes from the newest checkpoint. A no-op for a job in any other state or
+  // already preempting; a cancel meanwhile wins (CANCELLED).
+  void PreemptAttempt(JobEntry& e, const std::string& reason);
 
   // ---- retention (job_retention.cc) ----
   // Deletes finished jobs past job_ttl_after_finished, a batch at a time, at most once a minute.
@@ -118,6 +172,8 @@ class JobManagerImpl final : public JobManager,
   bool shutting_down_ = false;
 
   WatchHub watchers_;
+  JobCounters counters_;  // fed by writer_ as transitions commit
+  std::map<std::string, int64_t> preemptions_by_queue_;  // victims' queues (job_scheduling.cc)
   JobCache cache_{[this](const Job& job) { watchers_.Deliver(job); }};
 
   std::unique_ptr<JobAdmission> admission_;

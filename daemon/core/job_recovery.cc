@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Start-up recovery (before the daemon reports SERVING) and Shutdown.
 //
 // Recovery: every non-terminal job goes back into the cache. Jobs whose workers may be running
@@ -7,10 +8,12 @@
 // each gone rank's events file is read on from the saved offset, so a worker that finished,
 // checkpointed or crashed while the daemon was down is judged by what it wrote. Only an attempt
 // that never spawned anything (no live rank, no events file) ends with CONTROLLER_RESTART,
-// which does NOT count against max_attempts, and is requeued through RETRY_WAIT (the table has
-// no RUNNING → QUEUED edge) with no backoff; a CANCELLING job is simply CANCELLED. Live workers
-// of this data dir that no recovered attempt owns are killed. This file loads the jobs and
-// their counts; the re-adoption itself is the launcher's (AttemptLauncher::Readopt).
+// which does NOT count against max_attempts, and is requeued through RETRY_WAIT (RUNNING → QUEUED
+// is preemption's edge alone) with no backoff; a CANCELLING job is simply CANCELLED. Live workers
+// of this data dir that no recovered attempt owns are killed. An attempt that was being
+// preempted (its record holds the PREEMPTED intent) is signalled again once re-adopted, and
+// ends PREEMPTED as before the restart. This file loads the jobs and their counts; the
+// re-adoption itself is the launcher's (AttemptLauncher::Readopt).
 #include <algorithm>
 #include <utility>
 
@@ -28,6 +31,16 @@ namespace {
 // Jobs per chunk handed from the store thread to io during recovery: big enough that posting
 // costs nothing, small enough that both threads are busy from the first chunk on.
 constexpr size_t kRecoveryChunk = 4096;
+
+// The job's current attempt holds the PREEMPTED intent (job_preemption.cc) and its job still
+// runs: the preemption had not ended when fp8d stopped. Unlike a PREEMPTED outcome, it counts
+// until its end is judged (which uncounts it, PREEMPTED or CONTROLLER_RESTART alike).
+bool PreemptionUnderWay(const JobEntry& e, const fp8d::v1::Attempt& attempt) {
+  const JobState state = e.job.state();
+  return attempt.failure_class() == fp8d::v1::PREEMPTED && attempt.number() == e.job.attempt() &&
+         (state == fp8d::v1::STARTING || state == fp8d::v1::RUNNING ||
+          state == fp8d::v1::CANCELLING);
+}
 }  // namespace
 
 void JobManagerImpl::Start(std::function<void(Status)> done) {
@@ -103,7 +116,7 @@ void JobManagerImpl::Recover(std::vector<AttemptLauncher::Recovered> jobs,
     std::sort(e->checkpoints.begin(), e->checkpoints.end(),
               [](const auto& a, const auto& b) { return a.step() < b.step(); });
     for (const auto& a : jobs[i].attempts) {
-      if (CountsAsAttempt(a.attempt)) ++e->counted_attempts;
+      if (CountsAsAttempt(a.attempt) || PreemptionUnderWay(*e, a.attempt)) ++e->counted_attempts;
       if (a.attempt.failure_class() == fp8d::v1::RESOURCE_EXHAUSTED) {
         e->oom_steps.insert(a.attempt.failure_step());
       }
@@ -114,8 +127,21 @@ void JobManagerImpl::Recover(std::vector<AttemptLauncher::Recovered> jobs,
       e->retry_at_ms = since + BackoffMs(e->job.retry(), e->counted_attempts, Uniform01());
     }
   }
+  // Jobs waiting on dependencies that ended badly while fp8d was down fail now.
+  RecoverDependencies();
   // Workers that may be running are accounted for before any new attempt can start.
   attempt_launcher_->Readopt(std::move(jobs), [this, done = std::move(done)] {
+    // An attempt being preempted when fp8d stopped is stopped again (its workers may have
+    // missed the SIGTERM): re-adopted ones get it now, with a new grace; gone ones were
+    // requeued by the launcher already.
+    const std::vector<std::string> with_run(cache_.with_run().begin(), cache_.with_run().end());
+    for (const std::string& name : with_run) {
+      JobEntry* e = Find(name);
+      if (e != nullptr && e->run != nullptr && e->run->launched && !e->run->finished &&
+          PreemptionUnderWay(*e, e->run->record.attempt)) {
+        PreemptAttempt(*e, e->run->record.attempt.failure_message());
+      }
+    }
     // Everything recovery wrote is queued before this barrier (FIFO store thread).
     store_thread_->Barrier([this, done] {
       started_ = true;

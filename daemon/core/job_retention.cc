@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeleteJob and the job_ttl_after_finished sweep: a finished job's store rows go in one
 // transaction, then its attempt folders through the launcher (both on the store thread, off io).
 // Only jobs the store holds as finished are deleted; a job still cached as active is refused.
@@ -34,8 +35,11 @@ void JobManagerImpl::DeleteJob(fp8d::v1::DeleteJobRequest request,
         }
         return google::protobuf::Empty();
       },
-      [name, done = std::move(done)](StatusOr<google::protobuf::Empty> result) {
-        if (result.ok()) spdlog::info("{}: deleted", name);
+      [this, name, done = std::move(done)](StatusOr<google::protobuf::Empty> result) {
+        if (result.ok()) {
+          spdlog::info("{}: deleted", name);
+          OnJobDeleted(name);  // jobs waiting on it fail (job_dependencies.cc)
+        }
         done(std::move(result));
       });
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobSupervisor (job_supervisor.h): worker events and exits, verdicts applied, the tick.
 #include <algorithm>
 #include <chrono>
@@ -40,6 +41,8 @@ AttemptView ViewOf(const JobEntry& e) {
   a.last_progress_ms = run.last_progress_ms;
   a.kill_at_ms = run.kill_at_ms;
   a.sigkill_sent = run.sigkill_sent;
+  a.preempting = run.preempting;
+  a.preempt_reason = run.preempt_reason;
   a.ranks.reserve(run.ranks.size());
   for (const RankRun& r : run.ranks) {
     a.ranks.push_back({.last_seen_ms = r.last_seen_ms, .started = r.started, .done = r.done,
@@ -69,7 +72,8 @@ void JobSupervisor::Stop() {
 
 Verdict JobSupervisor::Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const {
   return DecideAttempt(ViewOf(e), input, now,
-                       Timeouts::Of(e.job.timeouts(), options_.cancel_grace_ms));
+                       Timeouts::Of(e.job.timeouts(), options_.cancel_grace_ms,
+                                    options_.preemption_grace_ms));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -202,6 +206,11 @@ void JobSupervisor::HandleExit(const launcher::WorkerExit& ex) {
 void JobSupervisor::SucceedAttempt(JobEntry& e) {
   AttemptRun& run = *e.run;
   run.finished = true;
+  if (run.preempting) {
+    // Every rank finished its work within the grace: the preemption came too late to matter.
+    run.record.attempt.clear_failure_class();
+    run.record.attempt.clear_failure_message();
+  }
   e.BeforeChange();
   *e.job.mutable_result() = run.ranks.front().result;
   e.job.clear_error();
@@ -247,7 +256,15 @@ void JobSupervisor::Cancel(JobEntry& e, std::function<void(Status)> done) {
       return;
     case fp8d::v1::STARTING:
     case fp8d::v1::RUNNING:
-      if (e.run != nullptr) e.run->finished = true;  // no failure verdicts while cancelling
+      if (e.run != nullptr) {
+        e.run->finished = true;  // no failure verdicts while cancelling
+        if (e.run->preempting) {
+          // The cancel wins over a preemption under way: the attempt was cancelled, not
+          // preempted (its record is saved once every rank exited).
+          e.run->record.attempt.clear_failure_class();
+          e.run->record.attempt.clear_failure_message();
+        }
+      }
       writer_.Transition(e, fp8d::v1::CANCELLING, "cancel requested: stopping every rank",
                          [this, name, done = std::move(done)](Status st) {
                            JobEntry* e = cache_.Find(name);
@@ -320,7 +337,12 @@ void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::st
 
   std::string text = "attempt " + std::to_string(run.number) + " failed (" +
                      fp8d::v1::FailureClass_Name(failure) + "): " + message;
-  if (next == fp8d::v1::RETRY_WAIT) {
+  if (failure == fp8d::v1::PREEMPTED) {
+    // Not a failure of the job: it waits in the queue again, saying why; no error to show.
+    e.job.clear_error();
+    e.job.set_pending_reason(run.preempt_reason);
+    text = "attempt " + std::to_string(run.number) + " preempted: " + message;
+  } else if (next == fp8d::v1::RETRY_WAIT) {
     const int64_t delay = BackoffMs(e.job.retry(), e.counted_attempts, options_.uniform01());
     e.retry_at_ms = NowMs() + delay;
     text += "; retrying in " + SecondsText(delay);
@@ -345,10 +367,13 @@ void JobSupervisor::FailAttempt(JobEntry& e, FailureClass failure, const std::st
 void JobSupervisor::TerminateWorkers(JobEntry& e) {
   AttemptRun& run = *e.run;
   if (!run.launched || run.AllExited()) return;
+  // A preemption's SIGTERM went out already (with its own grace): once is enough.
+  if (run.preempting && run.kill_at_ms != 0) return;
   launcher_.Signal(JobIdOf(e.job.name()), run.number, SIGTERM);
-  if (run.kill_at_ms == 0) run.kill_at_ms = NowMs() + options_.cancel_grace_ms;
+  const int64_t grace = run.preempting ? options_.preemption_grace_ms : options_.cancel_grace_ms;
+  if (run.kill_at_ms == 0) run.kill_at_ms = NowMs() + grace;
   spdlog::info("{} attempt {}: SIGTERM sent; SIGKILL in {} if still running", e.job.name(),
-               run.number, SecondsText(options_.cancel_grace_ms));
+               run.number, SecondsText(grace));
 }
 
 void JobSupervisor::OnRunExited(JobEntry& e) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobSupervisor: the supervisor's glue. Worker events and exits (from the launcher, posted to io
 // by the manager) and a periodic tick that reads the injected Clock (so tests drive time by
 // hand). Each input is judged by DecideAttempt (attempt_verdict.h, pure); this unit builds its
@@ -6,7 +7,8 @@
 //
 // Cancel is decided here alone: which states cancel at once, which stop their workers first,
 // and how a run being stopped ends (Cancel, StopRun, OnRunExited); the launcher and recovery
-// call StopRun when a run must not go on.
+// call StopRun when a run must not go on. Preemption (job_preemption.cc) stops a run the same
+// way for the scheduler, with its own grace; a cancel meanwhile wins.
 //
 // It reaches the rest of the manager only through what it is given: the job cache, the launcher
 // (signals), the clock, the JobWriter (state changes and store writes) and its Owner (a
@@ -39,6 +41,7 @@ class JobSupervisor {
   struct Options {
     int64_t tick_ms = 50;              // timer resolution
     int64_t cancel_grace_ms = 10000;   // SIGTERM → SIGKILL
+    int64_t preemption_grace_ms = 30000;  // SIGTERM → SIGKILL of a preempted attempt
     int64_t progress_flush_ms = 200;   // progress rows persisted at most this often per job
     int64_t runtime_flush_ms = 1000;   // rank event offsets persisted at most this often
     // Source of the backoff jitter, uniform in [0, 1).
@@ -75,10 +78,20 @@ class JobSupervisor {
   // The refusal of a cancel of a finished job, naming its state.
   static fp8::Status NotCancellable(const fp8d::v1::Job& job);
 
+  // ---- preemption (job_preemption.cc) ----
+  // Stops a STARTING or RUNNING attempt for the scheduler: marks the run preempting, makes the
+  // PREEMPTED intent durable (the attempt record's failure_class, which recovery reads), then
+  // SIGTERMs every rank, SIGKILL after preemption_grace_ms. The ranks' ends make it PREEMPTED:
+  // QUEUED again with `reason` as pending_reason, not counted against max_attempts. A no-op in
+  // any other state, while preempting already, or once the attempt's outcome is decided. A
+  // recovered attempt whose record holds the intent already is signalled without a new write.
+  void Preempt(JobEntry& e, const std::string& reason);
+
   // ---- used by the launcher and recovery as well ----
   // The attempt failed: decide RETRY_WAIT or FAILED, persist, then stop its workers.
   void FailAttempt(JobEntry& e, fp8d::v1::FailureClass failure, const std::string& message);
-  // SIGTERM now, SIGKILL after cancel_grace_ms (the tick sends it).
+  // SIGTERM now, SIGKILL after cancel_grace_ms (preemption_grace_ms for a preempted run; the
+  // tick sends it).
   void TerminateWorkers(JobEntry& e);
   // Every rank of the run exited: persist the attempt's end, free its slots, reschedule.
   void OnRunExited(JobEntry& e);

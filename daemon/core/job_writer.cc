@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StoreJobWriter (job_writer.h): check, persist, then publish and act.
 #include "daemon/core/job_writer.h"
 
@@ -104,6 +105,7 @@ void StoreJobWriter::WriteNext(const std::string& name) {
         }
         e->write_failures = 0;
         e->write_error.clear();
+        if (committed_) committed_(e->unwritten.front().job, e->unwritten.front().event);
         std::function<void(Status)> after = std::move(e->unwritten.front().after);
         e->unwritten.erase(e->unwritten.begin());
         cache_.Durable(*e, version);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobWriter: the one way a job changes state (docs/design.md §2), and the store writes the
 // supervisor and the launcher make. Transition checks from → to against the table, applies it
 // in memory (so later handlers see it), writes job row + event in one transaction, and only
@@ -54,6 +55,10 @@ class StoreJobWriter final : public JobWriter {
                   StoreWork extra = nullptr) override;
   void Write(StoreWork work, std::function<void(fp8::Status)> then) override;
   void MaybeEvict(const std::string& name) override;
+  // Told each transition once its write committed (the job as it left it, and its event).
+  void OnCommitted(std::function<void(const fp8d::v1::Job&, const fp8d::v1::JobEvent&)> fn) {
+    committed_ = std::move(fn);
+  }
 
  private:
   // Writes e.unwritten.front() if no write of this job is in flight; on failure keeps it and
@@ -65,6 +70,7 @@ class StoreJobWriter final : public JobWriter {
   StoreThread& store_;
   const Clock* clock_;
   std::function<void(const fp8d::v1::Job&)> evicted_;
+  std::function<void(const fp8d::v1::Job&, const fp8d::v1::JobEvent&)> committed_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // a retry timer after destruction is a no-op
 };
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Included by daemon/core/CMakeLists.txt. Pure logic, no I/O: the job state machine and the
 # scheduler. The manager (manager.cmake) links both.
 

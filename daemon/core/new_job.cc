@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PrepareNewJob (new_job.h).
 #include "daemon/core/new_job.h"
 

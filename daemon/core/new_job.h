@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PrepareNewJob: the one place a CreateJob's job becomes the job that is stored. The store
 // stores what it is given (it only names the job after the id it allocates).
 #pragma once

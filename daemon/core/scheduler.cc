@@ -1,8 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/core/scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/core/queues.h"
 
 namespace fp8d::core {
 namespace {
@@ -62,18 +69,225 @@ class FreePool {
   std::map<std::string, std::vector<int32_t>> by_node_;
 };
 
+constexpr int kGpu = 0;
+constexpr int kCpu = 1;
+const char* const kKindWord[] = {"GPU", "CPU"};
+constexpr const char* kDefaultQueue = kDefaultQueueName;
+
+int KindOf(const std::vector<SlotRef>& slots) { return !slots.empty() && slots[0].gpu >= 0 ? kGpu : kCpu; }
+
+// One queue's view during planning.
+struct QueueState {
+  std::string name;
+  int64_t quota[2] = {0, 0};
+  double weight = 1;
+  int64_t used[2] = {0, 0};              // held slots, less those already being preempted
+  std::vector<const QueuedJob*> jobs;    // scheduling order
+  size_t next = 0;                       // first job not placed yet
+  bool blocked = false;
+};
+
+QueueState NewQueue(const std::string& name, int64_t gpus, int64_t cpu_slots, double weight) {
+  QueueState q;
+  q.name = name;
+  q.quota[kGpu] = gpus;
+  q.quota[kCpu] = cpu_slots;
+  q.weight = weight;
+  return q;
+}
+
+// "queue team-a: waiting for 4 GPU slots": the pending_reason of a queue's blocked head.
+std::string WaitingReason(const QueueState& queue, const QueuedJob& job, int kind) {
+  return "queue " + queue.name + ": waiting for " + std::to_string(job.ranks) + " " + kKindWord[kind] +
+         (job.ranks == 1 ? " slot" : " slots");
+}
+
+struct Holder {
+  const RunningJob* job;
+  QueueState* queue;
+  int kind;
+  int64_t size;
+  bool chosen = false;
+};
+
+class QueuePlanner {
+ public:
+  QueuePlanner(const ScheduleInput& input, const int64_t cluster[2]) : cluster_{cluster[0], cluster[1]} {
+    if (input.queues.empty()) {
+      queues_.push_back(NewQueue(kDefaultQueue, cluster[kGpu], cluster[kCpu], 1));
+    }
+    for (const QueueQuota& q : input.queues) queues_.push_back(NewQueue(q.name, q.gpus, q.cpu_slots, q.weight));
+    for (const RunningJob& r : input.running) {
+      if (r.slots.empty()) continue;
+      QueueState& q = Queue(r.queue);
+      const int kind = KindOf(r.slots);
+      holders_.push_back(Holder{&r, &q, kind, static_cast<int64_t>(r.slots.size())});
+      if (r.preempting) {
+        soon_free_[kind] += holders_.back().size;
+      } else {
+        q.used[kind] += holders_.back().size;
+      }
+    }
+  }
+
+  // The queue of that name; one of quota 0 for a name the config does not have.
+  QueueState& Queue(const std::string& name) {
+    const std::string key = name.empty() ? std::string(kDefaultQueue) : name;
+    for (QueueState& q : queues_) {
+      if (q.name == key) return q;
+    }
+    queues_.push_back(NewQueue(key, 0, 0, 1));
+    return queues_.back();
+  }
+
+  double Share(const QueueState& q) const {
+    double share = 0;
+    for (int k : {kGpu, kCpu}) {
+      if (cluster_[k] > 0) share = std::max(share, static_cast<double>(q.used[k]) / static_cast<double>(cluster_[k]));
+    }
+    return share / q.weight;
+  }
+
+  // The unblocked queue with jobs left and the lowest share (ties: config order).
+  QueueState* NextQueue() {
+    QueueState* best = nullptr;
+    double best_share = 0;
+    for (QueueState& q : queues_) {
+      if (q.blocked || q.next >= q.jobs.size()) continue;
+      const double share = Share(q);
+      if (best == nullptr || share < best_share) {
+        best = &q;
+        best_share = share;
+      }
+    }
+    return best;
+  }
+
+  bool FitsQuota(const QueueState& q, int kind, int64_t ranks) const { return q.used[kind] + ranks <= q.quota[kind]; }
+
+  // After placement every queue with jobs left is blocked. Walks those jobs in their queues'
+  // order, the queue of a job within its quota first, then the lowest share, and finds each its
+  // slots: ones free soon (free now, or held by jobs being preempted), else by preempting. A
+  // queue stops at its first job that cannot be given slots (no backfill).
+  void Preempt(const int64_t free_now[2], Plan* plan) {
+    int64_t spare[2] = {free_now[kGpu] + soon_free_[kGpu], free_now[kCpu] + soon_free_[kCpu]};
+    for (QueueState& q : queues_) q.blocked = q.next < q.jobs.size();
+    while (true) {
+      QueueState* queue = nullptr;
+      bool queue_within = false;
+      double queue_share = 0;
+      for (QueueState& q : queues_) {
+        if (!q.blocked) continue;
+        const QueuedJob& next = *q.jobs[q.next];
+        const bool within = FitsQuota(q, KindFor(next), next.ranks);
+        const double share = Share(q);
+        if (queue == nullptr || (within && !queue_within) || (within == queue_within && share < queue_share)) {
+          queue = &q;
+          queue_within = within;
+          queue_share = share;
+        }
+      }
+      if (queue == nullptr) return;
+      const QueuedJob* job = queue->jobs[queue->next];
+      const int kind = KindFor(*job);
+      const int64_t need = job->ranks - spare[kind];
+      if (need > 0) {
+        std::string why = "queue " + queue->name + " below its quota";
+        std::vector<Holder*> victims;
+        if (queue_within) victims = Reclaim(*queue, kind, need);
+        if (victims.empty()) {
+          victims = LowerPriority(*queue, *job, kind, need);
+          why = "priority " + std::to_string(job->priority);
+        }
+        if (victims.empty()) {
+          queue->blocked = false;  // done: nothing more for this queue in this round
+          continue;
+        }
+        for (Holder* v : victims) {
+          v->chosen = true;
+          v->queue->used[kind] -= v->size;
+          spare[kind] += v->size;
+          plan->preemptions.push_back({v->job->name, job->name, "preempted by " + job->name + " (" + why + ")"});
+        }
+      }
+      spare[kind] -= job->ranks;
+      queue->used[kind] += job->ranks;
+      if (++queue->next >= queue->jobs.size()) queue->blocked = false;
+    }
+  }
+
+  // The kind is fixed per job (GPUs whenever the cluster has enough), so a GPU job never
+  // lands on CPU slots just because the GPUs are busy right now.
+  int KindFor(const QueuedJob& job) const { return job.ranks <= cluster_[kGpu] ? kGpu : kCpu; }
+
+ private:
+  // Youngest first, from queues above their quota, never taking one below it; all or nothing.
+  std::vector<Holder*> Reclaim(const QueueState& for_queue, int kind, int64_t need) {
+    std::vector<Holder*> candidates;
+    for (Holder& h : holders_) {
+      if (h.chosen || h.job->preempting || !h.job->preemptible || h.kind != kind || h.queue == &for_queue) continue;
+      candidates.push_back(&h);
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Holder* a, const Holder* b) { return a->job->start_seq > b->job->start_seq; });
+    std::map<const QueueState*, int64_t> used;
+    std::vector<Holder*> out;
+    int64_t got = 0;
+    for (Holder* h : candidates) {
+      if (got >= need) break;
+      auto it = used.try_emplace(h->queue, h->queue->used[kind]).first;
+      if (it->second - h->size < h->queue->quota[kind]) continue;
+      it->second -= h->size;
+      got += h->size;
+      out.push_back(h);
+    }
+    if (got < need) out.clear();
+    return out;
+  }
+
+  // Lowest priority, then youngest, of the head's own queue; all or nothing.
+  std::vector<Holder*> LowerPriority(const QueueState& queue, const QueuedJob& head, int kind, int64_t need) {
+    std::vector<Holder*> candidates;
+    for (Holder& h : holders_) {
+      if (h.chosen || h.job->preempting || !h.job->preemptible || h.kind != kind || h.queue != &queue ||
+          h.job->priority >= head.priority) {
+        continue;
+      }
+      candidates.push_back(&h);
+    }
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Holder* a, const Holder* b) {
+      if (a->job->priority != b->job->priority) return a->job->priority < b->job->priority;
+      return a->job->start_seq > b->job->start_seq;
+    });
+    std::vector<Holder*> out;
+    int64_t got = 0;
+    for (Holder* h : candidates) {
+      if (got >= need) break;
+      got += h->size;
+      out.push_back(h);
+    }
+    if (got < need) out.clear();
+    return out;
+  }
+
+  int64_t cluster_[2];
+  std::deque<QueueState> queues_;  // a deque: Queue() appends while references are held
+  std::vector<Holder> holders_;
+  int64_t soon_free_[2] = {0, 0};
+};
+
 }  // namespace
 
 Plan PlanSchedule(const ScheduleInput& input) {
-  FreePool free_gpus, free_cpus;
-  int64_t cluster_gpus = 0, cluster_cpus = 0;
+  FreePool pools[2];
+  int64_t cluster[2] = {0, 0};
   for (const ClusterSlot& s : input.slots) {
-    const bool is_gpu = s.slot.gpu >= 0;
-    (is_gpu ? cluster_gpus : cluster_cpus)++;
-    if (s.free) (is_gpu ? free_gpus : free_cpus).Add(s.slot);
+    const int kind = s.slot.gpu >= 0 ? kGpu : kCpu;
+    cluster[kind]++;
+    if (s.free) pools[kind].Add(s.slot);
   }
-  free_gpus.SortSlots();
-  free_cpus.SortSlots();
+  pools[kGpu].SortSlots();
+  pools[kCpu].SortSlots();
 
   std::vector<const QueuedJob*> order;
   order.reserve(input.queue.size());
@@ -83,6 +297,8 @@ Plan PlanSchedule(const ScheduleInput& input) {
     return a->create_seq < b->create_seq;
   });
 
+  QueuePlanner planner(input, cluster);
+
   Plan plan;
   for (const QueuedJob* job : order) {
     if (job->ranks < 1) {
@@ -90,26 +306,46 @@ Plan PlanSchedule(const ScheduleInput& input) {
           {job->name, "resources.ranks is " + std::to_string(job->ranks) + "; it must be at least 1"});
       continue;
     }
-    const bool fits_gpus = job->ranks <= cluster_gpus;
-    const bool fits_cpus = job->ranks <= cluster_cpus;
-    if (!fits_gpus && !fits_cpus) {
+    if (job->ranks > cluster[kGpu] && job->ranks > cluster[kCpu]) {
       plan.unschedulable.push_back(
           {job->name, "resources.ranks is " + std::to_string(job->ranks) + " but the cluster has " +
-                          std::to_string(cluster_gpus) + " GPU slots and " +
-                          std::to_string(cluster_cpus) + " CPU slots"});
+                          std::to_string(cluster[kGpu]) + " GPU slots and " +
+                          std::to_string(cluster[kCpu]) + " CPU slots"});
       continue;
     }
-    if (!plan.blocked_by.empty()) continue;  // no backfill past a blocked job
-    // The kind is fixed per job (GPUs whenever the cluster has enough), so a GPU job never
-    // lands on CPU slots just because the GPUs are busy right now.
-    std::optional<std::vector<SlotRef>> slots =
-        fits_gpus ? free_gpus.Take(job->ranks) : free_cpus.Take(job->ranks);
-    if (!slots) {
-      plan.blocked_by = job->name;
-      continue;  // keep scanning only to report jobs that can never fit
+    planner.Queue(job->queue).jobs.push_back(job);
+  }
+
+  // Free slots go one job at a time to the queue of the lowest share.
+  bool reclaim_waits[2] = {false, false};  // a queue within its quota waits for this kind
+  while (QueueState* queue = planner.NextQueue()) {
+    const QueuedJob* job = queue->jobs[queue->next];
+    const int kind = planner.KindFor(*job);
+    const bool within_quota = planner.FitsQuota(*queue, kind, job->ranks);
+    std::optional<std::vector<SlotRef>> slots;
+    std::string reason;
+    if (!within_quota && reclaim_waits[kind]) {
+      reason = WaitingReason(*queue, *job, kind) + " (idle ones are held for a queue within its quota)";
+    } else {
+      slots = pools[kind].Take(job->ranks);
+      if (!slots) {
+        reason = WaitingReason(*queue, *job, kind);
+      }
     }
+    if (!slots) {
+      queue->blocked = true;  // no backfill past the blocked head, in its own queue
+      if (within_quota) reclaim_waits[kind] = true;
+      if (plan.blocked_by.empty()) plan.blocked_by = job->name;
+      plan.blocked.push_back({job->name, queue->name, reason});
+      continue;
+    }
+    queue->used[kind] += job->ranks;
+    queue->next++;
     plan.assignments.push_back({job->name, std::move(*slots)});
   }
+
+  const int64_t free_now[2] = {pools[kGpu].Total(), pools[kCpu].Total()};
+  planner.Preempt(free_now, &plan);
   return plan;
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StoreThread: the io thread's way to the store. Every SQLite call runs on one BlockingWorker
 // thread, in the order posted (so a later write never lands before an earlier one), and its
 // result comes back to io. A completion that arrives after the StoreThread is gone does nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Watch fan-out (WatchJob, docs/design.md §3): subscribers per job, each told every version of the
 // job greater than the last one it saw, in order, and ended once the job is terminal.
 // Single-threaded on the manager's io_context. The manager decides WHEN a version is ready

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attempt folder as both launchers keep it: its creation at launch, rank logs read for
 // GetJobLogs, and removal of a deleted job's attempt folders, all beneath the jobs root without
 // following a link.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An attempt's folder, <jobs root>/<job id>/attempt-<n>, as both launchers keep it. The jobs root
 // is root's and trusted; the job folder and everything below it are the job owner's, so they
 // are only ever reached through BeneathDir (beneath_dir.h): fp8d, as root, follows no link the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Files in a folder another user may write. A job's folder (jobs/<id> and below) belongs to the
 // job's owner, who can put a symbolic link, a FIFO or a hard link under any name fp8d uses
 // there; fp8d runs as root. So every name below the jobs root is opened relative to a

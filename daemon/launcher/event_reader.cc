@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/launcher/event_reader.h"
 
 #include "daemon/launcher/attempt_files.h"

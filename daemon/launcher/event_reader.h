@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Incremental reader of a rank's NDJSON events file. The worker appends a line at a time; the
 // launcher reads whatever has been appended since the last call and hands out only complete
 // lines, so a line caught half-written is kept until its '\n' arrives. Offsets are byte

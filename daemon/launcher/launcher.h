@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node launcher: starts, signals and observes fp8-worker processes on one node, and reports
 // the node's slots. It decides no policy (that is daemon/core). LocalLauncher (local_launcher.cc)
 // runs in-process for the local machine; a remote LauncherService client can implement the same

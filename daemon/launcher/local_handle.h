@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The local launcher's per-rank handle (RankProcess::handle): a process id and its /proc start
 // time, so a pid the kernel reused for another process is never mistaken for the rank.
 // Only the local launcher (and its tests) read it; the core and the store pass it through.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LocalLauncher: the in-process launcher for the machine the daemon runs on.
 //
 // One observer thread does all the watching: every poll it reaps exited children (only the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process plumbing for the launcher: starting a rank in its own session with its files as
 // stdio, and identifying a process across pid reuse through its /proc start time.
 #pragma once

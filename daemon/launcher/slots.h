@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node's inventory: which slots (GPUs, or CPU slots on a machine without GPUs) it offers.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running Slurm's command-line tools (sbatch, squeue, scontrol, scancel) for the Slurm
 // launcher, and reading their answers. Blocking: called only from the launcher's own threads.
 #pragma once

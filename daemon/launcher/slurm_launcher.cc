@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SlurmLauncher: the launcher for a Slurm cluster. One Slurm job per attempt (sbatch), its ranks
 // started by one srun step inside it; never ssh, never node agents of our own.
 //

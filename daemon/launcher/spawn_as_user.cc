@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SpawnAsUser and the worker environment allowlist: the isolation half of the launcher. fork is
 // used only here, because only a forked child can change its user before exec; between fork
 // and exec the child calls async-signal-safe functions only (everything it needs is prepared

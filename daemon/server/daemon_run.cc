@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/daemon_run.h"
 
 #include <pwd.h>
@@ -27,6 +28,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
+#include "common/version.h"
 #include "daemon/launcher/launcher.h"
 #include "daemon/api/auth_policy.h"
 #include "daemon/api/http_listener.h"
@@ -36,6 +38,7 @@
 #include "daemon/api/reflection_v1.h"
 #include "daemon/core/job_manager.h"
 #include "daemon/server/data_dir_lock.h"
+#include "daemon/server/io_watchdog.h"
 #include "daemon/server/systemd_notify.h"
 #include "daemon/server/unix_listener.h"
 #include "daemon/store/job_store.h"
@@ -199,12 +202,14 @@ core::ManagerOptions ManagerOptionsFor(const ServerConfig& config, const std::st
   options.data_dir = data_dir;
   options.worker_argv_prefix = ResolveWorker(config.worker);
   options.cancel_grace_ms = config.cancel_grace_ms;
+  options.preemption_grace_ms = config.preemption_grace_ms;
   options.tick_ms = config.tick_ms;
   options.job_ttl_after_finished_ms = config.job_ttl_after_finished_ms;
   options.clean_worker_env = true;
   options.worker_env = config.worker_env;
   options.worker_env_allow = config.worker_env_allow;
   options.job_env_allow = config.job_env_allow;
+  options.queues = config.queues;
   return options;
 }
 
@@ -234,6 +239,10 @@ api::JobServiceOptions JobServiceOptionsFor(const ServerConfig& config, const Au
   options.isolation.job_env_allow = config.job_env_allow;
   options.isolation.allowed_roots = config.allowed_roots;
   options.isolation.data_dir = data_dir;
+  options.queues = config.queues;
+  options.server_info.set_version(VersionText());
+  options.server_info.set_commit(fp8::kGitCommit);
+  options.server_info.set_launcher(config.launcher);
   return options;
 }
 
@@ -275,12 +284,15 @@ class ManagerIo {
 std::unique_ptr<core::JobManager> NewManager(const ServerConfig& config, core::ManagerOptions options,
                                              std::unique_ptr<store::JobStore> job_store,
                                              launcher::LocalLauncherOptions launcher_options,
-                                             boost::asio::io_context& io, const core::Clock* clock) {
+                                             boost::asio::io_context& io, const core::Clock* clock,
+                                             std::vector<launcher::Slot>* local_slots) {
   return core::NewJobManager(
       io, std::move(options), std::move(job_store),
-      [launcher_options, &config](launcher::LauncherListener* listener) {
+      [launcher_options, &config, local_slots](launcher::LauncherListener* listener) {
         if (config.launcher == "slurm") return launcher::NewSlurmLauncher(SlurmOptions(config), listener);
-        return launcher::NewLocalLauncher(launcher_options, listener);
+        auto local = launcher::NewLocalLauncher(launcher_options, listener);
+        *local_slots = local->Slots();
+        return local;
       },
       clock);
 }
@@ -333,16 +345,18 @@ fp8::StatusOr<std::unique_ptr<GrpcServer>> StartGrpcServer(const ServerConfig& c
   return rpc;
 }
 
-// Null without --http-listen. `ready` answers the readiness probe.
+// Null without --http-listen. `ready` answers the readiness probe, `watchdog` the liveness one.
 fp8::StatusOr<std::unique_ptr<api::HttpListener>> StartHttpListener(
     const ServerConfig& config, boost::asio::io_context& io, core::JobManager* manager,
-    std::shared_ptr<const api::AuthPolicy> auth, const std::atomic<bool>& ready) {
+    std::shared_ptr<const api::AuthPolicy> auth, const std::atomic<bool>& ready,
+    const IoWatchdog& watchdog) {
   if (config.http_listen.empty()) return std::unique_ptr<api::HttpListener>();
   api::HttpOptions http_options;
   http_options.listen = config.http_listen;
   http_options.tls_cert = config.tls_cert;
   http_options.tls_key = config.tls_key;
   http_options.tls_client_ca = config.tls_client_ca;
+  http_options.live = [&watchdog] { return watchdog.Live(); };
   auto http = std::make_unique<api::HttpListener>(io, manager, std::move(auth), http_options,
                                                   [&ready] { return ready.load(); });
   fp8::StatusOr<int> http_port = http->Start();
@@ -416,8 +430,9 @@ void AbandonStartup(GrpcServer& rpc, api::JobServiceImpl& service, ManagerIo& io
 // manager's Shutdown; workers keep running for the next fp8d. False when the manager took
 // longer than 30 s.
 bool ShutDown(ManagerIo& io, std::unique_ptr<core::JobManager>& manager, api::JobServiceImpl& service,
-              GrpcServer& rpc, api::HttpListener* http, std::atomic<bool>& ready) {
+              GrpcServer& rpc, api::HttpListener* http, std::atomic<bool>& ready, IoWatchdog& watchdog) {
   io.notifier().Stopping();
+  watchdog.Stop();  // it would set SERVING again
   service.SetReady(false);
   rpc.health()->SetServingStatus(false);
   ready = false;
@@ -455,8 +470,16 @@ int Run(const ServerConfig& config) {
 
   ManagerIo io;
   core::SystemClock clock;
-  std::unique_ptr<core::JobManager> manager = NewManager(
-      config, std::move(options), std::move(job_store).value(), *launcher_options, io.context(), &clock);
+  std::vector<launcher::Slot> local_slots;  // the local launcher's, for the queues' quotas
+  std::unique_ptr<core::JobManager> manager = NewManager(config, std::move(options), std::move(job_store).value(),
+                                                         *launcher_options, io.context(), &clock, &local_slots);
+  if (config.launcher == "slurm") {
+    if (!config.queues.empty()) spdlog::warn("queues: under --launcher slurm Slurm places every job; quotas and preemption do not apply");
+  } else {
+    int64_t gpus = 0, cpu_slots = 0;
+    for (const launcher::Slot& slot : local_slots) ++(slot.gpu >= 0 ? gpus : cpu_slots);
+    if (fp8::Status s = CheckQueueQuotas(config.queues, gpus, cpu_slots); !s.ok()) return LogErrorAndExit(s, 2);
+  }
   // STATUS= is read on io, where the manager lives.
   io.Start([&manager] {
     const core::JobManager::ActiveCounts counts = manager->CountActive();
@@ -473,7 +496,16 @@ int Run(const ServerConfig& config) {
   const std::string bound = BoundAddress(config.listen, (*rpc)->port);
   spdlog::info("listening on {} (data dir {})", bound, *data_dir);
   std::atomic<bool> ready{false};
-  auto http = StartHttpListener(config, io.context(), manager.get(), auth->policy, ready);
+  // Liveness after recovery: SERVING follows the io thread (NOT_SERVING while it is stuck).
+  grpc::HealthCheckServiceInterface* health = (*rpc)->health();
+  IoWatchdog watchdog(io.context(), std::chrono::milliseconds(config.health_io_bound_ms),
+                      [&ready, health](bool live) {
+                        if (!ready) return;
+                        health->SetServingStatus(live);
+                        health->SetServingStatus("fp8d.v1.JobService", live);
+                      });
+  watchdog.Start();
+  auto http = StartHttpListener(config, io.context(), manager.get(), auth->policy, ready, watchdog);
   if (!http.ok()) {
     spdlog::error("{}", http.status().message());
     AbandonStartup(**rpc, service, io);
@@ -486,7 +518,7 @@ int Run(const ServerConfig& config) {
   std::atomic<int> exit_code{0};
   StartRecovery(io, *manager, service, *(*rpc)->health(), ready, exit_code);
   WaitForStopSignal(config, http->get(), *auth);
-  if (!ShutDown(io, manager, service, **rpc, http->get(), ready)) exit_code = 1;
+  if (!ShutDown(io, manager, service, **rpc, http->get(), ready, watchdog)) exit_code = 1;
   return exit_code.load();
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d, the controller (docs/design.md §1, §7). Run wires the SQLite store, the local launcher and
 // the job manager (one io_context thread) to the gRPC JobService (gRPC's own threads), with the
 // health service reporting SERVING only once recovery has finished, and server reflection.

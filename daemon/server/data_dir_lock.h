@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One daemon per data dir: an exclusive flock on <data dir>/fp8d.lock, held for the process's
 // life. Two daemons on one data dir would both re-adopt and run the same jobs.
 #pragma once

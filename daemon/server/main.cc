@@ -1,13 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d's entry point: the process-wide settings every thread must inherit, the logger and the
 // flags; daemon_run.h describes what runs then.
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <absl/synchronization/mutex.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/server/daemon_run.h"
+#include "daemon/server/log_setup.h"
 #include "daemon/server/server_config.h"
 
 int main(int argc, char** argv) {
@@ -28,9 +29,7 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &limit);
   }
 
-  auto logger = spdlog::stderr_color_mt("fp8d");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  fp8d::server::InstallStderrLogger();
 
   int cli_exit = -1;  // set when CLI11 handled --help or a usage error itself
   auto config = fp8d::server::ParseServerConfig(argc, argv, &cli_exit);
@@ -39,6 +38,9 @@ int main(int argc, char** argv) {
     spdlog::error("{}", config.status().message());
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  if (fp8::Status logs = fp8d::server::ConfigureLoggers(config->log_level, config->audit_log); !logs.ok()) {
+    spdlog::error("{}", logs.message());
+    return 2;
+  }
   return fp8d::server::Run(*config);
 }

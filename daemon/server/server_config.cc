@@ -1,8 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/server_config.h"
 
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -78,6 +81,75 @@ fp8::Status LoadSlurmSection(const YAML::Node& node, ServerConfig::Slurm* slurm)
   return fp8::OkStatus();
 }
 
+// A queue name: 1 to 64 of [A-Za-z0-9._-], starting with a letter or digit (it appears in job
+// fields, metric labels and fp8ctl's table).
+bool ValidQueueName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || !std::isalnum(static_cast<unsigned char>(name[0]))) return false;
+  for (unsigned char c : name) {
+    if (!std::isalnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+fp8::StatusOr<core::QueueConfig> ParseQueue(const YAML::Node& node, const std::string& at) {
+  if (!node.IsMap()) return fp8::InvalidArgumentError(at + ": must be a mapping {name, quota, weight, principals}");
+  core::QueueConfig q;
+  bool named = false;
+  std::string key;
+  try {
+    for (const auto& kv : node) {
+      key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (key == "name") {
+        q.name = v.as<std::string>();
+        named = true;
+      } else if (key == "weight") {
+        q.weight = v.as<double>();
+        if (!(q.weight > 0) || !std::isfinite(q.weight)) {
+          return fp8::InvalidArgumentError(at + ".weight: must be > 0, got " + v.as<std::string>());
+        }
+      } else if (key == "principals") {
+        q.principals = v.as<std::vector<std::string>>();
+      } else if (key == "quota") {
+        if (!v.IsMap()) return fp8::InvalidArgumentError(at + ".quota: must be a mapping {gpus, cpu_slots}");
+        for (const auto& qkv : v) {
+          key = "quota." + qkv.first.as<std::string>();
+          int64_t* target = key == "quota.gpus" ? &q.quota_gpus : key == "quota.cpu_slots" ? &q.quota_cpu_slots : nullptr;
+          if (target == nullptr) return fp8::InvalidArgumentError(at + "." + key + ": unknown (gpus or cpu_slots)");
+          *target = qkv.second.as<int64_t>();
+          if (*target < 0) return fp8::InvalidArgumentError(at + "." + key + ": must be >= 0, got " + std::to_string(*target));
+        }
+      } else {
+        return fp8::InvalidArgumentError(at + "." + key + ": unknown (name, quota, weight or principals)");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return fp8::InvalidArgumentError(at + "." + key + ": " + e.what());
+  }
+  if (!named || q.name.empty()) return fp8::InvalidArgumentError(at + ".name: required");
+  if (!ValidQueueName(q.name)) {
+    return fp8::InvalidArgumentError(at + ".name " + q.name +
+                                     ": 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit");
+  }
+  return q;
+}
+
+fp8::StatusOr<std::vector<core::QueueConfig>> ParseQueuesNode(const YAML::Node& node) {
+  if (!node.IsSequence() || node.size() == 0) {
+    return fp8::InvalidArgumentError("queues: must be a non-empty list of {name, quota, weight, principals}");
+  }
+  std::vector<core::QueueConfig> queues;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string at = "queues[" + std::to_string(i) + "]";
+    FP8_ASSIGN_OR_RETURN(core::QueueConfig q, ParseQueue(node[i], at));
+    for (const core::QueueConfig& earlier : queues) {
+      if (earlier.name == q.name) return fp8::InvalidArgumentError(at + ".name " + q.name + ": duplicate queue name");
+    }
+    queues.push_back(std::move(q));
+  }
+  return queues;
+}
+
 fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, CLI::Option*>& flags,
                            ServerConfig* config) {
   YAML::Node root;
@@ -94,7 +166,8 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
                                 "tls_cert", "tls_key", "tls_client_ca", "auth_tokens",
                                 "default_user", "allowed_roots", "http_listen", "job_ttl_after_finished",
                                 "launcher", "slurm", "job_env_allow", "loopback_role",
-                                "allow_root_jobs"};
+                                "allow_root_jobs", "preemption_grace_ms", "audit_log", "health_io_bound_ms",
+                                "queues"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
@@ -110,10 +183,13 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   FP8_RETURN_IF_ERROR(FromYaml(root, "cpu_slots", flag("cpu_slots"), &config->cpu_slots));
   FP8_RETURN_IF_ERROR(FromYaml(root, "gpus", flag("gpus"), &config->gpus));
   FP8_RETURN_IF_ERROR(FromYaml(root, "cancel_grace_ms", flag("cancel_grace_ms"), &config->cancel_grace_ms));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "preemption_grace_ms", flag("preemption_grace_ms"), &config->preemption_grace_ms));
   FP8_RETURN_IF_ERROR(FromYaml(root, "tick_ms", flag("tick_ms"), &config->tick_ms));
   FP8_RETURN_IF_ERROR(FromYaml(root, "max_message_bytes", flag("max_message_bytes"), &config->max_message_bytes));
   FP8_RETURN_IF_ERROR(FromYaml(root, "addr_file", flag("addr_file"), &config->addr_file));
   FP8_RETURN_IF_ERROR(FromYaml(root, "log_level", flag("log_level"), &config->log_level));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "audit_log", flag("audit_log"), &config->audit_log));
+  FP8_RETURN_IF_ERROR(FromYaml(root, "health_io_bound_ms", flag("health_io_bound_ms"), &config->health_io_bound_ms));
   FP8_RETURN_IF_ERROR(FromYaml(root, "worker_env", nullptr, &config->worker_env));
   if (root["job_ttl_after_finished"] && flag("job_ttl_after_finished")->count() == 0) {
     std::string text;
@@ -133,6 +209,9 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
   FP8_RETURN_IF_ERROR(FromYaml(root, "allow_root_jobs", flag("allow_root_jobs"), &config->allow_root_jobs));
   FP8_RETURN_IF_ERROR(FromYaml(root, "launcher", flag("launcher"), &config->launcher));
   if (root["slurm"]) FP8_RETURN_IF_ERROR(LoadSlurmSection(root["slurm"], &config->slurm));
+  if (root["queues"]) {
+    FP8_ASSIGN_OR_RETURN(config->queues, ParseQueuesNode(root["queues"]));
+  }
   if (root["worker"] && flag("worker")->count() == 0) {
     const YAML::Node w = root["worker"];
     try {
@@ -153,6 +232,34 @@ fp8::Status LoadConfigFile(const std::string& path, const std::map<std::string, 
 std::string VersionText() {
   return std::string("fp8d ") + fp8::kVersion + " (commit " + fp8::kGitCommit + ", " +
          fp8::kBuildType + " build)";
+}
+
+fp8::StatusOr<std::vector<core::QueueConfig>> ParseQueues(const std::string& yaml_text) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return fp8::InvalidArgumentError(std::string("queues: ") + e.what());
+  }
+  return ParseQueuesNode(node);
+}
+
+fp8::Status CheckQueueQuotas(const std::vector<core::QueueConfig>& queues, int64_t cluster_gpus,
+                             int64_t cluster_cpu_slots) {
+  for (size_t i = 0; i < queues.size(); ++i) {
+    const std::string at = "queues[" + std::to_string(i) + "].quota.";
+    if (queues[i].quota_gpus > cluster_gpus) {
+      return fp8::InvalidArgumentError(at + "gpus: queue " + queues[i].name + " has a quota of " +
+                                       std::to_string(queues[i].quota_gpus) + " GPU slots but the cluster has " +
+                                       std::to_string(cluster_gpus));
+    }
+    if (queues[i].quota_cpu_slots > cluster_cpu_slots) {
+      return fp8::InvalidArgumentError(at + "cpu_slots: queue " + queues[i].name + " has a quota of " +
+                                       std::to_string(queues[i].quota_cpu_slots) + " CPU slots but the cluster has " +
+                                       std::to_string(cluster_cpu_slots));
+    }
+  }
+  return fp8::OkStatus();
 }
 
 fp8::StatusOr<int64_t> ParseTtl(const std::string& text, const std::string& field) {
@@ -201,10 +308,17 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   flags["cpu_slots"] = app.add_option("--cpu-slots", config.cpu_slots, "CPU slots when there are no GPUs (0 = cores)");
   flags["gpus"] = app.add_option("--gpus", config.gpus, "auto | none | comma-separated GPU indices");
   flags["cancel_grace_ms"] = app.add_option("--cancel-grace-ms", config.cancel_grace_ms, "SIGTERM to SIGKILL grace");
+  flags["preemption_grace_ms"] = app.add_option("--preemption-grace-ms", config.preemption_grace_ms,
+                                                "SIGTERM to SIGKILL grace of a preempted attempt (its checkpoint)");
   flags["tick_ms"] = app.add_option("--tick-ms", config.tick_ms, "supervisor timer resolution");
   flags["max_message_bytes"] = app.add_option("--max-message-bytes", config.max_message_bytes, "largest request accepted");
   flags["addr_file"] = app.add_option("--addr-file", config.addr_file, "write the bound address to this file");
   flags["log_level"] = app.add_option("--log-level", config.log_level, "trace|debug|info|warn|error|critical|off");
+  flags["audit_log"] = app.add_option("--audit-log", config.audit_log,
+                                      "append audit lines to this file instead of stderr (any --log-level)");
+  flags["health_io_bound_ms"] = app.add_option(
+      "--health-io-bound-ms", config.health_io_bound_ms,
+      "unhealthy (/healthz 503, gRPC NOT_SERVING) when the manager thread is stuck this long");
   std::string ttl;
   flags["job_ttl_after_finished"] = app.add_option("--job-ttl-after-finished", ttl,
                                                    "delete finished jobs this long after they end (7d, 12h; 0 = keep)");
@@ -274,6 +388,7 @@ fp8::StatusOr<ServerConfig> ParseServerConfig(int argc, char** argv, int* exit_c
   if (config.cpu_slots < 0) return fp8::InvalidArgumentError("--cpu-slots: must be >= 0");
   if (config.max_message_bytes <= 0) return fp8::InvalidArgumentError("--max-message-bytes: must be > 0");
   if (config.tick_ms <= 0) return fp8::InvalidArgumentError("--tick-ms: must be > 0");
+  if (config.health_io_bound_ms <= 0) return fp8::InvalidArgumentError("--health-io-bound-ms: must be > 0");
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return fp8::InvalidArgumentError("--tls-cert, --tls-key: give both or neither");
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d's configuration: command-line flags, an optional YAML file with the same keys, and the
 // defaults of docs/design.md §7. Precedence: flag > config file > default.
 #pragma once
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/core/queues.h"
 
 namespace fp8d::server {
 
@@ -18,11 +20,18 @@ struct ServerConfig {
   int cpu_slots = 0;                    // 0 = number of cores (used when there are no GPUs)
   std::string gpus = "auto";            // auto (detect) | none | comma-separated indices
   int64_t cancel_grace_ms = 10000;      // SIGTERM → SIGKILL for cancelled / timed-out workers
+  int64_t preemption_grace_ms = 30000;  // SIGTERM → SIGKILL for preempted workers (checkpoint time)
   int64_t tick_ms = 50;                 // supervisor timer resolution
   int max_message_bytes = 4 << 20;      // larger requests get RESOURCE_EXHAUSTED
   std::string addr_file;                // write the bound address here (port 0 → chosen port)
   std::map<std::string, std::string> worker_env;  // set in fp8d's environment, so workers inherit it
   std::string log_level = "info";
+  // Audit lines (one JSON object each) go to this file, appended, instead of stderr; they are
+  // written whatever log_level says.
+  std::string audit_log;
+  // /healthz answers 503 and gRPC health NOT_SERVING when the manager's io thread has not run
+  // the watchdog's ping for this long.
+  int64_t health_io_bound_ms = 10000;
   // Finished jobs are deleted this long after they end ("7d", "12h", "30m", "90s"); 0 = kept.
   int64_t job_ttl_after_finished_ms = 0;
 
@@ -48,7 +57,19 @@ struct ServerConfig {
     int64_t poll_interval_ms = 1000;      // squeue period ("1s", "500ms" or ms in YAML)
     bool gpus = false;                    // ranks are GPUs: --gres=gpu:<ranks_per_node>
   } slurm;
+  // The scheduler's queues (YAML `queues:` only); empty: one queue `default` of the whole cluster.
+  std::vector<core::QueueConfig> queues;
 };
+
+// The `queues:` sequence of --config: [{name, quota: {gpus, cpu_slots}, weight, principals}].
+// INVALID_ARGUMENT naming the entry's key (`queues[1].weight`): an empty, invalid or duplicate
+// name, a negative quota, a weight <= 0, an unknown key.
+fp8::StatusOr<std::vector<core::QueueConfig>> ParseQueues(const std::string& yaml_text);
+
+// INVALID_ARGUMENT naming `queues[i].quota.gpus` (or `.cpu_slots`) for a queue whose quota is
+// more than the cluster has. Checked once the launcher knows its slots.
+fp8::Status CheckQueueQuotas(const std::vector<core::QueueConfig>& queues, int64_t cluster_gpus,
+                             int64_t cluster_cpu_slots);
 
 // "7d", "12h", "30m", "90s", "500ms", "0" → milliseconds; INVALID_ARGUMENT naming `field`.
 fp8::StatusOr<int64_t> ParseTtl(const std::string& text, const std::string& field);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/systemd_notify.h"
 
 #include <systemd/sd-daemon.h>
@@ -49,10 +50,10 @@ void SystemdNotifier::Start() {
 }
 
 void SystemdNotifier::Ready() {
+  ArmFaultHookForTests();  // with or without systemd: the io watchdog sees the block too
   if (!enabled_) return;
   ready_ = true;
   SendStatusIfChanged(/*with_ready=*/true);
-  ArmFaultHookForTests();
 }
 
 void SystemdNotifier::Stopping() {
@@ -91,8 +92,10 @@ void SystemdNotifier::SendStatusIfChanged(bool with_ready) {
   Notify(std::string(with_ready ? "READY=1\n" : "") + "STATUS=" + status);
 }
 
-// FP8D_FAULT_BLOCK_IO_AFTER_MS=N: N ms after READY=1 the io thread blocks (until Stop()), as a
-// wedged manager would, so a test can see the watchdog pings stop. Never set in production.
+// FP8D_FAULT_BLOCK_IO_AFTER_MS=N: N ms after READY=1 the io thread blocks, as a wedged manager
+// would, so a test can see the watchdog pings stop and the health probes fail; with
+// FP8D_FAULT_BLOCK_IO_FOR_MS=M the block ends after M ms (else at Stop()). Never set in
+// production.
 void SystemdNotifier::ArmFaultHookForTests() {
   const char* after = std::getenv("FP8D_FAULT_BLOCK_IO_AFTER_MS");
   if (after == nullptr || *after == '\0') return;
@@ -102,12 +105,24 @@ void SystemdNotifier::ArmFaultHookForTests() {
     spdlog::error("FP8D_FAULT_BLOCK_IO_AFTER_MS={}: expected a number of milliseconds", after);
     return;
   }
+  long for_ms = -1;  // until Stop()
+  if (const char* length = std::getenv("FP8D_FAULT_BLOCK_IO_FOR_MS"); length != nullptr && *length != '\0') {
+    for_ms = std::strtol(length, &end, 10);
+    if (*end != '\0' || for_ms < 0) {
+      spdlog::error("FP8D_FAULT_BLOCK_IO_FOR_MS={}: expected a number of milliseconds", length);
+      return;
+    }
+  }
   spdlog::warn("fault hook: the manager's io thread will block in {} ms", ms);
   fault_timer_.expires_after(std::chrono::milliseconds(ms));
-  fault_timer_.async_wait([this](const boost::system::error_code& ec) {
+  fault_timer_.async_wait([this, for_ms](const boost::system::error_code& ec) {
     if (ec) return;
     spdlog::warn("fault hook: blocking the manager's io thread");
-    while (!released_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(for_ms);
+    while (!released_ && (for_ms < 0 || std::chrono::steady_clock::now() < until)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!released_) spdlog::warn("fault hook: the manager's io thread runs again");
   });
 }
 

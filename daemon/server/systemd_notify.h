@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d's side of systemd's service protocol (Type=notify, WatchdogSec=): READY=1 once
 // recovery has finished, WATCHDOG=1 from the manager's io thread, STOPPING=1 on SIGTERM, and
 // STATUS= lines with the job counts. Everything is a no-op when $NOTIFY_SOCKET is unset, so
@@ -27,9 +28,10 @@ class SystemdNotifier {
   SystemdNotifier& operator=(const SystemdNotifier&) = delete;
 
   // Reads $WATCHDOG_USEC (sd_watchdog_enabled) and, when set, pings at half of it from `io`.
-  // Also arms the test-only fault hook (ArmFaultHookForTests). Any thread.
+  // Any thread.
   void Start();
-  // READY=1 together with the first STATUS= line. Call on `io`.
+  // READY=1 together with the first STATUS= line; also arms the test-only fault hook
+  // (ArmFaultHookForTests), with or without systemd. Call on `io`.
   void Ready();
   // STOPPING=1. Any thread (the signal-handling one).
   void Stopping();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/unix_listener.h"
 
 #include <fcntl.h>

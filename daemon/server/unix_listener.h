@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The unix-socket listener for `--listen unix:PATH`. fp8d accepts the connections itself so it
 // can read each peer's uid (SO_PEERCRED) before handing the socket to gRPC, which then names the
 // connection's peer "fd:<n>"; LocalPeerAuthPolicy looks the uid up by that fd. gRPC 1.51 offers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job store: the only part of fp8d that speaks SQL (sqlite_job_store.cc). Everything else
 // sees this interface; tests/store/job_store_conformance_test.cc runs one suite against every
 // implementation (SQLite on disk, in memory).
@@ -42,6 +43,8 @@ struct ListFilter {
   std::string page_token;   // opaque; from ListResult::next_page_token
   // Labels live in the job blob (no column): matched on each row read, after state and kind.
   std::vector<fp8::LabelRequirement> labels;
+  // Only jobs of this owner (Job.owner, in the blob like labels); empty: every owner.
+  std::string owner;
 };
 
 struct ListResult {
@@ -61,6 +64,16 @@ struct RankRuntime {
 struct AttemptRecord {
   fp8d::v1::Attempt attempt;           // number, placements, times, failure, resumed_from
   std::vector<RankRuntime> runtime;    // per rank, for re-adoption
+};
+
+// One stored attempt as accounting sees it (ListAttemptUsage).
+struct AttemptUsage {
+  std::string owner;      // Job.owner
+  std::string queue;      // Job.queue as stored (empty: the job named none)
+  int64_t start_ms = 0;   // Attempt.start_time (0: never started)
+  int64_t end_ms = 0;     // Attempt.end_time; 0 while the attempt has not ended
+  int32_t gpu_ranks = 0;  // ranks placed on a GPU (RankPlacement.gpu >= 0)
+  int32_t cpu_ranks = 0;  // ranks on CPU slots
 };
 
 class JobStore {
@@ -108,6 +121,9 @@ class JobStore {
   // Names of finished jobs whose end_time is before `before_ms` (ms since the epoch), oldest
   // first, at most `limit`: what job_ttl_after_finished removes.
   virtual StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before_ms, size_t limit) = 0;
+  // Every stored attempt that started and has not ended before `ended_after_ms` (ms since the
+  // epoch; 0: all), with its job's owner and queue: what GetUsage sums. Read-only.
+  virtual StatusOr<std::vector<AttemptUsage>> ListAttemptUsage(int64_t ended_after_ms) = 0;
 
   // PRAGMA integrity_check (SQLite) or the equivalent; OK when the store is consistent.
   virtual Status IntegrityCheck() = 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NewMemoryJobStore: the JobStore contract with nothing on disk, for deterministic tests of
 // the manager and the API. Same ids, page tokens, idempotency and errors as the SQLite store
 // (tests/store/job_store_conformance_test.cc runs one suite against both).
@@ -180,6 +181,18 @@ class MemoryJobStore final : public JobStore {
       const auto& job = stored.job;
       if (internal::IsActiveState(job.state()) || !job.has_end_time()) continue;
       if (internal::StoredTimeMs(job.end_time()) < before_ms) out.push_back(job.name());
+    }
+    return out;
+  }
+
+  StatusOr<std::vector<AttemptUsage>> ListAttemptUsage(int64_t ended_after_ms) override {
+    std::lock_guard lock(mu_);
+    std::vector<AttemptUsage> out;
+    for (const auto& [seq, stored] : jobs_) {
+      for (const auto& [number, record] : stored.attempts) {
+        AttemptUsage u;
+        if (internal::AttemptUsageOf(stored.job, record.attempt, ended_after_ms, &u)) out.push_back(std::move(u));
+      }
     }
     return out;
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A thin RAII layer over the SQLite C API: one connection, statements prepared once and cached
 // by their SQL text, errors turned into fp8::Status naming the statement. Internal to
 // daemon/store.

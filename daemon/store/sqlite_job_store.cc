@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SQLite JobStore (docs/design.md §5): WAL, synchronous=FULL (a write is on disk when the call
 // returns OK), a busy timeout, BEGIN IMMEDIATE for every write, cached prepared statements,
 // schema migrations on user_version (sqlite_schema.cc). Start-up cost does not grow with the
@@ -109,9 +110,10 @@ class SqliteJobStore final : public JobStore {
     if (by_kind) sql += " AND kind = ?3";
     sql += " ORDER BY seq DESC LIMIT ?4";
     FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(sql));
-    // One extra row: is there a next page? With a label selector rows are filtered after they
-    // are read, so no LIMIT: stepping stops once the page is full.
-    stmt.Bind(1, below).Bind(4, filter.labels.empty() ? int64_t{page_size} + 1 : int64_t{-1});
+    // One extra row: is there a next page? With a label selector or an owner rows are filtered
+    // after they are read, so no LIMIT: stepping stops once the page is full.
+    const bool filtered_after_read = !filter.labels.empty() || !filter.owner.empty();
+    stmt.Bind(1, below).Bind(4, filtered_after_read ? int64_t{-1} : int64_t{page_size} + 1);
     if (by_state) stmt.Bind(2, int64_t{filter.state});
     if (by_kind) stmt.Bind(3, int64_t{filter.kind});
     ListResult out;
@@ -324,6 +326,33 @@ class SqliteJobStore final : public JobStore {
         FP8_ASSIGN_OR_RETURN(fp8d::v1::Job job, ParseJob(stmt.ColumnBlob(1), "seq " + std::to_string(stmt.ColumnInt(0))));
         if (job.has_end_time() && internal::StoredTimeMs(job.end_time()) < before_ms) out.push_back(job.name());
       }
+    }
+    return out;
+  }
+
+  StatusOr<std::vector<AttemptUsage>> ListAttemptUsage(int64_t ended_after_ms) override {
+    std::lock_guard lock(mu_);
+    // Attempt times are only in the blobs: every attempt is read, each job's blob once (rows
+    // come grouped by job). Runs for `fp8ctl usage`, not on a request path of jobs.
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "SELECT a.job_id, a.record, j.job FROM attempts a JOIN jobs j ON j.id = a.job_id"
+        " ORDER BY a.job_id, a.number"));
+    std::vector<AttemptUsage> out;
+    std::string job_id;
+    fp8d::v1::Job job;
+    while (true) {
+      FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      if (std::string id = stmt.ColumnText(0); id != job_id) {
+        FP8_ASSIGN_OR_RETURN(job, ParseJob(stmt.ColumnBlob(2), "job " + id));
+        job_id = std::move(id);
+      }
+      fp8d::v1::Attempt attempt;
+      if (!attempt.ParseFromString(stmt.ColumnBlob(1))) {
+        return fp8::DataLossError("attempts.record of " + job.name() + " is not a valid fp8d.v1.Attempt");
+      }
+      AttemptUsage u;
+      if (internal::AttemptUsageOf(job, attempt, ended_after_ms, &u)) out.push_back(std::move(u));
     }
     return out;
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Extra knobs of the SQLite JobStore, for tests and tools. The daemon uses the plain
 // OpenSqliteJobStore(path) of job_store.h.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The schema of fp8d.db as an ordered list of migration steps. PRAGMA user_version is the
 // number of steps applied; each step runs in its own write transaction together with the
 // user_version bump, so a crash mid-migration leaves the previous version intact.

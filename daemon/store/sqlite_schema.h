@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Schema migrations of fp8d.db, keyed on PRAGMA user_version. Internal to daemon/store.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/store/store_util.h"
 
 #include <chrono>
@@ -106,6 +107,7 @@ StatusOr<std::string> IdFromName(const std::string& name) {
 }
 
 bool MatchesLabelFilter(const ListFilter& filter, const fp8d::v1::Job& job) {
+  if (!filter.owner.empty() && job.owner() != filter.owner) return false;
   if (filter.labels.empty()) return true;
   const std::map<std::string, std::string> labels(job.labels().begin(), job.labels().end());
   return fp8::MatchesLabels(filter.labels, labels);
@@ -163,6 +165,21 @@ int64_t TimestampMs(const google::protobuf::Timestamp& ts) {
 
 int64_t StoredTimeMs(const google::protobuf::Timestamp& ts) {
   return ts.seconds() == 0 && ts.nanos() == 0 ? NowMs() : TimestampMs(ts);
+}
+
+bool AttemptUsageOf(const fp8d::v1::Job& job, const fp8d::v1::Attempt& attempt, int64_t ended_after_ms,
+                    AttemptUsage* out) {
+  if (!attempt.has_start_time()) return false;
+  const int64_t end = attempt.has_end_time() ? TimestampMs(attempt.end_time()) : 0;
+  if (end != 0 && end < ended_after_ms) return false;
+  out->owner = job.owner();
+  out->queue = job.queue();
+  out->start_ms = TimestampMs(attempt.start_time());
+  out->end_ms = end;
+  out->gpu_ranks = 0;
+  out->cpu_ranks = 0;
+  for (const auto& r : attempt.ranks()) ++(r.gpu() >= 0 ? out->gpu_ranks : out->cpu_ranks);
+  return true;
 }
 
 fp8d::v1::JobEvent CreationEvent(const fp8d::v1::Job& job) {

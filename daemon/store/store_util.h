@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pieces both JobStore implementations share, so that they behave the same by construction:
 // job ids, names, page tokens, page sizes, the fields the store fills on create, and the
 // encoding of a rank's runtime record. Internal to daemon/store.
@@ -34,7 +35,7 @@ std::string NameForId(const std::string& id);
 // "jobs/<id>" → id; INVALID_ARGUMENT naming `name` when it is not of that form.
 StatusOr<std::string> IdFromName(const std::string& name);
 
-// The filter's label requirements hold for the job's labels.
+// The filter's owner (when set) is the job's, and its label requirements hold for the job's labels.
 bool MatchesLabelFilter(const ListFilter& filter, const fp8d::v1::Job& job);
 
 // page_size 0 (or negative) → 50; above 1000 → 1000.
@@ -69,6 +70,11 @@ fp8d::v1::JobEvent CreationEvent(const fp8d::v1::Job& job);
 // is what those numbers were, so an upgraded controller still re-adopts their workers.
 std::string EncodeRuntime(const std::vector<RankRuntime>& runtime);
 StatusOr<std::vector<RankRuntime>> DecodeRuntime(const std::string& text);
+
+// `attempt` of `job` as accounting sees it; false when it never started or ended before
+// `ended_after_ms` (ListAttemptUsage).
+bool AttemptUsageOf(const fp8d::v1::Job& job, const fp8d::v1::Attempt& attempt, int64_t ended_after_ms,
+                    AttemptUsage* out);
 
 // The per-item error for a request_id reused with another body.
 Status RequestIdConflict(const std::string& request_id, const std::string& existing_name);

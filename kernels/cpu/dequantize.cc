@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dequantize kernels and FakeQuantize, CPU reference (docs/design.md §6). Dequantization is
 // x = decode(q) · scale_inv; FakeQuantize walks the same tiles as the quantizers and rounds on
 // the FP32 grid directly, bit-identical to Quantize* followed by Dequantize*.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Branch-free float → FP8 encoders, inlined into the quantize loops so they auto-vectorize
 // (only integer/float selects, adds and shifts). They reproduce cuda_fp8.h's host conversion
 // __nv_cvt_float_to_fp8 bit for bit; tests/kernels_cpu checks every bf16/fp16 pattern and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scalar conversions (docs/design.md §6). FP8 encoding shares its code with the quantize loops
 // (fp8_encode_inl.h); BF16/FP16 follow cuda_bf16.h / cuda_fp16.h host code so every format
 // behaves the same on the CPU reference and the GPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8 GEMMs, CPU reference (docs/design.md §6). Operands decode exactly to FP32 (every FP8 value
 // is representable), multiplied with FP32 accumulation by Sgemm, and scaled afterwards —
 // per tensor, or per 128-wide K block for the blockwise recipe (DeepGEMM's promotion).

@@ -1,7 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // Persistent thread pool behind ParallelFor. The caller thread works too, so NumThreads()
 // threads compute in total. Nested or concurrent ParallelFor calls run inline instead of
 // waiting on the pool, which rules out deadlock when kernels call kernels.
 #include "kernels/parallel.h"
+
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +25,12 @@ int ThreadsFromEnvironment() {
     const long v = std::strtol(env, &end, 10);
     if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
   }
+  // The cores this process may run on (taskset, a cgroup's cpuset, Slurm's binding), not the
+  // machine's: more threads than those only take turns. fp8-worker sets FP8_NUM_THREADS to a
+  // rank's share of them (worker/common/launch_env.h).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Quantize kernels, CPU reference (docs/design.md §6): the tile walkers of tile_walkers_inl.h with
 // a cast as their emit step, the fused X + Xᵀ quantizer, and the per-tensor cast with amax.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Inner loops shared by the quantize kernels: amax and scaled casts over contiguous spans.
 // Written as plain loops over integer/float selects so GCC vectorizes them at -O3.
 #pragma once

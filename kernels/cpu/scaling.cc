@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scale computation and Transformer-Engine-style delayed scaling (docs/design.md §6).
 #include "kernels/scaling.h"
 

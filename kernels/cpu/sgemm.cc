@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP32 GEMM for the CPU trainer: BLIS-style blocking (KC x MC block of op(A) packed into
 // MR-row micro-panels, KC x NC block of op(B) packed into NR-column micro-panels, an MR x NR
 // register-blocked micro-kernel). Two micro-kernels: a portable one (GCC vector extensions,

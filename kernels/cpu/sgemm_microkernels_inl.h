@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sgemm's register-blocked micro-kernels (see sgemm.cc for the blocking around them): an
 // MR x NR tile of C from an MR-row micro-panel of packed A and an NR-column micro-panel of
 // packed B. Internal to kernels/cpu.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Round-trip statistics in double precision (reports, not hot paths).
 #include "kernels/stats.h"
 

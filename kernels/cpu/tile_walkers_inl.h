@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tile walkers shared by the quantize, dequantize and fake-quantize kernels: each computes the
 // tiles' amax → scale_inv and hands every span of one scale to a pluggable "emit" step, so all
 // of them use one scale rule and stay bit-identical by construction. Internal to kernels/cpu.

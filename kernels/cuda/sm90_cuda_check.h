@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA / cuBLAS error handling for the sm_90 kernels: every runtime call and every launch is
 // checked, and a failure becomes an fp8::Status that names the call and its file:line (an exit
 // code of 0 proves nothing on a GPU; see docs/performance.md).

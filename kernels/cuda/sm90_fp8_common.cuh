@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device helpers shared by the sm_90 FP8 kernels: 16-byte vector loads of bf16/fp32, the FP8
 // casts, and the scale rule. Every function here reproduces the CPU reference
 // (kernels/cpu/scaling.cc, kernels/cpu/quantize_inl.h) bit for bit:

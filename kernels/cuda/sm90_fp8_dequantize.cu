@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launchers of the dequantization kernel (sm90_fp8_dequantize.cuh).
 #include "kernels/cuda/sm90_fp8_dequantize.h"
 

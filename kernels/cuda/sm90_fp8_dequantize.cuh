@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel: FP8 → bf16/fp32 dequantization for every tile shape (sm_90).
 // Launchers: sm90_fp8_dequantize.cu; API: sm90_fp8_dequantize.h.
 // x = float(q) * scale_inv in fp32 (exactly the CPU reference), then rounded to the output type.

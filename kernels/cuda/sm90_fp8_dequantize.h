@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8 dequantization on sm_90 — the CUDA twin of Dequantize* in kernels/quantize.h, with bf16
 // or fp32 output (bf16 = the fp32 result rounded to nearest even). Device pointers.
 // Shapes: rows ≥ 1, cols a positive multiple of 16; q and out 16-byte aligned.

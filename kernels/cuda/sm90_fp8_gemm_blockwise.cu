@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of Sm90GemmFp8Blockwise: shape and alignment checks, the TMA tensor maps, the
 // choice of block tile, and the persistent launch. Design notes in sm90_fp8_gemm_blockwise.cuh.
 #include "kernels/cuda/sm90_fp8_gemm_blockwise.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device side of Sm90GemmFp8Blockwise (sm90_fp8_gemm_blockwise.h): the FP8 wgmma shapes and the
 // warp-specialized persistent kernel (shared PTX wrappers: sm90_ptx.cuh).
 //

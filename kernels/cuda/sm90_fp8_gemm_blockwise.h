@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Own sm_90a FP8 GEMM with DeepSeek-V3 blockwise scales (issue #3), the alternative to
 // Sm90GemmFp8BlockwiseCublasLt with the same operands and scale layouts:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cuBLASLt scaled GEMMs for sm_90 (see the header for layouts and shape rules).
 #include "kernels/cuda/sm90_fp8_gemm_cublaslt.h"
 

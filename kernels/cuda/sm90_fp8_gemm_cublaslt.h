@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scaled GEMMs on sm_90 through cuBLASLt: FP8 x FP8 with per-tensor scales, FP8 x FP8 with
 // DeepSeek-V3 blockwise scales (1x128 activations, 128x128 weights), and the BF16 baseline.
 //

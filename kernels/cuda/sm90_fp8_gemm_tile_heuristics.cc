@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tile choice of the blockwise FP8 GEMM, measured on the H200 (docs/perf-history.md, "Own
 // blockwise GEMM"). Every choice reads its scales through the pipeline where it can (+4-13% over
 // the __ldg scales on all eight issue shapes); the launcher falls back to __ldg where it cannot.

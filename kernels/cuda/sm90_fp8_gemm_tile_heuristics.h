@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The block tiles of Sm90GemmFp8Blockwise and which one it runs for a shape (kAuto): a pure
 // function of the shape, the SM count and how many CTAs of each clustered kernel the GPU holds at
 // once. Plain C++ (no CUDA headers), so CI tests it on machines without CUDA

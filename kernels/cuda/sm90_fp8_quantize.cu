@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launchers of the 1x128 and 128x128 quantization kernels (sm90_fp8_quantize.cuh).
 #include "kernels/cuda/sm90_fp8_quantize.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernels: 1x128 (activations) and 128x128 (weights) FP8 quantization on sm_90.
 // Launchers: sm90_fp8_quantize.cu; public API: sm90_fp8_quantize.h.
 //

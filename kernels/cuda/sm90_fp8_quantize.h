@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8 quantization on sm_90 (H100/H200), the CUDA twin of kernels/quantize.h: same tiles, same
 // scale rule, bit-identical bytes and scales (tests/kernels_cuda checks it against the CPU
 // reference). All pointers are device pointers; work is enqueued on `stream`.

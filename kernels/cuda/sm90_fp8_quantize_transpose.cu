@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launchers of the fused X / Xᵀ quantization kernel (sm90_fp8_quantize_transpose.cuh).
 #include "kernels/cuda/sm90_fp8_quantize_transpose.h"
 

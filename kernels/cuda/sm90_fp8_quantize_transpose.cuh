@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel: fused 1x128 quantization of X and of Xᵀ in one pass over X (sm_90).
 // Launcher: sm90_fp8_quantize_transpose.cu; API: sm90_fp8_quantize_transpose.h.
 //

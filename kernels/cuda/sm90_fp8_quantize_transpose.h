@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused quantization of X [rows, cols] and Xᵀ [cols, rows], both with 1x128 tiles, in one pass
 // over X (sm_90) — the CUDA twin of Quantize1x128WithTranspose (kernels/quantize.h). The
 // backward pass needs both: X for dgrad-style products, Xᵀ for wgrad.

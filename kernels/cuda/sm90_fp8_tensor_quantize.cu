@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launchers of the per-tensor cast + amax kernels (sm90_fp8_tensor_quantize.cuh).
 #include "kernels/cuda/sm90_fp8_tensor_quantize.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernels: per-tensor FP8 cast with a given scale_inv, fused with amax(|x|) of the input (what
 // delayed scaling needs: the cast uses the scale from history, the amax feeds the history).
 // Launchers: sm90_fp8_tensor_quantize.cu; API: sm90_fp8_tensor_quantize.h.

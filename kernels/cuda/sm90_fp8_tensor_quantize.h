@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-tensor FP8 cast fused with amax (delayed scaling), sm_90 — the CUDA twin of
 // QuantizeTensor / Amax in kernels/quantize.h. Device pointers; `scale_inv` and `amax` are
 // single device floats so a training step never synchronizes with the host for them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PTX wrappers that the sm_90a kernels share: the blockwise FP8 GEMM
 // (sm90_fp8_gemm_blockwise.cuh) and the wgmma flash attention (worker/train/cuda). mbarriers,
 // TMA (cp.async.bulk.tensor), cluster shared memory, named barriers, setmaxnreg, wgmma fences and

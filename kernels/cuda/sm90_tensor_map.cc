@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kernels/cuda/sm90_tensor_map.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The driver's cuTensorMapEncodeTiled (TMA descriptors), fetched once through the runtime so that
 // nothing links libcuda: CI builds and runs the CPU tests without a driver. Used by the own FP8
 // GEMM and the trainer's wgmma flash attention.

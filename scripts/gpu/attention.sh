@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The fused causal attention on the GPU machine, in one call: the CUDA trainer tests,
 # bench_attention_cuda (the mma.sync and wgmma kernels side by side, the backward's kernels alone)
 # beside PyTorch SDPA, and the training step with its breakdown.

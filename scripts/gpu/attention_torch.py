@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's causal SDPA at the CUDA trainer's attention shapes: the baseline for
 bench_attention_cuda (scripts/gpu/attention.sh runs both). q, k, v are views of one
 [B, T, 3, H, hd] BF16 tensor, as the trainer's fused qkv GEMM lays them out; the backward gets

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Byte-token llm.c shards of a text file (header: 256 int32, magic 20240520, version 1, token
 count; then uint16 tokens): the first 90% as train_000.bin, the rest as val_000.bin.
   byte_shards.py TEXT OUT_DIR"""

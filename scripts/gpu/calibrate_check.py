@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks an `fp8-worker calibrate` output with the reference tooling (safetensors + torch).
 
 Loads every shard with safetensors' own loader (so a layout the reference rejects fails here),

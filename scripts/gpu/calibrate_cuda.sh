@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call for the calibration job's CUDA backend and CPU throughput (binaries built
 # here with -DFP8D_CUDA=ON and carried in .calibrate-cuda-carry/{bin,lib}; see
 # scripts/gpu/calibrate_cuda_pack.sh):

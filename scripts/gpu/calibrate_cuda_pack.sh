@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packs the calibration job's CUDA binaries (built here, -DFP8D_CUDA=ON) and the non-system,
 # non-CUDA shared libraries they need into .calibrate-cuda-carry/{bin,lib} (ignored by git), for
 # scripts/gpu/calibrate_cuda.sh on the GPU machine.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Calibration of a Hugging Face GPT-2 directory on the CUDA backend against the CPU one (issue 20).
 
 Writes an independent GPT-2 (numpy, transformers' names, Conv1D [in, out] weights; n_embd 256,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced on the GPU machine by the scripts that run binaries from a carry folder (made here by a
 # *_pack.sh; set C to it first, an absolute path): the carried libraries first on the library
 # path, NVLink multicast off (KINDS.md), the carried fp8-worker for the 2-GPU test, and

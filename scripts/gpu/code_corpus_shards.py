@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Byte-token llm.c shards (vocab 256) of a real, natural text corpus that is large enough not to
 be memorised: every *.py file under the Python installation's site-packages (on the GPU host:
 torch, numpy, jax, transformers, sympy, scipy, ... several hundred MB of source).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The control-plane benchmark on the GPU host's otherwise idle CPU, with fp8d, its workers and
 # the benchmark's clients all pinned to two cores (taskset -c 0,1; children inherit it): the
 # issue's 2-core setting without the development machine's parallel builds. Binaries and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packs the control-plane benchmark (fp8d, fp8-test-worker, control_plane_bench, built here)
 # and the non-system shared libraries they need (gRPC, protobuf, SQLite, spdlog, ...) into
 # .cp-carry/{bin,lib} (ignored by git), for scripts/gpu/control_plane_2core.sh on the GPU

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Diagnostic for the GPU machine: which cuBLASLt blockwise-FP8 configurations does the
 // heuristic accept? Prints one line per (A mode, B mode, scale pointers set before the
 // heuristic) for the TN layout fp8_kernels_cuda uses. Built only by scripts/gpu/kernels_standalone.

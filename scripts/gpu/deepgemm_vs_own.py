@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The own blockwise FP8 GEMM timed exactly as DeepGEMM is timed, in one process beside it.
 
 DeepGEMM's bench (the anchors' deepgemm_bench.py) times with its kineto timer, which by default

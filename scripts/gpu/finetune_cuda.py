@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fine-tuning from a Hugging Face GPT-2 directory on the CUDA backend (issue 20), one device call.
 
 Writes an independent GPT-2 (numpy, transformers' names and Conv1D layout) with a CUDA-friendly

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call for the own blockwise FP8 GEMM (issue #3, kernels/cuda/
 # sm90_fp8_gemm_blockwise.*): SASS check of the kernel (QGMMA present, no local memory), the
 # CUDA kernel tests, then the GEMM tables of bench_kernels_cuda (cuBLASLt blockwise, own kernel and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call for the own blockwise FP8 GEMM against DeepGEMM (issue #32): builds the
 # kernels' standalone CMake project and DeepGEMM (from the anchors' source tarball) side by
 # side, warms DeepGEMM's JIT while our build runs, then on an otherwise idle GPU: the blockwise

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the scripts that hold fp8d against transformers share (llama_hf_cuda.py, moe_hf_check.py):
 running fp8-worker, fp8d's and transformers' logits of one token sequence, and their distance."""
 import json

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call for the kernels part: build (standalone CMake project, only the kernel
 # targets), check the SASS is sm_90a, run the CUDA tests, run bench_kernels_cuda and the
 # same-run torch baselines. Logs go to $OUT; the short tables are printed last.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A Llama (and a Qwen3) made by transformers, through fp8d on the CUDA backend and back (issue 26).
 
 For each model: transformers builds it (its own initialisation, float32) and saves it with

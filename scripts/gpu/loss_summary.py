@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """FP8 vs BF16 held-out loss at equal steps (DeepSeek-V3's criterion: within 0.25%), from the
 runs of scripts/gpu/trainer_cuda_loss.sh.
 

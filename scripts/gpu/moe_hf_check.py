@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A Qwen3-MoE and a Mixtral made by transformers, through fp8d and back (issue 27).
 
 For each: transformers builds the model (its own initialisation, float32) and saves it with

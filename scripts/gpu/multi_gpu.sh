@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One call on a machine with 2+ GPUs (kind nvidia-h200-x2; carry .multi-gpu-carry, made by
 # scripts/gpu/multi_gpu_pack.sh):
 #   1. worker_train_cuda_test, which on 2 GPUs includes CudaDataParallel (2 `fp8-worker train`

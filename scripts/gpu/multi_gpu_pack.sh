@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packs what scripts/gpu/multi_gpu.sh runs on a 2-GPU machine (all built here with -DFP8D_CUDA=ON):
 # the CUDA trainer's tests and bench, the whole control plane (fp8d, fp8ctl, and
 # fp8-worker with its CUDA backend), calibrate_cuda_test, and the non-system libraries they

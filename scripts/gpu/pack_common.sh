@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by the *_pack.sh scripts: the GPU machine has CUDA 13.0 but none of our Debian
 # libraries (gRPC, protobuf, SQLite, yaml-cpp, gloo, …), so binaries built here travel in an
 # ignored carry folder with the shared libraries they resolve to. Source it, then call:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call that checks the shipped CUDA kernels and trainer: the CUDA tests
 # (kernels_cuda_test, worker_train_cuda_test), then the kernel bench (casts against a copy,
 # own blockwise GEMM against cuBLASLt), the trainer bench beside PyTorch torch.compile bf16 and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Same-run torch baselines for bench_kernels_cuda (docs/performance.md, "GPU: kernels and trainer").
 
 Times, with CUDA events (median of 30 after warm-up) on the same card in the same call:

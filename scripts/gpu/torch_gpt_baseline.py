@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch BF16 baseline for bench_trainer_cuda: the same GPT-2 style model (pre-LN blocks,
 tanh GELU, tied head, biases), the same shapes, torch.compile, autocast BF16 with FP32 master
 weights, fused AdamW, flash attention through scaled_dot_product_attention. Prints one JSON

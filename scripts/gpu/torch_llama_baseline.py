@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch BF16 baseline for bench_trainer_cuda's Llama rows: transformers' LlamaForCausalLM
 built from a LlamaConfig of the same preset (GQA, SwiGLU, RMSNorm, RoPE, tied head), the same
 B and T, torch.compile, autocast BF16 with FP32 master weights, fused AdamW, SDPA attention,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call for the CUDA trainer (binaries built here with -DFP8D_CUDA=ON and carried
 # in .trainer-cuda-carry/{bin,lib}; see scripts/gpu/trainer_cuda_pack.sh):
 #   1. worker_train_cuda_test: kernels and every layer's forward/backward vs the CPU trainer

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU-machine call for the Llama step's speed (binaries carried in .trainer-cuda-carry, made
 # by scripts/gpu/trainer_cuda_pack.sh):
 #   1. the Llama-side tests of worker_train_cuda_test: RMSNorm/RoPE/SwiGLU kernels vs the CPU,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # FP8 vs BF16 loss at equal steps (DeepSeek-V3's criterion: within 0.25%), on the GPU machine.
 # Model: bench_trainer_cuda's bytes-l12 shape (GPT-2 124M's 12 blocks, C=768, T=1024, vocab 256:
 # 85M parameters); LOSS_SHAPE=llama-bytes: the same size as a Llama block (GQA 12/4, SwiGLU 2048,

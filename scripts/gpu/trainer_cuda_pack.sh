@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packs the CUDA trainer's binaries (built here, -DFP8D_CUDA=ON) and the non-system, non-CUDA
 # shared libraries they need into .trainer-cuda-carry/{bin,lib} (ignored by git), for
 # scripts/gpu/trainer_cuda.sh on the GPU machine.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/design.md §2's state machine, checked pair by pair: the expected edges are written here a
 // second time, independently of the table in job_lifecycle.cc, so a wrong edit to either shows.
 #include "daemon/core/job_lifecycle.h"
@@ -22,6 +23,8 @@ const std::set<std::pair<JobState, JobState>> kLegal = {
     {STARTING, CANCELLING},   {RUNNING, SUCCEEDED},     {RUNNING, FAILED},
     {RUNNING, RETRY_WAIT},    {RUNNING, CANCELLING},    {RETRY_WAIT, QUEUED},
     {RETRY_WAIT, CANCELLED},  {CANCELLING, CANCELLED},
+    // (8) preempted: back in the queue, with no backoff.
+    {STARTING, QUEUED},       {RUNNING, QUEUED},
 };
 
 TEST(JobLifecycle, EveryPairOfStatesMatchesTheDesign) {
@@ -77,7 +80,7 @@ TEST(JobLifecycle, RetryableClasses) {
   EXPECT_FALSE(IsRetryable(DATA_ERROR));
   EXPECT_FALSE(IsRetryable(FAILURE_CLASS_UNSPECIFIED));
   for (FailureClass c : {WORKER_CRASH, HUNG, DEADLINE_EXCEEDED, NODE_LOST, NUMERIC,
-                         CONTROLLER_RESTART, INTERNAL_ERROR}) {
+                         CONTROLLER_RESTART, INTERNAL_ERROR, PREEMPTED}) {
     EXPECT_TRUE(IsRetryable(c)) << FailureClass_Name(c);
   }
 }
@@ -88,6 +91,8 @@ TEST(JobLifecycle, ClassifyExit) {
   EXPECT_EQ(ClassifyExit(65, 0), DATA_ERROR);
   EXPECT_EQ(ClassifyExit(70, 0), INTERNAL_ERROR);
   EXPECT_EQ(ClassifyExit(75, 0), INTERNAL_ERROR);
+  EXPECT_EQ(ClassifyExit(76, 0), PREEMPTED);     // the verdict checks it was asked for
+  EXPECT_EQ(ClassifyExit(76, 15), WORKER_CRASH); // killed, not stopped at a step
   EXPECT_EQ(ClassifyExit(1, 0), WORKER_CRASH);
   EXPECT_EQ(ClassifyExit(137, 0), WORKER_CRASH);
   EXPECT_EQ(ClassifyExit(0, 9), WORKER_CRASH);   // SIGKILL
@@ -96,7 +101,7 @@ TEST(JobLifecycle, ClassifyExit) {
 
 TEST(JobLifecycle, ExitCodeForRoundTrips) {
   for (FailureClass c : {FAILURE_CLASS_UNSPECIFIED, INVALID_SPEC, DATA_ERROR, WORKER_CRASH,
-                         INTERNAL_ERROR}) {
+                         INTERNAL_ERROR, PREEMPTED}) {
     const int code = ExitCodeFor(c);
     ASSERT_GE(code, 0) << FailureClass_Name(c);
     EXPECT_EQ(ClassifyExit(code, 0), c) << FailureClass_Name(c);
@@ -177,6 +182,22 @@ TEST(JobLifecycle, StateAfterFailure) {
   EXPECT_EQ(StateAfterFailure(p, DATA_ERROR, 1), FAILED);
   p.set_max_attempts(1);
   EXPECT_EQ(StateAfterFailure(p, WORKER_CRASH, 1), FAILED);
+  // Preempted: straight back to the queue, whatever the attempts used.
+  EXPECT_EQ(StateAfterFailure(p, PREEMPTED, 1), QUEUED);
+  EXPECT_EQ(StateAfterFailure(p, PREEMPTED, 7), QUEUED);
+}
+
+TEST(JobLifecycle, AttemptsThatDoNotCount) {
+  Attempt a;
+  a.set_failure_class(WORKER_CRASH);
+  EXPECT_TRUE(CountsAsAttempt(a));
+  for (FailureClass c : {CONTROLLER_RESTART, PREEMPTED}) {
+    a.set_failure_class(c);
+    EXPECT_FALSE(CountsAsAttempt(a)) << FailureClass_Name(c);
+  }
+  a.set_failure_class(INTERNAL_ERROR);
+  a.set_controller_fault(true);
+  EXPECT_FALSE(CountsAsAttempt(a));
 }
 
 }  // namespace

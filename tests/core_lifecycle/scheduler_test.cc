@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Table-driven scenarios for the scheduler: a cluster written as "node:gpu" slots (a leading
 // '*' marks a busy one, gpu -1 a CPU slot), a queue, and the plan expected back.
 #include "daemon/core/scheduler.h"

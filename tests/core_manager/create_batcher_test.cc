@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CreateBatcher alone: the store thread is a queue the test runs by hand, so which creates
 // share a transaction is decided by the test, not by timing.
 #include "daemon/core/create_batcher.h"
@@ -63,6 +64,9 @@ class ControlledStore final : public store::JobStore {
   fp8::StatusOr<std::vector<int32_t>> DeleteJob(const std::string& n) override { return inner_->DeleteJob(n); }
   fp8::StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before, size_t limit) override {
     return inner_->ListFinishedBefore(before, limit);
+  }
+  fp8::StatusOr<std::vector<store::AttemptUsage>> ListAttemptUsage(int64_t ended_after_ms) override {
+    return inner_->ListAttemptUsage(ended_after_ms);
   }
   fp8::Status IntegrityCheck() override { return inner_->IntegrityCheck(); }
   int64_t CountJobs() override { return inner_->CountJobs(); }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test doubles for the manager: a FakeLauncher that records launches, adoptions and signals and
 // lets the test play the workers (events and exits through the listener, as the launcher's
 // observer thread would), a ManualClock, and a store wrapper that shares one store between
@@ -171,6 +172,9 @@ class SharedStore final : public store::JobStore {
   }
   fp8::StatusOr<std::vector<std::string>> ListFinishedBefore(int64_t before_ms, size_t limit) override {
     return inner_->ListFinishedBefore(before_ms, limit);
+  }
+  fp8::StatusOr<std::vector<store::AttemptUsage>> ListAttemptUsage(int64_t ended_after_ms) override {
+    return inner_->ListAttemptUsage(ended_after_ms);
   }
   fp8::Status IntegrityCheck() override { return inner_->IntegrityCheck(); }
   int64_t CountJobs() override { return inner_->CountJobs(); }

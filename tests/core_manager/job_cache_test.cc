@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobCache alone: indexes, version publication order, eviction, the list overlay.
 #include "daemon/core/job_cache.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobSupervisor alone: the cache, a FakeLauncher, a ManualClock, and the fixture itself as its
 // JobWriter and Owner, recording what it is asked to do (transitions, store writes, rounds,
 // evictions, ticks).

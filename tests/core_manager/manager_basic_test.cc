@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobManager: create → SUCCEEDED, watch ordering and resume, idempotent create, group commit,
 // list, gang scheduling, unschedulable jobs.
 #include <csignal>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobManager: cancellation (queued, running with SIGTERM → SIGKILL, finished jobs) and
 // start-up recovery (re-adopting live workers; requeueing, uncounted, when they are gone).
 #include <csignal>

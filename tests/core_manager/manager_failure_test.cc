@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JobManager failure paths: crash → RETRY_WAIT with backoff → resumed from the checkpoint →
 // FAILED when attempts are used up; permanent exits; HUNG by heartbeat and by progress;
 // attempt deadline; NUMERIC; launch failure; garbage lines.

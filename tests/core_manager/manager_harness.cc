@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/core_manager/manager_harness.h"
 
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "daemon/core/job_fields.h"
+#include "daemon/core/job_manager_impl.h"
 
 namespace fp8d::core::testing {
 
@@ -261,6 +263,25 @@ bool ManagerTest::HasSignal(const std::string& name, int attempt, int sig) const
     if (s.job_id == JobIdOf(name) && s.attempt == attempt && s.sig == sig) return true;
   }
   return false;
+}
+
+int ManagerTest::SignalCount(const std::string& name, int attempt, int sig) const {
+  int n = 0;
+  for (const auto& s : launcher_->Signals()) {
+    n += s.job_id == JobIdOf(name) && s.attempt == attempt && s.sig == sig ? 1 : 0;
+  }
+  return n;
+}
+
+void ManagerTest::PreemptIn(JobManager& manager, const std::string& name, const std::string& reason) {
+  auto& impl = static_cast<JobManagerImpl&>(manager);
+  // A finished job may have left the cache: as for the scheduler, there is nothing to preempt.
+  if (JobEntry* e = impl.Find(name)) impl.PreemptAttempt(*e, reason);
+}
+
+void ManagerTest::Preempt(const std::string& name, const std::string& reason) {
+  // The test thread is the io thread (it runs the manager between io slices).
+  PreemptIn(*manager_, name, reason);
 }
 
 }  // namespace fp8d::core::testing

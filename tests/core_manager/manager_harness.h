@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fixture for JobManager tests: a manager on a memory store with a FakeLauncher and a
 // ManualClock, driven from the test thread (which is the io thread: the test only calls the
 // manager between io.run_for slices). Waits are "until a condition holds", bounded by a
@@ -28,6 +29,12 @@ struct WatchRecord {
 };
 
 class ManagerTest : public ::testing::Test {
+ public:
+  // JobManagerImpl::PreemptAttempt on one of `manager`'s jobs (a NewJobManager), as a
+  // scheduling round would call it; a job not in its cache (finished) is left alone. Called on
+  // the manager's io thread.
+  static void PreemptIn(JobManager& manager, const std::string& name, const std::string& reason);
+
  protected:
   void SetUp() override;
   void TearDown() override;
@@ -69,6 +76,10 @@ class ManagerTest : public ::testing::Test {
   // Every rank: done, exit 0.
   void FinishAttempt(const std::string& name, int attempt, int ranks);
   bool HasSignal(const std::string& name, int attempt, int sig) const;
+  // JobManagerImpl::PreemptAttempt on the job, as a scheduling round would call it.
+  void Preempt(const std::string& name, const std::string& reason);
+  // How many times `sig` went to the attempt's ranks.
+  int SignalCount(const std::string& name, int attempt, int sig) const;
 
   boost::asio::io_context io_;
   ManualClock clock_{1'800'000'000'000};

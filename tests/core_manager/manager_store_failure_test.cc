@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A store that refuses writes (a full disk): a state change is published and acted on only once
 // its write has committed; the write is retried until it does; controller-side launch errors
 // do not count as attempts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PrepareNewJob (daemon/core/new_job.h): the one preparation of a new job.
 #include "daemon/core/new_job.h"
 

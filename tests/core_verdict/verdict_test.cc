@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DecideAttempt, one row per case: every failure class the supervisor can produce, every
 // timeout, success, and inputs that must change nothing. Events are given as the lines a worker
 // writes, so the rows also read the wire format (worker_event.proto as JSON).
@@ -48,6 +49,15 @@ AttemptView Finishing() {
   return a;
 }
 
+// The scheduler asked the running attempt to stop (PreemptAttempt); SIGTERM went out.
+AttemptView Preempting() {
+  AttemptView a = Running();
+  a.preempting = true;
+  a.preempt_reason = "preempted by jobs/x";
+  a.kill_at_ms = kNow + 20'000;
+  return a;
+}
+
 AttemptView With(AttemptView a, const std::function<void(AttemptView&)>& change) {
   change(a);
   return a;
@@ -55,6 +65,12 @@ AttemptView With(AttemptView a, const std::function<void(AttemptView&)>& change)
 
 Timeouts Defaults() {
   return {.attempt_deadline_ms = 0, .heartbeat_ms = 30'000, .progress_ms = 300'000, .cancel_grace_ms = 10'000};
+}
+
+Timeouts Preemption() {
+  Timeouts t = Defaults();
+  t.preemption_grace_ms = 30'000;
+  return t;
 }
 
 Timeouts Deadline(int64_t ms) {
@@ -271,6 +287,46 @@ const std::vector<Row>& Rows() {
       {.name = "launcher: can never start", .attempt = Starting(), .input = Exit{0, -1, 0, false, false, C::kRejected},
        .outcome = Outcome::kFail, .failure = fp8d::v1::INVALID_SPEC},
 
+      // ---- preemption ---------------------------------------------------------------------------
+      {.name = "preempted rank exits 76 after its checkpoint", .attempt = Preempting(), .input = Exit{0, 76},
+       .outcome = Outcome::kFail, .failure = fp8d::v1::PREEMPTED,
+       .message = "preempted by jobs/x (rank 0 exited with code 76); requeued, not counted",
+       .check = [](const Verdict& v) { EXPECT_TRUE(v.uncounted); }},
+      {.name = "preempted rank killed after the grace", .attempt = Preempting(), .input = Exit{1, -1, 9},
+       .outcome = Outcome::kFail, .failure = fp8d::v1::PREEMPTED, .message = "killed by signal 9",
+       .check = [](const Verdict& v) { EXPECT_TRUE(v.uncounted); }},
+      {.name = "preempted rank of an older worker exits 75", .attempt = Preempting(), .input = Exit{0, 75},
+       .outcome = Outcome::kFail, .failure = fp8d::v1::PREEMPTED,
+       .check = [](const Verdict& v) { EXPECT_TRUE(v.uncounted); }},
+      {.name = "preempted re-adopted rank ends", .attempt = Preempting(), .input = Exit{0, -1, 0, true},
+       .outcome = Outcome::kFail, .failure = fp8d::v1::PREEMPTED},
+      {.name = "preempted rank ended by the launcher", .attempt = Preempting(),
+       .input = Exit{0, -1, 0, false, false, C::kCancelledOutside}, .outcome = Outcome::kFail,
+       .failure = fp8d::v1::PREEMPTED, .message = "launcher says so"},
+      {.name = "preempted attempt that finished its work within the grace",
+       .attempt = With(Finishing(), [](AttemptView& a) { a.preempting = true; }), .input = Exit{0, 0},
+       .outcome = Outcome::kSucceed},
+      {.name = "exit 76 without a preemption is a crash", .attempt = Running(), .input = Exit{0, 76},
+       .outcome = Outcome::kFail, .failure = fp8d::v1::WORKER_CRASH, .message = "rank 0 exited with code 76",
+       .check = [](const Verdict& v) { EXPECT_FALSE(v.uncounted); }},
+      {.name = "error while preempted does not fail the attempt", .attempt = Preempting(),
+       .input = Event{1, Error("INTERNAL_ERROR", "collective cut short")},
+       .check = [](const Verdict& v) { EXPECT_TRUE(v.final_line); }},
+      {.name = "preempted event", .attempt = Preempting(),
+       .input = Event{0, R"({"time":1.5,"preempted":{"step":"6","checkpoint":"/c/step-6"}})"}, .check = NoEffects},
+      {.name = "no progress timeout while preempted",
+       .attempt = With(Preempting(), [](AttemptView& a) { a.last_progress_ms = kNow - 300'001; }),
+       .input = Tick{}, .check = NoEffects, .timeout = "progress_timeout"},
+      {.name = "no heartbeat timeout while preempted",
+       .attempt = With(Preempting(), [](AttemptView& a) { a.ranks[0].last_seen_ms = kNow - 30'001; }),
+       .input = Tick{}, .check = NoEffects, .timeout = "heartbeat_timeout"},
+      {.name = "preemption grace over: SIGKILL",
+       .attempt = With(Preempting(), [](AttemptView& a) { a.kill_at_ms = kNow; }),
+       .input = Tick{}, .timeouts = Preemption(), .message = "still running 30.0 s after SIGTERM",
+       .check = [](const Verdict& v) { EXPECT_TRUE(v.sigkill); }, .timeout = "preemption_grace"},
+      {.name = "preemption grace not over", .attempt = Preempting(), .input = Tick{},
+       .timeouts = Preemption(), .check = NoEffects, .timeout = "preemption_grace"},
+
       // ---- the clock --------------------------------------------------------------------------
       {.name = "tick with nothing due", .attempt = Running(), .input = Tick{}, .check = NoEffects},
       {.name = "tick with every timeout off, an hour later", .attempt = Running(), .input = Tick{},
@@ -411,6 +467,8 @@ TEST(VerdictCoverage, EveryFailureClassHasARow) {
   for (int i = 0; i < classes->value_count(); ++i) {
     const int number = classes->value(i)->number();
     if (number == fp8d::v1::FAILURE_CLASS_UNSPECIFIED) continue;
+    // Decided before any attempt exists (a dependency of the job failed), never by a verdict.
+    if (number == fp8d::v1::DEPENDENCY_FAILED) continue;
     EXPECT_TRUE(produced.count(number)) << classes->value(i)->name() << " has no row";
   }
 }
@@ -423,7 +481,7 @@ TEST(VerdictCoverage, EveryTimeoutHasARow) {
   for (int i = 0; i < timeouts->field_count(); ++i) {
     EXPECT_TRUE(covered.count(timeouts->field(i)->name())) << timeouts->field(i)->name() << " has no row";
   }
-  for (const char* knob : {"cancel_grace", "retry_backoff"}) EXPECT_TRUE(covered.count(knob)) << knob;
+  for (const char* knob : {"cancel_grace", "preemption_grace", "retry_backoff"}) EXPECT_TRUE(covered.count(knob)) << knob;
 }
 
 // Every ErrorClass a worker can send maps to the FailureClass of the same name.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `cmake --install` with GNUInstallDirs into a staging DESTDIR, with a prefix other than /usr:
 # the binaries, unit, sysusers file and example config land under the prefix, and the unit's
 # ExecStart, --config and EnvironmentFile name those installed paths (rewritten for the prefix).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Lints deploy/container/Dockerfile without a container engine (none runs in CI):
 
 1. dockerfile-utils (npm; hadolint is neither in Debian nor on npm) reports no problem;
@@ -119,6 +120,11 @@ for b in ("fp8d", "fp8-worker", "fp8ctl"):
         fail(f"runtime stage does not copy {b} from the build stage")
     else:
         ok(f"runtime stage copies {b} from the build stage")
+# GPU visibility belongs to the device plugin (or `docker run --gpus`), never to the image.
+if re.search(r"\bNVIDIA_VISIBLE_DEVICES\b", "\n".join(l for _, lines in stages for l in lines)):
+    fail("the Dockerfile sets NVIDIA_VISIBLE_DEVICES (leave GPU visibility to the device plugin)")
+else:
+    ok("no NVIDIA_VISIBLE_DEVICES in the image (GPUs come from the device plugin)")
 users = [l.split()[1] for l in runtime if l.split()[0].upper() == "USER"]
 if not users or users[-1].split(":")[0] in ("0", "root"):
     fail(f"runtime stage must end as a non-root USER, has {users}")

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d's systemd notify protocol for real: the test is the service manager. It binds a unix
 // datagram socket, hands it to fp8d as $NOTIFY_SOCKET with a $WATCHDOG_USEC, and reads what
 // fp8d sends: READY=1 only once recovery has loaded the stored jobs (its STATUS= counts them),
@@ -231,7 +232,8 @@ TEST_F(SystemdNotifyTest, ABlockedManagerThreadStopsTheWatchdogPings) {
   // A ping sent just before the block may arrive as the log line is read; none after that.
   const auto late = Pings(all, blocked_at + milliseconds(200));
   EXPECT_TRUE(late.empty()) << late.size() << " pings while the io thread was blocked\n" << Dump(all);
-  // The gRPC threads still answer (health stays up): only the watchdog sees the wedge.
+  // The gRPC threads still answer; gRPC health and /healthz turn NOT_SERVING only after
+  // --health-io-bound-ms (tests/integration/ops_test.cc), systemd's watchdog sees it first.
   daemon.Signal(SIGKILL);
   EXPECT_EQ(daemon.Wait(), 128 + SIGKILL);
 }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # deploy/systemd/fp8d.service, alone and with each drop-in (remote.conf, unprivileged.conf):
 #   - `systemd-analyze verify` prints nothing and exits 0 (a warning is a failure);
 #   - `systemd-analyze security --offline=yes` rates the exposure at most 3.0.
@@ -46,6 +47,47 @@ check "fp8d.service" "$tmp/plain"
 cp "$tmp/plain/fp8d.service" "$tmp/remote/fp8d.service"
 sed "s|/usr/bin/fp8d |$fp8d |" "$src/deploy/systemd/remote.conf" > "$tmp/remote/fp8d.service.d/remote.conf"
 check "fp8d.service + remote.conf" "$tmp/remote"
+
+# With the drop-in for the Slurm launcher (the cluster network opened).
+mkdir -p "$tmp/cluster/fp8d.service.d"
+cp "$tmp/plain/fp8d.service" "$tmp/cluster/fp8d.service"
+cp "$src/deploy/systemd/cluster.conf" "$tmp/cluster/fp8d.service.d/"
+check "fp8d.service + cluster.conf" "$tmp/cluster"
+
+# What the unit must say, beyond what verify and security look at.
+has() {  # <description> <file> <extended regex, a whole line>
+  if grep -Eqx "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1 (no line matching $3 in $2)"; failures=$((failures + 1)); fi
+}
+unit=$src/deploy/systemd/fp8d.service
+# SIGHUP is fp8d's reload (TLS files, tokens): `systemctl reload` must send it to fp8d alone.
+has "ExecReload sends SIGHUP to the main pid" "$unit" 'ExecReload=/bin/kill -HUP \$MAINPID'
+has "RuntimeDirectory=fp8d (the unix socket's /run/fp8d)" "$unit" 'RuntimeDirectory=fp8d'
+has "RuntimeDirectoryMode=0755 (local users reach the socket)" "$unit" 'RuntimeDirectoryMode=0755'
+has "KillMode=process (workers outlive a restart)" "$unit" 'KillMode=process'
+# The unix socket the config suggests lies in the RuntimeDirectory.
+sockets=$(grep -ho 'unix:[^ `)]*' "$src"/deploy/systemd/fp8d.yaml "$src"/deploy/systemd/*.conf | sort -u)
+if [ -n "$sockets" ] && ! grep -qv '^unix:/run/fp8d/' <<<"$sockets"; then
+  echo "ok   the unix sockets the config names lie under /run/fp8d: $(tr '\n' ' ' <<<"$sockets")"
+else
+  echo "FAIL a unix socket outside /run/fp8d (or none) in deploy/systemd: $sockets"; failures=$((failures + 1))
+fi
+# The shipped allowed root is the unit's writable output root (homes are read-only there).
+roots=$(sed -n 's/^allowed_roots: *\[\(.*\)\]$/\1/p' "$src/deploy/systemd/fp8d.yaml")
+rw=$(sed -n 's/^ReadWritePaths=-\{0,1\}//p' "$unit")
+if [ -n "$roots" ] && [ "$roots" = "$rw" ]; then
+  echo "ok   fp8d.yaml allowed_roots [$roots] = the unit's ReadWritePaths"
+else
+  echo "FAIL fp8d.yaml allowed_roots [$roots] differs from the unit's ReadWritePaths ($rw)"; failures=$((failures + 1))
+fi
+has "ProtectHome=read-only (so homes cannot be the default root)" "$unit" 'ProtectHome=read-only'
+# The .deb installs every drop-in this directory has.
+for conf in "$src"/deploy/systemd/*.conf; do
+  if grep -q "$(basename "$conf")" "$src/deploy/packaging.cmake"; then
+    echo "ok   packaging.cmake installs $(basename "$conf")"
+  else
+    echo "FAIL packaging.cmake does not install $(basename "$conf")"; failures=$((failures + 1))
+  fi
+done
 
 # With the drop-in that runs fp8d as the user fp8d without capabilities.
 mkdir -p "$tmp/unprivileged/fp8d.service.d"

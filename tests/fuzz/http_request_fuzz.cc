@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: arbitrary bytes as one HTTP request through the listener's parse and route
 // step (daemon/api/http_request_handler.h), against a backend with a few jobs. Every input must
 // be answered synchronously with one well-formed HTTP/1.1 status line whose code is one the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: fp8ctl's job-file parser (client/job_file.cc) on arbitrary bytes. Any
 // input must come back as a Job or an INVALID_ARGUMENT status: no crash, no exception, no
 // unbounded memory (alias bombs), no stack overflow (recursive aliases).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: every JobService request message through the daemon's validators
 // (daemon/api/validation.cc) and, for a valid CreateJob, the one preparation of a new job
 // (daemon/core/new_job.cc). The first byte picks the method; the rest is parsed as that

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds one libFuzzer target with clang (a small build of only the sources it needs, beside
 # the main build) and runs it for a bounded time on the corpus kept in the repo
 # (tests/fuzz/corpus/<target>). New inputs go to a temporary directory, not into the repo.
@@ -27,11 +28,13 @@ case "$TARGET" in
                     daemon/core/new_job.cc daemon/core/job_fields.cc daemon/core/job_lifecycle.cc)
             PROTOS=(job.pb.cc job_service.pb.cc worker_event.pb.cc); LIBS=(-lprotobuf); MAX_LEN=16384 ;;
   http_request) SOURCES=(tests/fuzz/http_request_fuzz.cc daemon/api/http_request_handler.cc daemon/api/http_metrics.cc
+                        daemon/api/process_metrics.cc
                         daemon/api/auth_policy.cc daemon/api/validation.cc common/status.cc common/label_selector.cc
                         jobspec/defaults.cc jobspec/validate.cc jobspec/kind.cc)
                 PROTOS=(job.pb.cc job_service.pb.cc)
                 # shellcheck disable=SC2207
-                EXTRA_FLAGS=($(pkg-config --cflags spdlog))
+                # common/version.h is generated beside the protos (build/common/generated).
+                EXTRA_FLAGS=($(pkg-config --cflags spdlog) -I"$GEN/../../common/generated")
                 LIBS=(-lprotobuf -lprometheus-cpp-core $(pkg-config --libs grpc++ spdlog)); MAX_LEN=16384 ;;
   *) echo "unknown target $TARGET"; exit 2 ;;
 esac

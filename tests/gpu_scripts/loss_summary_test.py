@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """scripts/gpu/loss_summary.py: the per-recipe statistics and the verdict on the 0.25% criterion."""
 import importlib.util
 import io

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integration tests of the API surface with real processes: fp8d on loopback, the
 // fault-injection worker, fp8_client and the fp8ctl binary.
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process tests of the API edge's pure parts: request validation (daemon/api) and job-file
 // parsing (client/). No daemon, no network; fast and deterministic.
 #include <unistd.h>
@@ -477,6 +478,76 @@ TEST(Output, ProgressLineFitsTheTerminal) {
   }
   EXPECT_NE(client::FitProgressLine(job, 160).find(" [...."), std::string::npos);
   EXPECT_EQ(client::FitProgressLine(job, 60).find("["), std::string::npos);
+}
+
+// depends_on: the form of each entry and the count at the edge, naming the entry; whether the
+// jobs exist and may be depended on is the manager's and the owner rule's (dependencies tests).
+TEST(Validation, DependsOnEntriesAreJobNames) {
+  CreateJobRequest r = ValidRequest();
+  r.mutable_job()->add_depends_on("jobs/1");
+  r.mutable_job()->add_depends_on("jobs/a-b.c");
+  EXPECT_TRUE(api::ValidateCreateJobRequest(r).ok()) << api::ValidateCreateJobRequest(r).message();
+  r.mutable_job()->add_depends_on("1");
+  fp8::Status st = api::ValidateCreateJobRequest(r);
+  EXPECT_EQ(st.code(), fp8::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "job.depends_on[2]: must have the form jobs/<id>");
+  r.mutable_job()->set_depends_on(2, "jobs/a b");
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(),
+            "job.depends_on[2]: must have the form jobs/<id> with id of [A-Za-z0-9._-]");
+  r.mutable_job()->clear_depends_on();
+  for (int i = 0; i < 65; ++i) r.mutable_job()->add_depends_on("jobs/" + std::to_string(i));
+  EXPECT_EQ(api::ValidateCreateJobRequest(r).message(), "job.depends_on: at most 64 dependencies, got 65");
+}
+
+TEST(JobFile, DependsOnComesFromTheYaml) {
+  auto job = client::ParseJobText("depends_on: [jobs/7, jobs/8]\ncalibrate: {input: /m, output_dir: /o}\n", "/");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->depends_on_size(), 2);
+  EXPECT_EQ(job->depends_on(0), "jobs/7");
+  EXPECT_EQ(job->depends_on(1), "jobs/8");
+  EXPECT_TRUE(client::ClearOutputOnlyFields(*job).empty()) << "depends_on is an input";
+}
+
+TEST(Output, UsageTableNamesItsKeyColumnAndTotals) {
+  fp8d::v1::GetUsageResponse usage;
+  auto* row = usage.add_rows();
+  row->set_key("team-a");
+  row->set_gpu_seconds(7200);
+  row->set_cpu_slot_seconds(90);
+  row->set_attempts(3);
+  usage.mutable_until()->set_seconds(1764600000);
+  std::ostringstream out;
+  client::PrintUsage(usage, "queue", client::OutputFormat::kTable, out);
+  EXPECT_EQ(out.str().rfind("QUEUE ", 0), 0u) << out.str();
+  EXPECT_NE(out.str().find("7200"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("2.00"), std::string::npos) << "GPU-hours: " << out.str();
+  EXPECT_NE(out.str().find("total: 7200 GPU-seconds, 90 CPU-slot-seconds; from the first stored attempt"),
+            std::string::npos)
+      << out.str();
+  std::ostringstream names;
+  client::PrintUsage(usage, "queue", client::OutputFormat::kName, names);
+  EXPECT_EQ(names.str(), "team-a\n");
+}
+
+TEST(Output, GetShowsDependenciesAndWhyTheJobWaits) {
+  fp8d::v1::Job job;
+  job.set_name("jobs/3");
+  job.set_state(fp8d::v1::QUEUED);
+  job.add_depends_on("jobs/1");
+  job.add_depends_on("jobs/2");
+  job.set_pending_reason("waiting for jobs/2");
+  std::ostringstream out;
+  client::PrintJob(job, client::OutputFormat::kTable, out);
+  EXPECT_NE(out.str().find("Depends on:"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("jobs/1, jobs/2\n"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Pending reason:"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("waiting for jobs/2\n"), std::string::npos) << out.str();
+  std::ostringstream plain;
+  job.clear_depends_on();
+  job.clear_pending_reason();
+  client::PrintJob(job, client::OutputFormat::kTable, plain);
+  EXPECT_EQ(plain.str().find("Depends on"), std::string::npos) << plain.str();
+  EXPECT_EQ(plain.str().find("Pending reason"), std::string::npos) << plain.str();
 }
 
 }  // namespace

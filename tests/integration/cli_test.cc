@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8ctl and fp8d as operators use them (issue 19), with real processes: daemon flags that
 // used to misconfigure in silence, CLI habits (version, help, did-you-mean, completion, label
 // selectors, -o name, --parsable, NDJSON, wait, delete), output that reads right, admission
@@ -5,11 +6,14 @@
 // 5) and garbage request bytes on every method (issue 14 item 6). Messages are matched by
 // substring, exit codes exactly.
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <sstream>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -98,9 +102,10 @@ TEST(DaemonFlags, VersionUnknownLogLevelAndWorkerArgWithoutWorker) {
 
 TEST(CliHabits, VersionHelpDidYouMeanAndCompletion) {
   const std::string ctl = Fp8ctlPath();
-  ProcessResult version = RunProcess({ctl, "version"});
+  ProcessResult version = RunProcess({ctl, "version", "--client"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_TRUE(Contains(version.out, "fp8ctl ") && Contains(version.out, "commit ")) << version.out;
+  EXPECT_FALSE(Contains(version.out, "server")) << version.out;
 
   ProcessResult typo = RunProcess({ctl, "lst"});
   EXPECT_EQ(typo.exit_code, 2);
@@ -366,7 +371,7 @@ TEST_F(CliTest, GarbageRequestBytesAreInvalidArgumentOnEveryMethod) {
   grpc::GenericStub stub(client().channel());
   const std::string garbage("\xff\xff\xff\xff\x0f\x12\x80", 7);  // a truncated varint and a bad tag
   for (const std::string method : {"CreateJob", "GetJob", "ListJobs", "CancelJob", "DeleteJob",
-                                   "WatchJob", "GetJobLogs"}) {
+                                   "WatchJob", "GetJobLogs", "GetServerInfo"}) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Slice slice(garbage);
@@ -380,6 +385,309 @@ TEST_F(CliTest, GarbageRequestBytesAreInvalidArgumentOnEveryMethod) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << status.error_message();
     EXPECT_TRUE(Contains(status.error_message(), "request: not a valid fp8d.v1.")) << method << ": " << status.error_message();
   }
+}
+
+// ------------------------------------------------------------- a shared cluster (issue 34 item 4)
+
+using fp8d::v1::Job;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The line of `text` that shows `name` ("" when none does).
+std::string LineWith(const std::string& text, const std::string& name) {
+  for (const auto& line : Lines(text)) {
+    if (Contains(line, name + " ")) return line;
+  }
+  return "";
+}
+
+// Two principals (alice, bob: submitters) with bearer tokens, so jobs have different owners.
+class SharedClusterCliTest : public CliTest {
+ protected:
+  void StartWithTokens(DaemonOptions options = {}) {
+    const std::string tokens = tmp_.path() + "/tokens";
+    std::ofstream(tokens) << Sha256("tok-alice") << " alice submitter\n" << Sha256("tok-bob") << " bob submitter\n";
+    options.extra_args.insert(options.extra_args.end(), {"--auth-tokens", tokens});
+    StartDaemon(std::move(options));
+  }
+  fp8d::client::JobClient As(const std::string& token) {
+    fp8d::client::ConnectionOptions options;
+    options.address = daemon_->address();
+    options.token = token;
+    return fp8d::client::JobClient(options);
+  }
+  ProcessResult CtlAs(const std::string& token, std::vector<std::string> args,
+                      std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {Fp8ctlPath(), "--server", daemon_->address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    env["FP8D_TOKEN"] = token;
+    return RunProcess(argv, env);
+  }
+  static std::string Sha256(const std::string& text) {
+    ProcessResult r = RunProcess({"/bin/sh", "-c", "printf %s '" + text + "' | sha256sum"});
+    return r.out.substr(0, 64);
+  }
+};
+
+TEST_F(SharedClusterCliTest, ListShowsOwnerAndReasonWithinEightyColumnsAndFiltersByOwner) {
+  DaemonOptions options;
+  options.cpu_slots = 1;  // so a second job waits, with a reason
+  StartWithTokens(options);
+  auto alice = As("tok-alice");
+  auto bob = As("tok-bob");
+  Job failing = TestTrainJob(Out("fails"), 10);
+  (*failing.mutable_env())["FP8_TEST_MODE"] = "exit_code";  // 64: INVALID_SPEC, not retried
+  (*failing.mutable_env())["FP8_TEST_CRASH_STEP"] = "1";
+  auto f = alice.CreateJob(failing);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto failed = WaitTerminal(alice, f->name());
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  ASSERT_EQ(failed->state(), fp8d::v1::FAILED);
+  auto running = alice.CreateJob(TestTrainJob(Out("long"), 100000));
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  ASSERT_TRUE(WaitState(alice, running->name(), fp8d::v1::RUNNING).ok());
+  Job waiting_job = TestTrainJob(Out("waits"), 3);
+  waiting_job.set_display_name("a display name long enough to be cut at eighty columns");
+  auto waiting = bob.CreateJob(waiting_job);
+  ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+  std::string reason;
+  ASSERT_TRUE(PollUntil([&] {
+    auto j = bob.GetJob(waiting->name());
+    reason = j.ok() ? j->pending_reason() : "";
+    return !reason.empty();
+  })) << "no pending_reason on the waiting job";
+
+  // Wide: every reason whole.
+  ProcessResult wide = CtlAs("tok-alice", {"list"}, {{"COLUMNS", "250"}});
+  ASSERT_EQ(wide.exit_code, 0) << wide.err;
+  const auto header = Lines(wide.out).at(0);
+  EXPECT_TRUE(Contains(header, "OWNER") && Contains(header, "REASON")) << wide.out;
+  EXPECT_TRUE(Contains(LineWith(wide.out, waiting->name()), " bob ")) << wide.out;
+  EXPECT_TRUE(Contains(LineWith(wide.out, waiting->name()), reason)) << wide.out;
+  EXPECT_TRUE(Contains(LineWith(wide.out, f->name()), " alice ")) << wide.out;
+  EXPECT_TRUE(Contains(LineWith(wide.out, f->name()), "INVALID_SPEC: ")) << wide.out;
+  EXPECT_TRUE(Contains(LineWith(wide.out, running->name()), " RUNNING ")) << wide.out;
+
+  // 80 columns: no line reaches the edge; the reason and the display name are cut with "...".
+  ProcessResult narrow = CtlAs("tok-alice", {"list"}, {{"COLUMNS", "80"}});
+  ASSERT_EQ(narrow.exit_code, 0) << narrow.err;
+  for (const auto& line : Lines(narrow.out)) EXPECT_LT(line.size(), 80u) << narrow.out;
+  EXPECT_TRUE(Contains(Lines(narrow.out).at(0), "OWNER") && Contains(Lines(narrow.out).at(0), "REASON")) << narrow.out;
+  std::cout << "at 80 columns:\n" << narrow.out;
+  EXPECT_TRUE(Contains(LineWith(narrow.out, waiting->name()), "...")) << narrow.out;
+  EXPECT_TRUE(Contains(LineWith(narrow.out, waiting->name()), " bob ")) << narrow.out;
+
+  // The same on a real 80-column terminal (fp8ctl reads the width from it).
+  const std::string sock = "fp8d-cli-list-" + std::to_string(getpid());
+  const std::string script = tmp_.path() + "/list.sh";
+  std::ofstream(script) << "FP8D_TOKEN=tok-alice '" << Fp8ctlPath() << "' --server " << daemon_->address()
+                        << " list; sleep 30\n";
+  const std::string tmux_path = Lines(RunProcess({"/bin/sh", "-c", "command -v tmux"}).out + "\n").at(0);
+  ProcessResult tmux = tmux_path.empty()
+                           ? ProcessResult{}
+                           : RunProcess({tmux_path, "-L", sock, "new-session", "-d", "-x", "80", "-y", "20", "sh " + script},
+                                        {{"TERM", "xterm"}});
+  if (tmux.exit_code == 0) {
+    std::string screen;
+    EXPECT_TRUE(PollUntil([&] {
+      screen = RunProcess({tmux_path, "-L", sock, "capture-pane", "-p"}).out;
+      return Contains(screen, waiting->name());
+    }, std::chrono::seconds(20))) << screen;
+    RunProcess({tmux_path, "-L", sock, "kill-server"});
+    const auto rows = Lines(screen);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_LT(rows[i].size(), 80u) << screen;
+      // A wrapped row would continue on a line that is not a job's or the header.
+      if (rows[i].find_first_not_of(' ') != std::string::npos) {
+        EXPECT_TRUE(rows[i].rfind("jobs/", 0) == 0 || rows[i].rfind("NAME", 0) == 0) << screen;
+      }
+    }
+    EXPECT_TRUE(Contains(LineWith(screen, waiting->name()), "bob")) << screen;
+  } else {
+    std::cerr << "tmux could not start (" << tmux.err << "): 80-column terminal check skipped\n";
+  }
+
+  // --owner: me is the caller; a name is that owner; nobody's is an empty table.
+  ProcessResult mine = CtlAs("tok-alice", {"list", "--owner", "me", "-o", "name"});
+  ASSERT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_EQ(mine.out, running->name() + "\n" + f->name() + "\n");
+  ProcessResult bobs = CtlAs("tok-alice", {"list", "--owner", "bob", "-o", "name"});
+  ASSERT_EQ(bobs.exit_code, 0) << bobs.err;
+  EXPECT_EQ(bobs.out, waiting->name() + "\n");
+  ProcessResult bob_me = CtlAs("tok-bob", {"list", "--owner", "me", "-o", "name"});
+  EXPECT_EQ(bob_me.out, waiting->name() + "\n");
+  ProcessResult nobody = CtlAs("tok-alice", {"list", "--owner", "nobody"});
+  ASSERT_EQ(nobody.exit_code, 0) << nobody.err;
+  EXPECT_EQ(Lines(nobody.out).size(), 1u) << nobody.out;
+  // Paging under the filter: one job per page, the next page still only alice's.
+  ProcessResult page = CtlAs("tok-alice", {"list", "--owner", "alice", "--page-size", "1", "-o", "name"});
+  EXPECT_EQ(page.out, running->name() + "\n");
+  ProcessResult too_long = CtlAs("tok-alice", {"list", "--owner", std::string(300, 'x')});
+  EXPECT_EQ(too_long.exit_code, 2);
+  EXPECT_TRUE(Contains(too_long.err, "owner")) << too_long.err;
+
+  // Only their owners may cancel them (the harness's client is neither).
+  ASSERT_TRUE(alice.CancelJob(running->name()).ok());
+  ASSERT_TRUE(WaitTerminal(alice, running->name()).ok());
+  ASSERT_TRUE(WaitTerminal(bob, waiting->name()).ok());
+}
+
+TEST_F(CliTest, VersionPrintsTheServersToo) {
+  DaemonOptions options;
+  options.loopback_role = "viewer";  // any role may ask
+  StartDaemon(options);
+  ProcessResult both = Ctl({"version"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const auto lines = Lines(both.out);
+  ASSERT_EQ(lines.size(), 2u) << both.out;
+  EXPECT_EQ(lines[0].rfind("fp8ctl ", 0), 0u) << both.out;
+  EXPECT_EQ(lines[1].rfind("server: fp8d ", 0), 0u) << both.out;
+  EXPECT_TRUE(Contains(lines[1], "commit ") && Contains(lines[1], ", launcher local")) << both.out;
+  auto info = client().GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_FALSE(info->commit().empty());
+  EXPECT_TRUE(Contains(info->version(), info->commit())) << info->version();
+  EXPECT_EQ(info->launcher(), "local");
+
+  ProcessResult unreachable = RunProcess({Fp8ctlPath(), "--server", "127.0.0.1:1", "version"});
+  EXPECT_EQ(unreachable.exit_code, 3);
+  EXPECT_EQ(unreachable.out.rfind("fp8ctl ", 0), 0u) << unreachable.out;
+  EXPECT_TRUE(Contains(unreachable.err, "server: ")) << unreachable.err;
+}
+
+TEST_F(CliTest, BulkCancelNeedsYesAndPrintsACount) {
+  StartDaemon();
+  std::vector<std::string> team;
+  for (int i = 0; i < 3; ++i) {
+    Job job = TestTrainJob(Out("team-" + std::to_string(i)), 100000);
+    (*job.mutable_labels())["team"] = "x";
+    auto created = client().CreateJob(job);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    team.push_back(created->name());
+  }
+  Job other_job = TestTrainJob(Out("other"), 100000);
+  (*other_job.mutable_labels())["team"] = "y";
+  auto other = client().CreateJob(other_job);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  auto state_of = [&](const std::string& name) {
+    auto j = client().GetJob(name);
+    return j.ok() ? j->state() : fp8d::v1::JOB_STATE_UNSPECIFIED;
+  };
+
+  // Without --yes: what it would cancel, exit 1, nothing cancelled.
+  ProcessResult dry = Ctl({"cancel", "-l", "team=x"});
+  EXPECT_EQ(dry.exit_code, 1) << dry.err;
+  EXPECT_TRUE(Contains(dry.out, "would cancel 3 jobs:")) << dry.out;
+  for (const auto& n : team) EXPECT_TRUE(Contains(dry.out, "  " + n + "\n")) << dry.out;
+  EXPECT_FALSE(Contains(dry.out, other->name())) << dry.out;
+  EXPECT_TRUE(Contains(dry.err, "pass --yes")) << dry.err;
+  ProcessResult dry_names = Ctl({"cancel", team[0], other->name()});
+  EXPECT_EQ(dry_names.exit_code, 1);
+  EXPECT_TRUE(Contains(dry_names.out, "would cancel 2 jobs:")) << dry_names.out;
+  for (const auto& n : team) EXPECT_NE(state_of(n), fp8d::v1::CANCELLING) << n;
+  for (const auto& n : team) EXPECT_NE(state_of(n), fp8d::v1::CANCELLED) << n;
+
+  ProcessResult yes = Ctl({"cancel", "-l", "team=x", "--yes"});
+  EXPECT_EQ(yes.exit_code, 0) << yes.err;
+  EXPECT_TRUE(Contains(yes.out, "cancelled 3 of 3 jobs\n")) << yes.out;
+  for (const auto& n : team) {
+    auto done = WaitTerminal(client(), n);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->state(), fp8d::v1::CANCELLED);
+  }
+  EXPECT_NE(state_of(other->name()), fp8d::v1::CANCELLED);
+  // The selector now matches only finished jobs: nothing to cancel.
+  ProcessResult none = Ctl({"cancel", "-l", "team=x"});
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_TRUE(Contains(none.out, "cancelled 0 of 0 jobs")) << none.out;
+
+  // Several names with --yes (a cancelled one again is fine); one name as before, no count.
+  ProcessResult names = Ctl({"cancel", team[0], other->name(), "-y"});
+  EXPECT_EQ(names.exit_code, 0) << names.err;
+  EXPECT_TRUE(Contains(names.out, "cancelled 2 of 2 jobs")) << names.out;
+  ProcessResult one = Ctl({"cancel", other->name()});
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(Lines(one.out).size(), 1u) << one.out;
+  EXPECT_TRUE(Contains(one.out, other->name() + " CANCEL")) << one.out;
+  ASSERT_TRUE(WaitTerminal(client(), other->name()).ok());
+
+  // Neither names nor a selector, or both: a usage error.
+  EXPECT_EQ(Ctl({"cancel"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"cancel", team[0], "-l", "team=x"}).exit_code, 2);
+  // A name that does not exist among others: reported, the others still cancelled, exit 3.
+  ProcessResult missing = Ctl({"cancel", "jobs/does-not-exist", team[1], "--yes"});
+  EXPECT_EQ(missing.exit_code, 3);
+  EXPECT_TRUE(Contains(missing.err, "jobs/does-not-exist: ")) << missing.err;
+  EXPECT_TRUE(Contains(missing.out, "cancelled 1 of 2 jobs")) << missing.out;
+}
+
+TEST_F(CliTest, LogsTailAcrossRanksWithARankPrefix) {
+  StartDaemon();
+  Job job = TestTrainJob(Out("two-ranks"), 3);
+  job.mutable_resources()->set_ranks(2);
+  auto created = client().CreateJob(job);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto done = WaitTerminal(client(), created->name());
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->state(), fp8d::v1::SUCCEEDED) << done->error().message();
+
+  std::vector<std::vector<std::string>> rank_lines(2);
+  for (int r = 0; r < 2; ++r) {
+    ProcessResult one = Ctl({"logs", created->name(), "--rank", std::to_string(r)});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    rank_lines[r] = Lines(one.out);
+    ASSERT_GE(rank_lines[r].size(), 3u) << one.out;
+    EXPECT_FALSE(Contains(one.out, "[rank ")) << "one rank asked for: no prefix";
+  }
+
+  // Without --rank: every rank, each line prefixed.
+  ProcessResult all = Ctl({"logs", created->name()});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  std::vector<std::string> expected;
+  for (int r = 0; r < 2; ++r) {
+    for (const auto& l : rank_lines[r]) expected.push_back("[rank " + std::to_string(r) + "] " + l);
+  }
+  EXPECT_EQ(Lines(all.out), expected);
+
+  // --tail 2: the last two lines of each rank.
+  ProcessResult tail = Ctl({"logs", created->name(), "--tail", "2"});
+  ASSERT_EQ(tail.exit_code, 0) << tail.err;
+  std::vector<std::string> expected_tail;
+  for (int r = 0; r < 2; ++r) {
+    const auto& l = rank_lines[r];
+    for (size_t i = l.size() - 2; i < l.size(); ++i) expected_tail.push_back("[rank " + std::to_string(r) + "] " + l[i]);
+  }
+  EXPECT_EQ(Lines(tail.out), expected_tail);
+  ProcessResult one_tail = Ctl({"logs", created->name(), "--rank", "1", "--tail", "1"});
+  EXPECT_EQ(one_tail.out, rank_lines[1].back() + "\n");
+  ProcessResult zero = Ctl({"logs", created->name(), "--tail", "0"});
+  EXPECT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_EQ(zero.out, "");
+  ProcessResult more = Ctl({"logs", created->name(), "--rank", "0", "--tail", "100000"});
+  EXPECT_EQ(Lines(more.out), rank_lines[0]);
+
+  // -o json: one object per line, with its rank.
+  ProcessResult json_tail = Ctl({"logs", created->name(), "--tail", "1", "-o", "json"});
+  ASSERT_EQ(json_tail.exit_code, 0) << json_tail.err;
+  const auto objects = Lines(json_tail.out);
+  ASSERT_EQ(objects.size(), 2u) << json_tail.out;
+  for (int r = 0; r < 2; ++r) {
+    const json o = json::parse(objects[r]);
+    EXPECT_EQ(o["rank"], r);
+    EXPECT_EQ(o["line"], rank_lines[r].back());
+  }
+  // --follow --tail on a finished job: the tail, then the stream ends with the job.
+  ProcessResult follow = Ctl({"logs", created->name(), "--tail", "1", "-f"});
+  EXPECT_EQ(follow.exit_code, 0) << follow.err;
+  auto followed = Lines(follow.out);  // the ranks are followed at once: in either order
+  std::sort(followed.begin(), followed.end());
+  EXPECT_EQ(followed, (std::vector<std::string>{"[rank 0] " + rank_lines[0].back(),
+                                                "[rank 1] " + rank_lines[1].back()}));
 }
 
 }  // namespace

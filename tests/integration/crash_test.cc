@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Crash consistency end to end (issue 14): one daemon per data dir and per port; fp8d killed
 // at each step of the launch path (failpoints) and restarted; workers that finish or crash
 // while the controller is down.
@@ -66,22 +67,6 @@ TEST_F(CrashTest, SecondDaemonOnTheSamePortExits) {
   EXPECT_EQ(second.exit_code, 1) << second.err;
   EXPECT_NE(second.err.find("could not bind"), std::string::npos) << second.err;
   ExpectServing();
-}
-
-// One line of steps.log (the test worker's FP8_TEST_STEP_LOG).
-struct StepLine {
-  int attempt = 0;
-  int rank = 0;
-  long step = 0;
-  long pid = 0;
-};
-
-std::vector<StepLine> ReadSteps(const std::string& path) {
-  std::vector<StepLine> out;
-  std::ifstream in(path);
-  StepLine l;
-  while (in >> l.attempt >> l.rank >> l.step >> l.pid) out.push_back(l);
-  return out;
 }
 
 int FailpointRounds() {

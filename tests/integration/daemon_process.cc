@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/integration/daemon_process.h"
 
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <iterator>
 #include <sstream>
 #include <thread>
@@ -322,6 +324,26 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
   result.out = ReadFile(out);
   result.err = ReadFile(err);
   return result;
+}
+
+int HttpPort(const Daemon& daemon) {
+  int port = 0;
+  PollUntil([&] {
+    std::smatch m;
+    const std::string log = daemon.Log();
+    if (!std::regex_search(log, m, std::regex("http listening on 127\\.0\\.0\\.1:(\\d+)"))) return false;
+    port = std::stoi(m[1]);
+    return true;
+  }, std::chrono::seconds(30));
+  return port;
+}
+
+std::vector<StepLine> ReadSteps(const std::string& path) {
+  std::vector<StepLine> out;
+  std::ifstream in(path);
+  StepLine l;
+  while (in >> l.attempt >> l.rank >> l.step >> l.pid) out.push_back(l);
+  return out;
 }
 
 bool ProcessAlive(int64_t pid) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integration-test harness: the real fp8d binary started as a process on a free loopback port
 // (fp8d --listen 127.0.0.1:0 --addr-file ...), a temporary data dir, the fault-injection
 // worker, and helpers that poll for conditions with generous limits (the suite must pass on
@@ -82,6 +83,9 @@ class Daemon {
   int starts_ = 0;
 };
 
+// The port fp8d logged for --http-listen 127.0.0.1:0 (waits up to 30 s for the line; 0 if none).
+int HttpPort(const Daemon& daemon);
+
 // Polls `pred` every 20 ms until it holds or `timeout` passes.
 bool PollUntil(const std::function<bool()>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(60));
@@ -92,6 +96,16 @@ fp8::StatusOr<fp8d::v1::Job> WaitTerminal(fp8d::client::JobClient& client, const
 fp8::StatusOr<fp8d::v1::Job> WaitState(fp8d::client::JobClient& client, const std::string& name,
                                        fp8d::v1::JobState state,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// One line of the test worker's steps.log (FP8_TEST_STEP_LOG): "<attempt> <rank> <step> <pid>".
+struct StepLine {
+  int attempt = 0;
+  int rank = 0;
+  long step = 0;
+  long pid = 0;
+};
+// The lines of a steps.log in the order they were written.
+std::vector<StepLine> ReadSteps(const std::string& path);
 
 // A TRAIN job for the fault-injection worker: `steps` steps, a checkpoint every `save_steps`.
 fp8d::v1::Job TestTrainJob(const std::string& output_dir, int steps, int save_steps = 0);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fixture of the integration suites: one real fp8d in a temp dir, its log printed when a
 // test fails.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Failure paths end to end: the fault-injection worker crashes, hangs, overruns its deadline
 // or exits 64; the controller itself is SIGKILLed mid-run and restarted. One test runs the
 // real fp8-worker on the shipped corpus when it has been built.

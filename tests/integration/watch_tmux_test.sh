@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `fp8ctl watch` on a real terminal (issue 19 item 3): under tmux at 60 and 160 columns the
 # progress line fits the width (never wraps), and while the daemon is away it says
 # "reconnecting". Reads the screen with tmux capture-pane. Skips (exit 77) without tmux.

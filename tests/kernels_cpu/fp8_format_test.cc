@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8/FP16/BF16 conversions against independent oracles (no CUDA needed): exact decode of the
 // format definitions, brute-force nearest-value search with ties to even, and the compiler's
 // own _Float16 conversions.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference's conversions against CUDA's own host-side conversions in cuda_fp8.h /
 // cuda_fp16.h / cuda_bf16.h (compiled here by the host compiler; they run on the CPU). This is
 // what lets the GPU kernels be tested against the CPU reference bit for bit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8 GEMMs against the float64 product of their dequantized inputs (DeepGEMM's calc_diff check
 // plus an element-wise FP32-accumulation bound), and Sgemm against a naive double GEMM.
 #include "kernels/gemm.h"

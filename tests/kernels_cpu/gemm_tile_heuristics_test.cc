@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The blockwise FP8 GEMM's tile heuristics (kernels/cuda/sm90_fp8_gemm_tile_heuristics.h): a
 // pure function of the shape and the GPU's residency, so it runs here without CUDA. The shapes
 // are issue #3's, whose measured choices docs/perf-history.md records.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The quantize and dequantize kernels' spans run in an AVX2 build or the baseline build of the same code,
 // whichever the loader picks for this CPU (kernels/cpu/quantize.cc). Whichever it is must give
 // FloatToFp8's bytes: QuantizeTensor (the per-tensor cast with a given scale, the same cast

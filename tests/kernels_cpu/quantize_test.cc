@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Quantize / dequantize against an independent scalar reference (tile amax in double, scale,
 // element-wise cast) with asserted error bounds, for every granularity, format and scale format,
 // on shapes with partial edge tiles.

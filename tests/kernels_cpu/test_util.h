@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for the kernels CPU tests: deterministic random matrices and references.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for the CUDA kernel tests: GPU presence, device buffers, fresh random inputs, and the
 // comparisons against the CPU reference (the ground truth, docs/design.md §6).
 #pragma once

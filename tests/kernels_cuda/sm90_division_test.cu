@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The quantization kernels divide by the tile scale with the body of nvcc's div.rn.f32, the
 // reciprocal hoisted out of the loop and a conservative range check in place of FCHK
 // (sm90_fp8_common.cuh). DivideByScale must equal __fdiv_rn bit for bit, and the FP8 cast of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The own sm_90a blockwise FP8 GEMM (Sm90GemmFp8Blockwise) against the CPU reference
 // (kernels/gemm.h GemmFp8Blockwise, FP32 promotion per K block) and against the cuBLASLt
 // blockwise path, by DeepSeek's calc_diff < 1e-3, on fresh random inputs; every block tile

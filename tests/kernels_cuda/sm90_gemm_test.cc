@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cuBLASLt GEMMs on sm_90 against the float64 product of the dequantized inputs (the CPU
 // reference's own dequantization), by DeepSeek's calc_diff < 1e-3; and the full pipeline with
 // the scales written by the GPU quantization kernels in the layouts cuBLASLt reads.

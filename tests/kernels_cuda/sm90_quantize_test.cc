@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sm_90 quantization kernels against the CPU reference (kernels/quantize.h): bytes and
 // scales must be bit-identical, for bf16 and fp32 inputs, both FP8 formats, both scale formats
 // and both scale layouts, on shapes with partial edge tiles.

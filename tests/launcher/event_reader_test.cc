@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // EventFileReader and ParseEventLine: complete lines only, exact offsets, garbage detection.
 #include "daemon/launcher/event_reader.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prints how long it takes from a worker's SIGKILL to the listener's OnWorkerExit, for a few
 // poll intervals. Not a test (numbers depend on the machine):
 //   build/bin/launcher_exit_latency [runs=20]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/launcher/launcher_test_util.h"
 
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers of the launcher tests: a listener that records everything in delivery order, a
 // polling wait (never a fixed sleep as an assertion) and a fixture that cleans up processes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LocalLauncher with real processes: launch, environment and files, event order and offsets,
 // exit codes and signals, process groups, garbage and partial lines.
 #include <signal.h>
@@ -236,14 +237,18 @@ TEST_F(LauncherTest, SigtermStopsAtAStepBoundaryWithACheckpoint) {
   ASSERT_TRUE(listener_.WaitForEventType("job-term", 0, "progress"));
   launcher->Signal("job-term", 1, SIGTERM);
   ASSERT_TRUE(listener_.WaitForExit("job-term", 1, 0));
-  EXPECT_EQ(listener_.Exit("job-term", 0)->exit_code, 75);
+  EXPECT_EQ(listener_.Exit("job-term", 0)->exit_code, 76);
   auto events = WithoutHeartbeats(listener_.Events("job-term", 0));
-  ASSERT_GE(events.size(), 3u);
+  ASSERT_GE(events.size(), 4u);
   const auto& done = events.back();
   ASSERT_EQ(Type(done), "done");
   EXPECT_TRUE(done.event.done().result().fields().at("interrupted").bool_value());
-  const auto& ckpt = events[events.size() - 2];
+  const auto& preempted = events[events.size() - 2];
+  ASSERT_EQ(Type(preempted), "preempted");
+  const auto& ckpt = events[events.size() - 3];
   ASSERT_EQ(Type(ckpt), "checkpoint");
+  EXPECT_EQ(preempted.event.preempted().step(), ckpt.event.checkpoint().step());
+  EXPECT_EQ(preempted.event.preempted().checkpoint(), ckpt.event.checkpoint().path());
   EXPECT_EQ(static_cast<double>(ckpt.event.checkpoint().step()),
             done.event.done().result().fields().at("final_step").number_value());
   EXPECT_TRUE(fs::exists(ckpt.event.checkpoint().path() + "/trainer_state.json"));
@@ -259,7 +264,7 @@ TEST_F(LauncherTest, IgnoredSigtermNeedsSigkill) {
   launcher->Signal("job-ign", 1, SIGTERM);
   launcher->Signal("job-ign", 1, SIGKILL);
   ASSERT_TRUE(listener_.WaitForExit("job-ign", 1, 0));
-  // Had SIGTERM been honoured the exit would be 75; SIGKILL ended it instead.
+  // Had SIGTERM been honoured the exit would be 76; SIGKILL ended it instead.
   EXPECT_EQ(listener_.Exit("job-ign", 0)->signal, SIGKILL);
 }
 
@@ -299,7 +304,7 @@ TEST_F(LauncherTest, SigtermOfTheGroupKillsGrandchildren) {
                                                            {"FP8_TEST_SPAWN_CHILD", "1"}}));
   ASSERT_TRUE(ranks.ok());
   ExpectGroupSignalReachesGrandchild(listener_, *launcher, "job-gt", (*ranks)[0].pid, SIGTERM);
-  EXPECT_EQ(listener_.Exit("job-gt", 0)->exit_code, 75);
+  EXPECT_EQ(listener_.Exit("job-gt", 0)->exit_code, 76);
 }
 
 TEST_F(LauncherTest, AGroupDoesNotOutliveItsLeader) {

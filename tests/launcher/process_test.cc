@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process identity through /proc, environment merging and slot inventory.
 #include "daemon/launcher/process.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recovery after a controller restart: workers found without saved pids, gone ranks judged by
 // the rest of their events file, and an attempt that never spawned reported as such.
 #include <signal.h>

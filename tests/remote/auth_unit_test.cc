@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pure parts of the remote API and isolation, in-process: the tokens file, each auth
 // source and their chain, role and owner checks, run-as uids, path roots, the worker
 // environment allowlist, and fp8ctl contexts. Job.env's allowlist: tests/security_principals.

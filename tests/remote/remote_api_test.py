@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Remote and secure API, end to end, with real processes and certificates made by openssl.
 
   remote_api_test.py --fp8d BIN --worker BIN --proto-dir DIR --fp8ctl BIN --real-worker BIN
@@ -642,7 +643,7 @@ def case_http(base):
                 from prometheus_client.parser import text_string_to_metric_families
                 for f in text_string_to_metric_families(text):
                     fams[f.name] = f
-                step = sample(fams, "fp8d_job_step", job=long.name)
+                step = sample(fams, "fp8d_job_step", fp8d_job=long.name)
             time.sleep(0.3)
         families = check_metrics_text(text)
         expect(step and step > 0, f"fp8d_job_step for the running job: {step}")
@@ -689,7 +690,7 @@ def wait_for_sample(url, name, job_name, timeout=120):
     while time.time() < end and value is None:
         code, text = curl(url)
         if code == 200:
-            value = sample({f.name: f for f in text_string_to_metric_families(text)}, name, job=job_name)
+            value = sample({f.name: f for f in text_string_to_metric_families(text)}, name, fp8d_job=job_name)
         time.sleep(0.3)
     return value, check_metrics_text(text)
 
@@ -702,7 +703,7 @@ def case_fp8_metrics(base):
         created = s.CreateJob(PB.svc.CreateJobRequest(job=long_running_job(shared, "fp8-tensorwise")), timeout=30)
         amax, families = wait_for_sample(url, "fp8d_job_fp8_amax_max", created.name)
         expect(amax and amax > 0, f"fp8d_job_fp8_amax_max for the running FP8 job: {amax}")
-        sat = sample(families, "fp8d_job_fp8_saturation_fraction", job=created.name)
+        sat = sample(families, "fp8d_job_fp8_saturation_fraction", fp8d_job=created.name)
         expect(sat is not None and 0 <= sat <= 1, f"fp8d_job_fp8_saturation_fraction in [0, 1]: {sat}")
         got = s.GetJob(PB.svc.GetJobRequest(name=created.name), timeout=10).progress
         expect(got.HasField("fp8_amax_max"), f"GetJob's progress carries fp8_amax_max ({got.fp8_amax_max})")
@@ -723,13 +724,13 @@ def case_moe_progress(base):
         created = s.CreateJob(PB.svc.CreateJobRequest(job=long_running_job(shared, "bf16", "moe-tiny")), timeout=30)
         cv, families = wait_for_sample(url, "fp8d_job_moe_load_cv", created.name)
         expect(cv is not None and cv >= 0, f"fp8d_job_moe_load_cv for the running MoE job: {cv}")
-        lo = sample(families, "fp8d_job_moe_load_min", job=created.name)
-        hi = sample(families, "fp8d_job_moe_load_max", job=created.name)
+        lo = sample(families, "fp8d_job_moe_load_min", fp8d_job=created.name)
+        hi = sample(families, "fp8d_job_moe_load_max", fp8d_job=created.name)
         expect(lo is not None and hi is not None and 0 <= lo <= 1 <= hi,
                f"fp8d_job_moe_load_min <= 1 <= fp8d_job_moe_load_max ({lo}, {hi})")
-        dropped = sample(families, "fp8d_job_moe_dropped_fraction", job=created.name)
+        dropped = sample(families, "fp8d_job_moe_dropped_fraction", fp8d_job=created.name)
         expect(dropped is not None and 0 <= dropped <= 1, f"fp8d_job_moe_dropped_fraction in [0, 1]: {dropped}")
-        aux = sample(families, "fp8d_job_moe_aux_loss", job=created.name)
+        aux = sample(families, "fp8d_job_moe_aux_loss", fp8d_job=created.name)
         expect(aux is not None and aux > 0, f"fp8d_job_moe_aux_loss of softmax-topk routing: {aux}")
         got = s.GetJob(PB.svc.GetJobRequest(name=created.name), timeout=10).progress
         expect(got.HasField("moe_load_cv") and got.HasField("moe_aux_loss"),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP listener of a real fp8d under attack: idle and trickling TCP connections and silent
 // TLS connections must not keep /healthz, /readyz and /metrics from answering (within 1 s,
 // measured and printed), the per-peer cap answers the 17th connection 503, HEAD sends no body,
@@ -132,19 +133,6 @@ std::string HeaderOf(const std::string& response, const std::string& name) {
 std::string BodyOf(const std::string& response) {
   const size_t end = response.find("\r\n\r\n");
   return end == std::string::npos ? "" : response.substr(end + 4);
-}
-
-// The port fp8d logged for --http-listen 127.0.0.1:0.
-int HttpPort(const Daemon& daemon) {
-  int port = 0;
-  PollUntil([&] {
-    std::smatch m;
-    const std::string log = daemon.Log();
-    if (!std::regex_search(log, m, std::regex("http listening on 127\\.0\\.0\\.1:(\\d+)"))) return false;
-    port = std::stoi(m[1]);
-    return true;
-  }, 30s);
-  return port;
 }
 
 // A CA, a server certificate for localhost/127.0.0.1 and a client certificate (CN=alice), made

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // job_folder_racer UID GID DIR NAME TARGET: becomes UID/GID (the job's owner), makes DIR when it
 // is missing and then, until killed, keeps replacing DIR/NAME with a symbolic link to TARGET
 // (symlink + rename, so the name is never missing), as an owner racing fp8d for a name it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job's owner owns its job folder (jobs/<id>, 0700) and can put anything there; fp8d runs as
 // root. For each name fp8d uses in that folder, the owner (a real second user, acting through
 // setpriv) plants a symbolic link to a root-owned victim at the moment fp8d would use the name,

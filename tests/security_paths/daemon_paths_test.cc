@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The path rule against the real fp8d and fp8-worker: a glob that climbs out after its
 // wildcard, init_from looked at as the owner, a directory swapped for a symlink while the job
 // was queued, a symlink alias of an output_dir in use, an unreadable init_from, and a create

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # fp8d with the test harness's "--allowed-root /" replaced by the roots in $FP8D_TEST_ROOTS
 # (colon-separated), for tests that need roots narrower than "/". Execs, so the harness's pid
 # is fp8d's.

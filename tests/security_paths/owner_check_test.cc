@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d's check at create looks at the filesystem with the rights of the uid the job runs as:
 // for a path that user cannot see, the answer is the same whether it exists or not.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Path-ness is declared once, in job.proto: every string field of a job spec whose name says it
 // is a path must carry `[(fp8d.v1.path) = ...]`, or fp8d and the worker would not check it.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The path rule of jobspec/paths.h on every path field of TrainSpec and CalibrateSpec: what
 // fp8d decides at create and what the worker decides before it opens the path, for a direct
 // path, `..`, a symlink out of the roots, a glob with `..` after its wildcard, a glob through a

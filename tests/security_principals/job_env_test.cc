@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job.env's allowlist (daemon/api/job_env.h) as a table: each row a variable, the operator's
 // --job-env-allow entries, and whether CreateJob accepts it.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Principals and job environments through the real fp8d (docs/security.md, "Principals"):
 // two real local users run fp8ctl as themselves (setpriv) over the unix socket and over
 // loopback TCP; root submits over the unix socket; bearer tokens go over gRPC and HTTP; job

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d on a real Slurm cluster: scripts/slurm-cluster.sh starts munge, slurmctld and two
 // slurmd (nodes n1, n2) on this machine for each test and stops them after it; fp8d runs with
 // --launcher slurm. Every test skips when the cluster cannot start (no Slurm installed).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Slurm launcher's parsing of Slurm's answers and its mapping of Slurm's end states to
 // failure causes, without a cluster.
 #include <gtest/gtest.h>

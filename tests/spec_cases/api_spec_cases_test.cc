@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The API side of the shared case table: every case, sent through CreateJob on a real fp8d, is
 // refused with INVALID_ARGUMENT naming job.<kind>.<field> — so nothing the worker would refuse
 // (exit 64) is accepted at create. A spec left to its defaults comes back filled in.

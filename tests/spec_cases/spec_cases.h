@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads the shared case table (spec_cases.json) for the worker-side and the API-side tests.
 #pragma once
 

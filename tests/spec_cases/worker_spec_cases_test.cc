@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The worker side of the shared case table: every case is refused by the worker's spec reader
 // (the same jobspec validator the daemon runs) naming the field, some of them by the real
 // fp8-worker binary with exit 64; and every validator rule has a case.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One suite for every JobStore implementation (SQLite in a temp dir, memory): the contract of
 // daemon/store/job_store.h. SQLite-only properties (persistence, migrations, crash safety)
 // follow at the end.
@@ -6,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -244,6 +246,24 @@ TEST_P(JobStoreConformance, LabelSelectorFiltersAndPages) {
   filter.labels = fp8::ParseLabelSelector("team!=vision,!missing").value();
   EXPECT_EQ(ListAll(filter), nlp);
   filter.labels = fp8::ParseLabelSelector("missing").value();
+  EXPECT_TRUE(ListAll(filter).empty());
+}
+
+TEST_P(JobStoreConformance, OwnerFiltersAndPagesAlone) {
+  std::vector<std::string> alice;
+  for (int i = 0; i < 30; ++i) {
+    Job job = MakeJob();
+    job.set_owner(i % 3 == 0 ? "alice" : "bob");
+    Job created = Create(std::move(job));
+    if (i % 3 == 0) alice.insert(alice.begin(), created.name());  // newest first
+  }
+  ListFilter filter;
+  filter.page_size = 4;  // pages must fill across the rows of other owners
+  filter.owner = "alice";
+  int pages = 0;
+  EXPECT_EQ(ListAll(filter, &pages), alice);
+  EXPECT_EQ(pages, 3);
+  filter.owner = "carol";
   EXPECT_TRUE(ListAll(filter).empty());
 }
 
@@ -628,6 +648,53 @@ TEST_P(JobStoreConformance, ScanActiveJobsHandsOutListActiveJobsInChunks) {
   });
   EXPECT_EQ(st.code(), fp8::StatusCode::kUnavailable);
   EXPECT_EQ(calls, 1);
+}
+
+// Accounting reads every attempt that started, with its job's owner and queue, and leaves out
+// the ones that ended before the window.
+TEST_P(JobStoreConformance, ListAttemptUsageHasEveryStartedAttemptWithItsOwnerAndQueue) {
+  Job a = MakeJob();
+  a.set_owner("alice");
+  a.set_queue("team-a");
+  const std::string name = Create(a).name();
+  Job b = MakeJob();
+  b.set_owner("bob");
+  const std::string name_b = Create(b).name();
+  auto timed = [](int number, int gpus, int cpus, int64_t start_s, int64_t end_s) {
+    AttemptRecord rec;
+    rec.attempt.set_number(number);
+    for (int r = 0; r < gpus + cpus; ++r) {
+      auto* p = rec.attempt.add_ranks();
+      p->set_rank(r);
+      p->set_gpu(r < gpus ? r : -1);
+    }
+    if (start_s > 0) rec.attempt.mutable_start_time()->set_seconds(start_s);
+    if (end_s > 0) rec.attempt.mutable_end_time()->set_seconds(end_s);
+    return rec;
+  };
+  ASSERT_OK(store_->PutAttempt(name, timed(1, 2, 0, 1000, 1100)));  // ended early
+  ASSERT_OK(store_->PutAttempt(name, timed(2, 2, 1, 2000, 2600)));
+  ASSERT_OK(store_->PutAttempt(name, timed(3, 1, 0, 3000, 0)));     // still running
+  ASSERT_OK(store_->PutAttempt(name_b, timed(1, 0, 4, 0, 0)));  // never started
+  ASSERT_OK(store_->PutAttempt(name_b, timed(2, 0, 4, 2500, 2700)));
+
+  ASSERT_OK_AND_ASSIGN(auto all, store_->ListAttemptUsage(0));
+  ASSERT_EQ(all.size(), 4u);
+  ASSERT_OK_AND_ASSIGN(auto recent, store_->ListAttemptUsage(1'500'000));
+  ASSERT_EQ(recent.size(), 3u);
+  std::sort(recent.begin(), recent.end(), [](const AttemptUsage& x, const AttemptUsage& y) { return x.start_ms < y.start_ms; });
+  EXPECT_EQ(recent[0].owner, "alice");
+  EXPECT_EQ(recent[0].queue, "team-a");
+  EXPECT_EQ(recent[0].start_ms, 2'000'000);
+  EXPECT_EQ(recent[0].end_ms, 2'600'000);
+  EXPECT_EQ(recent[0].gpu_ranks, 2);
+  EXPECT_EQ(recent[0].cpu_ranks, 1);
+  EXPECT_EQ(recent[1].owner, "bob");
+  EXPECT_EQ(recent[1].queue, "");
+  EXPECT_EQ(recent[1].cpu_ranks, 4);
+  EXPECT_EQ(recent[2].start_ms, 3'000'000);
+  EXPECT_EQ(recent[2].end_ms, 0) << "running: no end yet";
+  EXPECT_EQ(recent[2].gpu_ranks, 1);
 }
 
 TEST_P(JobStoreConformance, IntegrityCheckPassesOnAHealthyStore) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8-test-worker: a stand-in for fp8-worker that speaks the worker contract (docs/design.md §4,
 // event schema in worker/common/events.h) and misbehaves on request, so the launcher, the
 // manager and the integration tests can exercise every failure path with real processes and
@@ -57,8 +58,9 @@
 //     written under a temporary name, fsynced and renamed, then a `checkpoint` event. Only
 //     rank 0 writes them (the ranks of one job share the directory);
 //   - SIGTERM: stops at the step boundary, writes a checkpoint if save_steps > 0 and the
-//     current step is not saved yet, emits `done` with result.interrupted = true, exits 75
-//     (as the real trainer does, docs/architecture.md);
+//     current step is not saved yet, emits `preempted` {step, checkpoint} and then `done`
+//     with result.interrupted = true, exits 76 (as the real trainer does,
+//     docs/architecture.md); ignore_sigterm leaves SIGTERM unanswered (only SIGKILL ends it);
 //   - `done` {result: {final_step, resumed_from_step, final_loss}} at the end, exit 0.
 //   - stderr (rank-<r>.log) gets the FP8D_* / CUDA_VISIBLE_DEVICES environment and the list
 //     of open fds at start, so tests can check what the launcher handed over.
@@ -302,15 +304,15 @@ void MakeDirs(const std::string& path) {
   }
 }
 
-// Writes <dir>/step-N whole or not at all, then announces it.
-void SaveCheckpoint(const std::string& dir, long step, double loss) {
+// Writes <dir>/step-N whole or not at all, then announces it. Returns its path ("" if not written).
+std::string SaveCheckpoint(const std::string& dir, long step, double loss) {
   MakeDirs(dir);
   std::string final_path = dir + "/step-" + std::to_string(step);
   std::string tmp = dir + "/.tmp-step-" + std::to_string(step) + "-" + std::to_string(::getpid());
   RemoveTree(tmp);
   if (::mkdir(tmp.c_str(), 0755) != 0) {
     std::fprintf(stderr, "checkpoint: mkdir %s: %s\n", tmp.c_str(), std::strerror(errno));
-    return;
+    return "";
   }
   std::string model = "test-model step=" + std::to_string(step) + "\n";
   json state = {{"step", step}, {"global_step", step}, {"loss", loss}};
@@ -319,7 +321,7 @@ void SaveCheckpoint(const std::string& dir, long step, double loss) {
       !WriteFileSynced(tmp + "/trainer_state.json", state_text)) {
     std::fprintf(stderr, "checkpoint: writing %s failed\n", tmp.c_str());
     RemoveTree(tmp);
-    return;
+    return "";
   }
   FsyncDir(tmp);
   // A step reached again after resuming from an older checkpoint replaces the old directory.
@@ -332,13 +334,14 @@ void SaveCheckpoint(const std::string& dir, long step, double loss) {
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
     std::fprintf(stderr, "checkpoint: rename to %s: %s\n", final_path.c_str(), std::strerror(errno));
     RemoveTree(tmp);
-    return;
+    return "";
   }
   FsyncDir(dir);
   char checksum[32];
   std::snprintf(checksum, sizeof(checksum), "fnv1a64:%016llx",
                 static_cast<unsigned long long>(Fnv1a(state_text, Fnv1a(model))));
   Emit(fp8::worker::CheckpointEvent(step, final_path, checksum));
+  return final_path;
 }
 
 // Step recorded in <resume_from>/trainer_state.json; -1 if unreadable.
@@ -517,6 +520,7 @@ int Run(const std::string& kind, const std::string& spec_path) {
   if (step_log) MakeDirs(ckpt_dir);
   long step = resumed_from;
   long saved = resumed_from;
+  std::string checkpoint;  // the newest written by this run (rank 0)
   double loss = 4.0;
   bool interrupted = false;
   while (step < c.steps) {
@@ -548,20 +552,24 @@ int Run(const std::string& kind, const std::string& spec_path) {
       WriteLine("{\"no_type_here\": " + std::to_string(step) + "}");
     }
     if (c.save_steps > 0 && step % c.save_steps == 0 && rank == 0 && !ckpt_dir.empty()) {
-      SaveCheckpoint(ckpt_dir, step, loss);
+      checkpoint = SaveCheckpoint(ckpt_dir, step, loss);
       saved = step;
     }
   }
+  if (saved != step) checkpoint.clear();  // `checkpoint` is the one of `step`, if any
   if (interrupted && c.save_steps > 0 && saved != step && rank == 0 && !ckpt_dir.empty()) {
-    SaveCheckpoint(ckpt_dir, step, loss);
+    checkpoint = SaveCheckpoint(ckpt_dir, step, loss);
   }
   json result = {{"final_step", step}, {"resumed_from_step", resumed_from}, {"final_loss", loss}};
-  if (interrupted) result["interrupted"] = true;
+  if (interrupted) {
+    result["interrupted"] = true;
+    Emit(fp8::worker::PreemptedEvent(step, checkpoint));
+  }
   Emit(fp8::worker::DoneEvent(result));
   g_heartbeat_on.store(false);
   if (heartbeat.joinable()) heartbeat.join();
   std::fprintf(stderr, "%s at step %ld\n", interrupted ? "interrupted" : "done", step);
-  return interrupted ? 75 : 0;
+  return interrupted ? fp8::worker::kExitPreempted : 0;
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fault-injection worker itself: its knobs do what main.cc documents, so the tests of the
 // launcher, the manager and the integration can trust it.
 #include <sys/wait.h>
@@ -92,16 +93,24 @@ class TestWorkerTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  // Runs the worker to completion with only `env` (plus PATH) in its environment.
+  // Runs the worker to completion with only `env` (plus PATH) in its environment; with
+  // `sigterm_after_s` > 0 it gets SIGTERM that long after its start (and SIGKILL 2 s later, so
+  // a worker that ignores it cannot outlive the test).
   RunResult Run(const std::map<std::string, std::string>& env, const std::string& spec = "{}",
-                const std::string& args = "") {
+                const std::string& args = "", double sigterm_after_s = 0) {
     std::ofstream(dir_ + "/spec.json") << spec;
     std::string cmd = "env -i PATH=/usr/bin:/bin";
     for (const auto& [k, v] : env) cmd += " " + k + "=" + ShellQuote(v);
     cmd += " " + ShellQuote(FP8_TEST_WORKER_PATH) + " " +
            (args.empty() ? "train --spec " + ShellQuote(dir_ + "/spec.json") : args) + " > " +
-           ShellQuote(dir_ + "/events") + " 2> " + ShellQuote(dir_ + "/log") +
-           "; echo $? > " + ShellQuote(dir_ + "/rc");
+           ShellQuote(dir_ + "/events") + " 2> " + ShellQuote(dir_ + "/log");
+    if (sigterm_after_s > 0) {
+      const std::string after = std::to_string(sigterm_after_s);
+      cmd += " & pid=$!; sleep " + after + "; kill -TERM $pid; (sleep 2; kill -KILL $pid 2>/dev/null) & "
+             "killer=$!; wait $pid; rc=$?; kill $killer 2>/dev/null; echo $rc > " + ShellQuote(dir_ + "/rc");
+    } else {
+      cmd += "; echo $? > " + ShellQuote(dir_ + "/rc");
+    }
     EXPECT_EQ(std::system(("sh -c " + ShellQuote(cmd)).c_str()), 0);
     RunResult r;
     r.exit_code = std::atoi(ReadFile(dir_ + "/rc").c_str());
@@ -263,6 +272,41 @@ TEST_F(TestWorkerTest, HeartbeatsCanBeTurnedOff) {
                      {"FP8_TEST_STEP_MS", "20"}, {"FP8_TEST_HEARTBEAT_MS", "1"}});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_TRUE(r.of("heartbeat").empty());
+}
+
+}  // namespace
+
+namespace {
+
+// SIGTERM (a preemption): the step in flight finishes, its checkpoint is written, then
+// `preempted` names it, then an interrupted `done`; exit 76.
+TEST_F(TestWorkerTest, SigtermCheckpointsTheStepReportsPreemptedAndExits76) {
+  RunResult r = Run({{"FP8_TEST_STEPS", "1000"}, {"FP8_TEST_STEP_MS", "20"}, {"FP8_TEST_SAVE_STEPS", "1000"},
+                     {"FP8D_CHECKPOINT_DIR", dir_ + "/ck"}},
+                    "{}", "", 0.3);
+  EXPECT_EQ(r.exit_code, 76) << r.log;
+  const std::vector<std::string> types = r.types();
+  ASSERT_GE(types.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(types.end() - 3, types.end()),
+            (std::vector<std::string>{"checkpoint", "preempted", "done"}));
+  const json preempted = r.of("preempted").at(0);
+  const json checkpoint = r.of("checkpoint").back();
+  EXPECT_EQ(preempted["step"], checkpoint["step"]);
+  EXPECT_EQ(preempted["step"], r.of("progress").back()["step"]) << "the last step done";
+  EXPECT_EQ(preempted["checkpoint"], checkpoint["path"]);
+  EXPECT_TRUE(fs::exists(checkpoint["path"].get<std::string>() + "/trainer_state.json"));
+  EXPECT_EQ(r.of("done").at(0)["result"]["interrupted"], true);
+}
+
+// ignore_sigterm: SIGTERM changes nothing; only the SIGKILL after the grace ends it.
+TEST_F(TestWorkerTest, IgnoreSigtermModeRunsOnUntilKilled) {
+  RunResult r = Run({{"FP8_TEST_MODE", "ignore_sigterm"}, {"FP8_TEST_STEPS", "1000"}, {"FP8_TEST_STEP_MS", "20"},
+                     {"FP8D_CHECKPOINT_DIR", dir_ + "/ck"}},
+                    "{}", "", 0.3);
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.log;
+  EXPECT_TRUE(r.of("preempted").empty());
+  EXPECT_TRUE(r.of("done").empty());
+  EXPECT_GT(r.of("progress").size(), 50u) << "it ran on for a while after SIGTERM (at ~15 steps)";
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Static activation calibration and the eval loss before/after (issue 5's "on a model fp8d
 // trained" must-show): a tiny GPT trained in-process by the real trainer on data/corpus.txt,
 // then `fp8-worker calibrate` with activations.data. Checked independently of the calibration
@@ -258,13 +259,15 @@ class TrainedModelTest : public ::testing::Test {
       EXPECT_TRUE(r.ok());
       const safetensors::TensorInfo* t = r->Find(it.key());
       EXPECT_EQ(t->dtype, safetensors::DType::F32);
-      EXPECT_TRUE(t->shape.empty()) << it.key();  // a scalar, as vLLM loads it
+      // [1], as compressed-tensors' initialize.py makes a per-tensor scale (vLLM takes [1] or []).
+      EXPECT_EQ(t->shape, std::vector<int64_t>{1}) << it.key();
       float v = 0;
       EXPECT_TRUE(r->ReadInto(it.key(), &v, sizeof v).ok());
       scales[it.key().substr(0, it.key().size() - 12)] = v;
-      // Next to the layer's FP8 weight and its scale_inv.
+      // Next to the layer's FP8 weight and its compressed-tensors weight_scale.
       const std::string layer = it.key().substr(0, it.key().size() - 12);
-      EXPECT_TRUE(index["weight_map"].contains(layer + ".weight_scale_inv")) << layer;
+      EXPECT_TRUE(index["weight_map"].contains(layer + ".weight_scale")) << layer;
+      EXPECT_FALSE(index["weight_map"].contains(layer + ".weight_scale_inv")) << layer;
     }
     return scales;
   }
@@ -323,9 +326,15 @@ TEST_F(TrainedModelTest, PercentileScalesKeepTheirPromiseAndFp8EvalLossIsWithinO
   ASSERT_EQ(Run(Spec("pct", "percentile")), 0) << error_;
   const fs::path out = root_ / "pct";
 
+  // Static scales are written in compressed-tensors' layout (output_format auto); block weights
+  // with them carry a warning that vLLM and SGLang refuse the pairing.
   const json config = ReadJson(out / "config.json");
-  EXPECT_EQ(config["quantization_config"]["activation_scheme"], "static");
-  EXPECT_EQ(config["quantization_config"]["weight_block_size"], json::array({128, 128}));
+  const json& qc = config["quantization_config"];
+  EXPECT_EQ(qc["quant_method"], "compressed-tensors");
+  EXPECT_EQ(qc["config_groups"]["group_0"]["weights"]["strategy"], "block");
+  EXPECT_EQ(qc["config_groups"]["group_0"]["weights"]["block_structure"], json::array({128, 128}));
+  EXPECT_EQ(qc["config_groups"]["group_0"]["input_activations"]["strategy"], "tensor");
+  EXPECT_EQ(qc["config_groups"]["group_0"]["input_activations"]["dynamic"], false);
 
   const std::map<std::string, float> scales = InputScales(out);
   const std::vector<std::string> layers = {"h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc", "h.0.mlp.c_proj",
@@ -363,6 +372,9 @@ TEST_F(TrainedModelTest, PercentileScalesKeepTheirPromiseAndFp8EvalLossIsWithinO
   EXPECT_NE(eval["loss_fp8_weights"], eval["loss_bf16"]);  // the weights really went through FP8
   EXPECT_LT(std::fabs(eval["rel_diff_fp8_static"].get<double>()), 0.05) << eval.dump();
   EXPECT_EQ(report["summary"]["activation_scheme"], "static");
+  EXPECT_EQ(report["summary"]["output_format"], "compressed-tensors");
+  ASSERT_EQ(report["warnings"].size(), 1u);
+  EXPECT_EQ(report["warnings"][0]["engines"], json::array({"vllm", "sglang"}));
   std::ifstream txt(out / "report.txt");
   std::stringstream ss;
   ss << txt.rdbuf();
@@ -370,7 +382,7 @@ TEST_F(TrainedModelTest, PercentileScalesKeepTheirPromiseAndFp8EvalLossIsWithinO
   EXPECT_THAT(ss.str(), HasSubstr("h.1.mlp.c_proj"));
   EXPECT_THAT(ss.str(), HasSubstr("fp8 weights, static fp8 activations"));
 
-  // The way back drops the static scales along with weight_scale_inv.
+  // The way back drops the static scales along with weight_scale.
   const json back = {{"input", out.string()}, {"output_dir", (root_ / "back").string()}, {"direction", "dequantize"}};
   ASSERT_EQ(Run(back), 0) << error_;
   EXPECT_TRUE(InputScales(root_ / "back").empty());
@@ -475,7 +487,7 @@ TEST_F(UntrainedModelTest, Gpt2ConfigJsonGivesTheShape) {
   EXPECT_EQ(InputScales(root_ / "hf-fp8").size(), 8u);
   const json out_config = ReadJson(root_ / "hf-fp8" / "config.json");
   EXPECT_EQ(out_config["model_type"], "gpt2");
-  EXPECT_EQ(out_config["quantization_config"]["activation_scheme"], "static");
+  EXPECT_EQ(out_config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"], false);
   EXPECT_EQ(ReadJson(root_ / "hf-fp8" / "report.json")["eval"]["num_samples"], 8);
 
   // A config that disagrees with the tensors: 65, naming the tensor.

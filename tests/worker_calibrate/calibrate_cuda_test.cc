@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The calibration job's CUDA backend against its CPU backend: the same model quantized with
 // `backend: cuda` and `backend: cpu` gives byte-identical shards (FP8 bytes and scales) and
 // index, and the dequantized BF16 output is byte-identical too; the statistics agree closely.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `fp8-worker calibrate` end to end through CalibrateMain: FP8 round trip within the E4M3
 // error bound on a generated multi-shard model, untouched tensors byte-identical, index and
 // config contents, dequantize back to BF16, restart after an interruption, and bad input /
@@ -333,7 +334,9 @@ TEST_F(CalibrateTest, ChannelAndTensorGranularityAndUserPatterns) {
     EXPECT_EQ(r->Find("a.weight")->dtype, DType::BF16);
     EXPECT_EQ(r->Find("b.weight")->dtype, DType::F16);
     ASSERT_EQ(r->Find("lm_head.weight")->dtype, DType::F8_E4M3);
-    const auto* s = r->Find("lm_head.weight_scale_inv");
+    // Per channel and per tensor: compressed-tensors' weight_scale (output_format auto).
+    EXPECT_EQ(r->Find("lm_head.weight_scale_inv"), nullptr);
+    const auto* s = r->Find("lm_head.weight_scale");
     ASSERT_NE(s, nullptr);
     const std::vector<float> x = ts[1].Values();
     const std::vector<float> scales = ReadScales(*r, s->name);
@@ -353,9 +356,10 @@ TEST_F(CalibrateTest, ChannelAndTensorGranularityAndUserPatterns) {
       }
     }
     const json qc = ReadJson(out / "config.json")["quantization_config"];
-    EXPECT_EQ(qc["weight_granularity"], g);
-    EXPECT_FALSE(qc.contains("weight_block_size"));
-    EXPECT_EQ(qc["ignored_layers"], json::array({"a", "b"}));
+    EXPECT_EQ(qc["quant_method"], "compressed-tensors");
+    EXPECT_EQ(qc["config_groups"]["group_0"]["weights"]["strategy"], g);
+    EXPECT_FALSE(qc["config_groups"]["group_0"]["weights"].contains("block_structure"));
+    EXPECT_EQ(qc["ignore"], json::array({"a", "b"}));  // lm_head is quantized here
   }
   // Round trip back through dequantize for per-channel scales.
   ASSERT_EQ(Run({{"input", (root_ / "out_channel").string()}, {"output_dir", (root_ / "back").string()},
@@ -365,7 +369,31 @@ TEST_F(CalibrateTest, ChannelAndTensorGranularityAndUserPatterns) {
   auto r = Reader::Open((root_ / "back" / "one.safetensors").string());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->Find("lm_head.weight")->dtype, DType::BF16);
-  EXPECT_EQ(r->Find("lm_head.weight_scale_inv"), nullptr);
+  EXPECT_EQ(r->Find("lm_head.weight_scale"), nullptr);
+}
+
+// compressed-tensors' ignore list holds the linears left in BF16 (the router, the untied head),
+// never an embedding: vLLM answers every ignored layer with UnquantizedLinearMethod.
+TEST_F(CalibrateTest, CompressedTensorsIgnoresLinearsNotEmbeddings) {
+  const FixtureModel m = testing::WriteFixtureModel((root_ / "in").string(), 1);
+  const fs::path out = root_ / "out";
+  json spec = QuantizeSpec(m.dir, out.string());
+  spec["output_format"] = "compressed-tensors";
+  ASSERT_EQ(Run(spec), 0) << ErrorMessage();
+  const json qc = ReadJson(out / "config.json")["quantization_config"];
+  EXPECT_EQ(qc["quant_method"], "compressed-tensors");
+  EXPECT_EQ(qc["ignore"], json::array({"lm_head", "model.layers.1.mlp.gate"}));
+  const json& group = qc["config_groups"]["group_0"];
+  EXPECT_EQ(group["weights"]["block_structure"], json::array({128, 128}));
+  EXPECT_EQ(group["input_activations"]["strategy"], "group");  // compressed-tensors' FP8_BLOCK preset
+  EXPECT_EQ(EventsOfType("done")[0]["result"]["output_format"], "compressed-tensors");
+  for (const auto& name : testing::DefaultQuantizedNames()) {
+    const auto& t = m.tensors.at(name);
+    auto r = Reader::Open((out / t.shard).string());
+    ASSERT_TRUE(r.ok());
+    ASSERT_NE(r->Find(name + "_scale"), nullptr) << name;
+    EXPECT_EQ(r->Find(name + "_scale_inv"), nullptr) << name;
+  }
 }
 
 TEST_F(CalibrateTest, RestartSkipsFinishedShards) {
@@ -535,6 +563,9 @@ TEST_F(CalibrateTest, BadSpecExits64NamingTheField) {
        "activations.data"},
       {{{"input", good}, {"output_dir", out}, {"direction", "sideways"}}, "direction"},
       {{{"input", good}, {"output_dir", out}, {"backend", "tpu"}}, "backend"},
+      {{{"input", good}, {"output_dir", out}, {"output_format", "gguf"}}, "output_format"},
+      {{{"input", good}, {"output_dir", out}, {"output_format", "deepseek"}, {"weights", {{"granularity", "tensor"}}}},
+       "output_format"},
       {{{"input", good}, {"output_dir", out}, {"bogus", 1}}, "bogus"},
       {{{"output_dir", out}}, "input"},
       {{{"input", good}}, "output_dir"},

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/worker_calibrate/model_fixture.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small generated Hugging Face style model for the calibration tests: three shards, an index,
 // config.json and a tokenizer file; linear weights with shapes that are not multiples of 128,
 // in BF16, F32 and F16, with rows of very different magnitudes, exact zeros and values that

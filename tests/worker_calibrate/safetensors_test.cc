@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // worker/safetensors: round trips, layout compatible with the reference implementation, and
 // every kind of damaged file refused with a message naming the file and the problem.
 #include "worker/safetensors/safetensors.h"

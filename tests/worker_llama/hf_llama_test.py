@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The Llama family in and out of Hugging Face (issue 26), end to end through fp8-worker.
 
 An independent Llama: this file writes safetensors by hand with transformers' names (F32, BF16

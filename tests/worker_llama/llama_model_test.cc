@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LlamaModel on the CPU: gradients against finite differences in every variant, training lowers
 // the loss with each recipe, an interrupted run resumes bit for bit, and checkpoints name its
 // tensors and scaling state as transformers names the layers.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Tokenizer files from prepare-data to a Llama export and through calibration (issue 26).
 
 prepare-data --tokenizer records tokenizer.json, tokenizer_config.json and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Models in and out (issue 20), end to end through the fp8-worker executable.
 
 An independent GPT-2: this file writes safetensors by hand in transformers' layout (names
@@ -204,7 +205,7 @@ CONV1D_MODULES = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 def vllm_gpt2_load(tensors):
     """vLLM's GPT-2 load_weights rule: a Conv1D layer's `.weight` is transposed to [out, in];
-    every other tensor, `weight_scale_inv` included, is taken as stored."""
+    every other tensor, `weight_scale` / `weight_scale_inv` included, is taken as stored."""
     out = {}
     for name, (dtype, a) in tensors.items():
         if any(m in name for m in CONV1D_MODULES) and name.endswith(".weight"):
@@ -495,7 +496,9 @@ class HfGpt2Test(unittest.TestCase):
             n_in, n_out = x.shape  # Conv1D as exported
             ref = x.T.astype(np.float64)  # nn.Linear's [out, in]
             qdtype, q = loaded[w]
-            sdtype, s = loaded[w + "_scale_inv"]
+            # Static activation scales: compressed-tensors' layout (output_format auto).
+            self.assertNotIn(w + "_scale_inv", loaded)
+            sdtype, s = loaded[w + "_scale"]
             self.assertEqual((qdtype, sdtype), ("F8_E4M3", "F32"))
             self.assertEqual(q.shape, (n_out, n_in), w)  # stored [in, out], transposed by the loader
             f = decode[q]
@@ -530,7 +533,7 @@ class HfGpt2Test(unittest.TestCase):
             self.assertEqual(x.shape, original[w][1].shape, w)
             want = vllm_dequantized[w].T
             np.testing.assert_allclose(x, want, rtol=2 ** -8, atol=0, err_msg=w)
-            self.assertNotIn(w + "_scale_inv", bf16)
+            self.assertNotIn(w + "_scale", bf16)
 
     def test_skip_unaligned_leaves_unaligned_tensors_unquantized(self):
         model = os.path.join(self.dir, "mixed.safetensors")

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Collective seam's all-to-all with variable counts (expert parallelism moves token rows with
 // it): one process copies its one block; three Gloo ranks (threads of this test, over loopback)
 // exchange blocks of every size from 0 up, floats and integers, each landing where its sender

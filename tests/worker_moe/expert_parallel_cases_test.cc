@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // resources.expert_parallel's bad values (spec_cases.json, "expert_parallel_cases"): each case is
 // refused by the validator fp8d runs at create (jobspec::ValidateExpertParallel, naming
 // job.resources.expert_parallel) and by the worker's own check of the spec it resolved

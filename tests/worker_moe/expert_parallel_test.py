@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Expert parallelism over Gloo (issue 27), end to end through four fp8-worker processes.
 
 World 4 with resources.expert_parallel (FP8D_EXPERT_PARALLEL) 1, 2 and 4 trains moe-tiny with each

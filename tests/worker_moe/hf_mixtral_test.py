@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """MixtralForCausalLM in and out of fp8d (issue 27), end to end through fp8-worker.
 
 An independent Mixtral: this file writes safetensors by hand with transformers' names (the

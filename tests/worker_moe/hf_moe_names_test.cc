@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The names of MoE tensors between fp8d and its two Hugging Face families (hf_moe_common.h), as
 // tables: each family's names both ways, and the router and expert tensors a config.json
 // promises, which the calibration checks before converting (a layout transformers builds that

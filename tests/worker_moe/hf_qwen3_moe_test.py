@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Qwen3MoeForCausalLM in and out of fp8d (issue 27), end to end through fp8-worker.
 
 An independent Qwen3-MoE: this file writes safetensors by hand with transformers' names (one

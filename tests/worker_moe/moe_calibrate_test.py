@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Calibration of mixture-of-experts checkpoints (issue 27): Qwen3-MoE and Mixtral through
 `fp8-worker calibrate`, end to end.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LlamaModel with a mixture of experts on the CPU: gradients against finite differences (FP32
 // recipe) with each router, shared experts and dense first layers; a tiny MoE trains with each
 // recipe; each router balances its experts; capacity drops are counted; an interrupted run

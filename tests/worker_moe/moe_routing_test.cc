@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MoE routers and the permute / combine as tables: which experts, which weights, which rows
 // an expert keeps under a capacity, and the backwards against finite differences and adjoints.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8-worker prepare-data --tokenizer against the Hugging Face `tokenizers` library itself (its
 // Node binding, tests/deploy/npm): the same ids for a GPT-2-style and a Llama-3-style
 // tokenizer.json, on data/corpus.txt and on hostile text, and the tokens/s of both on the corpus.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // prepare-data's tokenizer path: UTF-8 handling, BPE merging rules, what tokenizer.json forms
 // are refused (naming the field, exit 65, no shard written), the uint32 shards and the tokenizer
 // files recorded beside them (tokenizer_files.h; their way into exports is

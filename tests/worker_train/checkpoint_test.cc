@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint temporary directories: a failed write leaves none behind, and a worker starting
 // up removes those of writers that are gone (issue 14, item 4).
 #include <signal.h>

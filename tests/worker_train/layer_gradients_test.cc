@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every layer's backward against central finite differences in double precision, and the float
 // instantiation (the one the trainer runs) against the double one.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The whole model: gradients against finite differences (FP32 recipe), the training loop on the
 // shipped corpus (loss falls; FP8 recipes end within 2% of bf16), bitwise resume.
 #include <gtest/gtest.h>
@@ -146,7 +147,8 @@ void PrintTo(const ResumeCase& c, std::ostream* os) { *os << c.name; }
 
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
 
-// Interrupted at step 13 (as SIGTERM would: checkpoint, exit 75) and resumed: every step's loss
+// Interrupted at step 13 (as SIGTERM would: checkpoint; the knob exits 75, SIGTERM 76) and
+// resumed: every step's loss
 // equals the uninterrupted run's, bit for bit.
 TEST_P(Resume, InterruptedRunRepeatsUninterruptedBitwise) {
   const ResumeCase& c = GetParam();

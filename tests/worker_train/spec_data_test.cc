@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spec parsing/validation (errors name the field) and the llm.c shard format.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the trainer tests: token shards of the shipped corpus in a temporary directory, and
 // a spec for the tiny model on them.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fp8-worker executable as the daemon sees it: exit codes, NDJSON events, SIGTERM, resume
 // from the environment, and 2 ranks over Gloo against 1 rank with the same global batch.
 #include <gtest/gtest.h>
@@ -59,6 +60,8 @@ TEST(WorkerCli, MissingDataExits65) {
   EXPECT_NE(errors[0]["message"].get<std::string>().find("data.train"), std::string::npos);
 }
 
+// SIGTERM (a preemption): the worker stops at the step boundary, checkpoints that step, says
+// `preempted` and exits 76; resumed from that checkpoint it runs the remaining steps.
 TEST(WorkerCli, SigtermCheckpointsThenResumeFromEnvironmentFinishes) {
   const std::string dir = testing::MakeTempDir("cli-sigterm");
   const std::string spec = WriteSpec(dir, TinySpecJson(dir, 40, 2));
@@ -71,8 +74,9 @@ TEST(WorkerCli, SigtermCheckpointsThenResumeFromEnvironmentFinishes) {
   }
   ASSERT_TRUE(running);
   kill(p.pid, SIGTERM);
-  EXPECT_EQ(Wait(p), 75);
+  EXPECT_EQ(Wait(p), 76) << "the preempted exit code";
   auto ev = Events(p.events_path);
+  ASSERT_GE(ev.size(), 3u);
   EXPECT_EQ(ev.front()["type"], "started");
   EXPECT_EQ(ev.back()["type"], "done");
   EXPECT_EQ(ev.back()["result"]["interrupted"], true);
@@ -81,6 +85,12 @@ TEST(WorkerCli, SigtermCheckpointsThenResumeFromEnvironmentFinishes) {
   const int64_t stopped_at = ckpt[0]["step"];
   EXPECT_LT(stopped_at, 40);
   const std::string path = ckpt[0]["path"];
+  // The checkpoint of the step it stopped at, then `preempted` naming it, then `done`.
+  const nlohmann::json& preempted = ev[ev.size() - 2];
+  ASSERT_EQ(preempted["type"], "preempted");
+  EXPECT_EQ(preempted["step"], stopped_at);
+  EXPECT_EQ(preempted["checkpoint"], path);
+  EXPECT_EQ(OfType(ev, "progress").back()["step"], stopped_at) << "the checkpoint is of the last step done";
   EXPECT_TRUE(std::filesystem::path(path).is_absolute());
   EXPECT_EQ(ckpt[0]["checksum"], *Fnv1a64File(path + "/model.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(path + "/optimizer.safetensors"));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8-worker run as the launcher runs it: a real process with
 // extra environment entries, its NDJSON events on stdout captured to a file. Shared by the CPU
 // executable tests and the CUDA data-parallel test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optimizer steps that also write the next forward's weight operands (adamw_cast.h,
 // AdamWStepTensor with a BF16 copy) against the plain AdamW step followed by the separate cast
 // the forward would run: bit for bit, on fresh random weights, gradients and moments, with tail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CudaLlamaModel against LlamaModel (the CPU reference) on the same weights and tokens: the
 // loss and the gradient of every parameter tensor per recipe, over the family's variants
 // (grouped-query attention, q/k/v biases, q/k norm, tied and untied head, llama3 rope scaling,

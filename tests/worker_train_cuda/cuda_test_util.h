@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the CUDA trainer tests: GPU skip, Status asserts, device buffers with host
 // copies, BF16 conversions and relative errors.
 #pragma once

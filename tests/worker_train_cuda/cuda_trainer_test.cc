@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA trainer against the CPU trainer (the reference) on the same weights and tokens:
 // single kernels (LayerNorm, GELU, cross-entropy) against layers.h, then the whole model's loss
 // and the gradient of every parameter tensor — every layer's forward and backward — per recipe.

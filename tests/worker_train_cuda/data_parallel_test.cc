@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data parallelism on GPUs: `fp8-worker train` (backend cuda) as 2 real processes, one GPU each, gradients
 // all-reduced over NCCL, against 1 process with the same global batch. Needs 2 CUDA devices and
 // libnccl.so.2; skips otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused causal attention (worker/train/cuda/sm90_flash_attention.h) against a float64 CPU
 // reference on random BF16 inputs: output, logsumexp, dq, dk, dv, for head dims 32/64/128 and
 // sequence lengths that are and are not multiples of the 32/64/128-row tiles, in the two layouts

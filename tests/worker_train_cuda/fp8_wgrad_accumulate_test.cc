@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The FP8 weight-gradient GEMMs add into the FP32 gradient in place (cuBLASLt beta = 1,
 // CudaLinear::AccumulateWgrad): C = C0 + (A·sa)(B·sb)ᵀ for the tensorwise and the blockwise
 // kind. Two checks: against a float64 reference on the dequantized bytes, within the FP8 tensor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8-blockwise's casts fused into RMSNorm and SwiGLU (llama_kernels.h) against the unfused path
 // the Llama model ran before: the bf16 output (RmsNormForward / ResidualAddRmsNorm /
 // SwiGluForward) cast by Sm90Fp8Quantize1x128AndTransposed128x128. Every byte and scale must be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Llama family's device kernels (worker/train/cuda/llama_kernels.h) against the CPU
 // reference (worker/train/llama_layers.h) in float64 on the same BF16-rounded inputs: RMSNorm
 // forward and backward (and the fused residual add, bitwise equal to the add then the norm),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The embedding gradient without atomics (token_groups.h): the host grouping (runs without a
 // GPU), and on a GPU the sums against a float64 reference, bit for bit the same on a rerun.
 #include "worker/train/cuda/token_groups.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Static activation calibration (issue 5) for fp8d's GPT models: forward passes over a fixed
 // sample of the calibration shards, the input of every FP8 linear layer (qkv, attention
 // projection, fc, fc projection of each block) gathered into an |x| histogram, and one

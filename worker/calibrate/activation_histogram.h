@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-layer statistics of |x| for static activation scales: a fine histogram with bounded
 // memory (the calibration data can be far larger than memory), and the three ways of turning it
 // into a clip value (the activation the scale maps to FP8's largest value, 448 for E4M3):

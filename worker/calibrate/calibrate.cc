@@ -1,12 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/calibrate.h"
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -17,6 +20,7 @@
 #include "worker/calibrate/model_input.h"
 #include "worker/calibrate/moe_tensors.h"
 #include "worker/calibrate/report.h"
+#include "worker/calibrate/selection.h"
 #include "worker/calibrate/tensor_convert.h"
 #include "worker/safetensors/safetensors.h"
 
@@ -68,19 +72,79 @@ StatusOr<std::unique_ptr<GptCalibration>> StartGptCalibration(const ModelInput& 
   return g;
 }
 
-json QuantizationConfig(const CalibrateOptions& opts, const Plan& plan, bool static_activations) {
-  json qc = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", static_activations ? "static" : "dynamic"}};
-  if (opts.weights.granularity == WeightGranularity::kBlock) {
-    qc["weight_block_size"] = {kernels::kTile, kernels::kTile};
-  } else {
-    qc["weight_granularity"] = GranularityName(opts.weights.granularity);  // fp8d's own key
-  }
+// DeepSeek-V3's quantization_config, as vLLM's and SGLang's Fp8Config.from_config read it
+// (quant_method, activation_scheme, weight_block_size, ignored_layers:
+// vllm/model_executor/layers/quantization/fp8.py, python/sglang/srt/layers/quantization/fp8.py)
+// and transformers' FineGrainedFP8Config (modules_to_not_convert). Block weights with dynamic
+// activations only (jobspec: output_format.granularity, output_format.activations).
+json DeepSeekQuantizationConfig(const CalibrateOptions& opts, const Plan& plan) {
+  json qc = {{"quant_method", "fp8"},
+             {"fmt", "e4m3"},
+             {"activation_scheme", "dynamic"},
+             {"weight_block_size", {kernels::kTile, kernels::kTile}}};
   if (opts.weights.scale_format == kernels::ScaleFormat::kUe8m0) qc["scale_fmt"] = "ue8m0";
   if (!plan.not_converted.empty()) {
     qc["ignored_layers"] = plan.not_converted;           // vLLM's name
     qc["modules_to_not_convert"] = plan.not_converted;   // transformers' name
   }
   return qc;
+}
+
+// llm-compressor's quantization_config for FP8 (compressed-tensors'
+// src/compressed_tensors/quantization/quant_config.py QuantizationConfig, quant_scheme.py
+// QuantizationScheme, quant_args.py QuantizationArgs; the last two forbid unknown keys, so only
+// their fields are written). The activation arguments are those of compressed-tensors' presets:
+// FP8 (static per-tensor), FP8_DYNAMIC (dynamic per-token) and FP8_BLOCK (dynamic per group of
+// 128), which vLLM's CompressedTensorsConfig._is_fp8_w8a8 maps onto CompressedTensorsW8A8Fp8
+// (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py).
+json CompressedTensorsQuantizationConfig(const CalibrateOptions& opts, const Plan& plan, bool static_activations) {
+  const WeightGranularity g = opts.weights.granularity;
+  json weights = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", GranularityName(g)},
+                  {"dynamic", false}};
+  if (g == WeightGranularity::kBlock) weights["block_structure"] = {kernels::kTile, kernels::kTile};
+  json input = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}};
+  if (static_activations) {
+    input["strategy"] = "tensor";
+    input["dynamic"] = false;
+  } else if (g == WeightGranularity::kBlock) {
+    input["strategy"] = "group";
+    input["group_size"] = kernels::kTile;
+    input["dynamic"] = true;
+  } else {
+    input["strategy"] = "token";
+    input["dynamic"] = true;
+  }
+  // The linears left in high precision, by module name (vLLM's should_ignore_layer matches
+  // them exactly). Not the embeddings, as llm-compressor lists only modules of a targeted type:
+  // vLLM's CompressedTensorsConfig.get_quant_method answers an ignored layer, an embedding too,
+  // with UnquantizedLinearMethod. lm_head always, unless quantized: transformers'
+  // compressed-tensors targets every nn.Linear, a tied head included, which has no weight of its
+  // own in the checkpoint.
+  bool head_quantized = false;
+  for (const auto& actions : plan.shards)
+    for (const Action& a : actions) head_quantized |= a.kind == Action::kQuantize && a.tensor->name == "lm_head.weight";
+  std::vector<std::string> ignore;
+  std::copy_if(plan.not_converted.begin(), plan.not_converted.end(), std::back_inserter(ignore),
+               [](const std::string& m) { return !IsEmbeddingModule(m); });
+  if (!head_quantized && std::find(ignore.begin(), ignore.end(), "lm_head") == ignore.end()) ignore.push_back("lm_head");
+  std::sort(ignore.begin(), ignore.end());
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", input},
+              {"output_activations", nullptr}}}}},
+          {"ignore", ignore},
+          {"kv_cache_scheme", nullptr}};
+}
+
+json QuantizationConfig(const CalibrateOptions& opts, const Plan& plan, bool static_activations) {
+  switch (opts.output_format) {
+    case OutputFormat::kDeepSeek: return DeepSeekQuantizationConfig(opts, plan);
+    case OutputFormat::kCompressedTensors: return CompressedTensorsQuantizationConfig(opts, plan, static_activations);
+  }
+  return json::object();
 }
 
 Status WriteJson(const fs::path& p, const json& j) {
@@ -129,8 +193,9 @@ StatusOr<std::optional<json>> CheckOutputDir(const CalibrateOptions& opts, const
 // The plan of the spec's direction; its unaligned-tensor warnings go to the log now.
 StatusOr<Plan> PlanConversion(const ModelInput& in, const CalibrateOptions& opts) {
   FP8_ASSIGN_OR_RETURN(Plan plan, opts.direction == Direction::kQuantize ? PlanQuantize(in, opts) : PlanDequantize(in, opts.input));
-  for (const json& w : plan.unaligned)
-    std::fprintf(stderr, "fp8-worker calibrate: warning: %s\n", w["message"].get<std::string>().c_str());
+  for (const auto* list : {&plan.unaligned, &plan.layout_warnings})
+    for (const json& w : *list)
+      std::fprintf(stderr, "fp8-worker calibrate: warning: %s\n", w["message"].get<std::string>().c_str());
   return plan;
 }
 
@@ -253,7 +318,8 @@ std::vector<TensorInfo> OutputTensors(const std::vector<Action>& actions, Weight
       case Action::kQuantize:
         infos.push_back({t.name, DType::F8_E4M3, t.shape});
         infos.push_back({a.scale_name, DType::F32, ScaleShape(granularity, t.shape[0], t.shape[1], IsConv1DInOut(t.name))});
-        if (!a.input_scale_name.empty()) infos.push_back({a.input_scale_name, DType::F32, {}});  // a scalar
+        // [1], as compressed-tensors' initialize.py makes a per-tensor scale.
+        if (!a.input_scale_name.empty()) infos.push_back({a.input_scale_name, DType::F32, {1}});
         break;
       case Action::kDequantize: infos.push_back({t.name, DType::BF16, t.shape}); break;
       case Action::kDrop: break;
@@ -405,6 +471,7 @@ json Summary(const Run& run, const ConversionTotals& totals) {
     summary["max_rel_error"] = max_rel;
     summary["max_frac_saturated"] = max_sat;
     summary["unaligned_tensors"] = run.plan.unaligned.size();
+    summary["output_format"] = OutputFormatName(opts.output_format);
   }
   return summary;
 }
@@ -444,10 +511,12 @@ Status WriteReports(const Run& run, const ConversionTotals& totals, json& summar
     FP8_ASSIGN_OR_RETURN(activations, EvaluateStaticActivations(run, totals.weight_map, summary));
   }
   json report = {{"fingerprint", run.fingerprint}, {"summary", summary}, {"tensors", json::array()}};
-  if (!run.plan.unaligned.empty()) report["warnings"] = run.plan.unaligned;
+  std::vector<json> warnings = run.plan.unaligned;
+  warnings.insert(warnings.end(), run.plan.layout_warnings.begin(), run.plan.layout_warnings.end());
+  if (!warnings.empty()) report["warnings"] = warnings;
   for (const auto& r : totals.reports) report["tensors"].push_back(r.ToJson());
   std::string table = FormatReportTable(totals.reports, summary);
-  for (const json& w : run.plan.unaligned) table += "warning: " + w["message"].get<std::string>() + "\n";
+  for (const json& w : warnings) table += "warning: " + w["message"].get<std::string>() + "\n";
   if (activations) {
     report["activations"] = activations->written.ToJson();
     report["eval"] = activations->eval.ToJson();

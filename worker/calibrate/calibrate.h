@@ -1,5 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // The calibration job (docs/design.md §6): converts a checkpoint's linear weights to FP8 E4M3
-// with 128x128 block (or channel / tensor) scales, or back to BF16, one tensor at a time.
+// with 128x128 block (or channel / tensor) scales, or back to BF16, one tensor at a time. The FP8
+// checkpoint is in DeepSeek-V3's layout (`weight_scale_inv`) or llm-compressor's compressed-tensors
+// one (`weight_scale`, `input_scale`), by CalibrateSpec.output_format; dequantize reads both.
 //
 // Output protocol — the output directory appears complete or not at all:
 //   <output_dir>.partial/              staging; shards land here, each written atomically

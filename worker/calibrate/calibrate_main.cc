@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/calibrate_main.h"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `fp8-worker calibrate --spec spec.json` (docs/design.md §4). The worker's
 // main dispatches here with argv starting after the subcommand, e.g. {"--spec", "spec.json"}.
 //

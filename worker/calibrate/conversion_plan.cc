@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/conversion_plan.h"
 
 #include <algorithm>
@@ -39,7 +40,30 @@ std::string ModuleOf(const std::string& tensor) {
   return tensor.ends_with(".weight") ? tensor.substr(0, tensor.size() - 7) : tensor;
 }
 
+// vLLM's CompressedTensorsW8A8Fp8 asserts dynamic activations for block weights
+// (vllm/model_executor/layers/quantization/compressed_tensors/schemes/compressed_tensors_w8a8_fp8.py),
+// as its and SGLang's Fp8Config do (quantization/fp8.py); compressed-tensors' own
+// QuantizationScheme accepts the pairing, so transformers loads it.
+json BlockStaticWarning() {
+  return {{"engines", {"vllm", "sglang"}},
+          {"message", "block weights with static activation scales: vLLM and SGLang refuse this pairing in any "
+                      "layout (their block FP8 kernels quantize activations per token group at run time); "
+                      "transformers loads it with the compressed-tensors package. For vLLM, use "
+                      "weights.granularity channel or tensor, or leave activations.data out"}};
+}
+
+// The scale of FP8 weight `name` in either layout, or "" when it has none.
+std::string FindScale(const ModelInput& in, const std::string& name) {
+  for (const char* suffix : {kScaleInvSuffix, kCompressedScaleSuffix})
+    if (in.tensor_shard.count(name + suffix)) return name + suffix;
+  return "";
+}
+
 }  // namespace
+
+const char* ScaleSuffix(OutputFormat f) {
+  return f == OutputFormat::kDeepSeek ? kScaleInvSuffix : kCompressedScaleSuffix;
+}
 
 StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts) {
   Plan plan;
@@ -62,9 +86,9 @@ StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts) 
           return InvalidArgumentError(r.path() + ": tensor \"" + t.name + "\" has unsupported dtype " +
                                       safetensors::DTypeName(t.dtype) + " (quantize reads F32, BF16, F16)");
         a.kind = Action::kQuantize;
-        a.scale_name = t.name + kScaleSuffix;
-        if (in.tensor_shard.count(a.scale_name))
-          return InvalidArgumentError(r.path() + ": tensor \"" + a.scale_name +
+        a.scale_name = t.name + ScaleSuffix(opts.output_format);
+        if (const std::string existing = FindScale(in, t.name); !existing.empty())
+          return InvalidArgumentError(r.path() + ": tensor \"" + existing +
                                       "\" already exists (is the model already quantized?)");
         ++selected;
       } else if (t.shape.size() == 2 && t.name.ends_with(".weight")) {
@@ -83,6 +107,8 @@ StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts) 
                                 std::to_string(kernels::kTile));
   if (selected == 0)
     return InvalidArgumentError(opts.input + ": no tensor matches the weight patterns (2-D, include, not exclude)");
+  if (opts.weights.granularity == WeightGranularity::kBlock && !opts.activations.data.empty())
+    plan.layout_warnings.push_back(BlockStaticWarning());
   return plan;
 }
 
@@ -92,16 +118,28 @@ StatusOr<Plan> PlanDequantize(const ModelInput& in, const std::string& input) {
     if (qc.is_object() && qc.contains("weight_block_size") && qc["weight_block_size"] != json::array({128, 128}))
       return InvalidArgumentError(in.dir + "/" + kConfigFile + ": weight_block_size " +
                                   qc["weight_block_size"].dump() + " is not supported (only [128, 128])");
+    // compressed-tensors keeps its block shape per config group, in the weights' QuantizationArgs.
+    if (qc.is_object() && qc.contains("config_groups") && qc["config_groups"].is_object()) {
+      for (const auto& [group, scheme] : qc["config_groups"].items()) {
+        const json* bs = scheme.is_object() && scheme.contains("weights") && scheme["weights"].is_object() &&
+                                 scheme["weights"].contains("block_structure")
+                             ? &scheme["weights"]["block_structure"]
+                             : nullptr;
+        if (bs && !bs->is_null() && *bs != json::array({128, 128}))
+          return InvalidArgumentError(in.dir + "/" + kConfigFile + ": config_groups." + group +
+                                      ".weights.block_structure " + bs->dump() + " is not supported (only [128, 128])");
+      }
+    }
   }
   Plan plan;
   std::set<std::string> scales_used;
   for (size_t s = 0; s < in.readers.size(); ++s) {
     for (const auto& t : in.readers[s].tensors()) {
       if (t.dtype != DType::F8_E4M3 && t.dtype != DType::F8_E5M2) continue;
-      const std::string scale = t.name + kScaleSuffix;
-      auto it = in.tensor_shard.find(scale);
-      if (it == in.tensor_shard.end())
-        return InvalidArgumentError(in.readers[s].path() + ": FP8 tensor \"" + t.name + "\" has no \"" + scale + "\"");
+      const std::string scale = FindScale(in, t.name);
+      if (scale.empty())
+        return InvalidArgumentError(in.readers[s].path() + ": FP8 tensor \"" + t.name + "\" has no \"" + t.name +
+                                    kScaleInvSuffix + "\" nor \"" + t.name + kCompressedScaleSuffix + "\"");
       scales_used.insert(scale);
     }
   }
@@ -111,16 +149,19 @@ StatusOr<Plan> PlanDequantize(const ModelInput& in, const std::string& input) {
     for (const auto& t : in.readers[s].tensors()) {
       Action a;
       a.tensor = &t;
+      const std::string layer_weight =
+          t.name.ends_with(kInputScaleSuffix)
+              ? t.name.substr(0, t.name.size() - std::string(kInputScaleSuffix).size()) + ".weight"
+              : std::string();
       const bool static_input_scale =
-          t.name.ends_with(kInputScaleSuffix) &&
-          scales_used.count(t.name.substr(0, t.name.size() - std::string(kInputScaleSuffix).size()) + ".weight" +
-                            kScaleSuffix);
+          !layer_weight.empty() && (scales_used.count(layer_weight + kScaleInvSuffix) ||
+                                    scales_used.count(layer_weight + kCompressedScaleSuffix));
       if (scales_used.count(t.name) || static_input_scale) {
         // Scales of FP8 layers mean nothing next to BF16 weights.
         a.kind = Action::kDrop;
       } else if (t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2) {
         a.kind = Action::kDequantize;
-        a.scale_name = t.name + kScaleSuffix;
+        a.scale_name = FindScale(in, t.name);
         a.scale_shard = in.tensor_shard.at(a.scale_name);
         a.scale = in.readers[a.scale_shard].Find(a.scale_name);
       }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plan of a calibration run: what happens to each input tensor (copied, quantized with its
 // scale, dequantized, dropped), decided and checked before anything is written.
 #pragma once
@@ -17,7 +18,11 @@
 
 namespace fp8::calibrate {
 
-inline constexpr const char* kScaleSuffix = "_scale_inv";
+// A weight's scale is `<name>` + the layout's suffix: `<layer>.weight_scale_inv` in DeepSeek-V3's
+// layout, `<layer>.weight_scale` in compressed-tensors' (both float(q)·scale dequantizes).
+inline constexpr const char* kScaleInvSuffix = "_scale_inv";
+inline constexpr const char* kCompressedScaleSuffix = "_scale";
+const char* ScaleSuffix(OutputFormat f);
 inline constexpr std::string_view kHfPrefix = "transformer.";  // transformers' GPT2LMHeadModel
 
 // What happens to one input tensor.
@@ -36,6 +41,9 @@ struct Plan {
   std::vector<std::string> not_converted;   // modules of 2-D *.weight left in high precision
   // Selected tensors whose shape is not a whole number of 128x128 blocks (block granularity).
   std::vector<nlohmann::json> unaligned;
+  // What an engine refuses in the layout as a whole ({"engines", "message"}), e.g. block
+  // weights with static activation scales.
+  std::vector<nlohmann::json> layout_warnings;
   int64_t total_tensors = 0;
 };
 
@@ -44,7 +52,8 @@ struct Plan {
 // model that already holds the scales.
 StatusOr<Plan> PlanQuantize(const ModelInput& in, const CalibrateOptions& opts);
 
-// Dequantize: every FP8 tensor to BF16 with its `_scale_inv`; the scales are dropped.
+// Dequantize: every FP8 tensor to BF16 with its `_scale_inv` (DeepSeek) or `_scale`
+// (compressed-tensors); the scales, and the input scales of those layers, are dropped.
 StatusOr<Plan> PlanDequantize(const ModelInput& in, const std::string& input);
 
 // Every quantized linear weight whose layer was calibrated gets `<layer>.input_scale`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Round-trip statistics on the GPU (cuda_round_trip_stats.h). One CUDA block per row at a time
 // (grid-stride over rows), threads across the columns, so the tile's scale is a shift away and
 // no element needs an integer division; each block writes one partial, which the host adds up

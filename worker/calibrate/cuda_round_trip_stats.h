@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Round-trip statistics of a 128x128-block quantization on the GPU, for the calibration job's
 // CUDA backend: the sums the CPU path computes (tensor_convert.h's RoundTripSums), here from the
 // source, the FP8 bytes and the scales already on the device (double sums per thread; the CPU

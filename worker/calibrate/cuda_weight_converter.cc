@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/cuda_weight_converter.h"
 
 #include <cuda_bf16.h>

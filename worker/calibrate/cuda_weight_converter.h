@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The calibration job's CUDA backend (built only with FP8D_CUDA): 128x128-block weights in BF16
 // or F32 are quantized (and FP8 weights dequantized) on the GPU with kernels/cuda, streamed in
 // chunks of whole 128-row bands through two pinned host buffers and two CUDA streams, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The eval loss before and after quantization, for fp8d's own GPT models (issue 5), over one
 // fixed sample (stream kEvalSeed of the activations.data shards):
 //   bf16        the original weights; every GEMM operand rounded to BF16 (the trainer's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/eval_model.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 
 #include "kernels/fp8_format.h"
 #include "kernels/quantize.h"
+#include "worker/calibrate/conversion_plan.h"
 #include "worker/calibrate/tensor_convert.h"
 #include "worker/safetensors/safetensors.h"
 #include "worker/train/hf_gpt2.h"
@@ -135,7 +137,9 @@ StatusOr<int> LoadDequantizedWeights(const std::string& dir, const json& weight_
     const bool transposed = hf && train::IsConv1DWeight(p.name);
     const std::vector<int64_t> shape = transposed ? std::vector<int64_t>{p.shape[1], p.shape[0]} : p.shape;
     if (p.shape.size() != 2 || !weight_map.contains(name)) continue;
-    const std::string scale_name = name + "_scale_inv";
+    // DeepSeek's layout or compressed-tensors' (conversion_plan.h ScaleSuffix).
+    std::string scale_name = name + kScaleInvSuffix;
+    if (!weight_map.contains(scale_name)) scale_name = name + kCompressedScaleSuffix;
     if (!weight_map.contains(scale_name)) continue;  // left in high precision
     FP8_ASSIGN_OR_RETURN(safetensors::Reader r, safetensors::Reader::Open((fs::path(dir) / weight_map[name].get<std::string>()).string()));
     FP8_ASSIGN_OR_RETURN(safetensors::Reader rs, safetensors::Reader::Open((fs::path(dir) / weight_map[scale_name].get<std::string>()).string()));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8d's own GPT checkpoints as calibration sees them: the model's shape, its weights on the CPU
 // backend (worker/train's GptModel with the bf16 recipe, the trainer's compute), the fixed
 // sequences calibration and evaluation run over, and the weights read back from the FP8 output.

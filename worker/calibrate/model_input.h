@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The model a calibration job reads: one .safetensors file, a Hugging Face style directory
 // (config.json, shards, model.safetensors.index.json, tokenizer files...), or an fp8d
 // checkpoint directory (step-N: model.safetensors, trainer_state.json, optimizer.safetensors,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A mixture-of-experts checkpoint must be whole before it is converted: the calibration reads
 // one tensor at a time and never builds the model, so without this check a checkpoint missing
 // an expert would convert into an output no loader accepts.

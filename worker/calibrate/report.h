@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // report.txt: the per-tensor round-trip numbers of report.json as a table people can read, and
 // for fp8d's GPT models the static activation scales and the eval loss before / after.
 #pragma once

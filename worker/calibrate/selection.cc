@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/selection.h"
 
 #include <fnmatch.h>
@@ -15,6 +16,13 @@ const std::vector<std::string>& DefaultExcludePatterns() {
       "*norm*", "ln_*", "*.ln_*", "*.gate.weight",
   };
   return p;
+}
+
+bool IsEmbeddingModule(const std::string& module) {
+  const std::string weight = module + ".weight";
+  for (const char* g : {"*embed*", "wte.*", "*.wte.*", "wpe.*", "*.wpe.*"})
+    if (::fnmatch(g, weight.c_str(), 0) == 0) return true;
+  return false;
 }
 
 TensorSelector::TensorSelector(const WeightOptions& opts) {

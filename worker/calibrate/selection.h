@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which tensors a quantize job converts to FP8. A tensor is quantized when it is 2-D, matches an
 // include pattern and no exclude pattern. Defaults: include `*.weight` (linear layers);
 // exclude embeddings, lm_head, norms and MoE router gates, which DeepSeek-V3 / vLLM FP8
@@ -16,6 +17,9 @@ namespace fp8::calibrate {
 
 const std::vector<std::string>& DefaultIncludePatterns();
 const std::vector<std::string>& DefaultExcludePatterns();
+// Whether `module` (a tensor name less `.weight`) is a token or position embedding by the
+// default exclude patterns' names (`*embed*`, `wte`, `wpe`).
+bool IsEmbeddingModule(const std::string& module);
 
 class TensorSelector {
  public:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/calibrate/spec.h"
 
 #include "jobspec/defaults.h"
@@ -37,6 +38,10 @@ json Canonical(const CalibrateOptions& o) {
       {"direction", o.direction == Direction::kQuantize ? "quantize" : "dequantize"},
   };
   if (o.weights.skip_unaligned) c["weights"]["skip_unaligned"] = true;
+  // Only when not DeepSeek's, the one layout that existed before the option: a staging dir of
+  // another layout is never resumed into this one.
+  if (o.direction == Direction::kQuantize && o.output_format != OutputFormat::kDeepSeek)
+    c["output_format"] = OutputFormatName(o.output_format);
   if (!o.activations.data.empty()) {
     c["activations"] = {{"data", o.activations.data},
                         {"num_samples", o.activations.num_samples},
@@ -55,6 +60,21 @@ const char* GranularityName(WeightGranularity g) {
     case WeightGranularity::kTensor: return "tensor";
   }
   return "?";
+}
+
+const char* OutputFormatName(OutputFormat f) {
+  switch (f) {
+    case OutputFormat::kCompressedTensors: return "compressed-tensors";
+    case OutputFormat::kDeepSeek: return "deepseek";
+  }
+  return "?";
+}
+
+OutputFormat ResolveOutputFormat(const std::string& name, WeightGranularity g, bool static_activations) {
+  if (name == "compressed-tensors") return OutputFormat::kCompressedTensors;
+  if (name == "deepseek") return OutputFormat::kDeepSeek;
+  return g == WeightGranularity::kBlock && !static_activations ? OutputFormat::kDeepSeek
+                                                               : OutputFormat::kCompressedTensors;
 }
 
 StatusOr<CalibrateOptions> ParseCalibrateSpec(fp8d::v1::CalibrateSpec spec) {
@@ -76,6 +96,7 @@ StatusOr<CalibrateOptions> ParseCalibrateSpec(fp8d::v1::CalibrateSpec spec) {
   o.activations = {a.data(), a.num_samples(), a.method(), a.percentile()};
   o.direction = spec.direction() == "dequantize" ? Direction::kDequantize : Direction::kQuantize;
   o.backend = BackendOf(spec.backend());
+  o.output_format = ResolveOutputFormat(spec.output_format(), o.weights.granularity, !o.activations.data.empty());
   o.canonical = Canonical(o);
   return o;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The calibration job's spec as the worker runs it: spec.json / spec.yaml read into the proto
 // fp8d::v1::CalibrateSpec (worker/common/spec_file.h), filled and checked by fp8_jobspec (the
 // same defaults and checks as the daemon's at create), then mapped onto the options below,
@@ -18,6 +19,9 @@ namespace fp8::calibrate {
 enum class WeightGranularity { kBlock, kChannel, kTensor };
 enum class Direction { kQuantize, kDequantize };
 enum class Backend { kAuto, kCpu, kCuda };
+// The FP8 checkpoint's layout (CalibrateSpec.output_format, `auto` resolved): llm-compressor's
+// compressed-tensors (`weight_scale`, `input_scale`) or DeepSeek-V3's (`weight_scale_inv`).
+enum class OutputFormat { kCompressedTensors, kDeepSeek };
 
 struct WeightOptions {
   WeightGranularity granularity{};
@@ -46,11 +50,15 @@ struct CalibrateOptions {
   ActivationOptions activations;
   Direction direction{};
   Backend backend{};
+  OutputFormat output_format{};
   // The validated spec, defaults filled in: what a restart compares against its staging dir.
   nlohmann::json canonical;
 };
 
 const char* GranularityName(WeightGranularity g);
+const char* OutputFormatName(OutputFormat f);  // "compressed-tensors" | "deepseek"
+// `auto`: deepseek for block weights with dynamic activations, compressed-tensors otherwise.
+OutputFormat ResolveOutputFormat(const std::string& name, WeightGranularity g, bool static_activations);
 
 StatusOr<CalibrateOptions> ParseCalibrateSpec(fp8d::v1::CalibrateSpec spec);
 StatusOr<CalibrateOptions> ParseCalibrateSpec(const nlohmann::json& spec);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One weight at a time, streamed in bands of 128 rows so memory follows the band, not the
 // tensor: FP32/BF16/FP16 → FP8 E4M3 + FP32 scale_inv (with round-trip statistics), and back
 // from FP8 + scale_inv to BF16.

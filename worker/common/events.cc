@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/common/events.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -38,6 +39,14 @@ WorkerEvent CheckpointEvent(int64_t step, const std::string& path, const std::st
   c->set_step(step);
   c->set_path(path);
   c->set_checksum(checksum);
+  return ev;
+}
+
+WorkerEvent PreemptedEvent(int64_t step, const std::string& checkpoint) {
+  WorkerEvent ev;
+  WorkerEvent::Preempted* p = ev.mutable_preempted();
+  p->set_step(step);
+  p->set_checkpoint(checkpoint);
   return ev;
 }
 

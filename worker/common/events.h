@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The worker's side of docs/design.md §4: events on stdout, one JSON object per line, each a
 // fp8d.v1.WorkerEvent (proto/fp8d/v1/worker_event.proto, the contract with the daemon) printed
 // by protobuf's JSON printer. Thread-safe: the heartbeat thread and the training loop write
@@ -26,6 +27,8 @@ using fp8d::v1::WorkerEvent;
 // its fields depend on the job kind).
 WorkerEvent StartedEvent(int rank, int world_size, int64_t pid, int64_t step);
 WorkerEvent CheckpointEvent(int64_t step, const std::string& path, const std::string& checksum);
+// Stopped by SIGTERM at `step`, whose checkpoint is `checkpoint` ("" on ranks that write none).
+WorkerEvent PreemptedEvent(int64_t step, const std::string& checkpoint);
 WorkerEvent MetricEvent(const std::string& name, double value, int64_t step);
 // `result` must be a JSON object (it becomes Job.result); NaN values in it become null.
 WorkerEvent DoneEvent(const nlohmann::json& result);
@@ -62,6 +65,9 @@ constexpr int kExitInvalidSpec = 64;  // EX_USAGE: permanent
 constexpr int kExitBadData = 65;      // EX_DATAERR: permanent
 constexpr int kExitInternal = 70;     // EX_SOFTWARE: retryable
 constexpr int kExitTemporary = 75;    // EX_TEMPFAIL: retryable (NaN/Inf loss too)
+// Stopped by SIGTERM at a step boundary after its checkpoint and `preempted` event. The daemon
+// reads it as PREEMPTED only when it asked for the preemption (else WORKER_CRASH).
+constexpr int kExitPreempted = 76;
 
 // Set by SIGTERM/SIGINT: stop at the next step boundary (docs/design.md §4).
 std::atomic<bool>& StopRequested();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads a job spec file (spec.json, or YAML when the name ends in .yaml / .yml) into its proto
 // message (fp8d::v1::TrainSpec / CalibrateSpec) through protobuf's JSON parser: snake_case and
 // lowerCamelCase names, int64 as numbers or strings, null as "not set". Unknown fields and

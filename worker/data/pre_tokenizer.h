@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pre-tokenizers of Hugging Face byte-level BPE tokenizers: `Split` with a regex
 // (behavior Isolated) and `ByteLevel` (prefix space, the GPT-2 regex), on RE2.
 #pragma once

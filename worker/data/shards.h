@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // llm.c token shards (the format fp8d trains on) and deterministic batch sampling.
 //
 // Shard layout: a header of 256 little-endian int32 — [0] magic, [1] version, [2] number of

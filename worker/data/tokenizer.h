@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hugging Face byte-level BPE tokenizers (the GPT-2, Llama-3 and Qwen2 kind), read from their
 // tokenizer.json and encoding text to the same ids as the `tokenizers` library's
 // `encode(text, add_special_tokens=False)`.

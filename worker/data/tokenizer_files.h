@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tokenizer files that travel with token shards and from them into a Hugging Face export:
 // `prepare-data --tokenizer` records the tokenizer it encoded with beside the shards it writes,
 // and `export: hf` / `fp8-worker export` copy those files into the export, so an exported model

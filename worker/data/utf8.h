@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UTF-8 helpers of the tokenizer: lossy decoding and GPT-2's byte-to-unicode map.
 #pragma once
 

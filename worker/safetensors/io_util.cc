@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/safetensors/io_util.h"
 
 #include <unistd.h>

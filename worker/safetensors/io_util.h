@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small POSIX I/O helpers shared by the safetensors reader and writer: full reads/writes at an
 // offset (looping over short transfers and EINTR) and errno → Status.
 #pragma once

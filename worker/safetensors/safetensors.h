@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading and writing .safetensors files (https://github.com/huggingface/safetensors):
 //   [u64 little-endian N][N bytes of JSON header, space-padded][data section]
 // The header maps tensor name → {dtype, shape, data_offsets: [begin, end)} relative to the data

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-row pieces of the CPU attention that GPT-2's (layers.cc) and the Llama family's
 // (llama_layers.cc) forward and backward share; each lays out q, k and v its own way.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host model as the trainer, AdamW, checkpoints, export, evaluation and calibration see it:
 // a decoder-only language model on the CPU whose parameters and gradients each live in one flat
 // FP32 buffer (so the optimizer, the all-reduce and the checkpoint see a single array), whose

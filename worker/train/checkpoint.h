@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoints (docs/design.md §5): <dir>/step-<N>/{model.safetensors, optimizer.safetensors,
 // trainer_state.json}, written into a temporary directory, fsynced, renamed into place and the
 // parent fsynced, so a checkpoint is either complete or invisible. The newest `keep` are kept.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Collectives between the ranks of one attempt, behind an interface so the CPU (Gloo) and the
 // future CUDA (NCCL) backends plug in the same way. Results are identical on every rank (each
 // element is reduced once and then broadcast), so replicas never drift apart.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TrainBackend on the CPU: the spec's CausalLm (either family) + AdamW, gradients and scalars all-reduced in FP32 over a
 // Collective in a fixed order (so a run is bit-reproducible across layouts and resumes).
 #include <cmath>

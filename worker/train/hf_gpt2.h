@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPT-2 in and out of Hugging Face (the family's part of hf_model.h).
 //
 // fp8d's GPT is GPT-2 exactly (learned positions, LayerNorm eps 1e-5, tanh GELU, head tied to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Llama family in and out of Hugging Face (the family's part of hf_model.h):
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and (its MoE fields in
 // hf_qwen3_moe.h) Qwen3MoeForCausalLM. fp8d's LlamaModel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MixtralForCausalLM in and out of Hugging Face: a Llama-family member (hf_llama.h reads and
 // writes its attention part, as Mistral's: no q/k norms, no biases, sliding_window null) whose
 // every layer is a softmax-topk router over num_local_experts SwiGLU experts, the top

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/train/hf_model.h"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Models in and out, for every family: Hugging Face directories and fp8d checkpoints as sources
 // of weights (`train.init_from`, `fp8-worker export`, `fp8-worker evaluate`), and the Hugging
 // Face export. What differs between the families (config.json's fields, tensor names and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the two mixtures of experts fp8d reads and writes in Hugging Face form have in common:
 // Qwen3MoeForCausalLM (hf_qwen3_moe.h) and MixtralForCausalLM (hf_mixtral.h) both route by a
 // softmax over all experts and take the top k (Mixtral always renormalises them), balance by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Qwen3MoeForCausalLM, the Llama family's mixture of experts in and out of Hugging Face (the
 // rest of the family is hf_llama.h, which reads the attention part of its config.json): Qwen3's
 // attention (q/k norms) and, in every layer not in mlp_only_layers, a softmax-topk router

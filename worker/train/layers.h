@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The layers of the GPT-2 style decoder, forward and backward, CPU. Templated on the scalar type:
 // the trainer runs them in float, the gradient tests in double (against double finite
 // differences). Every reduction runs in a fixed order, whatever the thread count, so a run is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The layers the Llama family adds to layers.h, forward and backward, CPU: token embedding
 // without positions, RMSNorm, rotary position embedding (transformers' rotate_half layout),
 // grouped-query causal attention and the SwiGLU gate. Conventions as in layers.h: templated on

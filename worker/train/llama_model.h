@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Llama family on the CPU (Llama 2/3, Mistral, Qwen2, Qwen3): token embedding, pre-RMSNorm
 // blocks of causal grouped-query attention with rotary positions (rope_theta, optionally
 // Llama-3's rescaling) and a SwiGLU MLP, final RMSNorm, then the head (lm_head, or tied to the

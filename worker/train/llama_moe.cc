@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LlamaModel's mixture-of-experts MLP (llama_model.h): the FP32 router, the tokens permuted by
 // expert into one contiguous layout, every expert's SwiGLU MLP on its rows through the recipe's
 // linear layers, the weighted combine, the shared experts, and the same backwards. With expert

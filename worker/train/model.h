@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPT-2 style decoder on the CPU: token + position embeddings, pre-LayerNorm blocks (causal
 // self-attention, GELU MLP), final LayerNorm, head tied to the token embedding. The four linear
 // layers of each block run through LinearPrecision (the recipe); embeddings, norms, softmax and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `fp8-worker export` and `fp8-worker evaluate`: models in and out without a training run.
 // argv starts after the subcommand; each returns the process exit code (sysexits).
 #pragma once

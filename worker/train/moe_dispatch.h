@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tokens to experts and back, the CPU reference of the permute / unpermute the CUDA kernels will
 // do: the (token, choice) assignments of a Routing are sorted by expert into one contiguous
 // layout (expert 0's rows, then expert 1's, ..., tokens in order within an expert), each expert

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The routers of a mixture-of-experts MLP on the CPU, as pure functions over FP32 router logits
 // [n, E] (a plain FP32 GEMM of the layer input and mlp.gate.weight: the router stays out of the
 // FP8 recipe, as DeepSeek-V3 keeps it). Deterministic: each token is routed on its own, in a fixed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AdamW over the flat parameter buffer (decoupled weight decay on 2-D tensors only), FP32
 // moments or BF16 moments (rounded to nearest even after every update), and the learning-rate
 // schedules of Hugging Face's get_scheduler (linear warmup, then cosine/linear decay to 0, or

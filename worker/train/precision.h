@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a recipe turns the operands of one linear layer's three GEMMs into what the GEMM sees
 // (docs/design.md §6). On the CPU an FP8 GEMM is FakeQuantize (FP8 cast, scales) + FP32 Sgemm:
 // the same numbers an FP8 tensor-core GEMM with FP32 accumulation produces, up to summation order.

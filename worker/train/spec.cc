@@ -1,4 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/train/spec.h"
+
+#include <algorithm>
 
 #include "jobspec/paths.h"
 #include "jobspec/validate.h"
@@ -65,7 +68,8 @@ TrainSpec FromProto(const fp8d::v1::TrainSpec& p) {
                 .weight_decay = t.weight_decay(), .adam_beta1 = t.adam_beta1(), .adam_beta2 = t.adam_beta2(),
                 .adam_epsilon = t.adam_epsilon(), .max_grad_norm = t.max_grad_norm(), .seed = t.seed(),
                 .logging_steps = t.logging_steps(), .eval_steps = t.eval_steps(), .save_steps = t.save_steps(),
-                .save_total_limit = t.save_total_limit(), .export_hf = t.export_() == "hf"};
+                .save_total_limit = t.save_total_limit(), .export_hf = t.export_() == "hf",
+                .report_to_tensorboard = std::find(t.report_to().begin(), t.report_to().end(), "tensorboard") != t.report_to().end()};
   s.output_dir = p.output_dir();
   s.backend = BackendOf(p.backend());
   s.init_from = p.init_from();
@@ -257,7 +261,8 @@ nlohmann::json SpecToJson(const TrainSpec& s) {
                     {"adam_beta1", t.adam_beta1}, {"adam_beta2", t.adam_beta2}, {"adam_epsilon", t.adam_epsilon},
                     {"max_grad_norm", t.max_grad_norm}, {"seed", t.seed}, {"logging_steps", t.logging_steps},
                     {"eval_steps", t.eval_steps}, {"save_steps", t.save_steps},
-                    {"save_total_limit", t.save_total_limit}, {"export", t.export_hf ? "hf" : ""}}},
+                    {"save_total_limit", t.save_total_limit}, {"export", t.export_hf ? "hf" : ""},
+                    {"report_to", t.report_to_tensorboard ? nlohmann::json::array({"tensorboard"}) : nlohmann::json::array({"none"})}}},
       {"output_dir", s.output_dir},
       {"init_from", s.init_from},
       {"backend", kBackend[static_cast<int>(s.backend)]},

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The training spec as the worker runs it. spec.json / spec.yaml is read into the proto
 // fp8d::v1::TrainSpec (worker/common/spec_file.h), filled and checked by fp8_jobspec (the same
 // defaults and checks the daemon applies at create), then mapped onto the plain structs below.
@@ -102,6 +103,7 @@ struct TrainingConfig {
   int64_t save_steps = 0;
   int save_total_limit = 0;
   bool export_hf = false;  // training.export: hf → <output_dir>/hf/ at the end (rank 0)
+  bool report_to_tensorboard = false;  // training.report_to has tensorboard (tensorboard_writer.h)
 };
 
 struct TrainSpec {

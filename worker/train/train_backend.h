@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seam between the training loop (trainer.h: schedule, accumulation, evaluation, checkpoint
 // cadence, resume, events, NaN handling) and what computes the steps: the CPU CausalLm + AdamW
 // + Collective (cpu_backend.cc) or the CUDA model + NCCL (cuda/cuda_trainer.cc). The loop owns

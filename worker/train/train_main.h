@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `fp8-worker train --spec FILE [--resume-from DIR]`. argv starts after the subcommand. Return the process exit code (sysexits).
 #pragma once
 

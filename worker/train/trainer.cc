@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/train/trainer.h"
 
 #include <unistd.h>
@@ -5,13 +6,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "worker/data/shards.h"
 #include "worker/data/tokenizer_files.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/hf_model.h"
+#include "worker/train/tensorboard_writer.h"
 
 namespace fp8::train {
 namespace {
@@ -51,6 +55,9 @@ class Loop {
   nlohmann::json State(int64_t step) const;
   Status Save(int64_t step);
   void ReportProgress(int64_t step, double loss, double lr, double grad_norm);
+  int OpenTensorBoard();
+  // training.report_to tensorboard (rank 0); a write that fails stops the curves, not the run.
+  void WriteTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
   bool ReportsAt(int64_t step) const {
     return step % spec_.training.logging_steps == 0 || step == spec_.training.max_steps;
   }
@@ -66,6 +73,7 @@ class Loop {
   TrainResult result_;
   int64_t step_ = 0;
   std::string checkpoint_dir_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0 with training.report_to tensorboard
   Clock::time_point t_start_, t_window_;
   int64_t window_start_step_ = 0;
 };
@@ -137,7 +145,31 @@ int Loop::Setup() {
     return Fail(WorkerEvent::INTERNAL_ERROR, s.message(), worker::kExitTemporary);
   }
   result_.start_step = step_;
+  return OpenTensorBoard();
+}
+
+int Loop::OpenTensorBoard() {
+  if (!spec_.training.report_to_tensorboard || be_.rank() != 0) return 0;
+  char host[256] = "localhost";
+  if (::gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "localhost");
+  std::map<std::string, std::string> env;
+  if (const char* job = std::getenv("FP8D_JOB")) env["FP8D_JOB"] = job;
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  auto w = TensorBoardWriter::Open(TensorBoardRunDir(spec_.output_dir, env, host, now), host, now, step_ + 1);
+  if (!w.ok()) return Fail(WorkerEvent::INTERNAL_ERROR, "training.report_to: " + w.status().message(), worker::kExitTemporary);
+  tensorboard_ = std::move(w).value();
+  std::fprintf(stderr, "fp8-worker: TensorBoard events → %s\n", tensorboard_->path().c_str());
   return 0;
+}
+
+void Loop::WriteTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars) {
+  if (!tensorboard_) return;
+  if (Status s = tensorboard_->WriteScalars(step, scalars); !s.ok()) {
+    std::fprintf(stderr, "fp8-worker: training.report_to: %s; no more TensorBoard events this attempt\n",
+                 s.message().c_str());
+    tensorboard_.reset();
+  }
 }
 
 Status Loop::Step(double* loss, bool* stop, bool report) {
@@ -270,6 +302,7 @@ void Loop::ReportProgress(int64_t step, double loss, double lr, double grad_norm
     progress.set_mfu(mfu);
     std::snprintf(mfu_text, sizeof(mfu_text), "  mfu %.1f%%", 100 * mfu);
   }
+  WriteTensorBoard(step, ProgressScalars(progress));
   ev_.Emit(std::move(event));
   std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s%s  eta %.0fs%s",
                opt_.tty_progress ? "\r\033[K" : "", static_cast<long long>(step), static_cast<long long>(t.max_steps),
@@ -319,6 +352,7 @@ TrainResult Loop::Run() {
       auto ev = Evaluate();
       if (Failed(ev.status())) return result_;
       result_.eval_loss = *ev;
+      WriteTensorBoard(step_, {{"eval/loss", *ev}});
       ev_.Emit(worker::MetricEvent("eval_loss", *ev, step_));
       std::fprintf(stderr, "%seval_loss %.4f at step %lld\n", opt_.tty_progress ? "\n" : "", *ev,
                    static_cast<long long>(step_));
@@ -360,9 +394,13 @@ TrainResult Loop::Run() {
       std::fprintf(stderr, "fp8-worker: training.export: no tokenizer files: data.train: %s\n", no_tokenizer.c_str());
     }
   }
+  // Stopped by a signal (not by the stop_after_step test knob): the step's checkpoint is
+  // written (rank 0), so the daemon may resume the next attempt from it.
+  const bool by_signal = result_.interrupted && !(opt_.stop_after_step > 0 && step_ >= opt_.stop_after_step);
+  if (by_signal) ev_.Emit(worker::PreemptedEvent(step_, result_.last_checkpoint));
   ev_.StopHeartbeat();
   ev_.Emit(worker::DoneEvent(res));
-  result_.exit_code = result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
+  result_.exit_code = by_signal ? worker::kExitPreempted : result_.interrupted ? worker::kExitTemporary : worker::kExitOk;
   std::fprintf(stderr, "fp8-worker: %s at step %lld, loss %.4f, %.1fs\n",
                result_.interrupted ? "interrupted" : "done", static_cast<long long>(step_), last_loss, secs);
   return result_;

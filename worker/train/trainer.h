@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The training loop (docs/design.md §4), once for every backend (train_backend.h): data-parallel,
 // events on an EventWriter, checkpoints on rank 0, SIGTERM handled at step boundaries. A run is
 // a pure function of the spec (and the checkpoint it resumed from): batches come from (seed,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Offline schema check of rendered Kubernetes objects (the output of `kubectl kustomize`): two
 // passes with npm packages generated from the Kubernetes OpenAPI spec, then a cross-check:
 //   1. kubernetes-models' validate(): types, formats, enums, required fields;
@@ -5,6 +6,10 @@
 //      field the API knows (the models above accept unknown fields, and a misspelled
 //      `readOnlyRootFileSystem` is exactly the mistake a manifest makes);
 //   3. crossCheck(): the references between the objects (selectors, names, ports, volumes).
+// A ServiceMonitor (the Prometheus Operator's CRD, overlays/prometheus-operator) has no npm
+// model: its fields are checked against SERVICE_MONITOR_SPEC below, written from the CRD's Go
+// types (prometheus-operator pkg/apis/monitoring/v1: servicemonitor_types.go Endpoint and
+// ServiceMonitorSpec, types.go SafeTLSConfig, SafeAuthorization, SecretOrConfigMap).
 // Usage: node check_manifests.mjs rendered.yaml   (exit 1 and one line per problem)
 import fs from "node:fs";
 import path from "node:path";
@@ -24,6 +29,69 @@ const KINDS = {
   "apps/v1/StatefulSet": ["apps/v1/StatefulSet", "V1StatefulSet"],
   "policy/v1/PodDisruptionBudget": ["policy/v1/PodDisruptionBudget", "V1PodDisruptionBudget"],
   "networking.k8s.io/v1/NetworkPolicy": ["networking.k8s.io/v1/NetworkPolicy", "V1NetworkPolicy"],
+};
+
+// A shape: "string" | "integer" | "boolean" for scalars, an object of field → shape, or
+// [shape] for a list. Fields not listed are unknown (as for the models above).
+const KEY_SELECTOR = { name: "string", key: "string", optional: "boolean" };
+const SECRET_OR_CONFIGMAP = { secret: KEY_SELECTOR, configMap: KEY_SELECTOR };
+const LABEL_SELECTOR = {
+  matchLabels: { "*": "string" },
+  matchExpressions: [{ key: "string", operator: "string", values: ["string"] }],
+};
+const RELABEL = [{ sourceLabels: ["string"], separator: "string", targetLabel: "string", regex: "string",
+                   modulus: "integer", replacement: "string", action: "string" }];
+const SERVICE_MONITOR_SPEC = {
+  jobLabel: "string", targetLabels: ["string"], podTargetLabels: ["string"],
+  selector: LABEL_SELECTOR,
+  namespaceSelector: { any: "boolean", matchNames: ["string"] },
+  sampleLimit: "integer", targetLimit: "integer", scrapeClass: "string",
+  endpoints: [{
+    port: "string", targetPort: "string", path: "string", scheme: "string",
+    params: { "*": ["string"] }, interval: "string", scrapeTimeout: "string",
+    honorLabels: "boolean", honorTimestamps: "boolean", followRedirects: "boolean",
+    enableHttp2: "boolean", filterRunning: "boolean", proxyUrl: "string",
+    tlsConfig: { ca: SECRET_OR_CONFIGMAP, cert: SECRET_OR_CONFIGMAP, keySecret: KEY_SELECTOR,
+                 serverName: "string", insecureSkipVerify: "boolean", minVersion: "string",
+                 maxVersion: "string" },
+    authorization: { type: "string", credentials: KEY_SELECTOR },
+    bearerTokenSecret: KEY_SELECTOR,
+    metricRelabelings: RELABEL, relabelings: RELABEL,
+  }],
+};
+
+function checkShape(value, shape, where) {
+  if (Array.isArray(shape)) {
+    if (!Array.isArray(value)) return problems.push(`${where}: expected a list`);
+    value.forEach((v, i) => checkShape(v, shape[0], `${where}[${i}]`));
+    return;
+  }
+  if (typeof shape === "string") {
+    const ok = shape === "integer" ? Number.isInteger(value) : typeof value === shape;
+    if (!ok) problems.push(`${where}: expected ${shape}, got ${JSON.stringify(value)}`);
+    return;
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return problems.push(`${where}: expected an object`);
+  for (const [k, v] of Object.entries(value)) {
+    const field = shape[k] ?? shape["*"];
+    if (field === undefined) {
+      problems.push(`${where}.${k}: unknown field (it has ${Object.keys(shape).join(", ")})`);
+      continue;
+    }
+    checkShape(v, field, `${where}.${k}`);
+  }
+}
+
+const CUSTOM_KINDS = {
+  "monitoring.coreos.com/v1/ServiceMonitor": async (obj, id) => {
+    await checkFields(obj.metadata, "V1ObjectMeta", `${id}.metadata`);
+    for (const k of Object.keys(obj)) {
+      if (!["apiVersion", "kind", "metadata", "spec"].includes(k)) problems.push(`${id}.${k}: unknown field`);
+    }
+    if (!obj.spec?.selector) problems.push(`${id}: spec.selector is required`);
+    if (!obj.spec?.endpoints?.length) problems.push(`${id}: spec.endpoints is empty: nothing is scraped`);
+    checkShape(obj.spec ?? {}, SERVICE_MONITOR_SPEC, `${id}.spec`);
+  },
 };
 
 const modelCache = new Map();
@@ -96,6 +164,18 @@ function crossCheck(objects) {
     }
     if (tpl.spec.serviceAccountName && !byKind("ServiceAccount").some((a) => a.metadata.name === tpl.spec.serviceAccountName)) problems.push(`${id}: ServiceAccount ${tpl.spec.serviceAccountName} not rendered`);
   }
+  // A ServiceMonitor selects Services by their own labels, in its namespaces, and scrapes
+  // ports by name: at least one endpoint of a selected Service must exist.
+  for (const m of byKind("ServiceMonitor")) {
+    const id = `ServiceMonitor/${m.metadata.name}`;
+    const names = m.spec.namespaceSelector?.matchNames ?? [m.metadata.namespace];
+    const services = byKind("Service").filter((s) => names.includes(s.metadata.namespace) &&
+                                                     matches(m.spec.selector?.matchLabels, s.metadata.labels));
+    if (services.length === 0) problems.push(`${id}: selector ${JSON.stringify(m.spec.selector)} matches no Service`);
+    for (const e of m.spec.endpoints ?? []) {
+      if (!services.some((s) => s.spec.ports.some((p) => p.name === e.port))) problems.push(`${id}: endpoint port ${e.port} is no port of a selected Service`);
+    }
+  }
 }
 
 const file = process.argv[2];
@@ -109,6 +189,8 @@ for (const doc of docs) {
   count++;
   objects.push(obj);
   const id = `${obj.kind}/${obj.metadata?.name}`;
+  const custom = CUSTOM_KINDS[`${obj.apiVersion}/${obj.kind}`];
+  if (custom) { await custom(obj, id); continue; }
   const entry = KINDS[`${obj.apiVersion}/${obj.kind}`];
   if (!entry) { problems.push(`${id}: no schema known for ${obj.apiVersion} ${obj.kind}`); continue; }
   const [modelPath, clientModel] = entry;

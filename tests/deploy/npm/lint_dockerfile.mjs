@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Lints a Dockerfile with dockerfile-utils (the linter behind the VS Code Docker extension):
 // unknown instructions, bad flags and arguments, malformed EXPOSE/USER/HEALTHCHECK and so on.
 // hadolint is neither in Debian nor on npm. Usage: node lint_dockerfile.mjs <Dockerfile>

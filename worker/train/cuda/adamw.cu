@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AdamW over the flat parameters (and one tensor with its BF16 copy), and the gradient norm
 // for clipping.
 // Launchers of train_kernels.h.

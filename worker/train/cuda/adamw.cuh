@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The AdamW update of one parameter, shared by the plain step (train_kernels.cu) and the step
 // that also casts the updated weights (adamw_cast.cu), so both compute the same bits.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AdamW + 128x128 cast of the updated weights in one kernel (adamw_cast.h).
 #include "worker/train/cuda/adamw_cast.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AdamW on a linear layer's weight W [rows, cols] whose update also writes the next forward's
 // fp8-blockwise operands, W and Wᵀ in 128x128 blocks (E4M3 or E5M2, FP32 or UE8M0 scales), from
 // the updated values while they are in registers. Without it the next forward reads the FP32 W

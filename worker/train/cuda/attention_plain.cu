@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plain attention path (head dims the fused kernels do not take): head permutes and the
 // causal softmax over materialized T×T scores.
 // Launchers of train_kernels.h.

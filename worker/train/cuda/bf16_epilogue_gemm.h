@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Row-major BF16 GEMMs through cuBLASLt with a fused epilogue: the bf16 recipe's bias add,
 // bias + GELU and GELU backward ride in the GEMM that produces or consumes the tensor, instead of
 // a separate pass over [tokens, features] each.

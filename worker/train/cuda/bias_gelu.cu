@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The linear layers' elementwise passes where no cuBLASLt epilogue does them: bias add, the
 // residual add of a projection, GELU forward (also fused with the bias) and backward.
 // Launchers of train_kernels.h.

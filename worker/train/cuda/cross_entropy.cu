@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The head's fused softmax cross-entropy and the loss sum.
 // Launchers of train_kernels.h.
 #include "worker/train/cuda/train_kernels.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker/train/cuda/cuda_causal_lm.h"
 
 #include "worker/train/cuda/cuda_llama_model.h"

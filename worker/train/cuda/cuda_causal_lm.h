@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA trainer's model as cuda_trainer.cc and the benches see it: one decoder-only family on
 // one GPU, its parameters and gradients in flat FP32 device buffers laid out as the host
 // family's (causal_lm.h), so checkpoints, export and the CPU models are interchangeable.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One linear layer y = x·Wᵀ + b on the GPU (docs/design.md §6), the device twin of
 // LinearPrecision + LinearForward/LinearBackward:
 //   bf16            x, W, dy in BF16, cuBLAS GEMMs, FP32 accumulation; dW accumulated in FP32

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3) on one GPU: the same architecture,
 // parameter names and flat layout as worker/train/llama_model.h (so checkpoints, export and the
 // CPU model are interchangeable), forward and backward on the device. Per block:

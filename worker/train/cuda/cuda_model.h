@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPT-2 style decoder on one GPU: the same architecture, parameter names and flat layout as
 // worker/train/model.h (so checkpoints are interchangeable), forward and backward on the
 // device. Linear layers follow the recipe (cuda_linear.h); embeddings, LayerNorm statistics,

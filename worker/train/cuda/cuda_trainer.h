@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `fp8-worker train` on the GPU: the training loop of worker/train/trainer.h over a CUDA
 // TrainBackend (CudaGptModel or CudaLlamaModel, FP32 AdamW on the device, NCCL data parallelism).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Delayed scaling (kernels/scaling.h) on the device: the amax history and scale update, and the
 // casts' statistics for progress (one grid-stride pass, run only on the steps that report).
 // Launchers of train_kernels.h.

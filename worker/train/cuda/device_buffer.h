@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owning device allocation (cudaMalloc, never managed memory) with an fp8::Status on failure.
 #pragma once
 

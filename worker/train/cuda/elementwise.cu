@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Elementwise passes over whole tensors: casts, accumulate, scale, 1-byte transposes (the
 // fp8-tensorwise operands) and the benchmarks' initializers.
 // Launchers of train_kernels.h.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Token and position embeddings: the forward gathers (GPT-2's with positions, the Llama
 // family's without) and the position gradient (the token gradient is token_groups.cu).
 // Launchers of train_kernels.h.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8-blockwise's cast fused into the stage that produces its input (RMSNorm in rmsnorm.cu,
 // SwiGLU in swiglu.cu): the stage computes each 128x128 tile of its bf16 output in registers and
 // hands it to the lean transposing cast of kernels/cuda/sm90_fp8_quantize_transpose.cuh, which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LayerNorm forward (also fused with the residual add before it) and backward, and the
 // deterministic column sums behind its dw/db, which the linear layers' bias gradients share
 // (ColumnSumAccumulate).

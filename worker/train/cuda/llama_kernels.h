@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device kernels the Llama family (Llama, Qwen3) adds to train_kernels.h: RMSNorm (also fused
 // with the residual add before it, and per head for Qwen3's q/k norm), rotary position embedding
 // and the SwiGLU gate, forward and backward. Launchers in rmsnorm.cu, rope.cu and swiglu.cu; the

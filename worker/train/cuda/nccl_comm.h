@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data-parallel all-reduce between the ranks of one attempt through NCCL, on device buffers.
 // NCCL is loaded with dlopen (libnccl.so.2) only when world_size > 1, so a single-GPU run and
 // the CI build never need the library. Rank 0 writes the NCCL unique id to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a training step's device time goes, operation by operation, without a profiler (the GPU
 // machine's image has none that reads a whole step's kernels): the model records a CUDA event
 // after each operation it enqueues, and Finish sums the times between consecutive events by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RMSNorm forward (also fused with the residual add before it, and per head: Qwen3's q/k norm)
 // and backward, with deterministic column sums behind dw. Launchers of llama_kernels.h.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rotary position embedding (transformers' rotate_half layout), in place, forward and backward.
 // Launchers of llama_kernels.h. A thread owns one (row, head, i) pair: elements i and i + half of
 // the head, rotated by the angle of position row % t and frequency i.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused causal attention (see sm90_flash_attention.h). Kernels first, launchers at the end.
 //
 // Every kernel runs 4 warps; a warp owns 16 rows (32 in the wide forward) of the tile its block

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused causal self-attention for the CUDA trainer, flash-attention-2 style: BF16 q/k/v in, FP32
 // softmax statistics, BF16 out. No T×T matrix ever reaches device memory: the forward keeps a
 // running max/sum per query row and saves only the row's logsumexp; the backward recomputes the

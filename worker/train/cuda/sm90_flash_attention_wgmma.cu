@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The causal flash-attention forward on Hopper's asynchronous tensor cores, flash-attention-3
 // style, and the two-kernel backward's dQ kernel on the same machinery (further down)
 // (sm90_flash_attention.h has the contract; FlashAttentionForward/Backward dispatch here).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The wgmma flash-attention kernels' own helpers (sm90_flash_attention_wgmma{,_dkdv}.cu): the
 // ping-pong turns of the consumer warpgroups, the swizzled row store, and wgmma m64nNk16 BF16
 // with both operands in shared memory (SS, for S = Q·Kᵀ) or A in registers (RS, for O += P·V).

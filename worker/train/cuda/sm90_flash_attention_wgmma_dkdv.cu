@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two-kernel backward's dK/dV kernel on Hopper's asynchronous tensor cores, flash-attention-3
 // style (sm90_flash_attention.h has the contract; FlashAttentionBackward dispatches here). Same
 // machinery as the forward and dQ kernels of sm90_flash_attention_wgmma.cu.

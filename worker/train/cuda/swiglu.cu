@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SwiGLU gate of the Llama MLP, out = silu(gate)·up, and its backward. Launchers of
 // llama_kernels.h. Elementwise over rows (the flat forms are one row): 8 elements per thread with
 // 16-byte accesses where sizes, pitch and pointers allow (Vec8), one per thread elsewhere.

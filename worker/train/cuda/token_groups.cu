@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GroupTokens (host counting sort) and the two gradient kernels of token_groups.h.
 #include "worker/train/cuda/token_groups.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tied embedding's gradient without atomics: dwte[v] += Σ dout[i] over the positions i of
 // token v, summed in an order fixed by the tokens alone, so that the same batch gives the same
 // bits on every run and every GPU (atomicAdd made the order depend on scheduling; with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device kernels of the CUDA trainer (everything that is not a GEMM): embeddings, LayerNorm,
 // GELU, causal softmax, attention head permutes, fused softmax cross-entropy, column sums,
 // AdamW, norms, FP8 byte transposes and the delayed-scaling update. Plain C++ declarations so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the trainer's non-GEMM kernels (embedding.cu, layernorm.cu, bias_gelu.cu,
 // elementwise.cu, attention_plain.cu, cross_entropy.cu, adamw.cu, delayed_scaling.cu): launch
 // geometry, warp and block reductions, 16-byte loads and stores, and the launch check. They are
