@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <grpcpp/security/auth_context.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -289,15 +290,16 @@ void AuditLog(const Principal& principal, std::string_view method, std::string_v
     logger->set_level(spdlog::level::trace);
     return logger;
   }();
-  nlohmann::json line = {{"audit", true},
-                         {"principal", principal.name},
-                         {"role", RoleName(principal.role)},
-                         {"method", std::string(method)},
-                         {"job", std::string(job)},
-                         {"result", fp8::StatusCodeName(result.code())}};
-  if (!result.ok()) line["message"] = result.message();
-  // The message may quote a caller's bytes; ones that are not UTF-8 must not make dump() throw.
-  const std::string json = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Keys in the order nlohmann::json writes an object (sorted), as the lines always had. Only
+  // the strings a caller may have chosen are escaped (the principal, the job, the message); bytes
+  // that are not UTF-8 are replaced, not thrown over.
+  const auto quoted = [](std::string_view s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  const std::string json = fmt::format(
+      R"({{"audit":true,"job":{},{}"method":{},"principal":{},"result":"{}","role":"{}"}})", quoted(job),
+      result.ok() ? std::string() : "\"message\":" + quoted(result.message()) + ",", quoted(method),
+      quoted(principal.name), fp8::StatusCodeName(result.code()), RoleName(principal.role));
   audit->info("{}", std::string_view(json).substr(1));  // the pattern supplies the '{'
 
 }

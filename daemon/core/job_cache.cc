@@ -36,6 +36,7 @@ void JobCache::Add(Job job, int64_t now_ms) {
   if (job.state() == fp8d::v1::QUEUED) {
     queued_.insert(queued_.end(), it->first);  // names arrive in creation order: append
     newly_queued_.push_back(it->first);
+    Enqueue(job);
   }
   entry->job = std::move(job);
   it->second = std::move(entry);
@@ -45,10 +46,10 @@ void JobCache::SetState(JobEntry& e, fp8d::v1::JobState to) {
   e.BeforeChange();
   const fp8d::v1::JobState from = e.job.state();
   e.job.set_state(to);
-  if (from == fp8d::v1::QUEUED) queued_.erase(e.job.name());
-  if (to == fp8d::v1::QUEUED) {
-    queued_.insert(e.job.name());
+  if (from == fp8d::v1::QUEUED && queued_.erase(e.job.name()) > 0) Dequeue(e.job);
+  if (to == fp8d::v1::QUEUED && queued_.insert(e.job.name()).second) {
     newly_queued_.push_back(e.job.name());
+    Enqueue(e.job);
   }
 }
 
@@ -95,7 +96,7 @@ std::unique_ptr<JobEntry> JobCache::EvictIfDone(const std::string& name) {
   if (!IsTerminal(e.job.state()) || e.pending_writes > 0 || !e.outbox.empty()) return nullptr;
   if (e.run != nullptr && !e.run->AllExited()) return nullptr;  // still holds its slots
   with_run_.erase(name);
-  queued_.erase(name);
+  if (queued_.erase(name) > 0) Dequeue(e.job);
   dirty_rows_.erase(name);
   std::unique_ptr<JobEntry> gone = std::move(it->second);
   jobs_.erase(it);
@@ -119,6 +120,33 @@ int64_t JobCache::CountRunning() const {
                state == fp8d::v1::CANCELLING;
   }
   return running;
+}
+
+// A queued job's queue, priority and ranks do not change while it waits.
+void JobCache::Enqueue(const Job& job) {
+  QueuedShapes& shapes = queued_shapes_[job.queue()];
+  shapes.priorities.insert(job.priority());
+  shapes.ranks.insert(job.resources().ranks());
+}
+
+void JobCache::Dequeue(const Job& job) {
+  auto it = queued_shapes_.find(job.queue());
+  FP8_CHECK(it != queued_shapes_.end());
+  auto priority = it->second.priorities.find(job.priority());
+  auto ranks = it->second.ranks.find(job.resources().ranks());
+  FP8_CHECK(priority != it->second.priorities.end() && ranks != it->second.ranks.end());
+  it->second.priorities.erase(priority);
+  it->second.ranks.erase(ranks);
+  if (it->second.priorities.empty()) queued_shapes_.erase(it);
+}
+
+std::vector<QueuedSummary> JobCache::QueuedSummaries() const {
+  std::vector<QueuedSummary> out;
+  out.reserve(queued_shapes_.size());
+  for (const auto& [queue, shapes] : queued_shapes_) {
+    out.push_back({queue, *shapes.priorities.rbegin(), *shapes.ranks.begin()});
+  }
+  return out;
 }
 
 std::vector<std::string> JobCache::TakeNewlyQueued() {

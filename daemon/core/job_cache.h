@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/core/attempt_run.h"
+#include "daemon/core/scheduler.h"
 #include "daemon/store/job_store.h"
 #include "fp8d/v1/job.pb.h"
 
@@ -104,9 +105,13 @@ class JobCache {
   std::set<std::string>& dirty_rows() { return dirty_rows_; }
   // The jobs that entered QUEUED since the last call.
   std::vector<std::string> TakeNewlyQueued();
+  // Per queue, the highest priority and the smallest gang of its QUEUED jobs (MayPreempt).
+  std::vector<QueuedSummary> QueuedSummaries() const;
 
  private:
   void FlushOutbox(JobEntry& e);
+  void Enqueue(const fp8d::v1::Job& job);
+  void Dequeue(const fp8d::v1::Job& job);
 
   std::function<void(const fp8d::v1::Job&)> publish_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
@@ -115,6 +120,10 @@ class JobCache {
   std::set<std::string> queued_;           // jobs in QUEUED
   std::vector<std::string> newly_queued_;  // entered QUEUED since the last TakeNewlyQueued
   std::set<std::string> dirty_rows_;       // PublishChange'd since their row was last written
+  struct QueuedShapes {
+    std::multiset<int32_t> priorities, ranks;
+  };
+  std::map<std::string, QueuedShapes> queued_shapes_;  // of the jobs in queued_, by Job.queue
   int64_t next_create_seq_ = 1;
 };
 

@@ -97,8 +97,8 @@ void JobManagerImpl::Schedule() {
     if (h > 0) --h;
   }
   // With every slot held nothing can be placed, but a job queued since the last round may
-  // preempt (for its queue's quota or its priority).
-  if (any_free || (may_preempt && !fresh.empty())) {
+  // preempt (for its queue's quota or its priority), and with it, older jobs ahead of it.
+  if (any_free || (may_preempt && !fresh.empty() && MayPreempt(input, cache_.QueuedSummaries()))) {
     for (const std::string& name : cache_.queued()) {
       if (const JobEntry* e = schedulable(name)) {
         input.queue.push_back(QueuedJob{name, e->job.priority(), e->create_seq, e->job.resources().ranks(), e->job.queue()});

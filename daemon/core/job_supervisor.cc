@@ -392,7 +392,7 @@ void JobSupervisor::OnRunExited(JobEntry& e) {
   writer_.MaybeEvict(name);
 }
 
-void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) {
+const store::AttemptRecord& JobSupervisor::RecordRuntime(JobEntry& e) {
   AttemptRun& run = *e.run;
   run.record.runtime.clear();
   for (size_t r = 0; r < run.ranks.size(); ++r) {
@@ -407,10 +407,14 @@ void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) 
   }
   run.runtime_dirty = false;
   run.runtime_saved_ms = NowMs();
+  return run.record;
+}
+
+void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) {
   const std::string name = e.job.name();
-  const int number = run.number;
+  const int number = e.run->number;
   writer_.Write(
-      [name, record = run.record](store::JobStore& s) { return s.PutAttempt(name, record); },
+      [name, record = RecordRuntime(e)](store::JobStore& s) { return s.PutAttempt(name, record); },
       [this, name, number, saved = std::move(saved)](Status st) {
         if (!st.ok()) {
           spdlog::error("{}: saving attempt: {}", name, st.ToString());
@@ -421,6 +425,29 @@ void JobSupervisor::SaveAttempt(JobEntry& e, std::function<void(Status)> saved) 
           }
         }
         if (saved) saved(st);
+      });
+}
+
+void JobSupervisor::SaveAttempts(const std::vector<std::string>& names) {
+  std::vector<std::pair<std::string, store::AttemptRecord>> records;
+  std::vector<std::pair<std::string, int>> attempts;
+  for (const std::string& name : names) {
+    JobEntry* e = cache_.Find(name);
+    if (e == nullptr || e->run == nullptr) continue;
+    records.emplace_back(name, RecordRuntime(*e));
+    attempts.emplace_back(name, e->run->number);
+  }
+  if (records.empty()) return;
+  writer_.Write(
+      [records = std::move(records)](store::JobStore& s) { return s.PutAttempts(records); },
+      [this, attempts = std::move(attempts)](Status st) {
+        if (st.ok()) return;
+        spdlog::error("saving the event offsets of {} attempts: {}", attempts.size(), st.ToString());
+        // Written again by the next tick that finds them dirty.
+        for (const auto& [name, number] : attempts) {
+          JobEntry* e = cache_.Find(name);
+          if (e != nullptr && e->run != nullptr && e->run->number == number) e->run->runtime_dirty = true;
+        }
       });
 }
 
@@ -443,6 +470,7 @@ void JobSupervisor::Tick() {
   // Only jobs with an attempt have timers (RETRY_WAIT included): a deep queue of QUEUED jobs
   // must not cost every tick. Copied because handling a job may evict it.
   const std::vector<std::string> names(cache_.with_run().begin(), cache_.with_run().end());
+  std::vector<std::string> offsets_due;  // saved together after the loop: one commit
   for (const std::string& name : names) {
     JobEntry* e = cache_.Find(name);
     if (e == nullptr) continue;
@@ -456,13 +484,14 @@ void JobSupervisor::Tick() {
         run.sigkill_sent = true;
       }
       if (run.launched && run.runtime_dirty && now - run.runtime_saved_ms >= options_.runtime_flush_ms)
-        SaveAttempt(*e);
+        offsets_due.push_back(name);
     }
     if (v.requeue) {
       writer_.Transition(
           *e, fp8d::v1::QUEUED, "backoff elapsed", [this](Status) { owner_.ScheduleRound(); }, nullptr);
     }
   }
+  SaveAttempts(offsets_due);
   FlushDirtyRows(now, /*all=*/false);
   owner_.OnTick(now);
   ArmTick();

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -98,6 +99,9 @@ class JobSupervisor {
   // Persists the attempt record with the ranks' pids and event offsets; `saved` gets the
   // write's status. A failed write marks the runtime dirty, so the tick writes it again.
   void SaveAttempt(JobEntry& e, std::function<void(fp8::Status)> saved = nullptr);
+  // The same for the attempts of several jobs in one store transaction (the tick's periodic
+  // offsets: one commit, whatever the number of running jobs).
+  void SaveAttempts(const std::vector<std::string>& names);
   // Writes the rows of jobs with unwritten progress (`all`: regardless of progress_flush_ms).
   void FlushDirtyRows(int64_t now, bool all);
 
@@ -106,6 +110,9 @@ class JobSupervisor {
   // DecideAttempt (attempt_verdict.h) on this job's view of its attempt.
   Verdict Decide(const JobEntry& e, const SupervisorInput& input, int64_t now) const;
   void SucceedAttempt(JobEntry& e);
+  // The ranks' handles and event offsets as they are now, put into the attempt record (which
+  // is returned), and the runtime marked clean.
+  const store::AttemptRecord& RecordRuntime(JobEntry& e);
   int64_t NowMs() const { return clock_->NowMs(); }
 
   const Options options_;

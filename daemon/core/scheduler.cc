@@ -349,4 +349,24 @@ Plan PlanSchedule(const ScheduleInput& input) {
   return plan;
 }
 
+// Until PlanSchedule chooses its first victim, holders are as given and a queue's usage only
+// grows (placements), so whatever that first choice needs holds of the input already:
+// LowerPriority a preemptible holder of the job's queue below the job's priority; Reclaim
+// the job within its queue's quota and a preemptible holder of another queue, of its kind.
+bool MayPreempt(const ScheduleInput& input, const std::vector<QueuedSummary>& queued) {
+  int64_t cluster[2] = {0, 0};
+  for (const ClusterSlot& s : input.slots) cluster[s.slot.gpu >= 0 ? kGpu : kCpu]++;
+  QueuePlanner planner(input, cluster);
+  for (const QueuedSummary& summary : queued) {
+    const QueueState& q = planner.Queue(summary.queue);
+    for (const RunningJob& h : input.running) {
+      if (!h.preemptible || h.preempting || h.slots.empty()) continue;
+      const QueueState& of = planner.Queue(h.queue);
+      if (&of == &q && h.priority < summary.max_priority) return true;
+      if (&of != &q && planner.FitsQuota(q, KindOf(h.slots), summary.min_ranks)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace fp8d::core

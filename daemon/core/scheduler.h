@@ -123,4 +123,19 @@ struct ScheduleInput {
 
 Plan PlanSchedule(const ScheduleInput& input);
 
+// What a round needs to know of one queue's QUEUED jobs to tell whether any of them could
+// preempt: the highest priority and the smallest gang among them.
+struct QueuedSummary {
+  std::string queue;         // empty: `default`
+  int32_t max_priority = 0;
+  int32_t min_ranks = 1;
+};
+
+// False only when PlanSchedule(input) plans no preemption for any set of queued jobs that these
+// summaries describe (input.queue is not read): no queue has a job of a higher priority than a
+// preemptible holder of its own queue, and none that fits within its quota while another
+// queue's job holds preemptible slots of that kind. A deep queue behind a full cluster is then
+// planned without its old jobs, which can be placed only once slots free up.
+bool MayPreempt(const ScheduleInput& input, const std::vector<QueuedSummary>& queued);
+
 }  // namespace fp8d::core

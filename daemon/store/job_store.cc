@@ -20,4 +20,9 @@ Status JobStore::ScanActiveJobs(size_t chunk,
   return fp8::OkStatus();
 }
 
+Status JobStore::PutAttempts(const std::vector<std::pair<std::string, AttemptRecord>>& records) {
+  for (const auto& [job_name, record] : records) FP8_RETURN_IF_ERROR(PutAttempt(job_name, record));
+  return fp8::OkStatus();
+}
+
 }  // namespace fp8d::store

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/label_selector.h"
@@ -128,6 +129,12 @@ class JobStore {
   // PRAGMA integrity_check (SQLite) or the equivalent; OK when the store is consistent.
   virtual Status IntegrityCheck() = 0;
   virtual int64_t CountJobs() = 0;
+
+  // PutAttempt for several (job name, record) in one transaction, all or none: the
+  // supervisor's periodic save of the running attempts' event offsets is one commit a tick,
+  // not one per job (1,250 running jobs would ask for more commits than a disk has fsyncs).
+  // The default writes them one at a time (for wrappers; both stores here are all or none).
+  virtual Status PutAttempts(const std::vector<std::pair<std::string, AttemptRecord>>& records);
 };
 
 // Called with the seconds each successful write transaction took, from BEGIN IMMEDIATE

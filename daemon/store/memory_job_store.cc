@@ -132,6 +132,20 @@ class MemoryJobStore final : public JobStore {
     return fp8::OkStatus();
   }
 
+  Status PutAttempts(const std::vector<std::pair<std::string, AttemptRecord>>& records) override {
+    std::lock_guard lock(mu_);
+    // All or nothing, like the SQLite transaction: check every name before writing any.
+    std::vector<StoredJob*> targets;
+    for (const auto& [job_name, record] : records) {
+      FP8_ASSIGN_OR_RETURN(StoredJob * stored, Find(job_name));
+      targets.push_back(stored);
+    }
+    for (size_t i = 0; i < records.size(); ++i) {
+      targets[i]->attempts[records[i].second.attempt.number()] = records[i].second;
+    }
+    return fp8::OkStatus();
+  }
+
   StatusOr<std::vector<AttemptRecord>> ListAttempts(const std::string& job_name) override {
     std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(StoredJob * stored, Find(job_name));

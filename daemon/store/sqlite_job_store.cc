@@ -207,14 +207,14 @@ class SqliteJobStore final : public JobStore {
   Status PutAttempt(const std::string& job_name, const AttemptRecord& record) override {
     std::lock_guard lock(mu_);
     FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
-    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
-    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
-        "INSERT OR REPLACE INTO attempts (job_id, number, record, runtime) VALUES (?1, ?2, ?3, ?4)"));
-    stmt.Bind(1, id)
-        .Bind(2, int64_t{record.attempt.number()})
-        .BindBlob(3, record.attempt.SerializeAsString())
-        .Bind(4, internal::EncodeRuntime(record.runtime));
-    FP8_RETURN_IF_ERROR(stmt.Run());
+    FP8_RETURN_IF_ERROR(WriteAttempt(job_name, record));
+    return Commit(txn.get());
+  }
+
+  Status PutAttempts(const std::vector<std::pair<std::string, AttemptRecord>>& records) override {
+    std::lock_guard lock(mu_);
+    FP8_ASSIGN_OR_RETURN(auto txn, WriteTxn::Begin(db_.get()));
+    for (const auto& [job_name, record] : records) FP8_RETURN_IF_ERROR(WriteAttempt(job_name, record));
     return Commit(txn.get());
   }
 
@@ -421,6 +421,18 @@ class SqliteJobStore final : public JobStore {
     FP8_ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) return NotFound(name);
     return id;
+  }
+
+  // Inserts or replaces one attempt of an existing job; NOT_FOUND when there is none.
+  Status WriteAttempt(const std::string& job_name, const AttemptRecord& record) {
+    FP8_ASSIGN_OR_RETURN(std::string id, ExistingId(job_name));
+    FP8_ASSIGN_OR_RETURN(Stmt stmt, db_->Prepare(
+        "INSERT OR REPLACE INTO attempts (job_id, number, record, runtime) VALUES (?1, ?2, ?3, ?4)"));
+    stmt.Bind(1, id)
+        .Bind(2, int64_t{record.attempt.number()})
+        .BindBlob(3, record.attempt.SerializeAsString())
+        .Bind(4, internal::EncodeRuntime(record.runtime));
+    return stmt.Run();
   }
 
   // Rewrites the row of an existing job; NOT_FOUND when there is none.

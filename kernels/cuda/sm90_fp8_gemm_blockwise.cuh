@@ -17,10 +17,10 @@
 // the A tile by TMA multicast (Config's comments).
 //
 // Split-K (kSplitK = S > 1, for small M where the tiles alone leave SMs idle): a thread-block
-// cluster of S CTAs computes one tile, CTA r over the r-th of S equal K ranges. Each CTA parks
-// its FP32 total in its own (now idle) stage memory, and after a cluster barrier CTA r sums
-// slice r of the tile over the S CTAs' shared memory (DSMEM) in rank order 0..S-1 and writes it
-// as bf16: no workspace, no atomics, and the same bits on every run.
+// cluster of S CTAs computes one tile, CTA r over the r-th of S equal K ranges. Each CTA pushes
+// slice r of its FP32 total into CTA r's (now idle) stage memory with st.async, completing on
+// CTA r's barrier (DSMEM, no cluster barrier), and CTA r sums slice r over the S CTAs in rank
+// order 0..S-1 and writes it as bf16: no workspace, no atomics, and the same bits on every run.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (types only: the encoder is fetched through the runtime)
@@ -107,9 +107,11 @@ struct Config {
   static constexpr int kScaleBOffset = kScaleAOffset + (kScalesTma ? kStages * kScaleAStageBytes : 0);
   static constexpr int kBarrierOffset = kScaleBOffset + (kScalesTma ? kStages * kScaleBStageBytes : 0);
   // +1024: the dynamic shared memory base is aligned up to the 1024-byte swizzle atom.
-  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
+  // Split-K: two more barriers (PushPartial, ReduceAndStore).
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * kStages * 8 + (kSplitK > 1 ? 16 : 0);
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
-  // Split-K: each consumer thread's FP32 total, kAccRegs / 4 float4s, parked in stage memory.
+  // Split-K: each consumer thread's FP32 total, kAccRegs / 4 float4s, gathered in the receiving
+  // CTA's stage memory.
   static constexpr int kReduceVecs = kAccRegs / 4;
   static_assert(kSplitK == 1 || kConsumerWarps * 32 * kAccRegs * 4 <= kStages * kStageBytes,
                 "the split-K partials must fit in the stage ring");
@@ -228,6 +230,7 @@ __device__ __forceinline__ TileCoord CtaTile(uint32_t t, const KernelArgs& args)
 // aligned) and the barriers).
 struct SmemLayout {
   uint32_t a, b, epilogue, scale_a, scale_b, full_bar, empty_bar;
+  uint32_t free_bar, recv_bar;  // split-K: peers' stage rings free; the peers' slices arrived
 };
 
 // One K block's scales for this thread: scale_a of its two rows and the tile's scale_b.
@@ -263,6 +266,7 @@ struct Consumer {
   }
 
   __device__ __forceinline__ void WaitFull() const { MbarWait(smem.full_bar + 8 * s, phase); }
+  __device__ __forceinline__ bool FullReady() const { return MbarTestWait(smem.full_bar + 8 * s, phase); }
 
   __device__ __forceinline__ void NextStage() {
     if (++s == kStages) {
@@ -290,15 +294,16 @@ struct Consumer {
   }
 
   // kScalesTma: K block kb's scales from the current stage's copies (call after WaitFull). The
-  // same floats as LoadScales (rows past M: 0, as there), so the promotion is bitwise the same.
-  // ld.shared with a memory clobber: stays after the barrier wait. Rows past M read a slot the
-  // copy did not fill (inside the array) and select 0: no branch in the K loop.
-  __device__ __forceinline__ Scales StageScales(TileCoord tile, uint32_t kb, uint32_t wave = 0) const {
-    const uint32_t row = warpgroup * Cfg::kWgRows + wave * 64 + row_in_wg, r0 = tile.m_block * kBlockM + row;
+  // same floats as LoadScales for rows < M, so the promotion is bitwise the same there. Rows past
+  // M read a slot the copy did not fill (inside the array): their totals hold garbage, but their
+  // A rows are zeros and no store writes rows past M (TMA stores clip, the split-K reduction
+  // checks), so no select is needed in the K loop. ld.shared with a memory clobber: stays after
+  // the barrier wait.
+  __device__ __forceinline__ Scales StageScales(uint32_t kb, uint32_t wave = 0) const {
+    const uint32_t row = warpgroup * Cfg::kWgRows + wave * 64 + row_in_wg;
     const uint32_t sa = smem.scale_a + s * Cfg::kScaleAStageBytes + row * 4;
-    const float a0 = LdSharedF32(sa), a1 = LdSharedF32(sa + 8 * 4);
     const uint32_t sb = smem.scale_b + s * Cfg::kScaleBStageBytes + (kb % 4) * 4;
-    return Scales{r0 < args.m ? a0 : 0.0f, r0 + 8 < args.m ? a1 : 0.0f, LdSharedF32(sb)};
+    return Scales{LdSharedF32(sa), LdSharedF32(sa + 8 * 4), LdSharedF32(sb)};
   }
 
   // part = this stage's A rows of `wave` · B tile, 4 wgmma of K = 32 (the first overwrites part).
@@ -353,28 +358,29 @@ struct Consumer {
     const uint32_t staging = smem.epilogue + warpgroup * Cfg::kEpilogueWgBytes;
     const bool leader = threadIdx.x % 128 == 0;
     const uint32_t out_row = tile.m_block * kBlockM + warpgroup * Cfg::kWgRows;
-    // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows a warp writes per
-    // instruction land in 8 different chunks, so the stores are free of bank conflicts.
-    const uint32_t swz = lane / 4;  // == row_in_wg % 8 == (row_in_wg + 8) % 8
+    // stmatrix: lane l addresses row l % 8 + 8 ((l / 8) % 2) of its warp's 16 rows, 8-column
+    // group 2q + l / 16 of the box (q < 4: four x4 stores fill the warp's rows of a 64x64 box).
+    // 16-byte chunk c of row r sits at chunk c ^ (r % 8): the 8 rows of each 8x8 matrix land in
+    // 8 different chunks, so the stores are free of bank conflicts.
+    const uint32_t st_row = (threadIdx.x / 32) % 4 * 16 + (lane / 8) % 2 * 8 + lane % 8;
+    uint32_t st_off[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) st_off[q] = st_row * 128 + ((2 * q + lane / 16) ^ (lane % 8)) * 16;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       if (leader) BulkWaitRead();  // the previous store has read the staging memory
       NamedBarrierSync(1 + warpgroup, 128);
 #pragma unroll
-      for (int j = 0; j < kStaged * 8; ++j) {
-        const int b = pass * kStaged + j / 8;  // box of the warpgroup
-        const int i = (b % Cfg::kEpilogueBoxes) * 8 + j % 8;  // 8-column group of the wave
+      for (int jb = 0; jb < kStaged; ++jb) {
+        const int b = pass * kStaged + jb;  // box of the warpgroup
         const float* t = total + (b / Cfg::kEpilogueBoxes) * kAcc;
-        const uint32_t box = staging + (j / 8) * Cfg::kEpilogueBoxBytes;
-        const uint32_t col = ((j % 8) ^ swz) * 16 + 4 * (lane % 4);
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(t[4 * i], t[4 * i + 1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(t[4 * i + 2], t[4 * i + 3]);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + row_in_wg * 128 + col),
-                     "r"(*reinterpret_cast<const uint32_t*>(&lo))
-                     : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(box + (row_in_wg + 8) * 128 + col),
-                     "r"(*reinterpret_cast<const uint32_t*>(&hi))
-                     : "memory");
+        const uint32_t box = staging + jb * Cfg::kEpilogueBoxBytes;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float* g = t + 8 * ((b % Cfg::kEpilogueBoxes) * 4 + q);  // column groups 2p, 2p + 1
+          StMatrixX4(box + st_off[q], PackBf16(g[0], g[1]), PackBf16(g[2], g[3]), PackBf16(g[4], g[5]),
+                     PackBf16(g[6], g[7]));
+        }
       }
       FenceProxyAsyncShared();
       NamedBarrierSync(1 + warpgroup, 128);
@@ -394,35 +400,54 @@ struct Consumer {
     }
   }
 
-  // Split-K, step 1: this CTA's FP32 total into its own stage memory, float4 j of thread i at
-  // (j * 256 + i) * 16 (consecutive threads, consecutive 16 bytes: no bank conflicts). The stage
-  // ring is idle once both warpgroups' last wgmma has completed (the CTA's only tile).
-  __device__ __forceinline__ void StorePartial() {
+  // Split-K, step 1: tell the cluster's other CTAs that this CTA's stage ring is free (both
+  // warpgroups' last wgmma has completed: the CTA's only tile), wait until theirs are, then push
+  // float4 j of this thread's total (slice j / kSlice, reduced by CTA j / kSlice) into that CTA's
+  // ring at ((rank · kSlice + j % kSlice) · 256 + i) · 16 (consecutive threads, consecutive 16
+  // bytes): st.async completing on its receive barrier, plain stores for this CTA's own slice.
+  // No cluster barrier: its release compiled to a GPU-wide memory barrier (MEMBAR.ALL.GPU; ncu:
+  // 9% of the consumers' samples at M = 128, (4096, 7168)).
+  __device__ __forceinline__ void PushPartial() {
+    constexpr int kSlice = Cfg::kReduceVecs / Cfg::kSplitK;
+    constexpr uint32_t kVecBytes = kConsumerWarps * 32 * 16;  // one float4 of every consumer thread
+    const uint32_t rank = blockIdx.x % Cfg::kSplitK, i = threadIdx.x;
     NamedBarrierSync(3, kConsumerWarps * 32);
-    const uint32_t i = threadIdx.x;
+    if (i == 0) {
+      for (uint32_t cta = 0; cta < Cfg::kSplitK; ++cta) {
+        if (cta != rank) MbarArriveRemote(smem.free_bar, cta);
+      }
+      MbarArriveExpectTx(smem.recv_bar, (Cfg::kSplitK - 1) * kSlice * kVecBytes);
+    }
+    MbarWait(smem.free_bar, 0);
 #pragma unroll
     for (int j = 0; j < Cfg::kReduceVecs; ++j) {
-      StSharedV4(smem.a + (j * kConsumerWarps * 32 + i) * 16, total[4 * j], total[4 * j + 1], total[4 * j + 2],
-                 total[4 * j + 3]);
+      const uint32_t dst = j / kSlice, addr = smem.a + (rank * kSlice + j % kSlice) * kVecBytes + i * 16;
+      if (dst == rank) {
+        StSharedV4(addr, total[4 * j], total[4 * j + 1], total[4 * j + 2], total[4 * j + 3]);
+      } else {
+        StAsyncV4(addr, smem.recv_bar, dst, total[4 * j], total[4 * j + 1], total[4 * j + 2], total[4 * j + 3]);
+      }
     }
   }
 
-  // Split-K, step 2 (after a cluster barrier): the rank-th slice of the float4s, summed over the
-  // cluster's CTAs in rank order (fixed, so the result is bitwise reproducible), written as bf16.
-  // Every CTA holds the same fragment layout, so float4 j of thread i is total[4j .. 4j + 3] of
-  // this thread's rows and columns.
+  // Split-K, step 2: once the other CTAs' slices have arrived, the rank-th slice of the float4s
+  // summed over the cluster's CTAs in rank order (fixed, so the result is bitwise reproducible),
+  // written as bf16. Every CTA holds the same fragment layout, so float4 j of thread i is
+  // total[4j .. 4j + 3] of this thread's rows and columns.
   __device__ __forceinline__ void ReduceAndStore(TileCoord tile) const {
     constexpr int kSlice = Cfg::kReduceVecs / Cfg::kSplitK;
+    constexpr uint32_t kVecBytes = kConsumerWarps * 32 * 16;
     const uint32_t rank = blockIdx.x % Cfg::kSplitK, i = threadIdx.x;
     const uint32_t r0 = tile.m_block * kBlockM + warpgroup * 64 + row_in_wg, r1 = r0 + 8;
+    MbarWaitCluster(smem.recv_bar, 0);
     float4 sum[kSlice];
 #pragma unroll
     for (int q = 0; q < kSlice; ++q) {
-      const uint32_t addr = smem.a + ((rank * kSlice + q) * kConsumerWarps * 32 + i) * 16;
-      sum[q] = LdSharedCluster(addr, 0);
+      const uint32_t addr = smem.a + q * kVecBytes + i * 16;
+      sum[q] = LdSharedV4F32(addr);
 #pragma unroll
       for (int cta = 1; cta < Cfg::kSplitK; ++cta) {
-        const float4 v = LdSharedCluster(addr, cta);
+        const float4 v = LdSharedV4F32(addr + cta * kSlice * kVecBytes);
         sum[q].x += v.x;
         sum[q].y += v.y;
         sum[q].z += v.z;
@@ -454,20 +479,25 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
   // Scales are loaded one K block ahead of their wgmma (kScalesTma: they come with the stage).
   Scales ahead{};
   if constexpr (!Cfg::kScalesTma) ahead = c.LoadScales(tile, kb);
+  // ready: K block kb's stage was seen full by the probe in advance() (issued right after the
+  // previous wgmma, so the barrier's latency passes during the promotion instead of before the
+  // next wgmma).
+  bool ready = false;
   auto fetch = [&] {  // waits for K block kb's tiles; returns its scales
     if constexpr (Cfg::kScalesTma) {
-      c.WaitFull();
-      return c.StageScales(tile, kb);
+      if (!ready) c.WaitFull();
+      return c.StageScales(kb);
     } else {
       const Scales cur = ahead;
       ahead = c.LoadScales(tile, min(kb + 1, end - 1));
-      c.WaitFull();
+      if (!ready) c.WaitFull();
       return cur;
     }
   };
   auto advance = [&] {
     ++kb;
     c.NextStage();
+    ready = c.FullReady();  // past the last K block: a stage not (yet) filled, never waited on
   };
   // K block kb runs on the tensor cores while kb - 1 is promoted. Straight-line code with the
   // two partial buffers named statically (ptxas serializes wgmma when it cannot tell which
@@ -479,12 +509,12 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
       const Scales cur = fetch();
       const uint32_t cur_stage = c.s;
       c.Issue(issue_into);
+      advance();
       WgmmaWait<1>();
       c.Release(pending_stage);
       c.Promote(promote_from, pending);
       pending = cur;
       pending_stage = cur_stage;
-      advance();
     };
     c.Issue(part0);
     advance();
@@ -509,21 +539,26 @@ __device__ __forceinline__ void TileMainLoop(Consumer<Cfg>& c, TileCoord tile, K
 // the wave's total (the other consumer warpgroup's wgmma run meanwhile). The stage is released
 // as soon as the last wave's wgmma has read it, before that wave's promotion.
 template <class Cfg>
-__device__ __forceinline__ void TileMainLoopWaves(Consumer<Cfg>& c, TileCoord tile, uint32_t num_k_blocks,
+__device__ __forceinline__ void TileMainLoopWaves(Consumer<Cfg>& c, uint32_t num_k_blocks,
                                                   float (&part)[Cfg::kAccRegs]) {
   static_assert(Cfg::kWaves == 2 && Cfg::kScalesTma, "two waves, scales in the stage");
   c.ZeroTotal();
+  bool ready = c.FullReady();
   for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-    c.WaitFull();
-    const Scales sc0 = c.StageScales(tile, kb, 0), sc1 = c.StageScales(tile, kb, 1);
+    if (!ready) c.WaitFull();
+    const Scales sc0 = c.StageScales(kb, 0), sc1 = c.StageScales(kb, 1);
     c.Issue(part, 0);
     WgmmaWait<0>();
     c.template Promote<0>(part, sc0);
     c.Issue(part, 1);
     WgmmaWait<0>();
     c.Release(c.s);
-    c.template Promote<1>(part, sc1);
     c.NextStage();
+    // Probe the next stage before the last promotion: with the wait at the top of the loop, its
+    // latency sat between this promotion and the next wave's wgmma (ncu: the most sampled
+    // instruction outside the wgmma waits), while the tensor cores ran dry.
+    ready = c.FullReady();
+    c.template Promote<1>(part, sc1);
   }
 }
 
@@ -537,7 +572,7 @@ __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[C
   for (uint32_t t = FirstTile<Cfg>(); t < num_tiles; t += TileStride<Cfg>()) {
     const TileCoord tile = CtaTile<Cfg>(t, args);
     if constexpr (Cfg::kWaves == 2) {
-      TileMainLoopWaves(c, tile, args.num_k_blocks, part0);
+      TileMainLoopWaves(c, args.num_k_blocks, part0);
     } else {
       TileMainLoop(c, tile, KRange{0, args.num_k_blocks}, part0, part1);
     }
@@ -546,21 +581,15 @@ __device__ __forceinline__ void RunTileByTile(Consumer<Cfg>& c, float (&part0)[C
 }
 
 // Split-K: this CTA's K range of the cluster's one tile, then the reduction over the cluster.
-// The two cluster barriers are matched by the producer warpgroup (SplitKProducerSync).
+// No CTA exits while another may still touch its shared memory: every remote arrive and st.async
+// targets a CTA that waits for it before it goes on.
 template <class Cfg>
 __device__ __forceinline__ void RunSplitK(Consumer<Cfg>& c, float (&part0)[Cfg::kAccRegs],
                                           float (&part1)[Cfg::kAccRegs]) {
   const TileCoord tile = CtaTile<Cfg>(FirstTile<Cfg>(), c.args);
   TileMainLoop(c, tile, CtaKRange<Cfg>(c.args), part0, part1);
-  c.StorePartial();
-  ClusterSync();  // every CTA's partial is in its shared memory
+  c.PushPartial();
   c.ReduceAndStore(tile);
-  ClusterSync();  // no CTA exits (its shared memory gone) while a peer still reads it
-}
-__device__ __forceinline__ void SplitKProducerSync() {
-  __syncwarp();
-  ClusterSync();
-  ClusterSync();
 }
 
 // ---- the kernel ------------------------------------------------------------------------------
@@ -581,6 +610,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   smem.scale_b = base + Cfg::kScaleBOffset;
   smem.full_bar = base + Cfg::kBarrierOffset;
   smem.empty_bar = smem.full_bar + kStages * 8;
+  smem.free_bar = smem.empty_bar + kStages * 8;
+  smem.recv_bar = smem.free_bar + 8;
   const uint32_t num_tiles = NumTiles<Cfg>(args);
 
   if (threadIdx.x == 0) {
@@ -588,6 +619,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarInit(smem.full_bar + 8 * s, 1);  // the producer's arrive + the TMA bytes
       // One arrive per consumer warp (with A multicast, of both CTAs).
       MbarInit(smem.empty_bar + 8 * s, kConsumerWarps * (Cfg::kMulticastA ? 2 : 1));
+    }
+    if constexpr (Cfg::kSplitK > 1) {
+      MbarInit(smem.free_bar, Cfg::kSplitK - 1);  // one remote arrive per other CTA
+      MbarInit(smem.recv_bar, 1);                 // this CTA's arrive + the other slices' bytes
     }
     FenceBarrierInit();
     FenceProxyAsyncShared();  // the initialized barriers, as the TMA unit (async proxy) sees them
@@ -597,17 +632,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     PrefetchTensorMap(&tmap_b);
     PrefetchTensorMap(&tmap_d);
   }
-  // With A multicast the peer CTA's barriers must be initialized before our copies signal them.
+  // With A multicast the peer CTA's barriers must be initialized before our copies signal them,
+  // with split-K before the reduction's arrives and st.async do.
   if constexpr (Cfg::kMulticastA) {
     ClusterSync();
+  } else if constexpr (Cfg::kSplitK > 1) {
+    ClusterSyncRelaxed();  // fence.mbarrier_init above orders the initialization
   } else {
     __syncthreads();
   }
 
   if (threadIdx.x >= 256) {
-    // ---- producer warpgroup: one thread issues every TMA load ----
+    // ---- producer warpgroup: one thread of warp 8 issues every TMA load ----
     SetMaxNRegDec<40>();
-    if (threadIdx.x == 256) {
+    if (threadIdx.x / 32 == 8 && ElectOneSync()) {
       uint32_t s = 0, phase = 0;
       const uint64_t keep_a = Cfg::kL2Hints ? CreatePolicyEvictLast() : 0;
       const uint64_t drop_b = Cfg::kL2Hints ? CreatePolicyEvictFirst() : 0;
@@ -652,7 +690,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if constexpr (Cfg::kSplitK > 1) SplitKProducerSync();
   } else {
     // ---- consumer warpgroups 0 and 1: rows [64·wg, 64·wg + 64) of each tile ----
     SetMaxNRegInc<232>();

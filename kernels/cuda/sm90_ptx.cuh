@@ -29,21 +29,27 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
 __device__ __forceinline__ void MbarArrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// 16 bytes at the shared-memory offset `addr` of CTA `cta` of the cluster (DSMEM).
-__device__ __forceinline__ float4 LdSharedCluster(uint32_t addr, uint32_t cta) {
-  float4 v;
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %4, %5;\n"
-      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
-      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-      : "r"(addr), "r"(cta)
-      : "memory");
-  return v;
-}
 __device__ __forceinline__ void StSharedV4(uint32_t addr, float a, float b, float c, float d) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
                : "memory");
+}
+// 16 bytes from registers into the shared memory of CTA `cta` of the cluster at the offset
+// `addr`, completing its bytes on that CTA's mbarrier at the offset `bar` (no fence needed: the
+// receiver sees the data once it has seen the barrier's phase complete).
+__device__ __forceinline__ void StAsyncV4(uint32_t addr, uint32_t bar, uint32_t cta, float a, float b, float c,
+                                          float d) {
+  asm volatile(
+      "{\n.reg .b32 ra, rb;\n"
+      "mapa.shared::cluster.u32 ra, %0, %2;\n"
+      "mapa.shared::cluster.u32 rb, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [ra], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(addr),
+      "r"(bar), "r"(cta), "f"(a), "f"(b), "f"(c), "f"(d)
+      : "memory");
+}
+// Cluster barrier whose arrive orders nothing (barrier.cluster.arrive.relaxed): after barrier
+// initialization (fence.mbarrier_init orders that), without the memory barrier of ClusterSync.
+__device__ __forceinline__ void ClusterSyncRelaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;" ::: "memory");
 }
 // All threads of all CTAs of the cluster (also a CTA-wide barrier).
 __device__ __forceinline__ void ClusterSync() {
@@ -56,6 +62,35 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
     asm volatile(
         "{\n.reg .pred p;\n"
         "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Whether the phase with parity `parity` of the barrier has completed, without waiting (a probe
+// issued early, so its latency passes while the thread does other work).
+__device__ __forceinline__ bool MbarTestWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// MbarWait with acquire at cluster scope: for data that other CTAs of the cluster stored with
+// st.async (StAsyncV4), whose completion on the barrier releases at cluster scope.
+__device__ __forceinline__ void MbarWaitCluster(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
@@ -152,6 +187,19 @@ __device__ __forceinline__ void NamedBarrierArrive(uint32_t id, uint32_t threads
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// True in one lane of the calling warp (all 32 lanes must call). A branch on it is known to run
+// in one thread, so ptxas issues the TMA instructions inside it once, without the loop over
+// active lanes (ELECT ... BRA.U.ANY) it wraps them in under a plain threadIdx test.
+__device__ __forceinline__ bool ElectOneSync() {
+  uint32_t elected = 0;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "elect.sync _|p, 0xffffffff;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(elected));
+  return elected != 0;
+}
+
 template <uint32_t kRegs>
 __device__ __forceinline__ void SetMaxNRegInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
@@ -224,8 +272,25 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
+// Four 8x8 b16 matrices into shared memory: lane l gives the address of row l % 8 of matrix
+// l / 8; register i of lane l holds row l / 4, columns 2 (l % 4) and + 1 of matrix i (the wgmma
+// accumulator fragment of one 8-row, 8-column group, packed to bf16x2).
+__device__ __forceinline__ void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 __device__ __forceinline__ void StSharedU32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ float4 LdSharedV4F32(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 __device__ __forceinline__ uint4 LdSharedV4(uint32_t addr) {
   uint4 v;

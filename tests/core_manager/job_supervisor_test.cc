@@ -194,6 +194,45 @@ TEST_F(JobSupervisorTest, AFailedRankFailsTheAttemptStopsTheOthersAndKillsThemAf
   supervisor_->Stop();
 }
 
+TEST_F(JobSupervisorTest, TheTickSavesTheOffsetsOfEveryDueAttemptInOneWrite) {
+  // One commit a tick however many attempts are due: at 1,250 running jobs a write per job
+  // asked for more fsyncs than the disk had and every state change queued behind them.
+  std::unique_ptr<store::JobStore> store = store::NewMemoryJobStore();
+  auto created = store->CreateJobs(std::vector<store::CreateRequest>(3));
+  ASSERT_TRUE(created.ok());
+  std::vector<std::string> names;
+  for (int j = 0; j < 3; ++j) {
+    names.push_back((*created)[j].job.name());
+    AddLaunched(names.back(), 2);
+    launcher::WorkerEvent heartbeat;
+    heartbeat.job_id = names.back().substr(5);  // without "jobs/"
+    heartbeat.attempt = 1;
+    heartbeat.rank = 1;
+    heartbeat.event.mutable_heartbeat();
+    heartbeat.offset_after = 100 + j;
+    supervisor_->HandleEvent(heartbeat);
+  }
+  supervisor_->ArmTick();
+  RunOneTick();
+  ASSERT_EQ(writes_.size(), 1u) << "one store write for the three attempts";
+  ASSERT_TRUE(writes_[0].work(*store).ok());
+  for (int j = 0; j < 3; ++j) {
+    auto attempts = store->ListAttempts(names[j]);
+    ASSERT_TRUE(attempts.ok());
+    ASSERT_EQ(attempts->size(), 1u);
+    ASSERT_EQ((*attempts)[0].runtime.size(), 2u);
+    EXPECT_EQ((*attempts)[0].runtime[1].events_offset, 100 + j);
+    EXPECT_FALSE(cache_.Find(names[j])->run->runtime_dirty);
+  }
+  // The write failed: every attempt in it is due again at the next tick past the flush period.
+  writes_[0].then(fp8::UnavailableError("disk full"));
+  for (const std::string& name : names) EXPECT_TRUE(cache_.Find(name)->run->runtime_dirty);
+  clock_.Advance(1000);
+  RunOneTick();
+  EXPECT_EQ(writes_.size(), 2u);
+  supervisor_->Stop();
+}
+
 TEST_F(JobSupervisorTest, TheLastExitSavesTheAttemptOnceThenSchedulesAndAsksToEvict) {
   JobEntry& e = AddLaunched("jobs/a", 1);
   supervisor_->TerminateWorkers(e);  // as CancelJob does

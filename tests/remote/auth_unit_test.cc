@@ -7,8 +7,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "client/contexts.h"
 #include "daemon/launcher/launcher.h"
@@ -170,6 +172,42 @@ TEST(AuthRoles, MethodsAndOwners) {
   EXPECT_TRUE(AuthorizeOwner(alice, "alice", "CancelJob", "jobs/x").ok());
   EXPECT_EQ(AuthorizeOwner(alice, "bob", "CancelJob", "jobs/x").code(), fp8::StatusCode::kPermissionDenied);
   EXPECT_TRUE(AuthorizeOwner(admin, "bob", "CancelJob", "jobs/x").ok());
+}
+
+// An audit line is one JSON object whatever the caller put into the names and the message.
+TEST(AuthAudit, LinesAreJsonWithTheCallersBytesEscaped) {
+  // The audit logger writes to stderr (log_setup.cc may point it elsewhere): read fd 2 back.
+  char path[] = "/tmp/fp8d-audit-XXXXXX";
+  const int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(file, STDERR_FILENO);
+  AuditLog(Principal{"al\"ice\n", Role::kSubmitter, -1}, "CreateJob", "jobs/7", fp8::OkStatus());
+  AuditLog(Principal{"bob", Role::kViewer, -1}, "CancelJob", "jobs/\x01",
+           fp8::Status(fp8::StatusCode::kPermissionDenied, "bad bytes \xff\xfe here"));
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(file);
+  std::ifstream in(path);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  unlink(path);
+  ASSERT_FALSE(second.empty()) << first;
+  const auto a = nlohmann::json::parse(first), b = nlohmann::json::parse(second);
+  EXPECT_TRUE(a.contains("time"));
+  EXPECT_EQ(a["audit"], true);
+  EXPECT_EQ(a["principal"], "al\"ice\n");
+  EXPECT_EQ(a["role"], "submitter");
+  EXPECT_EQ(a["method"], "CreateJob");
+  EXPECT_EQ(a["job"], "jobs/7");
+  EXPECT_EQ(a["result"], "OK");
+  EXPECT_FALSE(a.contains("message"));
+  EXPECT_EQ(b["job"], "jobs/\x01");
+  EXPECT_EQ(b["result"], "PERMISSION_DENIED");
+  EXPECT_EQ(b["message"], "bad bytes \xEF\xBF\xBD\xEF\xBF\xBD here");  // U+FFFD for each bad byte
 }
 
 TEST(Isolation, RunAsUidIsRootOnlyWhenAllowed) {

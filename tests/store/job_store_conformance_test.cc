@@ -584,6 +584,27 @@ TEST_P(JobStoreConformance, AttemptsAreKeptPerNumberWithRuntime) {
   EXPECT_TRUE(none.empty());
 }
 
+TEST_P(JobStoreConformance, PutAttemptsWritesSeveralJobsAllOrNothing) {
+  std::vector<Job> jobs = CreateMany(2);
+  AttemptRecord moved = MakeAttempt(1, 2);
+  moved.runtime[1].events_offset = 777;
+  EXPECT_EQ(store_->PutAttempts({{jobs[0].name(), moved}, {"jobs/0000000000zz", MakeAttempt(1, 1)}}).code(),
+            fp8::StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(auto none, store_->ListAttempts(jobs[0].name()));
+  EXPECT_TRUE(none.empty());
+
+  ASSERT_OK(store_->PutAttempts({{jobs[0].name(), MakeAttempt(1, 2)}, {jobs[1].name(), MakeAttempt(3, 1)}}));
+  ASSERT_OK(store_->PutAttempts({{jobs[0].name(), moved}}));  // replaces attempt 1
+  ASSERT_OK_AND_ASSIGN(auto a, store_->ListAttempts(jobs[0].name()));
+  ASSERT_OK_AND_ASSIGN(auto b, store_->ListAttempts(jobs[1].name()));
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(a[0].runtime.size(), 2u);
+  EXPECT_EQ(a[0].runtime[1].events_offset, 777);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].attempt.number(), 3);
+  ASSERT_OK(store_->PutAttempts({}));
+}
+
 TEST_P(JobStoreConformance, CheckpointsAreKeptPerStep) {
   Job job = Create();
   auto ckpt = [](int64_t step, int attempt, const std::string& sum) {
