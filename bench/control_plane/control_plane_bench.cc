@@ -30,6 +30,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/common/percentile.h"
 #include "tests/integration/daemon_process.h"
 
 namespace {
@@ -43,12 +44,7 @@ double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
+using fp8d::bench::Percentile;
 
 long RssKiB(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -111,7 +107,7 @@ void FailureDetection(Daemon& daemon, const std::string& out, int trials) {
     ms.push_back(std::chrono::duration<double, std::milli>(seen_at - killed_at).count());
   }
   std::printf("failure_detection_ms (worker SIGKILL -> FAILED seen by a watcher, %d trials): median %.1f max %.1f\n",
-              trials, Percentile(ms, 50), *std::max_element(ms.begin(), ms.end()));
+              trials, Percentile(ms, 0.5), *std::max_element(ms.begin(), ms.end()));
 }
 
 // Closed loop: `clients` clients, each on its own connection with one CreateJob in flight,
@@ -182,8 +178,8 @@ std::vector<std::string> CreatePhase(Daemon& daemon, const std::string& out, int
   while (cq.Next(&tag, &ok)) {
   }
   std::printf("create_jobs_per_s (durable CreateJob, %d clients, %d jobs): %.0f  (latency p50 %.2f ms p99 %.2f ms, errors %d)\n",
-              clients, jobs, static_cast<double>(names.size()) / secs, Percentile(latencies, 50),
-              Percentile(latencies, 99), errors);
+              clients, jobs, static_cast<double>(names.size()) / secs, Percentile(latencies, 0.5),
+              Percentile(latencies, 0.99), errors);
   return names;
 }
 
@@ -217,8 +213,8 @@ void GetPhase(Daemon& daemon, const std::vector<std::string>& names, int clients
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   std::printf("get_jobs_per_s (GetJob, %d clients, %.0f s): %.0f  (latency p50 %.3f ms p99 %.3f ms, errors %d)\n",
-              clients, seconds, static_cast<double>(all.size()) / secs, Percentile(all, 50),
-              Percentile(all, 99), errors.load());
+              clients, seconds, static_cast<double>(all.size()) / secs, Percentile(all, 0.5),
+              Percentile(all, 0.99), errors.load());
 }
 
 // step → the worker's event time (seconds since the epoch), from rank-0.events.
@@ -363,7 +359,7 @@ void WatchPhase(Daemon& daemon, const std::string& job_name, int watchers, doubl
     }
   }
   std::printf("watch_progress_latency_ms (%d watchers on one job, worker event -> client, %zu samples): p50 %.1f p99 %.1f max %.1f\n",
-              watchers, lat.size(), Percentile(lat, 50), Percentile(lat, 99),
+              watchers, lat.size(), Percentile(lat, 0.5), Percentile(lat, 0.99),
               lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()));
 }
 

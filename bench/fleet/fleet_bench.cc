@@ -43,6 +43,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "bench/common/percentile.h"
 #include "bench/fleet/fleet_run.h"
 #include "daemon/store/job_store.h"
 
@@ -61,11 +62,7 @@ void CountCommit(double seconds) {
   g_commit_ns.fetch_add(static_cast<int64_t>(seconds * 1e9), std::memory_order_relaxed);
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
-}
+using fp8d::bench::Percentile;
 
 std::string Summary(const std::vector<double>& v, const char* unit) {
   char buf[160];

@@ -32,6 +32,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/common/percentile.h"
 #include "client/job_client.h"
 
 namespace {
@@ -39,11 +40,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5))];
-}
+using fp8d::bench::Percentile;
 
 bool Run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 
@@ -118,11 +115,11 @@ void Report(int round, const char* mode, const char* what, const Phase& p) {
   std::printf("round %d %s %s: %zu calls in %.2f s = %.0f/s, fp8d CPU %.1f us/call, p50 %.2f ms, p99 %.2f ms, errors %d\n",
               round, mode, what, p.latencies_ms.size(), p.seconds, p.latencies_ms.size() / p.seconds,
               1000.0 * p.server_cpu_ms / static_cast<double>(std::max<size_t>(1, p.latencies_ms.size())),
-              Percentile(p.latencies_ms, 50), Percentile(p.latencies_ms, 99), p.errors);
+              Percentile(p.latencies_ms, 0.5), Percentile(p.latencies_ms, 0.99), p.errors);
   std::fflush(stdout);
 }
 
-double Median(std::vector<double> v) { return Percentile(std::move(v), 50); }
+double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
 // CPU time (user + system) a process has used, in ms, from /proc: what fp8d spends on a phase
 // does not depend on how much CPU other processes leave it, unlike its throughput.
@@ -308,7 +305,7 @@ int main(int argc, char** argv) {
         const double rate = p->latencies_ms.size() / p->seconds;
         const std::string key = std::string(d.mode) + " " + method;
         rates[key].push_back(rate);
-        p99s[key].push_back(Percentile(p->latencies_ms, 99));
+        p99s[key].push_back(Percentile(p->latencies_ms, 0.99));
         server_us[key].push_back(1000.0 * p->server_cpu_ms / static_cast<double>(p->latencies_ms.size()));
         this_round[key] = rate;
       }

@@ -35,6 +35,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "bench/common/percentile.h"
 #include "daemon/core/job_manager.h"
 #include "tests/core_manager/fake_launcher.h"
 
@@ -54,11 +55,7 @@ const char* const kQueues[] = {"team-a", "team-b", "team-c"};
 
 double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
-}
+using fp8d::bench::Percentile;
 
 struct RunningAttempt {
   std::string job_id;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/percentile.h"
 #include "daemon/core/scheduler.h"
 
 namespace {
@@ -121,11 +122,7 @@ ScheduleInput Scenario(const std::string& name, bool cpu, uint64_t seed) {
   return in;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
-}
+using fp8d::bench::Percentile;
 
 }  // namespace
 

@@ -81,13 +81,11 @@ void JobManagerImpl::Schedule() {
   ScheduleInput input;
   input.queues = QueueQuotas(options_.queues);
   std::map<std::pair<std::string, int>, int> held;
-  bool may_preempt = false;  // some holder could be preempted
   for (const std::string& name : cache_.with_run()) {
     const JobEntry* e = Find(name);
     if (e == nullptr || e->run == nullptr || e->run->AllExited()) continue;
     for (const RankRun& r : e->run->ranks) ++held[{r.slot.node, r.slot.gpu}];
     input.running.push_back(HolderOf(*e));
-    may_preempt = may_preempt || input.running.back().preemptible;
   }
   bool any_free = false;
   for (const launcher::Slot& s : launcher_->Slots()) {
@@ -98,7 +96,7 @@ void JobManagerImpl::Schedule() {
   }
   // With every slot held nothing can be placed, but a job queued since the last round may
   // preempt (for its queue's quota or its priority), and with it, older jobs ahead of it.
-  if (any_free || (may_preempt && !fresh.empty() && MayPreempt(input, cache_.QueuedSummaries()))) {
+  if (any_free || (!fresh.empty() && MayPreempt(input, cache_.QueuedSummaries()))) {
     for (const std::string& name : cache_.queued()) {
       if (const JobEntry* e = schedulable(name)) {
         input.queue.push_back(QueuedJob{name, e->job.priority(), e->create_seq, e->job.resources().ranks(), e->job.queue()});

@@ -6,13 +6,11 @@
 // fails ends FAILED and is not launched again. No timing is checked beyond the timeout's floor.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "bench/fleet/fleet_run.h"
+#include "tests/integration/daemon_process.h"
 
 namespace fp8d::bench {
 namespace {
@@ -23,19 +21,9 @@ constexpr int64_t kHeartbeatTimeoutMs = 2000;
 
 class FleetSmokeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fp8d-fleet-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
   FleetRunOptions Options() const {
     FleetRunOptions o;
-    o.data_dir = dir_;
+    o.data_dir = dir_.path();
     o.jobs = kJobs;
     o.ranks_per_job = kRanks;
     o.fleet.nodes = kJobs;
@@ -50,7 +38,7 @@ class FleetSmokeTest : public ::testing::Test {
     return o;
   }
 
-  std::string dir_;
+  itest::TempDir dir_;
 };
 
 TEST_F(FleetSmokeTest, FaultsAreDetectedAndRetriedAsThePolicySays) {
